@@ -1,0 +1,1 @@
+//! `chunk-assignor`: placeholder until its issue lands; see `docs/ARCHITECTURE.md`.

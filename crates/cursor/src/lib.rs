@@ -1,0 +1,1 @@
+//! `cursor`: placeholder until its issue lands; see `docs/ARCHITECTURE.md`.

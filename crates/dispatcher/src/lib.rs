@@ -1,0 +1,1 @@
+//! `dispatcher`: placeholder until its issue lands; see `docs/ARCHITECTURE.md`.

@@ -1,0 +1,1 @@
+//! `draining-hashes`: placeholder until its issue lands; see `docs/ARCHITECTURE.md`.

@@ -1,0 +1,1 @@
+//! `pending-acks`: placeholder until its issue lands; see `docs/ARCHITECTURE.md`.

@@ -1,0 +1,10 @@
+//! The project's end-to-end harness (a `publish = false` package).
+//!
+//! * [`bench`]: the benchmark workloads of `shared/bench/workloads.md` and a small harness
+//!   (warm-up, rounds, medians) run by `cargo xtask bench`.
+//! * `tests/loom_*.rs`: loom models that cross `pending-acks` and `draining-hashes`
+//!   (`cargo xtask loom`).
+//!
+//! Does not: ship anything a broker would link; it only drives the product crates.
+
+pub mod bench;

@@ -1,0 +1,20 @@
+//! `cargo xtask bench [ids…] [--quick] [--rounds N]`: runs the benchmark binary in release mode.
+//! The workloads live in `tests/src/bench/`; results go to `target/bench/results.json`.
+
+use crate::cmd::{cargo, sh};
+
+pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
+    let mut c = cargo();
+    c.args([
+        "run",
+        "--release",
+        "--quiet",
+        "--package",
+        "tests",
+        "--bin",
+        "bench",
+        "--",
+    ])
+    .args(args);
+    sh(c)
+}

@@ -1,0 +1,35 @@
+//! `cargo xtask`: the project's automation, one file per subcommand.
+//!
+//! * `ci`: everything CI checks (fmt, clippy, tests with snapshots locked, a quick loom run, tidy).
+//! * `loom [crate] [--preemptions N]`: the full loom models in release mode.
+//! * `bench [ids…] [--quick]`: the benchmark table and `target/bench/results.json`.
+//! * `sim [args…]`: the deterministic simulator (issue 7).
+//! * `tidy`: repository hygiene checks alone.
+//!
+//! Every subcommand prints each command it runs.
+
+mod bench;
+mod ci;
+mod cmd;
+mod loom;
+mod sim;
+mod tidy;
+
+fn main() -> anyhow::Result<()> {
+    let mut args = std::env::args().skip(1);
+    let sub = args.next().unwrap_or_else(|| "help".into());
+    let rest: Vec<String> = args.collect();
+    std::env::set_current_dir(cmd::project_root())?;
+    match sub.as_str() {
+        "ci" => ci::run(&rest),
+        "loom" => loom::run(&rest),
+        "bench" => bench::run(&rest),
+        "sim" => sim::run(&rest),
+        "tidy" => tidy::run(),
+        "help" | "--help" | "-h" => {
+            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] | sim [args…] | tidy>");
+            Ok(())
+        }
+        other => anyhow::bail!("unknown xtask subcommand `{other}` (try `cargo xtask help`)"),
+    }
+}
