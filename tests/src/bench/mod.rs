@@ -55,6 +55,24 @@ impl Workload {
             round: Box::new(round),
         }
     }
+
+    /// A higher-is-better workload (throughput).
+    pub fn higher(
+        id: &'static str,
+        unit: &'static str,
+        baseline: Option<f64>,
+        goal: Option<f64>,
+        round: impl FnMut() -> Result<f64, String> + 'static,
+    ) -> Self {
+        Workload {
+            id,
+            unit,
+            baseline,
+            goal,
+            better: Better::Higher,
+            round: Box::new(round),
+        }
+    }
 }
 
 /// Harness settings.
