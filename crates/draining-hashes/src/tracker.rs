@@ -1,0 +1,422 @@
+//! The tracker: hash → draining entry, batching and notification.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use tracing::{debug, trace, warn};
+
+use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering};
+use crate::table::{FxBuild, Table, DENSE_LIMIT};
+
+/// Told that at least one draining hash was released while it was blocking another consumer.
+///
+/// Calls are coalesced: one call may stand for many released hashes (always exactly one per
+/// outermost [`DrainingHashes::end_batch`] that saw a release). The tracker calls it after
+/// releasing its own lock, so an implementation may call back into the tracker; it must not
+/// block for long, as it runs on the thread that released the hash (often an ack path).
+pub trait UnblockListener: Send + Sync {
+    /// Something unblocked: a dispatcher should retry the entries it held back.
+    fn hashes_unblocked(&self);
+}
+
+/// A snapshot of one draining hash, as returned by [`DrainingHashes::get`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DrainingEntry<C> {
+    /// The consumer that still has pending entries of the hash (the old owner).
+    pub owner: C,
+    /// How many of the owner's pending entries with this hash remain; always at least 1.
+    pub ref_count: u32,
+    /// How many times [`DrainingHashes::should_block`] refused the hash to another consumer
+    /// (saturates at `u32::MAX`).
+    pub blocked_attempts: u32,
+}
+
+/// Why [`DrainingHashes::add_entry`] refused a reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AddEntryError<C: Debug> {
+    /// Hash 0 means "no hash": such entries never drain.
+    #[error("hash 0 means no hash and cannot drain")]
+    ZeroHash,
+    /// Another consumer is already draining this hash (at most one owner per hash).
+    #[error("hash is already draining on consumer {owner:?}")]
+    OwnedByOther {
+        /// The consumer that owns the draining entry.
+        owner: C,
+    },
+    /// The owner already holds `u32::MAX` references to this hash.
+    #[error("reference count of the draining hash would overflow")]
+    RefCountOverflow,
+}
+
+/// Why [`DrainingHashes::reduce_ref_count`] refused to drop a reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReduceError<C: Debug> {
+    /// The hash drains on another consumer; the entry is left untouched.
+    #[error("hash is draining on consumer {owner:?}, not on the caller")]
+    OwnedByOther {
+        /// The consumer that owns the draining entry.
+        owner: C,
+    },
+}
+
+/// What [`DrainingHashes::reduce_ref_count`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reduced {
+    /// The hash is not draining (or is 0): nothing changed. This is the common case for acks.
+    NotDraining,
+    /// One reference dropped; `remaining` (≥ 1) are left.
+    Decremented {
+        /// References left on the entry.
+        remaining: u32,
+    },
+    /// The last reference dropped: the entry is gone and the hash may go to its new owner.
+    Released {
+        /// The entry had blocked another consumer at least once. Unless the caller was closing,
+        /// the listener was (or, inside a batch, will be) notified.
+        was_blocking: bool,
+    },
+}
+
+/// Draining figures for one consumer, from [`DrainingHashes::consumer_stats`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ConsumerDrainingStats {
+    /// Number of hashes this consumer is draining now.
+    pub draining_hashes_count: usize,
+    /// Those hashes, ascending.
+    pub draining_hashes: Vec<u32>,
+    /// Pending (unacked) entries of this consumer in those hashes: the sum of their refcounts.
+    pub unacked_in_draining: u64,
+    /// Sum of the blocked attempts on the hashes this consumer drains now.
+    pub blocked_attempts: u64,
+    /// Draining entries of this consumer released so far (last reference or lazy removal),
+    /// since the tracker was created, cleared, or [`DrainingHashes::consumer_removed`].
+    pub cleared_total: u64,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Counters {
+    cleared_total: u64,
+}
+
+struct Inner<C> {
+    table: Table<C>,
+    batch_level: u32,
+    unblocked_while_batching: bool,
+    stats: HashMap<C, Counters, FxBuild>,
+}
+
+impl<C: Copy + Eq + Hash> Inner<C> {
+    fn count_cleared(&mut self, consumer: C) {
+        self.stats.entry(consumer).or_default().cleared_total += 1;
+    }
+}
+
+/// Per-subscription record of hashes in handover (Pulsar's PIP-379 draining hashes).
+///
+/// When a hash moves from consumer A to consumer B while A still has pending (sent, unacked)
+/// entries with it, the dispatcher calls [`add_entry`](Self::add_entry) once per such entry; A
+/// now *drains* the hash. [`should_block`](Self::should_block) then refuses the hash to every
+/// other consumer until A's references are gone, which happens through
+/// [`reduce_ref_count`](Self::reduce_ref_count) from A's pending-acks remove handler.
+///
+/// Thread-safe: every method takes `&self`, state sits behind one mutex, and the common
+/// "not draining" answer of `should_block` and `reduce_ref_count` is read from an atomic bitmap
+/// without locking. The tracker never calls into pending acks; it calls the
+/// [`UnblockListener`] only after releasing its lock.
+pub struct DrainingHashes<C> {
+    inner: Mutex<Inner<C>>,
+    /// One bit per dense hash: set while that hash has an entry. Written only under `inner`'s
+    /// lock; read without it for the fast "not draining" path.
+    occupied: Box<[AtomicU64]>,
+    listener: Arc<dyn UnblockListener>,
+}
+
+#[inline]
+fn bit(hash: u32) -> (usize, u64) {
+    ((hash >> 6) as usize, 1u64 << (hash & 63))
+}
+
+impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
+    /// An empty tracker that reports unblocked hashes to `listener`.
+    pub fn new(listener: Arc<dyn UnblockListener>) -> Self {
+        DrainingHashes {
+            inner: Mutex::new(Inner {
+                table: Table::new(),
+                batch_level: 0,
+                unblocked_while_batching: false,
+                stats: HashMap::default(),
+            }),
+            occupied: (0..(DENSE_LIMIT as usize).div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            listener,
+        }
+    }
+
+    /// `false` only when the hash certainly has no entry (dense hashes, read without the lock).
+    #[inline]
+    fn maybe_draining(&self, hash: u32) -> bool {
+        if hash >= DENSE_LIMIT {
+            return true;
+        }
+        let (w, m) = bit(hash);
+        self.occupied
+            .get(w)
+            .is_some_and(|a| a.load(Ordering::Acquire) & m != 0)
+    }
+
+    /// Called under the lock when an entry is created.
+    #[inline]
+    fn mark(&self, hash: u32) {
+        if hash < DENSE_LIMIT {
+            let (w, m) = bit(hash);
+            if let Some(a) = self.occupied.get(w) {
+                a.fetch_or(m, Ordering::Release);
+            }
+        }
+    }
+
+    /// Called under the lock when an entry is removed.
+    #[inline]
+    fn unmark(&self, hash: u32) {
+        if hash < DENSE_LIMIT {
+            let (w, m) = bit(hash);
+            if let Some(a) = self.occupied.get(w) {
+                a.fetch_and(!m, Ordering::Release);
+            }
+        }
+    }
+
+    /// Adds one reference of `consumer` to `hash`: call it once per pending entry of `consumer`
+    /// with that hash when the hash leaves `consumer`'s range. Creates the draining entry on the
+    /// first reference.
+    ///
+    /// Errors (nothing changes): [`AddEntryError::ZeroHash`] for hash 0,
+    /// [`AddEntryError::OwnedByOther`] when another consumer already drains the hash,
+    /// [`AddEntryError::RefCountOverflow`] past `u32::MAX` references.
+    pub fn add_entry(&self, consumer: C, hash: u32) -> Result<(), AddEntryError<C>> {
+        if hash == 0 {
+            warn!(consumer = ?consumer, "draining entry for hash 0 refused");
+            return Err(AddEntryError::ZeroHash);
+        }
+        let mut g = lock(&self.inner);
+        match g.table.get_mut(hash) {
+            Some(e) if e.owner != consumer => {
+                let owner = e.owner;
+                warn!(hash, consumer = ?consumer, owner = ?owner, "hash already drains on another consumer");
+                Err(AddEntryError::OwnedByOther { owner })
+            }
+            Some(e) => {
+                e.ref_count = e
+                    .ref_count
+                    .checked_add(1)
+                    .ok_or(AddEntryError::RefCountOverflow)?;
+                trace!(hash, consumer = ?consumer, ref_count = e.ref_count, "draining reference added");
+                Ok(())
+            }
+            None => {
+                g.table.insert_vacant(
+                    hash,
+                    DrainingEntry {
+                        owner: consumer,
+                        ref_count: 1,
+                        blocked_attempts: 0,
+                    },
+                );
+                self.mark(hash);
+                debug!(hash, consumer = ?consumer, "hash starts draining");
+                Ok(())
+            }
+        }
+    }
+
+    /// Drops one reference of `consumer` to `hash`: call it from the pending-acks remove handler
+    /// for every removed entry. At zero the entry is removed; if it had blocked someone and
+    /// `closing` is false, the listener is notified (after the lock is released, or once at the
+    /// end of the outermost batch).
+    ///
+    /// Hash 0 and hashes that are not draining are a no-op returning [`Reduced::NotDraining`].
+    /// Errors: [`ReduceError::OwnedByOther`] when another consumer drains the hash (unchanged).
+    pub fn reduce_ref_count(
+        &self,
+        consumer: C,
+        hash: u32,
+        closing: bool,
+    ) -> Result<Reduced, ReduceError<C>> {
+        if hash == 0 || !self.maybe_draining(hash) {
+            return Ok(Reduced::NotDraining);
+        }
+        let notify;
+        let outcome = {
+            let mut g = lock(&self.inner);
+            let Some(e) = g.table.get_mut(hash) else {
+                return Ok(Reduced::NotDraining);
+            };
+            if e.owner != consumer {
+                let owner = e.owner;
+                warn!(hash, consumer = ?consumer, owner = ?owner, "reduce for a hash draining on another consumer");
+                return Err(ReduceError::OwnedByOther { owner });
+            }
+            if e.ref_count > 1 {
+                e.ref_count -= 1;
+                trace!(hash, consumer = ?consumer, remaining = e.ref_count, "draining reference dropped");
+                return Ok(Reduced::Decremented {
+                    remaining: e.ref_count,
+                });
+            }
+            let was_blocking = e.blocked_attempts > 0;
+            g.table.remove(hash);
+            self.unmark(hash);
+            g.count_cleared(consumer);
+            notify = if was_blocking && !closing {
+                if g.batch_level > 0 {
+                    g.unblocked_while_batching = true;
+                    false
+                } else {
+                    true
+                }
+            } else {
+                false
+            };
+            debug!(hash, consumer = ?consumer, was_blocking, closing, "draining hash released");
+            Reduced::Released { was_blocking }
+        };
+        if notify {
+            self.listener.hashes_unblocked();
+        }
+        Ok(outcome)
+    }
+
+    /// Whether `consumer` must not receive `hash` now because another consumer drains it.
+    ///
+    /// A refusal counts one blocked attempt on the entry. If `consumer` is the entry's own owner
+    /// (the hash came back to it), the entry is removed lazily (no notification) and the answer
+    /// is `false`. Hash 0 is never blocked (a warning is logged).
+    pub fn should_block(&self, consumer: C, hash: u32) -> bool {
+        if hash == 0 {
+            warn!(consumer = ?consumer, "should_block asked for hash 0");
+            return false;
+        }
+        if !self.maybe_draining(hash) {
+            return false;
+        }
+        let mut g = lock(&self.inner);
+        let Some(e) = g.table.get_mut(hash) else {
+            return false;
+        };
+        if e.owner == consumer {
+            g.table.remove(hash);
+            self.unmark(hash);
+            g.count_cleared(consumer);
+            debug!(hash, consumer = ?consumer, "hash came back to its draining owner; entry removed");
+            return false;
+        }
+        e.blocked_attempts = e.blocked_attempts.saturating_add(1);
+        trace!(hash, consumer = ?consumer, owner = ?e.owner, "hash blocked while draining");
+        true
+    }
+
+    /// Opens a (nestable) batch: releases inside it notify once, after the outermost
+    /// [`end_batch`](Self::end_batch). Bulk removals (pending-acks' batch brackets) use it.
+    pub fn start_batch(&self) {
+        let mut g = lock(&self.inner);
+        g.batch_level = g.batch_level.saturating_add(1);
+    }
+
+    /// Closes a batch. When the outermost batch closes and a blocking hash was released inside
+    /// it, the listener is called once (after the lock is released). Without an open batch this
+    /// is a no-op (a warning is logged).
+    pub fn end_batch(&self) {
+        let notify = {
+            let mut g = lock(&self.inner);
+            if g.batch_level == 0 {
+                warn!("end_batch without a matching start_batch ignored");
+                return;
+            }
+            g.batch_level -= 1;
+            if g.batch_level == 0 && g.unblocked_while_batching {
+                g.unblocked_while_batching = false;
+                true
+            } else {
+                false
+            }
+        };
+        if notify {
+            self.listener.hashes_unblocked();
+        }
+    }
+
+    /// The draining entry of `hash`, if any.
+    pub fn get(&self, hash: u32) -> Option<DrainingEntry<C>> {
+        if hash == 0 || !self.maybe_draining(hash) {
+            return None;
+        }
+        lock(&self.inner).table.get(hash).copied()
+    }
+
+    /// Drops every entry and every consumer's stats, without notifying (for when the last
+    /// consumer has left). An open batch stays open.
+    pub fn clear(&self) {
+        let mut g = lock(&self.inner);
+        g.table.clear();
+        g.stats.clear();
+        for a in self.occupied.iter() {
+            a.store(0, Ordering::Release);
+        }
+        debug!("draining hashes cleared");
+    }
+
+    /// Forgets `consumer`'s stats (its cleared total). Its draining entries, if any, stay: they
+    /// go away as its pending acks are removed (closing).
+    pub fn consumer_removed(&self, consumer: C) {
+        lock(&self.inner).stats.remove(&consumer);
+    }
+
+    /// Draining figures for `consumer` (a scan of the draining entries; meant for stats calls,
+    /// not for a per-message path).
+    pub fn consumer_stats(&self, consumer: C) -> ConsumerDrainingStats {
+        let g = lock(&self.inner);
+        let mut s = ConsumerDrainingStats {
+            cleared_total: g.stats.get(&consumer).map_or(0, |c| c.cleared_total),
+            ..ConsumerDrainingStats::default()
+        };
+        for (h, e) in g.table.sorted_entries() {
+            if e.owner == consumer {
+                s.draining_hashes.push(h);
+                s.unacked_in_draining += u64::from(e.ref_count);
+                s.blocked_attempts += u64::from(e.blocked_attempts);
+            }
+        }
+        s.draining_hashes_count = s.draining_hashes.len();
+        s
+    }
+
+    /// Every draining entry, ascending by hash (for explain/debug output and tests).
+    pub fn entries(&self) -> Vec<(u32, DrainingEntry<C>)> {
+        lock(&self.inner).table.sorted_entries()
+    }
+
+    /// Number of draining hashes.
+    pub fn len(&self) -> usize {
+        lock(&self.inner).table.len()
+    }
+
+    /// Whether no hash is draining.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl<C: Copy + Eq + Debug> Debug for DrainingHashes<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let g = lock(&self.inner);
+        f.debug_struct("DrainingHashes")
+            .field("len", &g.table.len())
+            .field("batch_level", &g.batch_level)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests;
