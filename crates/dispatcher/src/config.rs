@@ -1,0 +1,162 @@
+//! Configuration, identifiers and the consumer description.
+
+use std::fmt;
+
+use crate::hash::HashRange;
+
+/// A consumer's id within one subscription. Chosen by the caller (e.g. a connection-scoped
+/// counter); ids must be unique among the connected consumers of the subscription.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ConsumerId(pub u64);
+
+impl fmt::Display for ConsumerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "c{}", self.0)
+    }
+}
+
+/// Which hash-to-consumer rule a Key_Shared subscription uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KeySharedMode {
+    /// AUTO_SPLIT with the consistent-hashing ring (Pulsar's default), `points` per consumer.
+    ConsistentHashing {
+        /// Ring points per consumer (Pulsar default 100).
+        points: u32,
+    },
+    /// AUTO_SPLIT with the hash-range auto-split selector.
+    AutoSplit,
+    /// STICKY: each consumer brings its own hash ranges ([`ConsumerSpec::ranges`]).
+    Exclusive,
+}
+
+/// Key_Shared settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeySharedConfig {
+    /// Selector mode.
+    pub mode: KeySharedMode,
+    /// Pulsar's `allowOutOfOrderDelivery`: no draining, replay hashes not ref-counted.
+    pub allow_out_of_order: bool,
+}
+
+impl Default for KeySharedConfig {
+    fn default() -> Self {
+        KeySharedConfig {
+            mode: KeySharedMode::ConsistentHashing { points: 100 },
+            allow_out_of_order: false,
+        }
+    }
+}
+
+/// The subscription type the dispatcher serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubscriptionType {
+    /// Any consumer may get any entry (round robin by priority; chunks through the assignor).
+    Shared,
+    /// Per-key order, one consumer per key at a time (PIP-379 draining).
+    KeyShared(KeySharedConfig),
+}
+
+/// Dispatcher configuration. Defaults follow Pulsar's broker defaults (pulsar-semantics §12).
+///
+/// Time values are in the caller's time unit, the same unit as the `now` passed to every
+/// `handle_*` call (milliseconds in the runtime and the tests).
+#[derive(Clone, Debug)]
+pub struct DispatcherConfig {
+    /// Shared or Key_Shared.
+    pub subscription: SubscriptionType,
+    /// Smallest read batch (entries); the batch doubles on every successful read.
+    pub min_read_batch: usize,
+    /// Largest read batch (entries).
+    pub max_read_batch: usize,
+    /// Shared: at most this many entries go to one consumer per round-robin turn.
+    pub max_round_robin_batch: usize,
+    /// Block a consumer at this many unacked messages, resume at half (0 = off).
+    pub max_unacked_per_consumer: u32,
+    /// Block the subscription's normal reads at this many unacked messages, resume at half
+    /// (0 = off).
+    pub max_unacked_per_subscription: u64,
+    /// Key_Shared look-ahead: replay entries allowed per consumer (× consumers); ≤ 0 uses the
+    /// per-subscription value.
+    pub look_ahead_per_consumer: i64,
+    /// Key_Shared look-ahead cap for the whole subscription (≤ 0 = no cap).
+    pub look_ahead_per_subscription: i64,
+    /// Key_Shared: unblock notifications are coalesced over this interval before reading.
+    pub unblocking_interval: u64,
+    /// LEGACY, only to demonstrate Pulsar bug B-1: on Key_Shared, a mark-delete move by skip,
+    /// clear-backlog, expiry or quota eviction also removes pending acks at or below the new
+    /// mark-delete, which releases draining hashes early and breaks per-key order.
+    pub legacy_mark_delete_cleanup: bool,
+    /// Key_Shared: force-release a draining hash that has blocked dispatch for this long
+    /// (`None` = never, the default). Trades per-key order for liveness when an owner never
+    /// acks; every release is a WARN and counts in [`crate::DispatcherStats`].
+    pub draining_timeout: Option<u64>,
+    /// Shared chunk assignor settings.
+    pub assignor: chunk_assignor::AssignorConfig,
+}
+
+impl DispatcherConfig {
+    /// Pulsar's defaults for the given subscription type.
+    pub fn new(subscription: SubscriptionType) -> Self {
+        DispatcherConfig {
+            subscription,
+            min_read_batch: 1,
+            max_read_batch: 100,
+            max_round_robin_batch: 20,
+            max_unacked_per_consumer: 50_000,
+            max_unacked_per_subscription: 200_000,
+            look_ahead_per_consumer: 2_000,
+            look_ahead_per_subscription: 20_000,
+            unblocking_interval: 10,
+            legacy_mark_delete_cleanup: false,
+            draining_timeout: None,
+            assignor: chunk_assignor::AssignorConfig::default(),
+        }
+    }
+
+    /// Defaults for Shared.
+    pub fn shared() -> Self {
+        Self::new(SubscriptionType::Shared)
+    }
+
+    /// Defaults for Key_Shared with the consistent-hashing ring (100 points), ordered.
+    pub fn key_shared() -> Self {
+        Self::new(SubscriptionType::KeyShared(KeySharedConfig::default()))
+    }
+}
+
+/// A consumer joining the subscription.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerSpec {
+    /// Unique id among connected consumers.
+    pub id: ConsumerId,
+    /// Consumer name (the consistent-hashing ring places points by name).
+    pub name: String,
+    /// Priority level: lower number = higher priority (Shared round robin).
+    pub priority: i32,
+    /// Key_Shared exclusive mode only: the hash ranges this consumer asks for.
+    pub ranges: Vec<HashRange>,
+}
+
+impl ConsumerSpec {
+    /// A consumer with priority 0 and no ranges.
+    pub fn new(id: u64, name: impl Into<String>) -> Self {
+        ConsumerSpec {
+            id: ConsumerId(id),
+            name: name.into(),
+            priority: 0,
+            ranges: Vec::new(),
+        }
+    }
+
+    /// Sets the priority level.
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Sets the exclusive-mode ranges.
+    pub fn with_ranges(mut self, ranges: Vec<HashRange>) -> Self {
+        self.ranges = ranges;
+        self
+    }
+}

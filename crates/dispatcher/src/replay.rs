@@ -1,0 +1,274 @@
+//! The replay set: positions waiting to be re-sent, ordered by position, with hash refcounts.
+//!
+//! Every position carries the sticky-key hash it was dispatched with (0 on Shared, or when the
+//! hash is unknown) and, for a continuation chunk that must follow its message's first chunk on
+//! Key_Shared, the consumer it is pinned to. When ordering is enforced (Key_Shared, not
+//! out-of-order) the set also counts positions per hash, so the dispatcher can answer "is an
+//! earlier entry of this hash waiting?" in O(1): a normal read never sends such a hash.
+
+use std::collections::btree_map::Entry as MapEntry;
+use std::collections::BTreeMap;
+
+use ahash::AHashMap;
+
+/// One replay entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct ReplayEntry<C> {
+    /// Sticky-key hash, 0 when none.
+    pub hash: u32,
+    /// Consumer a Key_Shared continuation chunk is pinned to.
+    pub pinned: Option<C>,
+}
+
+/// Ordered replay set with hash refcounts.
+#[derive(Debug)]
+pub(crate) struct ReplaySet<P, C> {
+    entries: BTreeMap<P, ReplayEntry<C>>,
+    hash_counts: AHashMap<u32, u32>,
+    count_hashes: bool,
+}
+
+impl<P: Ord + Copy, C: Copy> ReplaySet<P, C> {
+    /// A set that ref-counts hashes iff `count_hashes` (ordering enforced).
+    pub fn new(count_hashes: bool) -> Self {
+        ReplaySet {
+            entries: BTreeMap::new(),
+            hash_counts: AHashMap::new(),
+            count_hashes,
+        }
+    }
+
+    fn inc(&mut self, hash: u32) {
+        if self.count_hashes && hash != 0 {
+            *self.hash_counts.entry(hash).or_insert(0) += 1;
+        }
+    }
+
+    fn dec(&mut self, hash: u32) {
+        if self.count_hashes && hash != 0 {
+            if let Some(n) = self.hash_counts.get_mut(&hash) {
+                *n -= 1;
+                if *n == 0 {
+                    self.hash_counts.remove(&hash);
+                }
+            }
+        }
+    }
+
+    /// Adds `pos`; returns true if it was new. Re-adding updates the hash (a known hash wins
+    /// over 0) and the pin.
+    pub fn add(&mut self, pos: P, hash: u32, pinned: Option<C>) -> bool {
+        match self.entries.entry(pos) {
+            MapEntry::Vacant(v) => {
+                v.insert(ReplayEntry { hash, pinned });
+                self.inc(hash);
+                true
+            }
+            MapEntry::Occupied(mut o) => {
+                let old = *o.get();
+                let new_hash = if hash != 0 { hash } else { old.hash };
+                o.insert(ReplayEntry {
+                    hash: new_hash,
+                    pinned: pinned.or(old.pinned),
+                });
+                if new_hash != old.hash {
+                    self.dec(old.hash);
+                    self.inc(new_hash);
+                }
+                false
+            }
+        }
+    }
+
+    /// Removes `pos`, returning its entry.
+    pub fn remove(&mut self, pos: P) -> Option<ReplayEntry<C>> {
+        let e = self.entries.remove(&pos)?;
+        self.dec(e.hash);
+        Some(e)
+    }
+
+    /// Drops every position `<= upto`; returns how many.
+    pub fn remove_all_up_to(&mut self, upto: P) -> usize {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let first_kept = self.entries.range((Excluded(upto), Unbounded)).next();
+        let keep = match first_kept {
+            Some((p, _)) => {
+                let p = *p;
+                self.entries.split_off(&p)
+            }
+            None => BTreeMap::new(),
+        };
+        let dropped = std::mem::replace(&mut self.entries, keep);
+        for e in dropped.values() {
+            self.dec(e.hash);
+        }
+        dropped.len()
+    }
+
+    /// Whether an entry with this hash waits (only when hashes are counted; hash 0 never).
+    pub fn contains_hash(&self, hash: u32) -> bool {
+        self.count_hashes && hash != 0 && self.hash_counts.contains_key(&hash)
+    }
+
+    /// First (smallest) position.
+    pub fn first(&self) -> Option<P> {
+        self.entries.keys().next().copied()
+    }
+
+    /// Whether `pos` is in the set.
+    pub fn contains(&self, pos: P) -> bool {
+        self.entries.contains_key(&pos)
+    }
+
+    /// Number of positions.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Ascending iteration.
+    pub fn iter(&self) -> impl Iterator<Item = (P, ReplayEntry<C>)> + '_ {
+        self.entries.iter().map(|(p, e)| (*p, *e))
+    }
+
+    /// Drops everything.
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.hash_counts.clear();
+    }
+
+    /// Drops the pin of every entry pinned to `c`.
+    pub fn unpin(&mut self, mut is_c: impl FnMut(C) -> bool) {
+        for e in self.entries.values_mut() {
+            if e.pinned.is_some_and(&mut is_c) {
+                e.pinned = None;
+            }
+        }
+    }
+
+    /// Count of positions with this hash (tests and explain).
+    #[cfg(test)]
+    pub fn hash_count(&self, hash: u32) -> u32 {
+        self.hash_counts.get(&hash).copied().unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Set = ReplaySet<u64, u8>;
+
+    #[test]
+    fn add_remove_counts() {
+        let mut s = Set::new(true);
+        assert!(s.add(5, 7, None));
+        assert!(s.add(3, 7, None));
+        assert!(!s.add(3, 7, None));
+        assert_eq!(s.hash_count(7), 2);
+        assert!(s.contains_hash(7));
+        assert_eq!(s.first(), Some(3));
+        assert_eq!(s.remove(3).map(|e| e.hash), Some(7));
+        assert_eq!(s.hash_count(7), 1);
+        assert_eq!(s.remove(3), None);
+        assert_eq!(s.remove(5).map(|e| e.hash), Some(7));
+        assert!(!s.contains_hash(7));
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn readd_with_hash_replaces_zero() {
+        let mut s = Set::new(true);
+        s.add(1, 0, None);
+        assert!(!s.contains_hash(9));
+        s.add(1, 9, Some(2));
+        assert!(s.contains_hash(9));
+        s.add(1, 0, None);
+        assert_eq!(s.iter().next(), Some((1, ReplayEntry { hash: 9, pinned: Some(2) })));
+    }
+
+    #[test]
+    fn out_of_order_mode_does_not_count() {
+        let mut s = Set::new(false);
+        s.add(1, 9, None);
+        assert!(!s.contains_hash(9));
+        assert_eq!(s.iter().next().map(|(_, e)| e.hash), Some(9));
+    }
+
+    #[test]
+    fn remove_all_up_to_is_inclusive() {
+        let mut s = Set::new(true);
+        for p in 1..=10 {
+            s.add(p, (p % 3) as u32 + 1, None);
+        }
+        assert_eq!(s.remove_all_up_to(4), 4);
+        assert_eq!(s.first(), Some(5));
+        assert_eq!(s.len(), 6);
+        let total: u32 = (1..=3).map(|h| s.hash_count(h)).sum();
+        assert_eq!(total, 6);
+        assert_eq!(s.remove_all_up_to(100), 6);
+        assert!(s.is_empty());
+        assert_eq!((1..=3).map(|h| s.hash_count(h)).sum::<u32>(), 0);
+        assert_eq!(s.remove_all_up_to(100), 0);
+    }
+
+    #[test]
+    fn unpin_and_clear() {
+        let mut s = Set::new(true);
+        s.add(1, 4, Some(1));
+        s.add(2, 4, Some(2));
+        s.unpin(|c| c == 1);
+        let pins: Vec<_> = s.iter().map(|(_, e)| e.pinned).collect();
+        assert_eq!(pins, vec![None, Some(2)]);
+        s.clear();
+        assert!(s.is_empty());
+        assert!(!s.contains_hash(4));
+    }
+
+    /// Reference model: a plain BTreeMap recomputing the counts.
+    #[test]
+    fn matches_reference_model() {
+        for seed in 0..50u64 {
+            let mut x = seed;
+            let mut next = move || {
+                x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+                let mut z = x;
+                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+                z ^ (z >> 31)
+            };
+            let mut s = Set::new(true);
+            let mut m: BTreeMap<u64, u32> = BTreeMap::new();
+            for step in 0..300 {
+                let p = next() % 40;
+                let h = (next() % 4) as u32;
+                match next() % 4 {
+                    0 | 1 => {
+                        s.add(p, h, None);
+                        let e = m.entry(p).or_insert(h);
+                        if h != 0 {
+                            *e = h;
+                        }
+                    }
+                    2 => {
+                        assert_eq!(s.remove(p).map(|e| e.hash), m.remove(&p), "seed {seed} step {step}");
+                    }
+                    _ => {
+                        let n = m.range(..=p).count();
+                        m.retain(|k, _| *k > p);
+                        assert_eq!(s.remove_all_up_to(p), n, "seed {seed} step {step}");
+                    }
+                }
+                for h in 1..4 {
+                    let want = m.values().filter(|v| **v == h).count() as u32;
+                    assert_eq!(s.hash_count(h), want, "seed {seed} step {step} hash {h}");
+                }
+                assert_eq!(s.first(), m.keys().next().copied(), "seed {seed} step {step}");
+            }
+        }
+    }
+}

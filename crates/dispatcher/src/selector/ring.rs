@@ -1,0 +1,516 @@
+//! Consistent-hashing ring (Pulsar §1.4), with an O(1) slot table and incremental impact.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use ahash::AHashMap;
+use tracing::{debug, warn};
+
+use super::{
+    Assignment, ConsumerInfo, ImpactedConsumers, SelectorError, StickyKeySelector, MAX_SLOT,
+};
+use crate::hash::{key_hash31, slot, HashRange, CONSISTENT_RANGE};
+
+/// Pulsar's default number of ring points per consumer
+/// (`subscriptionKeySharedConsistentHashingReplicaPoints`).
+pub const DEFAULT_POINTS_PER_CONSUMER: u32 = 100;
+
+/// "No consumer" in the 16-bit tables.
+const NONE: u16 = u16::MAX;
+const SLOTS: usize = MAX_SLOT as usize + 1;
+
+/// Ring point `i` of a consumer named `name` with name index `name_index`: the slot (range
+/// `[1, 65535]`) of the UTF-8 string `name + "\0" + name_index + "\0" + i`.
+///
+/// ```
+/// assert_eq!(dispatcher::ring_point("consumer-1", 0, 0), 27_499);
+/// ```
+pub fn ring_point(name: &str, name_index: u32, i: u32) -> u32 {
+    let mut buf = point_prefix(name, name_index);
+    push_decimal(&mut buf, i);
+    slot(key_hash31(&buf), CONSISTENT_RANGE)
+}
+
+fn point_prefix(name: &str, name_index: u32) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(name.len() + 16);
+    buf.extend_from_slice(name.as_bytes());
+    buf.push(0);
+    push_decimal(&mut buf, name_index);
+    buf.push(0);
+    buf
+}
+
+fn push_decimal(buf: &mut Vec<u8>, mut v: u32) {
+    let mut tmp = [0u8; 10];
+    let mut n = 0;
+    loop {
+        tmp[n] = b'0' + (v % 10) as u8;
+        n += 1;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    buf.extend(tmp[..n].iter().rev());
+}
+
+/// The slots `(prev, p]` of the point `p` whose cyclic predecessor is `prev`, as one or two
+/// linear ranges within `[1, 65535]`.
+fn arc(prev: u32, p: u32) -> (HashRange, Option<HashRange>) {
+    if prev < p {
+        (HashRange::new(prev + 1, p), None)
+    } else {
+        // p is the first point: [1, p] plus the wrap-around tail after the last point.
+        let tail = (prev < MAX_SLOT).then(|| HashRange::new(prev + 1, MAX_SLOT));
+        (HashRange::new(1, p), tail)
+    }
+}
+
+/// A set of ring points in `[0, 65535]`: a two-level bitmap with O(1)-ish neighbour queries.
+#[derive(Clone, Debug)]
+struct PointSet {
+    words: Box<[u64]>,
+    summary: [u64; 16],
+    len: usize,
+}
+
+impl PointSet {
+    fn new() -> Self {
+        PointSet {
+            words: vec![0u64; SLOTS / 64].into_boxed_slice(),
+            summary: [0; 16],
+            len: 0,
+        }
+    }
+
+    fn insert(&mut self, p: u32) {
+        let w = (p >> 6) as usize;
+        let bit = 1u64 << (p & 63);
+        if self.words[w] & bit == 0 {
+            self.words[w] |= bit;
+            self.summary[w >> 6] |= 1u64 << (w & 63);
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, p: u32) {
+        let w = (p >> 6) as usize;
+        let bit = 1u64 << (p & 63);
+        if self.words[w] & bit != 0 {
+            self.words[w] &= !bit;
+            if self.words[w] == 0 {
+                self.summary[w >> 6] &= !(1u64 << (w & 63));
+            }
+            self.len -= 1;
+        }
+    }
+
+    /// Smallest point `>= x`.
+    fn next_at_or_after(&self, x: u32) -> Option<u32> {
+        if x > MAX_SLOT {
+            return None;
+        }
+        let w = (x >> 6) as usize;
+        let m = self.words[w] & (u64::MAX << (x & 63));
+        if m != 0 {
+            return Some(((w as u32) << 6) | m.trailing_zeros());
+        }
+        // Next non-empty word after w.
+        let nw = w + 1;
+        if nw >= self.words.len() {
+            return None;
+        }
+        let mut s = nw >> 6;
+        let mut sm = self.summary[s] & (u64::MAX << (nw & 63));
+        loop {
+            if sm != 0 {
+                let word = (s << 6) | sm.trailing_zeros() as usize;
+                let bits = self.words[word];
+                return Some(((word as u32) << 6) | bits.trailing_zeros());
+            }
+            s += 1;
+            if s >= self.summary.len() {
+                return None;
+            }
+            sm = self.summary[s];
+        }
+    }
+
+    /// Greatest point `<= x`.
+    fn prev_at_or_before(&self, x: u32) -> Option<u32> {
+        let x = x.min(MAX_SLOT);
+        let w = (x >> 6) as usize;
+        let m = self.words[w] & (u64::MAX >> (63 - (x & 63)));
+        if m != 0 {
+            return Some(((w as u32) << 6) | (63 - m.leading_zeros()));
+        }
+        if w == 0 {
+            return None;
+        }
+        let pw = w - 1;
+        let mut s = pw >> 6;
+        let mut sm = self.summary[s] & (u64::MAX >> (63 - (pw & 63)));
+        loop {
+            if sm != 0 {
+                let word = (s << 6) | (63 - sm.leading_zeros()) as usize;
+                let bits = self.words[word];
+                return Some(((word as u32) << 6) | (63 - bits.leading_zeros()));
+            }
+            if s == 0 {
+                return None;
+            }
+            s -= 1;
+            sm = self.summary[s];
+        }
+    }
+
+    /// Cyclic successor of `p` (strictly after, wrapping); `p` itself when it is the only point.
+    fn succ(&self, p: u32) -> Option<u32> {
+        self.next_at_or_after(p + 1)
+            .or_else(|| self.next_at_or_after(0))
+    }
+
+    /// Cyclic predecessor of `p` (strictly before, wrapping); `p` itself when it is the only point.
+    fn pred(&self, p: u32) -> Option<u32> {
+        p.checked_sub(1)
+            .and_then(|q| self.prev_at_or_before(q))
+            .or_else(|| self.prev_at_or_before(MAX_SLOT))
+    }
+
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.words.iter().enumerate().flat_map(|(w, &bits)| {
+            let mut b = bits;
+            std::iter::from_fn(move || {
+                if b == 0 {
+                    return None;
+                }
+                let t = b.trailing_zeros();
+                b &= b - 1;
+                Some(((w as u32) << 6) | t)
+            })
+        })
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Member<C> {
+    id: C,
+    name: String,
+    name_index: u32,
+    /// Distinct ring points, in point-index order (a consumer's own colliding points count once).
+    points: Vec<u32>,
+}
+
+/// Pulsar's consistent-hashing selector (the Key_Shared default), bit-compatible ring placement.
+///
+/// * Each consumer gets `points_per_consumer` points; point `i` is [`ring_point`]`(name,
+///   name_index, i)`. The name index is the smallest non-negative integer not used by a connected
+///   consumer of the same name, so a consumer that leaves and rejoins lands on the same points.
+/// * A point already owned by another consumer is not taken: the newcomer queues behind the owner
+///   (FIFO) and takes over when the owner leaves. A consumer that owns no point gets no slot (a
+///   `warn` event suggests more points). As in Pulsar, a leave-and-rejoin restores the previous
+///   assignment only when none of its points was contended.
+/// * [`select`](StickyKeySelector::select) is a lookup in a 65,536-entry table (O(1), no
+///   allocation). Slot 0 and slots above 65535 behave as Pulsar's ring (they resolve to the
+///   first point's owner, like slot 1).
+/// * Joins and leaves compute the impacted ranges from the neighbours of the changed points only
+///   and rewrite only the table entries of the arcs that moved.
+///
+/// At most 65,535 consumers at a time ([`SelectorError::TooManyConsumers`]).
+#[derive(Clone, Debug)]
+pub struct ConsistentHashingSelector<C> {
+    points_per_consumer: u32,
+    /// slot → owning member index (`NONE` when the ring is empty).
+    table: Box<[u16]>,
+    /// point → owning member index (`NONE` when no point there).
+    point_owner: Box<[u16]>,
+    points: PointSet,
+    /// Colliding consumers queued behind a point's owner, FIFO.
+    queues: BTreeMap<u32, VecDeque<u16>>,
+    members: Vec<Option<Member<C>>>,
+    /// `ids[i]` is member `i`'s id (stale for freed indexes, which no table entry references).
+    ids: Vec<C>,
+    free: Vec<u16>,
+    by_id: AHashMap<C, u16>,
+    /// Used name indexes per name (bitmap).
+    names: AHashMap<String, Vec<u64>>,
+}
+
+impl<C: Copy + Eq + Hash + Ord + Debug> Default for ConsistentHashingSelector<C> {
+    fn default() -> Self {
+        Self::new(DEFAULT_POINTS_PER_CONSUMER)
+    }
+}
+
+impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
+    /// An empty ring giving each consumer `points_per_consumer` points (Pulsar's default is
+    /// [`DEFAULT_POINTS_PER_CONSUMER`]). 0 is treated as 1.
+    pub fn new(points_per_consumer: u32) -> Self {
+        ConsistentHashingSelector {
+            points_per_consumer: points_per_consumer.max(1),
+            table: vec![NONE; SLOTS].into_boxed_slice(),
+            point_owner: vec![NONE; SLOTS].into_boxed_slice(),
+            points: PointSet::new(),
+            queues: BTreeMap::new(),
+            members: Vec::new(),
+            ids: Vec::new(),
+            free: Vec::new(),
+            by_id: AHashMap::new(),
+            names: AHashMap::new(),
+        }
+    }
+
+    /// Points per consumer.
+    pub fn points_per_consumer(&self) -> u32 {
+        self.points_per_consumer
+    }
+
+    /// The distinct ring points of consumer `id`, in point-index order, or `None` if unknown.
+    /// A point may be owned by an earlier consumer that collided on it.
+    pub fn points_of(&self, id: C) -> Option<&[u32]> {
+        self.member(id).map(|m| m.points.as_slice())
+    }
+
+    /// The name index of consumer `id`, or `None` if unknown.
+    pub fn name_index_of(&self, id: C) -> Option<u32> {
+        self.member(id).map(|m| m.name_index)
+    }
+
+    /// The owner of ring point `point` and the consumers queued behind it (FIFO), or `None` when
+    /// no point sits there.
+    pub fn point_entry(&self, point: u32) -> Option<(C, Vec<C>)> {
+        let owner = *self.point_owner.get(point as usize)?;
+        let owner = *self.ids.get(owner as usize)?;
+        let queued = self
+            .queues
+            .get(&point)
+            .map(|q| q.iter().map(|&i| self.ids[i as usize]).collect())
+            .unwrap_or_default();
+        Some((owner, queued))
+    }
+
+    fn member(&self, id: C) -> Option<&Member<C>> {
+        let &i = self.by_id.get(&id)?;
+        self.members.get(i as usize)?.as_ref()
+    }
+
+    fn take_name_index(&mut self, name: &str) -> u32 {
+        let bits = match self.names.get_mut(name) {
+            Some(b) => b,
+            None => self.names.entry(name.to_owned()).or_default(),
+        };
+        let w = bits.iter().position(|&w| w != u64::MAX).unwrap_or(bits.len());
+        if w == bits.len() {
+            bits.push(0);
+        }
+        let b = bits[w].trailing_ones();
+        bits[w] |= 1u64 << b;
+        (w as u32) * 64 + b
+    }
+
+    fn release_name_index(&mut self, name: &str, index: u32) {
+        if let Some(bits) = self.names.get_mut(name) {
+            if let Some(w) = bits.get_mut((index / 64) as usize) {
+                *w &= !(1u64 << (index % 64));
+            }
+            if bits.iter().all(|&w| w == 0) {
+                self.names.remove(name);
+            }
+        }
+    }
+
+    fn fill(&mut self, r: HashRange, owner: u16) {
+        self.table[r.start as usize..=r.end as usize].fill(owner);
+    }
+}
+
+impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashingSelector<C> {
+    fn key_range(&self) -> HashRange {
+        CONSISTENT_RANGE
+    }
+
+    fn add_consumer(
+        &mut self,
+        c: ConsumerInfo<C>,
+    ) -> Result<ImpactedConsumers<C>, SelectorError<C>> {
+        if self.by_id.contains_key(&c.id) {
+            return Err(SelectorError::DuplicateConsumer(c.id));
+        }
+        let idx = match self.free.pop() {
+            Some(i) => i,
+            None if self.members.len() < NONE as usize => {
+                self.members.push(None);
+                self.ids.push(c.id);
+                (self.members.len() - 1) as u16
+            }
+            None => return Err(SelectorError::TooManyConsumers),
+        };
+        self.ids[idx as usize] = c.id;
+        let name_index = self.take_name_index(&c.name);
+
+        let mut buf = point_prefix(&c.name, name_index);
+        let base = buf.len();
+        let mut pts: Vec<u32> = Vec::with_capacity(self.points_per_consumer as usize);
+        for i in 0..self.points_per_consumer {
+            buf.truncate(base);
+            push_decimal(&mut buf, i);
+            let p = slot(key_hash31(&buf), CONSISTENT_RANGE);
+            if !pts.contains(&p) {
+                pts.push(p);
+            }
+        }
+
+        let mut lost: Vec<(C, HashRange)> = Vec::new();
+        let mut gained: Vec<(C, HashRange)> = Vec::new();
+        let mut owned = 0usize;
+        for &p in &pts {
+            if self.point_owner[p as usize] != NONE {
+                self.queues.entry(p).or_default().push_back(idx);
+                continue;
+            }
+            owned += 1;
+            let neighbours = self.points.pred(p).zip(self.points.succ(p));
+            self.points.insert(p);
+            self.point_owner[p as usize] = idx;
+            let Some((prev, succ)) = neighbours else {
+                // First point on an empty ring: every slot was unassigned.
+                let all = HashRange::new(1, MAX_SLOT);
+                self.fill(all, idx);
+                gained.push((c.id, all));
+                continue;
+            };
+            let old = self.point_owner[succ as usize];
+            if old == idx {
+                continue;
+            }
+            let (a, b) = arc(prev, p);
+            for r in std::iter::once(a).chain(b) {
+                self.fill(r, idx);
+                lost.push((self.ids[old as usize], r));
+                gained.push((c.id, r));
+            }
+        }
+        if owned == 0 {
+            warn!(
+                consumer = ?c.id,
+                name = %c.name,
+                name_index,
+                points_per_consumer = self.points_per_consumer,
+                suggested_points = self.points_per_consumer.saturating_mul(3) / 2,
+                "consumer landed no ring point; it receives no keys until a colliding owner leaves; consider more points per consumer"
+            );
+        }
+        debug!(
+            consumer = ?c.id,
+            name = %c.name,
+            name_index,
+            owned_points = owned,
+            queued_points = pts.len() - owned,
+            "consumer added to consistent-hashing ring"
+        );
+        self.by_id.insert(c.id, idx);
+        self.members[idx as usize] = Some(Member {
+            id: c.id,
+            name: c.name,
+            name_index,
+            points: pts,
+        });
+        Ok(ImpactedConsumers::from_pairs(lost, gained))
+    }
+
+    fn remove_consumer(&mut self, id: C) -> ImpactedConsumers<C> {
+        let Some(idx) = self.by_id.remove(&id) else {
+            return ImpactedConsumers::default();
+        };
+        let Some(member) = self.members.get_mut(idx as usize).and_then(Option::take) else {
+            return ImpactedConsumers::default();
+        };
+        // 1. The arcs the member owns, measured on the ring before any change.
+        let mut arcs: Vec<(u32, u32)> = Vec::new();
+        for &p in &member.points {
+            if self.point_owner[p as usize] == idx {
+                if let Some(prev) = self.points.pred(p) {
+                    arcs.push((prev, p));
+                }
+            }
+        }
+        // 2. Leave every point: hand owned points to the first queued consumer, or drop them.
+        for &p in &member.points {
+            let owner = &mut self.point_owner[p as usize];
+            if *owner == idx {
+                let next = self.queues.get_mut(&p).and_then(VecDeque::pop_front);
+                match next {
+                    Some(n) => *owner = n,
+                    None => {
+                        *owner = NONE;
+                        self.points.remove(p);
+                    }
+                }
+            } else if let Some(q) = self.queues.get_mut(&p) {
+                q.retain(|&x| x != idx);
+            }
+            if self.queues.get(&p).is_some_and(VecDeque::is_empty) {
+                self.queues.remove(&p);
+            }
+        }
+        // 3. Each former arc goes to the point's new owner, else to the next point's owner.
+        let mut lost: Vec<(C, HashRange)> = Vec::new();
+        let mut gained: Vec<(C, HashRange)> = Vec::new();
+        for (prev, p) in arcs {
+            let new_owner = match self.point_owner[p as usize] {
+                NONE => self
+                    .points
+                    .succ(p)
+                    .map_or(NONE, |s| self.point_owner[s as usize]),
+                o => o,
+            };
+            let (a, b) = arc(prev, p);
+            for r in std::iter::once(a).chain(b) {
+                self.fill(r, new_owner);
+                lost.push((id, r));
+                if new_owner != NONE {
+                    gained.push((self.ids[new_owner as usize], r));
+                }
+            }
+        }
+        self.release_name_index(&member.name, member.name_index);
+        self.free.push(idx);
+        debug!(
+            consumer = ?member.id,
+            name = %member.name,
+            name_index = member.name_index,
+            "consumer removed from consistent-hashing ring"
+        );
+        ImpactedConsumers::from_pairs(lost, gained)
+    }
+
+    #[inline]
+    fn select(&self, slot: u32) -> Option<C> {
+        // Slot 0 and slots past the ring resolve like slot 1 (first point's owner).
+        let s = if slot.wrapping_sub(1) < MAX_SLOT { slot } else { 1 };
+        let owner = self.table.get(s as usize).copied().unwrap_or(NONE);
+        self.ids.get(owner as usize).copied()
+    }
+
+    fn assignment(&self) -> Assignment<C> {
+        let mut pairs: Vec<(HashRange, C)> = Vec::new();
+        let mut prev = 0u32;
+        for p in self.points.iter() {
+            let owner = self.ids[self.point_owner[p as usize] as usize];
+            pairs.push((HashRange::new(prev + 1, p), owner));
+            prev = p;
+        }
+        if let Some(&(_, first)) = pairs.first() {
+            if prev < MAX_SLOT {
+                pairs.push((HashRange::new(prev + 1, MAX_SLOT), first));
+            }
+        }
+        // Built ascending and disjoint by construction.
+        Assignment::merged(pairs)
+    }
+
+    fn consumer_count(&self) -> usize {
+        self.by_id.len()
+    }
+}
