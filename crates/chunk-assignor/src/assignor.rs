@@ -1,0 +1,394 @@
+//! The assignor: round robin for plain entries, pins for chunked messages.
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::hash::Hash;
+
+use tracing::{debug, trace, warn};
+
+use crate::pins::PinTable;
+use crate::round_robin::{fill_priority_order, PriorityRoundRobin};
+use crate::types::{
+    AssignEntry, Assignment, AssignorConfig, AssignorStats, ChunkRef, ConsumerSlot, OrphanPolicy,
+};
+
+/// Decides, for each entry of a batch, which consumer gets it or whether it goes back to replay.
+///
+/// Sans-IO and single-threaded (`&mut self`); time comes in as `now` (any unit, non-decreasing).
+///
+/// Rules, per entry in input order (each assigned entry decrements exactly its target's permits):
+/// * **plain entry** (no chunk metadata): the next consumer of the [`PriorityRoundRobin`] among
+///   those with permits left.
+/// * **malformed chunk** (`chunk_id >= num_chunks`, `num_chunks == 0` or an empty uuid): a WARN,
+///   [`AssignorStats::malformed_chunks`], then handled as a plain entry. Its uuid's pin (if any)
+///   is neither followed nor changed.
+/// * **chunk 0**: goes to the next round-robin consumer and pins its uuid to it. If the uuid is
+///   already pinned, this is a redelivery of the message: the pin moves to the new consumer
+///   ([`AssignorStats::pins_repinned`]). A message of a single chunk creates no pin (and releases
+///   a leftover one).
+/// * **chunk k > 0 with a pin**: goes to the pinned consumer; the last chunk releases the pin. If
+///   that consumer has no permits left, the chunk goes to replay, and so does every later non-zero
+///   chunk of the same uuid in this batch, so a consumer never gets chunk k+1 before chunk k.
+/// * **stale pin**: the pinned consumer is not in `consumers` (disconnected without
+///   [`remove_consumer`](Self::remove_consumer)): the pin is dropped with a WARN
+///   ([`AssignorStats::stale_pins`]) and the chunk is handled as an orphan.
+/// * **orphan chunk** (k > 0, no pin: chunk 0 was acknowledged before a restart, or its pin was
+///   dropped or evicted): by default dispatched to the next round-robin consumer with a WARN and
+///   [`AssignorStats::orphan_chunks`]; the client discards the incomplete message. It does not pin.
+///   [`OrphanPolicy::Replay`] keeps Pulsar's legacy stall instead.
+/// * Consumers with permits `<= 0` get nothing; once no consumer has permits, every remaining
+///   entry goes to replay.
+///
+/// Pins are bounded: at the start of each call pins idle for more than `max_pin_age` are evicted,
+/// at the end the least recently seen pins are evicted down to `max_pins` (WARN and counters).
+///
+/// Assumes, as Pulsar's Shared dispatcher guarantees, that replayed entries are read again before
+/// newer entries, so a chunk held for replay comes back before the chunks that follow it.
+#[derive(Debug)]
+pub struct ChunkAssignor<C> {
+    config: AssignorConfig,
+    pins: PinTable<C>,
+    rr: PriorityRoundRobin,
+    stats: AssignorStats,
+    epoch: u64,
+    // Per-call scratch, reused across calls.
+    permits: Vec<i64>,
+    order: Vec<u32>,
+    id_index: HashMap<C, u32, ahash::RandomState>,
+    id_index_built: bool,
+    doomed: Vec<u32>,
+}
+
+/// Per-call view of the consumers shared by the routing helpers.
+struct Batch<'a, C> {
+    consumers: &'a [ConsumerSlot<C>],
+    order: &'a [u32],
+    permits: &'a mut [i64],
+    available: usize,
+}
+
+impl<C: Copy> Batch<'_, C> {
+    /// Next round-robin consumer with permits, as an index into `consumers`.
+    #[inline]
+    fn next_default(&self, rr: &mut PriorityRoundRobin) -> Option<usize> {
+        let consumers = self.consumers;
+        let order = self.order;
+        let permits = &*self.permits;
+        rr.pick(
+            order.len(),
+            |p| consumers[order[p] as usize].priority,
+            |p| permits[order[p] as usize] > 0,
+        )
+        .map(|p| order[p] as usize)
+    }
+}
+
+impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
+    /// An assignor with no pins and zeroed stats.
+    pub fn new(config: AssignorConfig) -> Self {
+        ChunkAssignor {
+            config,
+            pins: PinTable::new(),
+            rr: PriorityRoundRobin::new(),
+            stats: AssignorStats::default(),
+            epoch: 0,
+            permits: Vec::new(),
+            order: Vec::new(),
+            id_index: HashMap::with_hasher(ahash::RandomState::with_seeds(1, 2, 3, 4)),
+            id_index_built: false,
+            doomed: Vec::new(),
+        }
+    }
+
+    /// The settings this assignor was created with.
+    pub fn config(&self) -> &AssignorConfig {
+        &self.config
+    }
+
+    /// Assigns one batch. `consumers` is a snapshot of the consumers' permits and priorities for
+    /// this batch; the result's `per_consumer` is aligned with it. See the type's doc for the
+    /// rules. Never panics and never leaves an assignable entry behind.
+    pub fn assign<E: AssignEntry>(
+        &mut self,
+        now: u64,
+        entries: Vec<E>,
+        consumers: &[ConsumerSlot<C>],
+    ) -> Assignment<C, E> {
+        let mut out = Assignment::new();
+        self.assign_into(now, entries, consumers, &mut out);
+        out
+    }
+
+    /// Like [`assign`](Self::assign), but fills `out` (cleared first), reusing its vectors, and
+    /// takes any iterator of entries (for example `batch.drain(..)` or an iterator of
+    /// references).
+    pub fn assign_into<E, I>(
+        &mut self,
+        now: u64,
+        entries: I,
+        consumers: &[ConsumerSlot<C>],
+        out: &mut Assignment<C, E>,
+    ) where
+        E: AssignEntry,
+        I: IntoIterator<Item = E>,
+    {
+        self.epoch += 1;
+        self.evict_idle(now);
+
+        out.replay.clear();
+        out.per_consumer.truncate(consumers.len());
+        for (slot, c) in out.per_consumer.iter_mut().zip(consumers) {
+            slot.0 = c.id;
+            slot.1.clear();
+        }
+        for c in &consumers[out.per_consumer.len()..] {
+            out.per_consumer.push((c.id, Vec::new()));
+        }
+
+        let mut permits = std::mem::take(&mut self.permits);
+        let mut order = std::mem::take(&mut self.order);
+        permits.clear();
+        permits.extend(consumers.iter().map(|c| c.permits.max(0)));
+        fill_priority_order(consumers, &mut order);
+        self.id_index_built = false;
+        let available = permits.iter().filter(|&&p| p > 0).count();
+        let mut batch = Batch {
+            consumers,
+            order: &order,
+            permits: &mut permits,
+            available,
+        };
+
+        let mut entries = entries.into_iter();
+        for e in entries.by_ref() {
+            if batch.available == 0 {
+                out.replay.push(e);
+                break;
+            }
+            let target = match e.chunk() {
+                None => batch.next_default(&mut self.rr),
+                Some(ch) if !ch.is_well_formed() => {
+                    warn!(
+                        uuid = %ch.uuid,
+                        chunk_id = ch.chunk_id,
+                        num_chunks = ch.num_chunks,
+                        "malformed chunk metadata; dispatching as a plain entry"
+                    );
+                    self.stats.malformed_chunks += 1;
+                    batch.next_default(&mut self.rr)
+                }
+                Some(ch) => self.route_chunk(now, ch, &mut batch),
+            };
+            match target {
+                Some(i) => {
+                    trace!(consumer = ?consumers[i].id, "entry assigned");
+                    batch.permits[i] -= 1;
+                    if batch.permits[i] == 0 {
+                        batch.available -= 1;
+                    }
+                    out.per_consumer[i].1.push(e);
+                }
+                None => {
+                    trace!("entry put back for replay");
+                    out.replay.push(e);
+                }
+            }
+        }
+        out.replay.extend(entries);
+        if batch.available == 0 && !out.replay.is_empty() {
+            debug!(
+                replay = out.replay.len(),
+                "no consumer has permits; rest of the batch put back for replay"
+            );
+        }
+
+        self.stats.entries_assigned += out.assigned_len() as u64;
+        self.stats.entries_replayed += out.replay.len() as u64;
+        self.permits = permits;
+        self.order = order;
+        self.evict_over_count();
+    }
+
+    fn route_chunk(&mut self, now: u64, ch: ChunkRef<'_>, batch: &mut Batch<'_, C>) -> Option<usize> {
+        let hash = self.pins.hash(ch.uuid);
+        let found = self.pins.find(ch.uuid, hash);
+
+        if ch.chunk_id == 0 {
+            let i = batch.next_default(&mut self.rr)?;
+            let consumer = batch.consumers[i].id;
+            if ch.is_last() {
+                // A single-chunk message needs no pin; a leftover one for the uuid is released.
+                if let Some(p) = found {
+                    self.pins.remove(p);
+                    self.stats.pins_released += 1;
+                    debug!(uuid = %ch.uuid, "pin released by a single-chunk message");
+                }
+                return Some(i);
+            }
+            match found {
+                Some(p) => {
+                    let pin = self.pins.get_mut(p);
+                    let previous = pin.consumer;
+                    pin.consumer = consumer;
+                    pin.hint = i as u32;
+                    self.pins.touch(p, now);
+                    self.stats.pins_repinned += 1;
+                    debug!(uuid = %ch.uuid, previous = ?previous, consumer = ?consumer, "first chunk redelivered; uuid re-pinned");
+                }
+                None => {
+                    self.pins.insert(ch.uuid, hash, consumer, i as u32, now);
+                    self.stats.pins_created += 1;
+                    debug!(uuid = %ch.uuid, num_chunks = ch.num_chunks, consumer = ?consumer, "uuid pinned");
+                }
+            }
+            return Some(i);
+        }
+
+        if let Some(p) = found {
+            self.pins.touch(p, now);
+            let (pinned, hint, held_epoch) = {
+                let pin = self.pins.get(p);
+                (pin.consumer, pin.hint, pin.held_epoch)
+            };
+            if held_epoch == self.epoch {
+                self.stats.chunks_held_for_pin += 1;
+                trace!(uuid = %ch.uuid, chunk_id = ch.chunk_id, "chunk follows an earlier chunk back to replay");
+                return None;
+            }
+            match self.locate(batch.consumers, pinned, hint) {
+                Some(i) if batch.permits[i] > 0 => {
+                    if ch.is_last() {
+                        self.pins.remove(p);
+                        self.stats.pins_released += 1;
+                        debug!(uuid = %ch.uuid, consumer = ?pinned, "last chunk; pin released");
+                    } else {
+                        self.pins.get_mut(p).hint = i as u32;
+                    }
+                    return Some(i);
+                }
+                Some(_) => {
+                    self.pins.get_mut(p).held_epoch = self.epoch;
+                    self.stats.chunks_held_for_pin += 1;
+                    debug!(uuid = %ch.uuid, chunk_id = ch.chunk_id, consumer = ?pinned, "pinned consumer has no permits; chunk put back for replay");
+                    return None;
+                }
+                None => {
+                    warn!(uuid = %ch.uuid, chunk_id = ch.chunk_id, consumer = ?pinned, "pin points at a consumer that is not connected; pin dropped");
+                    self.pins.remove(p);
+                    self.stats.stale_pins += 1;
+                }
+            }
+        }
+
+        match self.config.orphan_policy {
+            OrphanPolicy::DispatchToDefault => {
+                let i = batch.next_default(&mut self.rr)?;
+                warn!(
+                    uuid = %ch.uuid,
+                    chunk_id = ch.chunk_id,
+                    num_chunks = ch.num_chunks,
+                    consumer = ?batch.consumers[i].id,
+                    "orphan chunk dispatched to default consumer"
+                );
+                self.stats.orphan_chunks += 1;
+                Some(i)
+            }
+            OrphanPolicy::Replay => {
+                warn!(
+                    uuid = %ch.uuid,
+                    chunk_id = ch.chunk_id,
+                    num_chunks = ch.num_chunks,
+                    "orphan chunk put back for replay (legacy policy: this stalls the subscription)"
+                );
+                self.stats.orphan_chunks_replayed += 1;
+                None
+            }
+        }
+    }
+
+    /// Index of consumer `id` in `consumers`: the hint when it still matches, else a lookup in a
+    /// per-call index built on first need.
+    fn locate(&mut self, consumers: &[ConsumerSlot<C>], id: C, hint: u32) -> Option<usize> {
+        if let Some(c) = consumers.get(hint as usize) {
+            if c.id == id {
+                return Some(hint as usize);
+            }
+        }
+        if !self.id_index_built {
+            self.id_index.clear();
+            for (i, c) in consumers.iter().enumerate() {
+                self.id_index.entry(c.id).or_insert(i as u32);
+            }
+            self.id_index_built = true;
+        }
+        self.id_index.get(&id).map(|&i| i as usize)
+    }
+
+    fn evict_idle(&mut self, now: u64) {
+        while let Some(o) = self.pins.oldest() {
+            let pin = self.pins.get(o);
+            let idle = now.saturating_sub(pin.last_seen);
+            if idle <= self.config.max_pin_age {
+                break;
+            }
+            warn!(uuid = %pin.uuid, consumer = ?pin.consumer, idle, "pin evicted: its uuid was idle longer than max_pin_age");
+            self.pins.remove(o);
+            self.stats.pins_evicted_age += 1;
+        }
+    }
+
+    fn evict_over_count(&mut self) {
+        let cap = self.config.max_pins.clamp(1, (u32::MAX - 1) as usize);
+        while self.pins.len() > cap {
+            let Some(o) = self.pins.oldest() else { break };
+            let pin = self.pins.get(o);
+            warn!(uuid = %pin.uuid, consumer = ?pin.consumer, max_pins = cap, "pin evicted: more than max_pins pins");
+            self.pins.remove(o);
+            self.stats.pins_evicted_count += 1;
+        }
+    }
+
+    /// Drops every pin to consumer `id` (call it when the consumer leaves); returns how many.
+    /// The remaining chunks of those messages become orphans.
+    pub fn remove_consumer(&mut self, id: C) -> usize {
+        let mut doomed = std::mem::take(&mut self.doomed);
+        doomed.clear();
+        doomed.extend(self.pins.iter().filter(|(_, p)| p.consumer == id).map(|(i, _)| i));
+        for &i in &doomed {
+            self.pins.remove(i);
+        }
+        let n = doomed.len();
+        self.doomed = doomed;
+        self.stats.pins_dropped_consumer_removed += n as u64;
+        if n > 0 {
+            debug!(consumer = ?id, pins = n, "consumer removed; its pins dropped");
+        }
+        n
+    }
+
+    /// Drops every pin (call it when the last consumer leaves) and releases the pin memory.
+    pub fn clear(&mut self) {
+        let n = self.pins.len();
+        self.pins.clear();
+        self.stats.pins_cleared += n as u64;
+        if n > 0 {
+            debug!(pins = n, "all pins cleared");
+        }
+    }
+
+    /// The consumer `uuid` is pinned to, if any.
+    pub fn pinned(&self, uuid: &str) -> Option<C> {
+        let hash = self.pins.hash(uuid);
+        self.pins.find(uuid, hash).map(|p| self.pins.get(p).consumer)
+    }
+
+    /// How many uuids are pinned now.
+    pub fn pin_count(&self) -> usize {
+        self.pins.len()
+    }
+
+    /// Cumulative counters since creation.
+    pub fn stats(&self) -> AssignorStats {
+        self.stats
+    }
+}
