@@ -10,6 +10,7 @@
 
 use std::fmt::Write as _;
 
+pub mod draining_hashes;
 pub mod rng;
 
 /// How a workload's figure compares with its baseline.
@@ -136,6 +137,7 @@ impl Row {
 pub fn all() -> Vec<Workload> {
     let mut w = Vec::new();
     // Areas register here, one line each (kept in workload-id order).
+    w.extend(draining_hashes::workloads());
     let _ = &mut w;
     w
 }
