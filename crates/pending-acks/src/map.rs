@@ -1,0 +1,318 @@
+//! The thread-safe map: one lock around the store, the closed flag and the handlers.
+
+use tracing::{debug, trace};
+
+use crate::position::SegmentedPosition;
+use crate::store::Store;
+use crate::sync::{self, Arc, RwLock};
+use crate::types::{AddHandler, AddOutcome, AddRefused, PendingAck, RemovalCause, RemoveHandler};
+
+/// One consumer's entries that were sent and are not yet fully acknowledged:
+/// position → [`PendingAck`] (remaining unacked messages, sticky-key hash).
+///
+/// Thread-safe: every method takes `&self` and runs under one read-write lock. Handlers
+/// ([`AddHandler`], [`RemoveHandler`]) and the callbacks passed to the iterating methods run
+/// **inside** that lock, so they see the map exactly as the operation does. They must not call
+/// back into the same map: the lock is not re-entrant and such a call deadlocks.
+///
+/// Every removal is reported to the [`RemoveHandler`] exactly once, with its [`RemovalCause`].
+/// After [`for_each_and_close`](Self::for_each_and_close) the map stays empty forever.
+pub struct PendingAcks<P, C> {
+    consumer: C,
+    state: RwLock<State<P, C>>,
+}
+
+struct State<P, C> {
+    store: Store,
+    closed: bool,
+    add_handler: Option<Arc<dyn AddHandler<P, C>>>,
+    remove_handler: Option<Arc<dyn RemoveHandler<P, C>>>,
+}
+
+impl<P, C: core::fmt::Debug> core::fmt::Debug for PendingAcks<P, C> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let st = sync::read(&self.state);
+        f.debug_struct("PendingAcks")
+            .field("consumer", &self.consumer)
+            .field("len", &st.store.len())
+            .field("closed", &st.closed)
+            .field("add_handler", &st.add_handler.is_some())
+            .field("remove_handler", &st.remove_handler.is_some())
+            .finish()
+    }
+}
+
+impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
+    /// An empty, open map for `consumer`, without handlers.
+    pub fn new(consumer: C) -> Self {
+        PendingAcks {
+            consumer,
+            state: RwLock::new(State {
+                store: Store::default(),
+                closed: false,
+                add_handler: None,
+                remove_handler: None,
+            }),
+        }
+    }
+
+    fn write(&self) -> sync::RwLockWriteGuard<'_, State<P, C>> {
+        let (mut guard, poisoned) = sync::write(&self.state);
+        if poisoned {
+            tracing::warn!("pending-acks lock was poisoned by a panicking callback; repaired");
+            guard.store.repair();
+        }
+        guard
+    }
+
+    /// Installs (or replaces) the handler that may veto adds. Build it with
+    /// [`pending_acks::Arc`](crate::Arc)`::new(handler)`.
+    pub fn set_add_handler(&self, h: Arc<dyn AddHandler<P, C>>) {
+        self.write().add_handler = Some(h);
+        debug!("pending-acks add handler installed");
+    }
+
+    /// Installs (or replaces) the handler told about every removal. Build it with
+    /// [`pending_acks::Arc`](crate::Arc)`::new(handler)`.
+    pub fn set_remove_handler(&self, h: Arc<dyn RemoveHandler<P, C>>) {
+        self.write().remove_handler = Some(h);
+        debug!("pending-acks remove handler installed");
+    }
+
+    /// Records `pos` as sent with `remaining` unacked messages and sticky-key `hash`, unless the
+    /// map is closed ([`AddRefused::Closed`]) or the add handler vetoes it
+    /// ([`AddRefused::Vetoed`]). Re-adding a present position overwrites it and returns
+    /// [`AddOutcome::Replaced`] with the old value (not a removal: no handler call).
+    pub fn add_if_allowed(
+        &self,
+        pos: P,
+        remaining: u32,
+        hash: u32,
+    ) -> Result<AddOutcome, AddRefused> {
+        let mut st = self.write();
+        if st.closed {
+            debug!(pos = ?pos, hash, "pending ack refused: map closed");
+            return Err(AddRefused::Closed);
+        }
+        if let Some(h) = &st.add_handler {
+            if !h.allow_add(self.consumer, pos, hash) {
+                debug!(pos = ?pos, hash, "pending ack vetoed by add handler");
+                return Err(AddRefused::Vetoed);
+            }
+        }
+        let ack = PendingAck { remaining, hash };
+        match st.store.insert(pos.segment(), pos.offset(), ack) {
+            None => {
+                trace!(pos = ?pos, remaining, hash, "pending ack added");
+                Ok(AddOutcome::Inserted)
+            }
+            Some(prev) => {
+                debug!(
+                    pos = ?pos,
+                    remaining,
+                    hash,
+                    prev_remaining = prev.remaining,
+                    prev_hash = prev.hash,
+                    "pending ack replaced"
+                );
+                Ok(AddOutcome::Replaced(prev))
+            }
+        }
+    }
+
+    /// Lowers the remaining count of `pos` by `acked_delta` (batch-index acks), saturating at 0.
+    /// Returns the new count, or `None` if `pos` is absent. Never removes the entry, even at 0:
+    /// the caller removes it with [`remove`](Self::remove) when the whole entry is acked.
+    pub fn update_remaining(&self, pos: P, acked_delta: u32) -> Option<u32> {
+        let r = self
+            .write()
+            .store
+            .update_remaining(pos.segment(), pos.offset(), acked_delta);
+        trace!(pos = ?pos, acked_delta, remaining = ?r, "pending ack remaining updated");
+        r
+    }
+
+    /// Removes `pos` and reports it to the remove handler with `cause`. Returns the removed
+    /// value, or `None` (a no-op, no handler call) if `pos` is absent.
+    pub fn remove(&self, pos: P, cause: RemovalCause) -> Option<PendingAck> {
+        let mut st = self.write();
+        let ack = st.store.remove(pos.segment(), pos.offset());
+        match ack {
+            Some(ack) => {
+                trace!(pos = ?pos, %cause, hash = ack.hash, "pending ack removed");
+                if let Some(h) = &st.remove_handler {
+                    h.on_removed(self.consumer, pos, ack, cause, st.closed);
+                }
+            }
+            None => trace!(pos = ?pos, %cause, "pending ack to remove not found"),
+        }
+        ack
+    }
+
+    /// Removes `pos` only if its value equals `expected` exactly, reporting it with `cause`.
+    /// Returns whether it was removed (false: absent or different value; nothing changes).
+    pub fn remove_if_matches(&self, pos: P, expected: PendingAck, cause: RemovalCause) -> bool {
+        let mut st = self.write();
+        let (seg, off) = (pos.segment(), pos.offset());
+        if st.store.get(seg, off) != Some(expected) {
+            trace!(pos = ?pos, %cause, "pending ack not removed: value differs or absent");
+            return false;
+        }
+        let removed = st.store.remove(seg, off).is_some();
+        if removed {
+            trace!(pos = ?pos, %cause, hash = expected.hash, "pending ack removed");
+            if let Some(h) = &st.remove_handler {
+                h.on_removed(self.consumer, pos, expected, cause, st.closed);
+            }
+        }
+        removed
+    }
+
+    /// Removes every entry at or below `pos` (inclusive), in ascending order. Per entry: the
+    /// remove handler with `cause`, then `f`. Handler calls are bracketed by
+    /// `start_batch`/`end_batch` when at least one entry is removed. Costs O(removed), not
+    /// O(len). Returns the number removed.
+    pub fn remove_all_up_to(
+        &self,
+        pos: P,
+        cause: RemovalCause,
+        mut f: impl FnMut(P, PendingAck),
+    ) -> usize {
+        let (seg, off) = (pos.segment(), pos.offset());
+        // Cheap check under the read lock first: usually nothing is below a mark-delete move.
+        if !sync::read(&self.state).store.has_any_up_to(seg, off) {
+            return 0;
+        }
+        let mut st = self.write();
+        let consumer = self.consumer;
+        let State {
+            store,
+            closed,
+            remove_handler,
+            ..
+        } = &mut *st;
+        if !store.has_any_up_to(seg, off) {
+            return 0;
+        }
+        let closing = *closed;
+        let h = remove_handler.as_deref();
+        if let Some(h) = h {
+            h.start_batch();
+        }
+        let n = store.drain_up_to(seg, off, |s, o, ack| {
+            let p = P::from_parts(s, o);
+            trace!(pos = ?p, %cause, hash = ack.hash, "pending ack removed");
+            if let Some(h) = h {
+                h.on_removed(consumer, p, ack, cause, closing);
+            }
+            f(p, ack);
+        });
+        if let Some(h) = h {
+            h.end_batch();
+        }
+        debug!(up_to = ?pos, %cause, removed = n, "pending acks removed up to position");
+        n
+    }
+
+    /// Visits every entry in ascending position order, under the read lock. `f` must not call
+    /// methods of this map that write (deadlock).
+    pub fn for_each(&self, mut f: impl FnMut(P, PendingAck)) {
+        sync::read(&self.state)
+            .store
+            .for_each(|s, o, ack| f(P::from_parts(s, o), ack));
+    }
+
+    /// Removes every entry in ascending order. Per entry: `f`, then the remove handler with
+    /// `cause`; bracketed by `start_batch`/`end_batch` when at least one entry is removed. The
+    /// map stays open. Returns the number removed.
+    pub fn for_each_and_clear(&self, cause: RemovalCause, f: impl FnMut(P, PendingAck)) -> usize {
+        self.drain(cause, false, f)
+    }
+
+    /// Closes the map, then removes every entry like
+    /// [`for_each_and_clear`](Self::for_each_and_clear) with cause
+    /// [`RemovalCause::ConsumerClosed`] and `closing = true`. Every later add is refused with
+    /// [`AddRefused::Closed`], so the map stays empty. Returns the number removed (0 when
+    /// called again).
+    pub fn for_each_and_close(&self, f: impl FnMut(P, PendingAck)) -> usize {
+        self.drain(RemovalCause::ConsumerClosed, true, f)
+    }
+
+    fn drain(&self, cause: RemovalCause, close: bool, mut f: impl FnMut(P, PendingAck)) -> usize {
+        let mut st = self.write();
+        let consumer = self.consumer;
+        let State {
+            store,
+            closed,
+            remove_handler,
+            ..
+        } = &mut *st;
+        if close && !*closed {
+            *closed = true;
+            debug!(pending = store.len(), "pending-acks map closed");
+        }
+        if store.len() == 0 {
+            return 0;
+        }
+        let closing = *closed;
+        let h = remove_handler.as_deref();
+        if let Some(h) = h {
+            h.start_batch();
+        }
+        let n = store.drain_all(|s, o, ack| {
+            let p = P::from_parts(s, o);
+            f(p, ack);
+            trace!(pos = ?p, %cause, hash = ack.hash, "pending ack removed");
+            if let Some(h) = h {
+                h.on_removed(consumer, p, ack, cause, closing);
+            }
+        });
+        if let Some(h) = h {
+            h.end_batch();
+        }
+        debug!(%cause, removed = n, "pending acks cleared");
+        n
+    }
+
+    /// Whether `pos` is pending. O(log segments) plus O(1) in a dense bucket.
+    pub fn contains(&self, pos: P) -> bool {
+        self.get(pos).is_some()
+    }
+
+    /// The value recorded for `pos`, if pending.
+    pub fn get(&self, pos: P) -> Option<PendingAck> {
+        sync::read(&self.state)
+            .store
+            .get(pos.segment(), pos.offset())
+    }
+
+    /// Number of pending entries, O(1).
+    pub fn len(&self) -> usize {
+        sync::read(&self.state).store.len()
+    }
+
+    /// Whether no entry is pending.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether [`for_each_and_close`](Self::for_each_and_close) ran; a closed map refuses
+    /// every add.
+    pub fn is_closed(&self) -> bool {
+        sync::read(&self.state).closed
+    }
+
+    /// The consumer this map belongs to (passed to the handlers).
+    pub fn consumer(&self) -> C {
+        self.consumer
+    }
+
+    /// Heap bytes the map retains, computed from its buffers' capacities (dense buckets: exact;
+    /// sparse buckets: estimated from their entry count). Not counting the handlers.
+    pub fn memory_bytes(&self) -> usize {
+        sync::read(&self.state).store.memory_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests;

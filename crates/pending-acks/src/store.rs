@@ -1,0 +1,551 @@
+//! The storage behind the map: no locking, no handlers, positions as `(segment, offset)`.
+//!
+//! Layout (follows the access pattern: positions mostly ascend, removals mostly at the front):
+//! * a `VecDeque` of segment buckets sorted by segment id (new segments usually go at the back,
+//!   emptied ones leave from the front);
+//! * a bucket is **dense** — a base offset plus a `VecDeque<u64>` of packed values
+//!   (`remaining << 32 | hash`), one slot per offset, [`ABSENT`] marking a hole, never a hole at
+//!   either end — or **sparse** — a `BTreeMap<offset, packed>` — when its offsets are spread out.
+//! * dense → sparse when the slot span would exceed `4 * live + SLACK` (an insert far away, or
+//!   many holes), or when a value equals the `ABSENT` bit pattern; sparse → dense when the span
+//!   fits in `2 * live + SLACK` again, checked only after `live / 2` operations on the bucket, so
+//!   conversions (O(live)) are amortised O(1) per operation.
+//! * when a new last segment opens, the previous last one is trimmed to its length (it is
+//!   usually complete) and the new one starts with that length as capacity.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use crate::types::PendingAck;
+
+/// Bit pattern of an empty dense slot. A real value with this pattern forces the bucket sparse.
+const ABSENT: u64 = u64::MAX;
+/// Extra slots a dense bucket may hold beyond its density bound (keeps small buckets dense).
+const SLACK: u64 = 32;
+/// Largest capacity a new last segment inherits from the previous one (512 KiB of slots).
+const MAX_HINT: usize = 1 << 16;
+/// A dense bucket's buffer is shrunk once its capacity exceeds `4 * len` and this many slots.
+const MIN_SHRINK: usize = 64;
+/// Rough heap bytes of one `BTreeMap<u64, u64>` leaf (11 keys, 11 values, parent link, lengths).
+const BTREE_NODE_BYTES: usize = 192;
+/// Entries per `BTreeMap` node assumed by the estimate (nodes are between half and fully used).
+const BTREE_ENTRIES_PER_NODE: usize = 8;
+
+#[inline]
+fn pack(a: PendingAck) -> u64 {
+    (u64::from(a.remaining) << 32) | u64::from(a.hash)
+}
+
+#[inline]
+fn unpack(v: u64) -> PendingAck {
+    PendingAck {
+        remaining: (v >> 32) as u32,
+        hash: v as u32,
+    }
+}
+
+/// Largest dense span allowed for `live` entries before the bucket goes sparse.
+#[inline]
+fn max_dense_span(live: usize) -> u64 {
+    (live as u64).saturating_mul(4).saturating_add(SLACK)
+}
+
+/// Largest span at which a sparse bucket goes back to dense.
+#[inline]
+fn densify_span(live: usize) -> u64 {
+    (live as u64).saturating_mul(2).saturating_add(SLACK)
+}
+
+enum Body {
+    Dense { base: u64, slots: VecDeque<u64> },
+    Sparse(BTreeMap<u64, u64>),
+}
+
+struct Segment {
+    id: u64,
+    /// Entries present in this bucket.
+    live: usize,
+    /// Operations since the last representation check (amortises sparse → dense).
+    churn: usize,
+    body: Body,
+}
+
+impl Segment {
+    fn new(id: u64, off: u64, v: u64, capacity: usize) -> Segment {
+        if v == ABSENT {
+            let mut m = BTreeMap::new();
+            m.insert(off, v);
+            return Segment {
+                id,
+                live: 1,
+                churn: 0,
+                body: Body::Sparse(m),
+            };
+        }
+        let mut slots = VecDeque::with_capacity(capacity.max(1));
+        slots.push_back(v);
+        Segment {
+            id,
+            live: 1,
+            churn: 0,
+            body: Body::Dense { base: off, slots },
+        }
+    }
+
+    #[inline]
+    fn get(&self, off: u64) -> Option<u64> {
+        match &self.body {
+            Body::Dense { base, slots } => {
+                let idx = off.checked_sub(*base)?;
+                let v = *slots.get(usize::try_from(idx).ok()?)?;
+                (v != ABSENT).then_some(v)
+            }
+            Body::Sparse(m) => m.get(&off).copied(),
+        }
+    }
+
+    #[inline]
+    fn get_mut(&mut self, off: u64) -> Option<&mut u64> {
+        match &mut self.body {
+            Body::Dense { base, slots } => {
+                let idx = off.checked_sub(*base)?;
+                let v = slots.get_mut(usize::try_from(idx).ok()?)?;
+                (*v != ABSENT).then_some(v)
+            }
+            Body::Sparse(m) => m.get_mut(&off),
+        }
+    }
+
+    fn first_offset(&self) -> Option<u64> {
+        match &self.body {
+            Body::Dense { base, slots } => (!slots.is_empty()).then_some(*base),
+            Body::Sparse(m) => m.keys().next().copied(),
+        }
+    }
+
+    /// Inserts or overwrites; returns the previous value.
+    fn insert(&mut self, off: u64, v: u64) -> Option<u64> {
+        self.churn = self.churn.saturating_add(1);
+        let Body::Dense { base, slots } = &mut self.body else {
+            return self.insert_sparse(off, v);
+        };
+        if v == ABSENT {
+            // The value collides with the hole marker: only the sparse form can hold it.
+            self.make_sparse();
+            return self.insert_sparse(off, v);
+        }
+        if slots.is_empty() {
+            *base = off;
+            slots.push_back(v);
+            self.live += 1;
+            return None;
+        }
+        let len = slots.len() as u64;
+        let limit = max_dense_span(self.live + 1);
+        if off >= *base {
+            let idx = off - *base;
+            if idx < len {
+                // `idx < len <= usize::MAX`, so the cast is exact.
+                let slot = &mut slots[idx as usize];
+                let prev = *slot;
+                *slot = v;
+                if prev == ABSENT {
+                    self.live += 1;
+                    return None;
+                }
+                return Some(prev);
+            }
+            if idx < limit {
+                for _ in len..idx {
+                    slots.push_back(ABSENT);
+                }
+                slots.push_back(v);
+                self.live += 1;
+                return None;
+            }
+        } else {
+            let extra = *base - off;
+            if extra < limit.saturating_sub(len) {
+                for _ in 1..extra {
+                    slots.push_front(ABSENT);
+                }
+                slots.push_front(v);
+                *base = off;
+                self.live += 1;
+                return None;
+            }
+        }
+        self.make_sparse();
+        self.insert_sparse(off, v)
+    }
+
+    fn insert_sparse(&mut self, off: u64, v: u64) -> Option<u64> {
+        let Body::Sparse(m) = &mut self.body else {
+            return None;
+        };
+        let prev = m.insert(off, v);
+        if prev.is_none() {
+            self.live += 1;
+        }
+        self.maybe_densify();
+        prev
+    }
+
+    /// Removes `off`; returns its value.
+    fn remove(&mut self, off: u64) -> Option<u64> {
+        self.churn = self.churn.saturating_add(1);
+        match &mut self.body {
+            Body::Dense { base, slots } => {
+                let idx = usize::try_from(off.checked_sub(*base)?).ok()?;
+                let slot = slots.get_mut(idx)?;
+                let v = *slot;
+                if v == ABSENT {
+                    return None;
+                }
+                *slot = ABSENT;
+                self.live -= 1;
+                if idx == 0 {
+                    trim_front(base, slots);
+                } else if idx + 1 == slots.len() {
+                    trim_back(slots);
+                }
+                self.after_dense_removal();
+                Some(v)
+            }
+            Body::Sparse(m) => {
+                let v = m.remove(&off)?;
+                self.live -= 1;
+                self.maybe_densify();
+                Some(v)
+            }
+        }
+    }
+
+    /// Pops the smallest entry if its offset is `<= limit` (any offset when `limit` is None).
+    #[inline]
+    fn pop_first_up_to(&mut self, limit: Option<u64>) -> Option<(u64, u64)> {
+        match &mut self.body {
+            Body::Dense { base, slots } => {
+                let off = *base;
+                if limit.is_some_and(|l| off > l) {
+                    return None;
+                }
+                let v = slots.pop_front()?;
+                *base = base.wrapping_add(1);
+                self.live -= 1;
+                trim_front(base, slots);
+                if self.live != 0 {
+                    self.after_dense_removal();
+                }
+                Some((off, v))
+            }
+            Body::Sparse(m) => {
+                let (&off, _) = m.first_key_value()?;
+                if limit.is_some_and(|l| off > l) {
+                    return None;
+                }
+                let (off, v) = m.pop_first()?;
+                self.live -= 1;
+                Some((off, v))
+            }
+        }
+    }
+
+    /// Shrinks an over-allocated buffer and goes sparse when holes dominate.
+    #[inline]
+    fn after_dense_removal(&mut self) {
+        let Body::Dense { slots, .. } = &mut self.body else {
+            return;
+        };
+        let len = slots.len();
+        if self.live > 0 && len as u64 > max_dense_span(self.live) {
+            self.make_sparse();
+            return;
+        }
+        if slots.capacity() > MIN_SHRINK && slots.capacity() / 4 > len {
+            slots.shrink_to(len * 2);
+        }
+    }
+
+    fn make_sparse(&mut self) {
+        if let Body::Dense { base, slots } = &mut self.body {
+            let mut m = BTreeMap::new();
+            for (i, &v) in slots.iter().enumerate() {
+                if v != ABSENT {
+                    m.insert(base.wrapping_add(i as u64), v);
+                }
+            }
+            tracing::debug!(
+                segment = self.id,
+                live = self.live,
+                span = slots.len(),
+                "pending-acks bucket switched to sparse"
+            );
+            self.body = Body::Sparse(m);
+            self.churn = 0;
+        }
+    }
+
+    /// Goes back to dense when the offsets are close enough, checked once per `live / 2` operations.
+    fn maybe_densify(&mut self) {
+        if self.churn.saturating_mul(2) < self.live.max(SLACK as usize) {
+            return;
+        }
+        self.churn = 0;
+        let Body::Sparse(m) = &self.body else {
+            return;
+        };
+        let (Some((&first, _)), Some((&last, _))) = (m.first_key_value(), m.last_key_value())
+        else {
+            return;
+        };
+        let span = last - first;
+        if span >= densify_span(self.live) || m.values().any(|&v| v == ABSENT) {
+            return;
+        }
+        // `span < 2 * live + SLACK`, which fits in memory because `live` entries already do.
+        let mut slots = VecDeque::with_capacity(span as usize + 1);
+        let mut next = first;
+        for (&off, &v) in m {
+            while next < off {
+                slots.push_back(ABSENT);
+                next += 1;
+            }
+            slots.push_back(v);
+            next = off.wrapping_add(1);
+        }
+        tracing::debug!(
+            segment = self.id,
+            live = self.live,
+            span = slots.len(),
+            "pending-acks bucket switched to dense"
+        );
+        self.body = Body::Dense { base: first, slots };
+    }
+
+    /// Trims a dense buffer to its length when the slack is worth a reallocation (> 1/8).
+    fn seal(&mut self) {
+        if let Body::Dense { slots, .. } = &mut self.body {
+            if slots.capacity() - slots.len() > slots.len() / 8 {
+                slots.shrink_to_fit();
+            }
+        }
+    }
+
+    fn for_each(&self, mut f: impl FnMut(u64, u64)) {
+        match &self.body {
+            Body::Dense { base, slots } => {
+                let mut off = *base;
+                for &v in slots {
+                    if v != ABSENT {
+                        f(off, v);
+                    }
+                    off = off.wrapping_add(1);
+                }
+            }
+            Body::Sparse(m) => {
+                for (&off, &v) in m {
+                    f(off, v);
+                }
+            }
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        match &self.body {
+            Body::Dense { slots, .. } => slots.capacity() * core::mem::size_of::<u64>(),
+            Body::Sparse(m) => m.len().div_ceil(BTREE_ENTRIES_PER_NODE) * BTREE_NODE_BYTES,
+        }
+    }
+
+    fn is_sparse(&self) -> bool {
+        matches!(self.body, Body::Sparse(_))
+    }
+}
+
+#[inline]
+fn trim_front(base: &mut u64, slots: &mut VecDeque<u64>) {
+    while slots.front() == Some(&ABSENT) {
+        slots.pop_front();
+        *base = base.wrapping_add(1);
+    }
+}
+
+#[inline]
+fn trim_back(slots: &mut VecDeque<u64>) {
+    while slots.back() == Some(&ABSENT) {
+        slots.pop_back();
+    }
+}
+
+/// Sorted segment buckets plus an entry count.
+#[derive(Default)]
+pub(crate) struct Store {
+    segs: VecDeque<Segment>,
+    len: usize,
+    /// Capacity for a new last segment: the length of the last one that was sealed.
+    tail_hint: usize,
+}
+
+impl Store {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Index of segment `id`, or where it would be inserted. Checks the ends first.
+    #[inline]
+    fn find(&self, id: u64) -> Result<usize, usize> {
+        match self.segs.back() {
+            None => return Err(0),
+            Some(s) if s.id == id => return Ok(self.segs.len() - 1),
+            Some(s) if s.id < id => return Err(self.segs.len()),
+            Some(_) => {}
+        }
+        if let Some(s) = self.segs.front() {
+            if s.id == id {
+                return Ok(0);
+            }
+            if s.id > id {
+                return Err(0);
+            }
+        }
+        self.segs.binary_search_by_key(&id, |s| s.id)
+    }
+
+    pub(crate) fn get(&self, seg: u64, off: u64) -> Option<PendingAck> {
+        let i = self.find(seg).ok()?;
+        self.segs[i].get(off).map(unpack)
+    }
+
+    /// Inserts or overwrites; returns the previous value.
+    pub(crate) fn insert(&mut self, seg: u64, off: u64, ack: PendingAck) -> Option<PendingAck> {
+        let v = pack(ack);
+        match self.find(seg) {
+            Ok(i) => {
+                let prev = self.segs[i].insert(off, v);
+                if prev.is_none() {
+                    self.len += 1;
+                }
+                prev.map(unpack)
+            }
+            Err(i) => {
+                let capacity = if i == self.segs.len() {
+                    if let Some(last) = self.segs.back_mut() {
+                        last.seal();
+                        if let Body::Dense { slots, .. } = &last.body {
+                            self.tail_hint = slots.len().min(MAX_HINT);
+                        }
+                    }
+                    self.tail_hint
+                } else {
+                    1
+                };
+                self.segs.insert(i, Segment::new(seg, off, v, capacity));
+                self.len += 1;
+                None
+            }
+        }
+    }
+
+    /// Lowers `remaining` by `delta` (saturating at 0); returns the new remaining count.
+    pub(crate) fn update_remaining(&mut self, seg: u64, off: u64, delta: u32) -> Option<u32> {
+        let i = self.find(seg).ok()?;
+        let slot = self.segs[i].get_mut(off)?;
+        let mut ack = unpack(*slot);
+        ack.remaining = ack.remaining.saturating_sub(delta);
+        // Never produces `ABSENT` from a present dense value: `remaining` can only drop, and an
+        // unchanged value was stored already.
+        *slot = pack(ack);
+        Some(ack.remaining)
+    }
+
+    pub(crate) fn remove(&mut self, seg: u64, off: u64) -> Option<PendingAck> {
+        let i = self.find(seg).ok()?;
+        let s = &mut self.segs[i];
+        let v = s.remove(off)?;
+        self.len -= 1;
+        if s.live == 0 {
+            self.segs.remove(i);
+        }
+        Some(unpack(v))
+    }
+
+    /// Whether some entry is at or below `(seg, off)`.
+    pub(crate) fn has_any_up_to(&self, seg: u64, off: u64) -> bool {
+        self.segs.iter().find(|s| s.live > 0).is_some_and(|s| {
+            s.id < seg || (s.id == seg && s.first_offset().is_some_and(|o| o <= off))
+        })
+    }
+
+    /// Removes every entry at or below `(seg, off)` in ascending order, calling `emit` after each
+    /// removal (the store is consistent at each call, apart from a possibly emptied first
+    /// bucket, which [`Store::repair`] drops if `emit` panics). Returns the count removed.
+    pub(crate) fn drain_up_to(
+        &mut self,
+        seg: u64,
+        off: u64,
+        mut emit: impl FnMut(u64, u64, PendingAck),
+    ) -> usize {
+        let mut n = 0;
+        while let Some(s) = self.segs.front_mut() {
+            if s.id > seg {
+                break;
+            }
+            let limit = (s.id == seg).then_some(off);
+            let id = s.id;
+            while let Some((o, v)) = s.pop_first_up_to(limit) {
+                self.len -= 1;
+                n += 1;
+                emit(id, o, unpack(v));
+            }
+            if s.live == 0 {
+                self.segs.pop_front();
+            } else {
+                if s.is_sparse() {
+                    s.churn = s.churn.saturating_add(1);
+                    s.maybe_densify();
+                }
+                break;
+            }
+        }
+        n
+    }
+
+    /// Removes everything in ascending order, calling `emit` after each removal.
+    pub(crate) fn drain_all(&mut self, emit: impl FnMut(u64, u64, PendingAck)) -> usize {
+        let n = self.drain_up_to(u64::MAX, u64::MAX, emit);
+        self.segs = VecDeque::new();
+        self.tail_hint = 0;
+        n
+    }
+
+    /// Visits every entry in ascending order.
+    pub(crate) fn for_each(&self, mut f: impl FnMut(u64, u64, PendingAck)) {
+        for s in &self.segs {
+            let id = s.id;
+            s.for_each(|o, v| f(id, o, unpack(v)));
+        }
+    }
+
+    /// Heap bytes held: bucket list capacity plus each bucket's buffer (dense: exact capacity;
+    /// sparse: an estimate from the entry count, as `BTreeMap` does not expose its nodes).
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.segs.capacity() * core::mem::size_of::<Segment>()
+            + self.segs.iter().map(Segment::heap_bytes).sum::<usize>()
+    }
+
+    /// Drops buckets left empty by an operation interrupted by a panicking callback.
+    pub(crate) fn repair(&mut self) {
+        self.segs.retain(|s| s.live > 0);
+        self.len = self.segs.iter().map(|s| s.live).sum();
+    }
+
+    /// (dense buckets, sparse buckets), for tests.
+    #[cfg(test)]
+    pub(crate) fn shape(&self) -> (usize, usize) {
+        let sparse = self.segs.iter().filter(|s| s.is_sparse()).count();
+        (self.segs.len() - sparse, sparse)
+    }
+}
+
+#[cfg(test)]
+mod tests;
