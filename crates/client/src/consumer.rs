@@ -1,0 +1,706 @@
+//! The consumer state machine: broker input (`connect`, `on_message`), application input
+//! (`receive`, `ack`, `nack`), time (`on_timer`) and the command queue (`poll_command`).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use tracing::{debug, trace, warn};
+
+use crate::chunks::{Chunks, Side, Step};
+use crate::config::{ConfigError, ConsumerConfig, OrphanChunkPolicy};
+use crate::gate::{Arrival, Gate};
+use crate::trackers::{AckTimeouts, NackTracker};
+use crate::types::{
+    BatchInfo, ClientStats, Command, Delivered, EntryId, IncomingMessage, MessageId,
+    RedeliverEntry,
+};
+
+/// Most entries in one `RedeliverUnacked` command (Pulsar groups redeliveries by 1000).
+const REDELIVER_GROUP: usize = 1000;
+
+/// Why [`Consumer::on_message`] rejected a message. The message is dropped (its permit is
+/// returned, it is not acked) and counted in `invalid_messages`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum MessageError {
+    /// Chunk metadata does not add up (`num_chunks == 0`, `chunk_id >= num_chunks` or an
+    /// empty uuid).
+    #[error("invalid chunk metadata for {id}: chunk {chunk_id} of {num_chunks}")]
+    InvalidChunk {
+        /// The message.
+        id: MessageId,
+        /// Its chunk id.
+        chunk_id: u32,
+        /// Its chunk count.
+        num_chunks: u32,
+    },
+    /// Batch metadata does not add up (`size == 0`, `index >= size`, or `id.batch_index`
+    /// differs from `batch.index`), or a message is both chunked and batched.
+    #[error("invalid batch metadata for {0}")]
+    InvalidBatch(MessageId),
+}
+
+/// Why [`Consumer::ack`] refused an id.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AckError {
+    /// The id is not in the application's hands: never handed out, already acked, or nacked.
+    #[error("message {0} is not in the application's hands")]
+    NotOutstanding(MessageId),
+}
+
+/// Why [`Consumer::nack`] refused an id.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NackError {
+    /// The id is not in the application's hands: never handed out, already acked, or nacked.
+    #[error("message {0} is not in the application's hands")]
+    NotOutstanding(MessageId),
+}
+
+struct Queued {
+    msg: Delivered,
+    epoch: u64,
+}
+
+struct Outstanding {
+    key: Option<Vec<u8>>,
+    chunk_ids: Vec<MessageId>,
+    batch: Option<BatchInfo>,
+    redelivery_count: u32,
+}
+
+/// Acked indexes of a batch entry that still has unacked ones.
+struct BatchAcks {
+    size: u32,
+    acked: Vec<bool>,
+    count: u32,
+}
+
+/// A sans-IO consumer: feed it broker messages and application calls, drain its commands.
+///
+/// See the crate documentation for the behaviour and a complete example.
+pub struct Consumer {
+    cfg: ConsumerConfig,
+    epoch: u64,
+    queue: BTreeMap<u64, Queued>,
+    next_seq: u64,
+    permits_to_return: u32,
+    zero_queue_permit_out: bool,
+    chunks: Chunks,
+    nacks: NackTracker,
+    ack_timeouts: AckTimeouts,
+    gate: Gate,
+    outstanding: HashMap<MessageId, Outstanding>,
+    batches: HashMap<EntryId, BatchAcks>,
+    commands: VecDeque<Command>,
+    stats: ClientStats,
+}
+
+impl Consumer {
+    /// A disconnected consumer; call [`connect`](Self::connect) before feeding messages.
+    pub fn new(config: ConsumerConfig) -> Result<Self, ConfigError> {
+        config.validate()?;
+        Ok(Consumer {
+            ack_timeouts: AckTimeouts::new(config.ack_timeout, config.ack_timeout_tick),
+            cfg: config,
+            epoch: 0,
+            queue: BTreeMap::new(),
+            next_seq: 0,
+            permits_to_return: 0,
+            zero_queue_permit_out: false,
+            chunks: Chunks::default(),
+            nacks: NackTracker::default(),
+            gate: Gate::default(),
+            outstanding: HashMap::new(),
+            batches: HashMap::new(),
+            commands: VecDeque::new(),
+            stats: ClientStats::default(),
+        })
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &ConsumerConfig {
+        &self.cfg
+    }
+
+    /// A (re)connection to the broker: clears the receive queue and any partial chunked
+    /// messages (the broker redelivers everything unacked), sends `Flow(receiver_queue_size)`
+    /// (nothing for a zero-queue consumer) and returns the new epoch, which every
+    /// [`IncomingMessage`] of this connection must carry. Messages in the application's hands
+    /// stay there and can still be acked.
+    pub fn connect(&mut self, _now: u64) -> u64 {
+        self.epoch += 1;
+        self.queue.clear();
+        self.chunks.clear();
+        self.gate.on_reconnect();
+        self.permits_to_return = 0;
+        self.zero_queue_permit_out = false;
+        debug!(epoch = self.epoch, "consumer connected");
+        if self.cfg.receiver_queue_size > 0 {
+            self.flow(self.cfg.receiver_queue_size);
+        }
+        self.epoch
+    }
+
+    fn flow(&mut self, n: u32) {
+        self.stats.flow_permits_sent += u64::from(n);
+        self.commands.push_back(Command::Flow(n));
+    }
+
+    /// Returns `n` permits: accumulated, and sent once at least half the queue size is due.
+    fn return_permits(&mut self, n: u32) {
+        if self.cfg.receiver_queue_size == 0 || n == 0 {
+            return;
+        }
+        self.permits_to_return += n;
+        let threshold = (self.cfg.receiver_queue_size / 2).max(1);
+        if self.permits_to_return >= threshold {
+            let p = std::mem::take(&mut self.permits_to_return);
+            self.flow(p);
+        }
+    }
+
+    fn redeliver_entry(&self, entry: EntryId) -> RedeliverEntry {
+        let acked_indexes = self
+            .batches
+            .get(&entry)
+            .map(|b| {
+                (0..b.size)
+                    .filter(|&i| b.acked.get(i as usize).copied().unwrap_or(false))
+                    .collect()
+            })
+            .unwrap_or_default();
+        RedeliverEntry {
+            entry,
+            acked_indexes,
+        }
+    }
+
+    fn redeliver_unacked(&mut self, mut entries: Vec<EntryId>) {
+        entries.sort_unstable();
+        entries.dedup();
+        for group in entries.chunks(REDELIVER_GROUP) {
+            let specs: Vec<_> = group.iter().map(|&e| self.redeliver_entry(e)).collect();
+            self.stats.redeliveries_requested += specs.len() as u64;
+            debug!(entries = specs.len(), "redeliver unacked");
+            self.commands.push_back(Command::RedeliverUnacked(specs));
+        }
+    }
+
+    fn send_ack(&mut self, ids: Vec<MessageId>) {
+        if !ids.is_empty() {
+            self.commands.push_back(Command::Ack(ids));
+        }
+    }
+
+    /// A message (or one chunk, or one message of a batch entry) pushed by the broker.
+    ///
+    /// Messages of an old epoch are dropped silently (counted). Chunks are reassembled; a
+    /// non-final chunk returns its permit at once. In ordered mode a message of a key whose
+    /// earlier message was nacked and not re-sent yet is released straight back.
+    pub fn on_message(&mut self, now: u64, msg: IncomingMessage) -> Result<(), MessageError> {
+        if self.epoch == 0 || msg.epoch != self.epoch {
+            self.stats.dropped_old_epoch += 1;
+            trace!(id = %msg.id, epoch = msg.epoch, current = self.epoch, "message from an old connection dropped");
+            return Ok(());
+        }
+        self.zero_queue_permit_out = false;
+        if let Err(e) = validate(&msg) {
+            self.stats.invalid_messages += 1;
+            warn!(id = %msg.id, error = %e, "malformed message dropped");
+            self.return_permits(1);
+            return Err(e);
+        }
+        self.stats.received += 1;
+        trace!(id = %msg.id, redelivery_count = msg.redelivery_count, "message received");
+        let delivered = match msg.chunk.clone() {
+            None => Delivered {
+                id: msg.id,
+                key: msg.key,
+                payload: msg.payload,
+                publish_time: msg.publish_time,
+                redelivery_count: msg.redelivery_count,
+                batch: msg.batch,
+                chunk_ids: Vec::new(),
+            },
+            Some(info) => match self.on_chunk(now, msg, &info) {
+                Some(d) => d,
+                None => return Ok(()),
+            },
+        };
+        self.enqueue(delivered);
+        Ok(())
+    }
+
+    fn on_chunk(
+        &mut self,
+        now: u64,
+        msg: IncomingMessage,
+        info: &crate::types::ChunkInfo,
+    ) -> Option<Delivered> {
+        let id = msg.id;
+        let publish_time = msg.publish_time;
+        let mut side = Side::default();
+        let step = self.chunks.on_chunk(
+            now,
+            msg,
+            info,
+            self.cfg.max_pending_chunked_messages,
+            &mut side,
+        );
+        if !side.ack.is_empty() {
+            warn!(uuid = %info.uuid, chunks = side.ack.len(), "chunk 0 restarts a corrupted chunked message; acking its chunks");
+            self.send_ack(side.ack);
+        }
+        for (uuid, ids) in side.evicted {
+            self.stats.evicted_chunked += 1;
+            warn!(uuid = %uuid, chunks = ids.len(), auto_ack = self.cfg.auto_ack_oldest_chunked_on_queue_full, "too many pending chunked messages; evicting the oldest");
+            if self.cfg.auto_ack_oldest_chunked_on_queue_full {
+                self.send_ack(ids);
+            } else {
+                let entries: Vec<_> = ids.iter().map(MessageId::entry).collect();
+                let delay = self.cfg.nack_delay;
+                self.schedule_nack(now, entries, delay);
+            }
+        }
+        match step {
+            Step::Partial => {
+                trace!(uuid = %info.uuid, chunk_id = info.chunk_id, "chunk appended");
+                self.return_permits(1);
+                None
+            }
+            Step::Complete(c) => {
+                self.stats.completed_chunked += 1;
+                trace!(uuid = %info.uuid, chunks = c.ids.len(), "chunked message complete");
+                let last = c.ids.last().copied().unwrap_or(id);
+                Some(Delivered {
+                    id: last,
+                    key: c.key,
+                    payload: c.payload,
+                    publish_time: c.publish_time,
+                    redelivery_count: c.redelivery_count,
+                    batch: None,
+                    chunk_ids: c.ids,
+                })
+            }
+            Step::Duplicate { ack } => {
+                self.stats.duplicate_chunks += 1;
+                debug!(uuid = %info.uuid, chunk_id = info.chunk_id, id = %id, ack, "duplicate chunk dropped");
+                self.return_permits(1);
+                if ack {
+                    self.send_ack(vec![id]);
+                }
+                None
+            }
+            Step::Unexpected { broken } => {
+                self.stats.unexpected_chunks += 1;
+                warn!(uuid = %info.uuid, chunk_id = info.chunk_id, num_chunks = info.num_chunks, id = %id, broken = broken.len(), policy = ?self.cfg.orphan_chunk_policy, "unexpected chunk discarded");
+                // Deviation from Pulsar's client: a discarded chunk always returns its permit.
+                self.return_permits(1);
+                match self.cfg.orphan_chunk_policy {
+                    OrphanChunkPolicy::Ack => {
+                        let mut ids = broken;
+                        ids.push(id);
+                        self.send_ack(ids);
+                    }
+                    OrphanChunkPolicy::Pulsar => {
+                        let old = self
+                            .cfg
+                            .expire_incomplete_chunked_after
+                            .is_some_and(|e| now > publish_time.saturating_add(e));
+                        if old {
+                            self.send_ack(vec![id]);
+                        } else {
+                            self.ack_timeouts.add(now, id);
+                        }
+                    }
+                }
+                None
+            }
+        }
+    }
+
+    fn enqueue(&mut self, d: Delivered) {
+        if let Some(i) = d.batch.map(|b| b.index) {
+            if let Some(b) = self.batches.get(&d.id.entry()) {
+                if b.acked.get(i as usize).copied().unwrap_or(false) {
+                    self.stats.dropped_acked_index += 1;
+                    trace!(id = %d.id, "batch index already acked; dropped");
+                    self.return_permits(1);
+                    return;
+                }
+            }
+        }
+        if self.cfg.ordered_nack {
+            if let Some(key) = &d.key {
+                if self.gate.on_arrival(key, d.id) == Arrival::Release {
+                    debug!(id = %d.id, "later message of a nacked key released on arrival");
+                    let entries = entries_of(&d);
+                    self.release(vec![entries], 1);
+                    return;
+                }
+            }
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.queue.insert(
+            seq,
+            Queued {
+                msg: d,
+                epoch: self.epoch,
+            },
+        );
+    }
+
+    /// Sends one `Release` for these messages' entries and returns `permits` permits.
+    fn release(&mut self, entries: Vec<Vec<EntryId>>, permits: u32) {
+        let mut all: Vec<EntryId> = entries.into_iter().flatten().collect();
+        all.sort_unstable();
+        all.dedup();
+        self.stats.released += permits as u64;
+        if !all.is_empty() {
+            let specs = all.iter().map(|&e| self.redeliver_entry(e)).collect();
+            self.commands.push_back(Command::Release(specs));
+        }
+        self.return_permits(permits);
+    }
+
+    /// Hands the application the next message it may process, if any.
+    ///
+    /// In ordered mode a message of a key waits while an earlier message of that key is nacked
+    /// and not yet acked (the nacked message itself, once redelivered, is next); with
+    /// `max_unacked_per_key` it waits while the application holds that many of its key. Other
+    /// keys are not blocked by a waiting one. Each message taken returns one permit. A
+    /// zero-queue consumer that finds nothing sends `Flow(1)` (once until a message arrives).
+    pub fn receive(&mut self, now: u64) -> Option<Delivered> {
+        let max = self.cfg.max_unacked_per_key;
+        let seq = self
+            .queue
+            .iter()
+            .find(|(_, q)| match &q.msg.key {
+                Some(k) => self.gate.eligible(k, q.msg.id, max),
+                None => true,
+            })
+            .map(|(&s, _)| s);
+        let Some(q) = seq.and_then(|s| self.queue.remove(&s)) else {
+            if self.cfg.receiver_queue_size == 0 && !self.zero_queue_permit_out && self.epoch > 0
+            {
+                self.zero_queue_permit_out = true;
+                self.flow(1);
+            }
+            return None;
+        };
+        let d = q.msg;
+        let fresh = !self.outstanding.contains_key(&d.id);
+        if let Some(k) = &d.key {
+            self.gate.on_handed(k, d.id, fresh);
+        }
+        self.outstanding.insert(
+            d.id,
+            Outstanding {
+                key: d.key.clone(),
+                chunk_ids: d.chunk_ids.clone(),
+                batch: d.batch,
+                redelivery_count: d.redelivery_count,
+            },
+        );
+        self.ack_timeouts.add(now, d.id);
+        self.stats.delivered += 1;
+        trace!(id = %d.id, "message handed to the application");
+        if q.epoch == self.epoch {
+            self.return_permits(1);
+        }
+        Some(d)
+    }
+
+    /// The application finished `id`: sends the ack (all chunk ids of a chunked message; a
+    /// batch-index ack, or the entry ack once every index of the entry is acked).
+    ///
+    /// Acking a later message of a key while an earlier message of that key is nacked and not
+    /// yet acked is an application ordering bug no broker can see: the ack is still performed
+    /// (refusing it would only cause a duplicate) and counted in `out_of_order_acks` with a
+    /// `warn` event.
+    pub fn ack(&mut self, _now: u64, id: MessageId) -> Result<(), AckError> {
+        let out = self
+            .outstanding
+            .remove(&id)
+            .ok_or(AckError::NotOutstanding(id))?;
+        if let Some(k) = &out.key {
+            if self.gate.on_left_hands(k, id, true) {
+                self.stats.out_of_order_acks += 1;
+                warn!(id = %id, "ack of a later message while an earlier message of its key is nacked and not yet acked");
+            }
+        }
+        self.ack_timeouts.remove(id);
+        self.stats.acks += 1;
+        if !out.chunk_ids.is_empty() {
+            self.send_ack(out.chunk_ids);
+            return Ok(());
+        }
+        let (Some(b), Some(i)) = (out.batch, id.batch_index) else {
+            self.send_ack(vec![id]);
+            return Ok(());
+        };
+        let entry = id.entry();
+        let st = self.batches.entry(entry).or_insert_with(|| BatchAcks {
+            size: b.size,
+            acked: vec![false; b.size as usize],
+            count: 0,
+        });
+        if let Some(slot) = st.acked.get_mut(i as usize) {
+            if !*slot {
+                *slot = true;
+                st.count += 1;
+            }
+        }
+        if st.count >= st.size {
+            self.batches.remove(&entry);
+            self.nacks.remove(entry);
+            self.send_ack(vec![MessageId::new(entry.ledger_id, entry.entry_id)]);
+        } else {
+            self.send_ack(vec![id]);
+        }
+        Ok(())
+    }
+
+    /// The application failed `id` and wants it again after the nack delay (or backoff).
+    ///
+    /// Pulsar mode: the message's entry (all chunk entries of a chunked message) is scheduled
+    /// and sent in one `RedeliverUnacked` when due. Ordered mode: a `Nack { entries, delay }` is
+    /// sent at once (the broker holds the key for the delay), every later message of the key
+    /// waiting in the queue is removed and given back in one `Release` (their permits
+    /// returned), and no later message of the key is handed out until `id` is acked.
+    pub fn nack(&mut self, now: u64, id: MessageId) -> Result<(), NackError> {
+        let out = self
+            .outstanding
+            .remove(&id)
+            .ok_or(NackError::NotOutstanding(id))?;
+        if let Some(k) = &out.key {
+            self.gate.on_left_hands(k, id, false);
+        }
+        self.ack_timeouts.remove(id);
+        self.stats.nacks += 1;
+        let entries = if out.chunk_ids.is_empty() {
+            vec![id.entry()]
+        } else {
+            out.chunk_ids.iter().map(MessageId::entry).collect()
+        };
+        let delay = self.cfg.nack_delay_for(out.redelivery_count);
+        debug!(id = %id, delay, ordered = self.cfg.ordered_nack, "message nacked");
+        if self.cfg.ordered_nack {
+            self.ordered_give_back(now, id, out.key.as_deref(), entries, delay);
+        } else {
+            self.schedule_nack(now, entries, delay);
+        }
+        Ok(())
+    }
+
+    fn schedule_nack(&mut self, now: u64, entries: Vec<EntryId>, delay: u64) {
+        if self.cfg.ordered_nack {
+            let due = self.cfg.truncate(now.saturating_add(delay));
+            let specs = entries.iter().map(|&e| self.redeliver_entry(e)).collect();
+            self.commands.push_back(Command::Nack {
+                entries: specs,
+                delay: due.saturating_sub(now),
+            });
+            return;
+        }
+        let due = self.cfg.truncate(now.saturating_add(delay));
+        for e in entries {
+            self.nacks.add(e, due);
+        }
+    }
+
+    /// Ordered mode: `id` (key `key`) goes back to the broker with `delay`; later messages of
+    /// the key in the queue are released.
+    fn ordered_give_back(
+        &mut self,
+        now: u64,
+        id: MessageId,
+        key: Option<&[u8]>,
+        entries: Vec<EntryId>,
+        delay: u64,
+    ) {
+        let mut released = Vec::new();
+        let mut permits = 0;
+        if let Some(k) = key {
+            self.gate.block(k, id);
+            let later: Vec<u64> = self
+                .queue
+                .iter()
+                .filter(|(_, q)| q.msg.key.as_deref() == Some(k) && q.msg.id > id)
+                .map(|(&s, _)| s)
+                .collect();
+            for s in later {
+                if let Some(q) = self.queue.remove(&s) {
+                    if q.epoch == self.epoch {
+                        permits += 1;
+                    }
+                    // Messages of the nacked entries come back with the nack itself.
+                    let es: Vec<_> = entries_of(&q.msg)
+                        .into_iter()
+                        .filter(|e| !entries.contains(e))
+                        .collect();
+                    released.push(es);
+                }
+            }
+        }
+        self.schedule_nack(now, entries, delay);
+        if permits > 0 || !released.is_empty() {
+            debug!(id = %id, released = released.len(), "later messages of a nacked key released");
+            self.release(released, permits);
+        }
+    }
+
+    /// Fires every timer due at `now`: incomplete chunked messages expire (their chunks are
+    /// acked), ack timeouts redeliver, due nacks are sent in one `RedeliverUnacked`.
+    pub fn on_timer(&mut self, now: u64) {
+        if let Some(after) = self.cfg.expire_incomplete_chunked_after {
+            for (uuid, ids) in self.chunks.expire(now, after) {
+                self.stats.expired_chunked += 1;
+                warn!(uuid = %uuid, chunks = ids.len(), "incomplete chunked message expired; acking its chunks");
+                self.send_ack(ids);
+            }
+        }
+        let expired = self.ack_timeouts.take_expired(now);
+        if !expired.is_empty() {
+            self.on_ack_timeout(now, expired);
+        }
+        let due = self.nacks.take_due(now);
+        if !due.is_empty() {
+            self.redeliver_unacked(due);
+        }
+    }
+
+    fn on_ack_timeout(&mut self, now: u64, ids: Vec<MessageId>) {
+        self.stats.ack_timeouts += ids.len() as u64;
+        debug!(messages = ids.len(), "ack timeout expired");
+        let mut plain = Vec::new();
+        for id in ids {
+            let (key, entries) = match self.outstanding.get(&id) {
+                Some(o) if !o.chunk_ids.is_empty() => (
+                    o.key.clone(),
+                    o.chunk_ids.iter().map(MessageId::entry).collect(),
+                ),
+                Some(o) => (o.key.clone(), vec![id.entry()]),
+                None => (None, vec![id.entry()]),
+            };
+            // Copies already back in the queue are dropped; the redelivery replaces them.
+            let dup: Vec<u64> = self
+                .queue
+                .iter()
+                .filter(|(_, q)| q.msg.id == id)
+                .map(|(&s, _)| s)
+                .collect();
+            let mut permits = 0;
+            for s in dup {
+                if self.queue.remove(&s).is_some_and(|q| q.epoch == self.epoch) {
+                    permits += 1;
+                }
+            }
+            self.return_permits(permits);
+            match key {
+                Some(k) if self.cfg.ordered_nack && self.outstanding.contains_key(&id) => {
+                    self.ordered_give_back(now, id, Some(&k), entries, 0);
+                }
+                _ => plain.extend(entries),
+            }
+        }
+        if !plain.is_empty() {
+            self.redeliver_unacked(plain);
+        }
+    }
+
+    /// When [`on_timer`](Self::on_timer) next has work, if ever.
+    pub fn next_timer(&self) -> Option<u64> {
+        let chunk = self
+            .cfg
+            .expire_incomplete_chunked_after
+            .and_then(|a| self.chunks.next_expiry(a));
+        [chunk, self.ack_timeouts.next(), self.nacks.next()]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// The broker dropped `id` without an ack (admin skip, expiry, backlog eviction): stop
+    /// waiting for it. A key held by its nack is released, pending nack and ack-timeout
+    /// redeliveries of it are cancelled and queued copies are removed. Returns whether the
+    /// consumer knew the message. It stays in the application's hands if it was there.
+    pub fn on_dropped_by_broker(&mut self, _now: u64, id: MessageId) -> bool {
+        let mut known = self.gate.unblock(id);
+        known |= self.nacks.remove(id.entry());
+        if self.ack_timeouts.enabled() && !self.outstanding.contains_key(&id) {
+            self.ack_timeouts.remove(id);
+        }
+        let copies: Vec<u64> = self
+            .queue
+            .iter()
+            .filter(|(_, q)| q.msg.id == id)
+            .map(|(&s, _)| s)
+            .collect();
+        let mut permits = 0;
+        for s in copies {
+            known = true;
+            if self.queue.remove(&s).is_some_and(|q| q.epoch == self.epoch) {
+                permits += 1;
+            }
+        }
+        self.return_permits(permits);
+        known |= self.outstanding.contains_key(&id);
+        if known {
+            debug!(id = %id, "message dropped by the broker");
+        }
+        known
+    }
+
+    /// The next command for the broker, in order. Drain after every call.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    /// Counters and gauges.
+    pub fn stats(&self) -> ClientStats {
+        ClientStats {
+            epoch: self.epoch,
+            queued: self.queue.len(),
+            outstanding: self.outstanding.len(),
+            pending_chunked: self.chunks.len(),
+            held_keys: self.gate.held_keys(),
+            permits_to_return: self.permits_to_return,
+            ..self.stats.clone()
+        }
+    }
+
+    /// Entries scheduled for a Pulsar-mode nack redelivery (a gauge, for tests and metrics).
+    pub fn pending_nacks(&self) -> usize {
+        self.nacks.len()
+    }
+}
+
+fn entries_of(d: &Delivered) -> Vec<EntryId> {
+    if d.chunk_ids.is_empty() {
+        vec![d.id.entry()]
+    } else {
+        d.chunk_ids.iter().map(MessageId::entry).collect()
+    }
+}
+
+fn validate(m: &IncomingMessage) -> Result<(), MessageError> {
+    if let Some(c) = &m.chunk {
+        if c.num_chunks == 0 || c.chunk_id >= c.num_chunks || c.uuid.is_empty() {
+            return Err(MessageError::InvalidChunk {
+                id: m.id,
+                chunk_id: c.chunk_id,
+                num_chunks: c.num_chunks,
+            });
+        }
+        if m.batch.is_some() || m.id.batch_index.is_some() {
+            return Err(MessageError::InvalidBatch(m.id));
+        }
+    }
+    match m.batch {
+        Some(b) if b.size == 0 || b.index >= b.size || m.id.batch_index != Some(b.index) => {
+            Err(MessageError::InvalidBatch(m.id))
+        }
+        None if m.id.batch_index.is_some() => Err(MessageError::InvalidBatch(m.id)),
+        _ => Ok(()),
+    }
+}
