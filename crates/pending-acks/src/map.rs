@@ -314,5 +314,3 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
     }
 }
 
-#[cfg(test)]
-mod tests;

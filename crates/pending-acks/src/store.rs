@@ -465,6 +465,7 @@ impl Store {
         self.len -= 1;
         if s.live == 0 {
             self.segs.remove(i);
+            self.shrink_bucket_list();
         }
         Some(unpack(v))
     }
@@ -507,7 +508,15 @@ impl Store {
                 break;
             }
         }
+        self.shrink_bucket_list();
         n
+    }
+
+    /// Gives back bucket-list capacity once it is mostly unused.
+    fn shrink_bucket_list(&mut self) {
+        if self.segs.capacity() > 8 && self.segs.capacity() / 4 > self.segs.len() {
+            self.segs.shrink_to(self.segs.len() * 2);
+        }
     }
 
     /// Removes everything in ascending order, calling `emit` after each removal.
