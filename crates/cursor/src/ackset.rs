@@ -1,0 +1,647 @@
+//! A compact set of positions: blocks of 4096 entry ids, each stored as sorted runs or as a
+//! bitmap, whichever is smaller (a roaring-style hybrid with run containers).
+
+use std::collections::BTreeMap;
+
+use crate::codec::{DecodeError, Reader, Writer};
+use crate::entry::Position;
+
+const BLOCK_SHIFT: u32 = 12;
+const BLOCK_BITS: u64 = 1 << BLOCK_SHIFT;
+const WORDS: usize = (BLOCK_BITS / 64) as usize;
+/// A runs container turns into a bitmap above this many runs (4 bytes per run = 512 bytes).
+const MAX_RUNS: usize = 128;
+/// A bitmap turns back into runs at or below this many runs (hysteresis against flapping).
+const MIN_RUNS: u32 = 64;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Bitmap {
+    words: [u64; WORDS],
+    /// Number of maximal runs of set bits.
+    runs: u32,
+    /// Number of set bits.
+    len: u32,
+}
+
+impl Bitmap {
+    fn bit(&self, i: u32) -> bool {
+        self.words[(i >> 6) as usize] & (1u64 << (i & 63)) != 0
+    }
+
+    fn recount(&mut self) {
+        let mut len = 0;
+        let mut runs = 0;
+        let mut prev_top = false;
+        for w in &self.words {
+            len += w.count_ones();
+            // Run starts: bits set whose lower neighbour is clear.
+            let starts = w & !((w << 1) | u64::from(prev_top));
+            runs += starts.count_ones();
+            prev_top = w >> 63 != 0;
+        }
+        self.len = len;
+        self.runs = runs;
+    }
+
+    fn to_runs(&self) -> Vec<(u16, u16)> {
+        let mut out = Vec::with_capacity(self.runs as usize);
+        let mut i: u32 = 0;
+        while i < BLOCK_BITS as u32 {
+            // Find the next set bit at or after i.
+            let wi = (i >> 6) as usize;
+            let w = self.words[wi] & (!0u64 << (i & 63));
+            if w == 0 {
+                i = (wi as u32 + 1) * 64;
+                continue;
+            }
+            let start = wi as u32 * 64 + w.trailing_zeros();
+            let end = self.run_end(start);
+            out.push((start as u16, end as u16));
+            i = end + 1;
+        }
+        out
+    }
+
+    /// The last index of the run of set bits that contains `i` (bit `i` must be set).
+    fn run_end(&self, i: u32) -> u32 {
+        let mut wi = (i >> 6) as usize;
+        let mut inv = !self.words[wi] & (!0u64 << (i & 63));
+        loop {
+            if inv != 0 {
+                return wi as u32 * 64 + inv.trailing_zeros() - 1;
+            }
+            wi += 1;
+            if wi == WORDS {
+                return BLOCK_BITS as u32 - 1;
+            }
+            inv = !self.words[wi];
+        }
+    }
+
+    fn from_runs(runs: &[(u16, u16)]) -> Box<Bitmap> {
+        let mut b = Box::new(Bitmap {
+            words: [0; WORDS],
+            runs: 0,
+            len: 0,
+        });
+        for &(s, e) in runs {
+            for i in u32::from(s)..=u32::from(e) {
+                b.words[(i >> 6) as usize] |= 1u64 << (i & 63);
+            }
+        }
+        b.recount();
+        b
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Container {
+    /// Sorted, disjoint, non-adjacent inclusive runs.
+    Runs(Vec<(u16, u16)>),
+    Bitmap(Box<Bitmap>),
+}
+
+impl Container {
+    fn len(&self) -> u64 {
+        match self {
+            Container::Runs(r) => r
+                .iter()
+                .map(|&(s, e)| u64::from(e) - u64::from(s) + 1)
+                .sum(),
+            Container::Bitmap(b) => u64::from(b.len),
+        }
+    }
+
+    fn contains(&self, i: u32) -> bool {
+        match self {
+            Container::Runs(r) => {
+                let idx = r.partition_point(|&(s, _)| u32::from(s) <= i);
+                idx > 0 && u32::from(r[idx - 1].1) >= i
+            }
+            Container::Bitmap(b) => b.bit(i),
+        }
+    }
+
+    /// Inserts `i`; returns whether it was new.
+    fn insert(&mut self, i: u32) -> bool {
+        match self {
+            Container::Runs(r) => {
+                let idx = r.partition_point(|&(s, _)| u32::from(s) <= i);
+                if idx > 0 && u32::from(r[idx - 1].1) >= i {
+                    return false;
+                }
+                let left = idx > 0 && u32::from(r[idx - 1].1) + 1 == i;
+                let right = idx < r.len() && u32::from(r[idx].0) == i + 1;
+                match (left, right) {
+                    (true, true) => {
+                        r[idx - 1].1 = r[idx].1;
+                        r.remove(idx);
+                    }
+                    (true, false) => r[idx - 1].1 = i as u16,
+                    (false, true) => r[idx].0 = i as u16,
+                    (false, false) => {
+                        r.insert(idx, (i as u16, i as u16));
+                        if r.len() > MAX_RUNS {
+                            *self = Container::Bitmap(Bitmap::from_runs(r));
+                        }
+                    }
+                }
+                true
+            }
+            Container::Bitmap(b) => {
+                if b.bit(i) {
+                    return false;
+                }
+                let left = i > 0 && b.bit(i - 1);
+                let right = i + 1 < BLOCK_BITS as u32 && b.bit(i + 1);
+                b.words[(i >> 6) as usize] |= 1u64 << (i & 63);
+                b.len += 1;
+                b.runs = b.runs + 1 - u32::from(left) - u32::from(right);
+                if b.runs <= MIN_RUNS {
+                    *self = Container::Runs(b.to_runs());
+                }
+                true
+            }
+        }
+    }
+
+    /// The end of the run containing `i` (which must be in the set).
+    fn run_end(&self, i: u32) -> u32 {
+        match self {
+            Container::Runs(r) => {
+                let idx = r.partition_point(|&(s, _)| u32::from(s) <= i);
+                if idx == 0 {
+                    return i;
+                }
+                u32::from(r[idx - 1].1).max(i)
+            }
+            Container::Bitmap(b) => b.run_end(i),
+        }
+    }
+
+    /// Removes every element `<= i`; returns how many were removed.
+    fn remove_through(&mut self, i: u32) -> u64 {
+        let before = self.len();
+        match self {
+            Container::Runs(r) => {
+                let keep_from = r.partition_point(|&(_, e)| u32::from(e) <= i);
+                r.drain(..keep_from);
+                if let Some(first) = r.first_mut() {
+                    if u32::from(first.0) <= i {
+                        first.0 = (i + 1) as u16;
+                    }
+                }
+            }
+            Container::Bitmap(b) => {
+                let full = ((i + 1) >> 6) as usize;
+                for w in b.words.iter_mut().take(full) {
+                    *w = 0;
+                }
+                if full < WORDS {
+                    let rem = (i + 1) & 63;
+                    if rem > 0 {
+                        b.words[full] &= !0u64 << rem;
+                    }
+                }
+                b.recount();
+                if b.runs <= MIN_RUNS {
+                    *self = Container::Runs(b.to_runs());
+                }
+            }
+        }
+        before - self.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Container::Runs(r) => r.is_empty(),
+            Container::Bitmap(b) => b.len == 0,
+        }
+    }
+
+    fn runs(&self) -> Vec<(u16, u16)> {
+        match self {
+            Container::Runs(r) => r.clone(),
+            Container::Bitmap(b) => b.to_runs(),
+        }
+    }
+}
+
+/// A set of positions whose memory and persisted size scale with the number of ranges (holes),
+/// capped at one bit per position of the span it covers.
+///
+/// Positions are grouped per ledger into blocks of 4096 entry ids; a block is a sorted list of
+/// runs (4 bytes per run) until it has more than 128 runs, then a 512-byte bitmap. The cursor
+/// uses it for the positions acked above mark-delete.
+///
+/// ```
+/// use cursor::{AckSet, Position};
+/// let mut s = AckSet::new();
+/// assert!(s.insert(Position::new(1, 5)));
+/// assert!(s.insert(Position::new(1, 6)));
+/// assert!(!s.insert(Position::new(1, 6)));
+/// assert_eq!(s.ranges(), vec![(Position::new(1, 5), Position::new(1, 6))]);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AckSet {
+    blocks: BTreeMap<(u64, u64), Container>,
+    len: u64,
+}
+
+fn split(p: Position) -> ((u64, u64), u32) {
+    (
+        (p.ledger_id, p.entry_id >> BLOCK_SHIFT),
+        (p.entry_id & (BLOCK_BITS - 1)) as u32,
+    )
+}
+
+impl AckSet {
+    /// An empty set.
+    pub fn new() -> Self {
+        AckSet::default()
+    }
+
+    /// Number of positions in the set.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Whether `p` is in the set.
+    pub fn contains(&self, p: Position) -> bool {
+        let (k, i) = split(p);
+        self.blocks.get(&k).is_some_and(|c| c.contains(i))
+    }
+
+    /// Adds `p`; returns whether it was not there before.
+    pub fn insert(&mut self, p: Position) -> bool {
+        let (k, i) = split(p);
+        let new = self
+            .blocks
+            .entry(k)
+            .or_insert_with(|| Container::Runs(Vec::new()))
+            .insert(i);
+        self.len += u64::from(new);
+        new
+    }
+
+    /// The smallest position in the set.
+    pub fn first(&self) -> Option<Position> {
+        let (&(l, b), c) = self.blocks.iter().next()?;
+        let i = match c {
+            Container::Runs(r) => u64::from(r.first()?.0),
+            Container::Bitmap(bm) => {
+                let (wi, w) = bm.words.iter().enumerate().find(|(_, w)| **w != 0)?;
+                wi as u64 * 64 + u64::from(w.trailing_zeros())
+            }
+        };
+        Some(Position::new(l, (b << BLOCK_SHIFT) + i))
+    }
+
+    /// For `p` in the set: the last position `q >= p` in the same ledger such that every entry
+    /// id from `p` to `q` is in the set. `None` when `p` is not in the set.
+    pub fn run_end(&self, p: Position) -> Option<Position> {
+        let (mut k, i) = split(p);
+        let c = self.blocks.get(&k)?;
+        if !c.contains(i) {
+            return None;
+        }
+        let mut end = c.run_end(i);
+        loop {
+            if u64::from(end) != BLOCK_BITS - 1 {
+                return Some(Position::new(k.0, (k.1 << BLOCK_SHIFT) + u64::from(end)));
+            }
+            let Some(nk) = k.1.checked_add(1).map(|b| (k.0, b)) else {
+                return Some(Position::new(k.0, (k.1 << BLOCK_SHIFT) + u64::from(end)));
+            };
+            match self.blocks.get(&nk) {
+                Some(nc) if nc.contains(0) => {
+                    k = nk;
+                    end = nc.run_end(0);
+                }
+                _ => return Some(Position::new(k.0, (k.1 << BLOCK_SHIFT) + u64::from(end))),
+            }
+        }
+    }
+
+    /// Removes every position `<= p`; returns how many were removed.
+    pub fn remove_through(&mut self, p: Position) -> u64 {
+        let (pk, pi) = split(p);
+        let mut removed = 0;
+        while let Some(mut entry) = self.blocks.first_entry() {
+            let k = *entry.key();
+            if k > pk {
+                break;
+            }
+            if k < pk {
+                removed += entry.get().len();
+                entry.remove();
+                continue;
+            }
+            removed += entry.get_mut().remove_through(pi);
+            if entry.get().is_empty() {
+                entry.remove();
+            }
+            break;
+        }
+        self.len -= removed;
+        removed
+    }
+
+    /// Removes everything.
+    pub fn clear(&mut self) {
+        self.blocks.clear();
+        self.len = 0;
+    }
+
+    /// The set as inclusive ranges `(first, last)`, in order; a range never spans two ledgers.
+    pub fn ranges(&self) -> Vec<(Position, Position)> {
+        let mut out: Vec<(Position, Position)> = Vec::new();
+        for (&(l, b), c) in &self.blocks {
+            let base = b << BLOCK_SHIFT;
+            for (s, e) in c.runs() {
+                let s = Position::new(l, base + u64::from(s));
+                let e = Position::new(l, base + u64::from(e));
+                match out.last_mut() {
+                    Some(last) if last.1.ledger_id == l && last.1.entry_id + 1 == s.entry_id => {
+                        last.1 = e;
+                    }
+                    _ => out.push((s, e)),
+                }
+            }
+        }
+        out
+    }
+
+    /// The ranges that intersect `(.., through]`, clipped at `through`.
+    pub(crate) fn ranges_through(&self, through: Position) -> Vec<(Position, Position)> {
+        let (tk, _) = split(through);
+        let mut out: Vec<(Position, Position)> = Vec::new();
+        for (&(l, b), c) in self.blocks.range(..=tk) {
+            let base = b << BLOCK_SHIFT;
+            for (s, e) in c.runs() {
+                let s = Position::new(l, base + u64::from(s));
+                if s > through {
+                    break;
+                }
+                let e = Position::new(l, base + u64::from(e)).min(through);
+                out.push((s, e));
+            }
+        }
+        out
+    }
+
+    /// Number of runs plus bitmap blocks: a rough measure of the in-memory size.
+    pub fn containers(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub(crate) fn encode(&self, w: &mut Writer) {
+        // Per ledger: ledger id delta, block count; per block: block delta, kind, contents.
+        let mut ledgers: Vec<(u64, Vec<(u64, &Container)>)> = Vec::new();
+        for (&(l, b), c) in &self.blocks {
+            match ledgers.last_mut() {
+                Some((ll, v)) if *ll == l => v.push((b, c)),
+                _ => ledgers.push((l, vec![(b, c)])),
+            }
+        }
+        w.varint(ledgers.len() as u64);
+        let mut prev_l = 0;
+        for (l, blocks) in &ledgers {
+            w.varint(l - prev_l);
+            prev_l = *l;
+            w.varint(blocks.len() as u64);
+            let mut prev_b = 0;
+            for (b, c) in blocks {
+                w.varint(b - prev_b);
+                prev_b = *b;
+                match c {
+                    Container::Runs(r) => {
+                        w.byte(0);
+                        w.varint(r.len() as u64);
+                        let mut next_free = 0u64;
+                        for &(s, e) in r {
+                            w.varint(u64::from(s) - next_free);
+                            w.varint(u64::from(e - s));
+                            next_free = u64::from(e) + 1;
+                        }
+                    }
+                    Container::Bitmap(bm) => {
+                        w.byte(1);
+                        for word in &bm.words {
+                            w.bytes(&word.to_le_bytes());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(crate) fn decode(r: &mut Reader<'_>) -> Result<AckSet, DecodeError> {
+        let mut set = AckSet::new();
+        let n_ledgers = r.varint()?;
+        let mut l = 0u64;
+        for li in 0..n_ledgers {
+            let d = r.varint()?;
+            if li > 0 && d == 0 {
+                return Err(r.error("ledger ids not increasing"));
+            }
+            l = l.checked_add(d).ok_or_else(|| r.error("ledger id overflow"))?;
+            let n_blocks = r.varint()?;
+            let mut b = 0u64;
+            for bi in 0..n_blocks {
+                let d = r.varint()?;
+                if bi > 0 && d == 0 {
+                    return Err(r.error("block ids not increasing"));
+                }
+                b = b.checked_add(d).ok_or_else(|| r.error("block id overflow"))?;
+                if b > (u64::MAX >> BLOCK_SHIFT) {
+                    return Err(r.error("block id out of range"));
+                }
+                let c = match r.byte()? {
+                    0 => {
+                        let n = r.varint()?;
+                        if n == 0 || n > BLOCK_BITS / 2 {
+                            return Err(r.error("bad run count"));
+                        }
+                        let mut runs = Vec::with_capacity(n as usize);
+                        let mut next_free = 0u64;
+                        for _ in 0..n {
+                            let s = next_free
+                                .checked_add(r.varint()?)
+                                .ok_or_else(|| r.error("run start overflow"))?;
+                            let e = s
+                                .checked_add(r.varint()?)
+                                .ok_or_else(|| r.error("run end overflow"))?;
+                            if e >= BLOCK_BITS || (next_free > 0 && s == next_free) {
+                                return Err(r.error("run out of range or adjacent"));
+                            }
+                            runs.push((s as u16, e as u16));
+                            next_free = e + 1;
+                        }
+                        if runs.len() > MAX_RUNS {
+                            Container::Bitmap(Bitmap::from_runs(&runs))
+                        } else {
+                            Container::Runs(runs)
+                        }
+                    }
+                    1 => {
+                        let mut bm = Box::new(Bitmap {
+                            words: [0; WORDS],
+                            runs: 0,
+                            len: 0,
+                        });
+                        for w in bm.words.iter_mut() {
+                            let bytes = r.take(8)?;
+                            let mut a = [0u8; 8];
+                            a.copy_from_slice(bytes);
+                            *w = u64::from_le_bytes(a);
+                        }
+                        bm.recount();
+                        if bm.len == 0 {
+                            return Err(r.error("empty bitmap block"));
+                        }
+                        if bm.runs <= MIN_RUNS {
+                            Container::Runs(bm.to_runs())
+                        } else {
+                            Container::Bitmap(bm)
+                        }
+                    }
+                    _ => return Err(r.error("unknown block kind")),
+                };
+                set.len += c.len();
+                set.blocks.insert((l, b), c);
+            }
+        }
+        Ok(set)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    fn p(e: u64) -> Position {
+        Position::new(1, e)
+    }
+
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+    }
+
+    fn roundtrip(s: &AckSet) -> AckSet {
+        let mut w = Writer::default();
+        s.encode(&mut w);
+        let buf = w.into_inner();
+        let mut r = Reader::new(&buf);
+        let d = AckSet::decode(&mut r).expect("decodes");
+        assert!(r.is_empty());
+        d
+    }
+
+    #[test]
+    fn matches_a_btreeset_over_random_ops() {
+        for seed in 0..40u64 {
+            let mut rng = Rng(seed);
+            let mut s = AckSet::new();
+            let mut m = BTreeSet::new();
+            let span = [50u64, 5000, 20_000][(seed % 3) as usize];
+            for step in 0..3000 {
+                let op = rng.next() % 10;
+                let e = rng.next() % span;
+                if op < 8 {
+                    assert_eq!(s.insert(p(e)), m.insert(p(e)), "seed {seed} step {step}");
+                } else if op == 8 {
+                    let removed = s.remove_through(p(e));
+                    let before = m.len();
+                    m.retain(|&q| q > p(e));
+                    assert_eq!(removed as usize, before - m.len(), "seed {seed} step {step}");
+                } else {
+                    let q = p(e);
+                    let want = m.contains(&q).then(|| {
+                        let mut end = q;
+                        while m.contains(&end.next()) {
+                            end = end.next();
+                        }
+                        end
+                    });
+                    assert_eq!(s.run_end(q), want, "seed {seed} step {step} e {e}");
+                }
+                assert_eq!(s.len(), m.len() as u64);
+            }
+            assert_eq!(s.first(), m.iter().next().copied());
+            for e in 0..span {
+                assert_eq!(s.contains(p(e)), m.contains(&p(e)), "seed {seed} e {e}");
+            }
+            let d = roundtrip(&s);
+            assert_eq!(d.ranges(), s.ranges(), "seed {seed}");
+            assert_eq!(d.len(), s.len());
+            let flat: Vec<Position> = s
+                .ranges()
+                .into_iter()
+                .flat_map(|(a, b)| (a.entry_id..=b.entry_id).map(p))
+                .collect();
+            assert_eq!(flat, m.iter().copied().collect::<Vec<_>>(), "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn alternating_positions_encode_as_bitmaps() {
+        let mut s = AckSet::new();
+        for e in (0..1_000_000u64).step_by(2) {
+            s.insert(p(e));
+        }
+        let mut w = Writer::default();
+        s.encode(&mut w);
+        let n = w.into_inner().len();
+        // 245 blocks of 512 bytes plus small headers.
+        assert!(n <= 130_000, "encoded {n} bytes");
+        assert_eq!(roundtrip(&s), s);
+    }
+
+    #[test]
+    fn full_blocks_collapse_to_one_run() {
+        let mut s = AckSet::new();
+        for e in (0..10_000u64).rev() {
+            s.insert(p(e));
+        }
+        assert_eq!(s.ranges(), vec![(p(0), p(9_999))]);
+        assert_eq!(s.run_end(p(0)), Some(p(9_999)));
+        let mut w = Writer::default();
+        s.encode(&mut w);
+        assert!(w.into_inner().len() < 40);
+    }
+
+    #[test]
+    fn runs_never_merge_across_ledgers() {
+        let mut s = AckSet::new();
+        s.insert(Position::new(1, u64::MAX));
+        s.insert(Position::new(2, 0));
+        assert_eq!(s.ranges().len(), 2);
+        assert_eq!(
+            s.run_end(Position::new(1, u64::MAX)),
+            Some(Position::new(1, u64::MAX))
+        );
+        assert_eq!(roundtrip(&s), s);
+    }
+
+    #[test]
+    fn decode_rejects_garbage() {
+        for bad in [&[1u8, 1, 1, 0, 9][..], &[1, 1, 1, 0, 0, 0], &[1, 1, 1, 0, 2][..]] {
+            let mut r = Reader::new(bad);
+            assert!(AckSet::decode(&mut r).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,791 @@
+//! The managed cursor: mark-delete, acked set, batch bitsets, read position and every
+//! operation that moves them.
+
+use std::collections::BTreeMap;
+
+use tracing::{debug, trace, warn};
+
+use crate::ackset::AckSet;
+use crate::batch::BatchAcks;
+use crate::entry::{Backlog, Entry, EntryMeta, Position};
+use crate::error::CursorError;
+use crate::ledger::Ledger;
+use crate::store::{CursorStore, PersistedState};
+
+/// Why the mark-delete position moved.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MarkDeleteReason {
+    /// Individual acks made a contiguous prefix acked.
+    Ack,
+    /// A cumulative ack ([`ManagedCursor::mark_delete`]).
+    CumulativeAck,
+    /// An admin skip of n entries.
+    Skip,
+    /// An admin clear-backlog.
+    ClearBacklog,
+    /// Message expiry (TTL).
+    Expiry,
+    /// Backlog-quota eviction (size, message count or age).
+    BacklogQuota,
+    /// A reset (seek) to a position, forwards or backwards.
+    Reset,
+}
+
+/// One move of the mark-delete position, reported to the caller of the operation that made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MarkDeleteMove {
+    /// Mark-delete before the move.
+    pub from: Position,
+    /// Mark-delete after the move (lower than `from` only for a backwards [`MarkDeleteReason::Reset`]).
+    pub to: Position,
+    /// Why it moved.
+    pub reason: MarkDeleteReason,
+    /// Existing entries in `(from, to]` that were neither acked nor had all batch indexes acked:
+    /// dropped by skip, clear-backlog, expiry, quota eviction or a forward reset. Always empty
+    /// for `Ack` and `CumulativeAck`. Sorted.
+    pub dropped: Vec<Position>,
+}
+
+/// What an individual or batch-index ack did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AckOutcome {
+    /// False when the ack changed nothing: the position was at or below mark-delete, already
+    /// acked, or (batch-index acks) every given index was already acked.
+    pub newly_acked: bool,
+    /// The mark-delete move the ack caused, if any (reason [`MarkDeleteReason::Ack`]).
+    pub md_move: Option<MarkDeleteMove>,
+}
+
+/// The result of [`ManagedCursor::replay`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ReplayResult {
+    /// The requested entries that exist and are not acked, sorted by position.
+    pub entries: Vec<Entry>,
+    /// The requested positions that are acked (or at/below mark-delete): drop them from the
+    /// replay set. Sorted.
+    pub already_acked: Vec<Position>,
+    /// The requested positions above mark-delete that do not exist in the ledger. Sorted.
+    pub missing: Vec<Position>,
+}
+
+/// A subscription's position over a [`Ledger`]: what has been consumed and what to read next.
+///
+/// * **Mark-delete** (md): every entry at or below it is consumed. A fresh cursor's md is
+///   [`Ledger::before_first`] (for an [`InMemoryLedger`](crate::InMemoryLedger) starting at
+///   ledger 1, that is `0:18446744073709551615`, i.e. "just before `1:0`").
+/// * **Acked set**: positions acked above md, in a compact [`AckSet`]; md advances over the
+///   contiguous acked prefix automatically. A **batch bitset** tracks partially acked batches;
+///   such an entry counts as acked only once all its indexes are.
+/// * **Read position**: a lower bound for the next [`read`](ManagedCursor::read); always `> md`.
+///
+/// Every md move is returned as a [`MarkDeleteMove`] with its reason and the positions dropped
+/// without an ack. The cursor is single-threaded (`&mut self`); wrap it in a lock to share it.
+/// State changes stay in memory until [`persist`](ManagedCursor::persist) is called; the caller
+/// chooses the cadence (after every change, or throttled as Pulsar does). Recovery restores the
+/// last persisted state, so acks after the last persist are redelivered, never lost.
+#[derive(Debug)]
+pub struct ManagedCursor<S: CursorStore> {
+    name: String,
+    store: S,
+    md: Position,
+    read: Position,
+    acked: AckSet,
+    batches: BTreeMap<Position, BatchAcks>,
+    /// Totals of the fully acked entries in `acked`.
+    acked_totals: Backlog,
+    /// Sum of acked indexes over `batches`.
+    partial_msgs: u64,
+    last_active: u64,
+    dirty: bool,
+}
+
+/// Checks `p` against the ledger and returns its metadata.
+fn lookup<L: Ledger + ?Sized>(ledger: &L, p: Position) -> Result<&EntryMeta, CursorError> {
+    if let Some(m) = ledger.meta(p) {
+        return Ok(m);
+    }
+    match ledger.entry_count(p.ledger_id) {
+        None => Err(CursorError::UnknownLedger { position: p }),
+        Some(n) if p.entry_id >= n => Err(CursorError::BeyondLedger {
+            position: p,
+            entries: n,
+        }),
+        Some(_) => Err(CursorError::Trimmed { position: p }),
+    }
+}
+
+impl<S: CursorStore> ManagedCursor<S> {
+    /// A fresh cursor named `name` whose mark-delete is just before the ledger's first entry.
+    /// Nothing is persisted until [`persist`](Self::persist).
+    pub fn new<L: Ledger + ?Sized>(name: impl Into<String>, ledger: &L, store: S) -> Self {
+        let md = ledger.before_first();
+        let name = name.into();
+        debug!(cursor = %name, md = %md, "cursor created");
+        ManagedCursor {
+            name,
+            store,
+            md,
+            read: md.next(),
+            acked: AckSet::new(),
+            batches: BTreeMap::new(),
+            acked_totals: Backlog::default(),
+            partial_msgs: 0,
+            last_active: 0,
+            dirty: true,
+        }
+    }
+
+    /// Restores the cursor from the last state in `store`. The read position is the first
+    /// un-acked entry after mark-delete.
+    ///
+    /// Errors: [`CursorError::NothingPersisted`] when the store is empty, [`CursorError::Store`]
+    /// when it cannot be read (corruption names file and offset), [`CursorError::StateMismatch`]
+    /// when the state refers to entries past the end of the ledger.
+    pub fn recover<L: Ledger + ?Sized>(ledger: &L, mut store: S) -> Result<Self, CursorError> {
+        let st = store.load()?.ok_or(CursorError::NothingPersisted)?;
+        let end = ledger
+            .last_position()
+            .unwrap_or_else(|| ledger.before_first());
+        if st.mark_delete > end.max(ledger.before_first()) {
+            return Err(CursorError::StateMismatch {
+                position: st.mark_delete,
+                what: "mark-delete past the end of the ledger",
+            });
+        }
+        let mut acked_totals = Backlog::default();
+        for (a, b) in st.acked.ranges() {
+            if lookup(ledger, a).is_err() || lookup(ledger, b).is_err() {
+                return Err(CursorError::StateMismatch {
+                    position: b,
+                    what: "acked position not in the ledger",
+                });
+            }
+            acked_totals.add(ledger.totals_in(a.before(), b));
+        }
+        let mut partial_msgs = 0;
+        for (p, b) in &st.batch_acks {
+            if lookup(ledger, *p).is_err() {
+                return Err(CursorError::StateMismatch {
+                    position: *p,
+                    what: "batch bitset for a position not in the ledger",
+                });
+            }
+            partial_msgs += u64::from(b.acked_count());
+        }
+        let mut c = ManagedCursor {
+            name: st.name,
+            store,
+            md: st.mark_delete,
+            read: st.mark_delete.next(),
+            acked: st.acked,
+            batches: st.batch_acks,
+            acked_totals,
+            partial_msgs,
+            last_active: st.last_active,
+            dirty: false,
+        };
+        c.rewind(ledger);
+        debug!(cursor = %c.name, md = %c.md, read = %c.read, holes = c.acked.len(), "cursor recovered");
+        Ok(c)
+    }
+
+    /// The cursor's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The mark-delete position: everything at or below it is consumed.
+    pub fn mark_delete_position(&self) -> Position {
+        self.md
+    }
+
+    /// The read position: the next [`read`](Self::read) returns entries at or after it.
+    pub fn read_position(&self) -> Position {
+        self.read
+    }
+
+    /// Whether `p` counts as acked: at or below mark-delete, individually acked, or (for a
+    /// batch) all indexes acked.
+    pub fn is_acked(&self, p: Position) -> bool {
+        p <= self.md || self.acked.contains(p)
+    }
+
+    /// The acked indexes of a partially acked batch entry; `None` when `p` has no partial acks.
+    pub fn batch_acked_indexes(&self, p: Position) -> Option<Vec<u32>> {
+        self.batches.get(&p).map(BatchAcks::acked_indexes)
+    }
+
+    /// The acked positions above mark-delete.
+    pub fn acked_set(&self) -> &AckSet {
+        &self.acked
+    }
+
+    /// Whether state changed since the last successful [`persist`](Self::persist).
+    pub fn is_dirty(&self) -> bool {
+        self.dirty
+    }
+
+    /// Records the caller's notion of "now" as the last-active time (milliseconds).
+    pub fn set_last_active(&mut self, now_ms: u64) {
+        if self.last_active != now_ms {
+            self.last_active = now_ms;
+            self.dirty = true;
+        }
+    }
+
+    /// The last-active time set by the caller.
+    pub fn last_active(&self) -> u64 {
+        self.last_active
+    }
+
+    /// The store, for inspection.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The persisted form of the current state.
+    pub fn snapshot(&self) -> PersistedState {
+        PersistedState {
+            name: self.name.clone(),
+            mark_delete: self.md,
+            acked: self.acked.clone(),
+            batch_acks: self.batches.clone(),
+            last_active: self.last_active,
+        }
+    }
+
+    /// Saves the current state to the store. On error the state stays dirty and in memory; the
+    /// store still holds the previous state (for [`FileStore`](crate::FileStore)).
+    pub fn persist(&mut self) -> Result<(), CursorError> {
+        let st = self.snapshot();
+        self.store.save(&st)?;
+        self.dirty = false;
+        debug!(cursor = %self.name, md = %self.md, ranges = self.acked.containers(), "cursor persisted");
+        Ok(())
+    }
+
+    /// Individually acks `p`. Acking a position at or below mark-delete, or one already acked,
+    /// succeeds with `newly_acked == false`. A full ack of a partially batch-acked entry
+    /// completes it. When `p` closes the gap after mark-delete, md moves over the contiguous
+    /// acked prefix and the move (reason `Ack`) is returned.
+    pub fn ack<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        p: Position,
+    ) -> Result<AckOutcome, CursorError> {
+        if p <= self.md {
+            trace!(cursor = %self.name, position = %p, "ack at or below mark-delete ignored");
+            return Ok(AckOutcome {
+                newly_acked: false,
+                md_move: None,
+            });
+        }
+        let meta = lookup(ledger, p)?;
+        let t = Backlog::of(meta);
+        if self.acked.contains(p) {
+            trace!(cursor = %self.name, position = %p, "duplicate ack");
+            return Ok(AckOutcome {
+                newly_acked: false,
+                md_move: None,
+            });
+        }
+        Ok(AckOutcome {
+            newly_acked: true,
+            md_move: self.mark_acked(ledger, p, t),
+        })
+    }
+
+    fn mark_acked<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        p: Position,
+        t: Backlog,
+    ) -> Option<MarkDeleteMove> {
+        if let Some(b) = self.batches.remove(&p) {
+            self.partial_msgs -= u64::from(b.acked_count());
+        }
+        self.acked.insert(p);
+        self.acked_totals.add(t);
+        self.dirty = true;
+        trace!(cursor = %self.name, position = %p, "acked");
+        if ledger.next_position(self.md) == Some(p) {
+            let from = self.md;
+            self.absorb_acked(ledger);
+            Some(self.finish_move(from, MarkDeleteReason::Ack, Vec::new()))
+        } else {
+            None
+        }
+    }
+
+    /// Acks `indexes` of the batch entry `p` (of `batch_size` messages, which must equal the
+    /// entry's `num_messages`). The entry counts as acked once every index is; then it behaves
+    /// as an individual ack. Errors for an index `>= batch_size` or a size mismatch, before any
+    /// change. Positions at or below md, or already acked, are a no-op (`newly_acked == false`).
+    pub fn ack_batch_index<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        p: Position,
+        batch_size: u32,
+        indexes: &[u32],
+    ) -> Result<AckOutcome, CursorError> {
+        if p <= self.md {
+            return Ok(AckOutcome {
+                newly_acked: false,
+                md_move: None,
+            });
+        }
+        let meta = lookup(ledger, p)?;
+        let actual = meta.messages();
+        if batch_size != actual {
+            return Err(CursorError::BatchSizeMismatch {
+                position: p,
+                given: batch_size,
+                actual,
+            });
+        }
+        if let Some(&index) = indexes.iter().find(|&&i| i >= batch_size) {
+            return Err(CursorError::BatchIndexOutOfRange {
+                position: p,
+                index,
+                batch_size,
+            });
+        }
+        if self.acked.contains(p) {
+            return Ok(AckOutcome {
+                newly_acked: false,
+                md_move: None,
+            });
+        }
+        let t = Backlog::of(meta);
+        let b = self
+            .batches
+            .entry(p)
+            .or_insert_with(|| BatchAcks::new(batch_size));
+        let mut newly = 0u64;
+        for &i in indexes {
+            newly += u64::from(b.set(i));
+        }
+        let complete = b.is_complete();
+        if b.acked_count() == 0 {
+            self.batches.remove(&p);
+        }
+        self.partial_msgs += newly;
+        if newly > 0 {
+            self.dirty = true;
+        }
+        if complete {
+            return Ok(AckOutcome {
+                newly_acked: true,
+                md_move: self.mark_acked(ledger, p, t),
+            });
+        }
+        trace!(cursor = %self.name, position = %p, newly, "batch indexes acked");
+        Ok(AckOutcome {
+            newly_acked: newly > 0,
+            md_move: None,
+        })
+    }
+
+    /// Cumulative ack: moves mark-delete to `p` (which must exist), then over any acked entries
+    /// that follow. Never moves backwards: `p <= md` returns `Ok(None)`.
+    pub fn mark_delete<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        p: Position,
+    ) -> Result<Option<MarkDeleteMove>, CursorError> {
+        if p <= self.md {
+            return Ok(None);
+        }
+        lookup(ledger, p)?;
+        Ok(Some(self.move_to(
+            ledger,
+            p,
+            MarkDeleteReason::CumulativeAck,
+            Vec::new(),
+        )))
+    }
+
+    /// Skips the next `n` un-acked entries after mark-delete (acked ones are not counted), as an
+    /// admin skip does. Skipping more than there are clears the backlog. `None` when nothing
+    /// moved.
+    pub fn skip<L: Ledger + ?Sized>(&mut self, ledger: &L, n: u64) -> Option<MarkDeleteMove> {
+        let mut dropped = Vec::new();
+        let mut p = self.md;
+        while (dropped.len() as u64) < n {
+            match self.first_unacked_after(ledger, p) {
+                Some(q) => {
+                    dropped.push(q);
+                    p = q;
+                }
+                None => break,
+            }
+        }
+        let target = *dropped.last()?;
+        Some(self.move_to(ledger, target, MarkDeleteReason::Skip, dropped))
+    }
+
+    /// Moves mark-delete to the last entry, dropping every un-acked entry. `None` when the
+    /// backlog is already empty.
+    pub fn clear_backlog<L: Ledger + ?Sized>(&mut self, ledger: &L) -> Option<MarkDeleteMove> {
+        let last = ledger.last_position()?;
+        if last <= self.md {
+            return None;
+        }
+        let dropped = self.unacked_in(ledger, last);
+        Some(self.move_to(ledger, last, MarkDeleteReason::ClearBacklog, dropped))
+    }
+
+    /// Expires messages: moves mark-delete over the entries right after it whose publish time is
+    /// `< before_publish_time`, stopping at the first entry that is not (acked entries included
+    /// in the scan). `None` when the first entry after md is not expired.
+    pub fn expire<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        before_publish_time: u64,
+    ) -> Option<MarkDeleteMove> {
+        self.expire_with(ledger, before_publish_time, MarkDeleteReason::Expiry)
+    }
+
+    fn expire_with<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        before: u64,
+        reason: MarkDeleteReason,
+    ) -> Option<MarkDeleteMove> {
+        let mut target = None;
+        let mut dropped = Vec::new();
+        let mut p = ledger.next_position(self.md);
+        while let Some(q) = p {
+            let Some(m) = ledger.meta(q) else { break };
+            if m.publish_time >= before {
+                break;
+            }
+            if !self.acked.contains(q) {
+                dropped.push(q);
+            }
+            target = Some(q);
+            p = ledger.next_position(q);
+        }
+        let target = target?;
+        Some(self.move_to(ledger, target, reason, dropped))
+    }
+
+    /// Backlog-quota eviction by size: drops the oldest un-acked entries until the backlog is at
+    /// most `max_bytes` (pass 90% of the quota to mimic Pulsar). Reason `BacklogQuota`.
+    pub fn evict_to_size<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        max_bytes: u64,
+    ) -> Option<MarkDeleteMove> {
+        let mut over = self.backlog(ledger).bytes.saturating_sub(max_bytes);
+        self.evict_while(ledger, |m, _| {
+            let take = over > 0;
+            over = over.saturating_sub(u64::from(m.size));
+            take
+        })
+    }
+
+    /// Backlog-quota eviction by message count: drops the oldest un-acked entries until the
+    /// backlog holds at most `max_messages` messages. Reason `BacklogQuota`.
+    pub fn evict_to_count<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        max_messages: u64,
+    ) -> Option<MarkDeleteMove> {
+        let mut over = self.backlog(ledger).messages.saturating_sub(max_messages);
+        self.evict_while(ledger, |m, partial| {
+            let take = over > 0;
+            over = over.saturating_sub(u64::from(m.messages()) - partial);
+            take
+        })
+    }
+
+    /// Backlog-quota eviction by age: drops the entries right after mark-delete published before
+    /// `now_ms - max_age_ms` (as [`expire`](Self::expire), with reason `BacklogQuota`).
+    pub fn evict_older_than<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        now_ms: u64,
+        max_age_ms: u64,
+    ) -> Option<MarkDeleteMove> {
+        let cutoff = now_ms.checked_sub(max_age_ms)?;
+        self.expire_with(ledger, cutoff, MarkDeleteReason::BacklogQuota)
+    }
+
+    /// Drops un-acked entries from the front while `take(meta, acked_batch_indexes)` says so.
+    fn evict_while<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        mut take: impl FnMut(&EntryMeta, u64) -> bool,
+    ) -> Option<MarkDeleteMove> {
+        let mut dropped = Vec::new();
+        let mut p = self.md;
+        while let Some(q) = self.first_unacked_after(ledger, p) {
+            let Some(m) = ledger.meta(q) else { break };
+            let partial = self
+                .batches
+                .get(&q)
+                .map_or(0, |b| u64::from(b.acked_count()));
+            if !take(m, partial) {
+                break;
+            }
+            dropped.push(q);
+            p = q;
+        }
+        let target = *dropped.last()?;
+        Some(self.move_to(ledger, target, MarkDeleteReason::BacklogQuota, dropped))
+    }
+
+    /// Resets (seeks) to `p`: mark-delete becomes the position just before `p`, the read
+    /// position becomes `p`, and every individual and batch ack is forgotten (acked entries at
+    /// or after `p` will be read again). `p` may be an entry, the position right after the
+    /// last entry of its ledger, or a position before the first existing entry. A forward reset
+    /// reports the un-acked entries it passes as dropped.
+    pub fn reset<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        p: Position,
+    ) -> Result<MarkDeleteMove, CursorError> {
+        if ledger.meta(p).is_none() {
+            let before_all = ledger.first_position().is_none_or(|f| p < f);
+            match ledger.entry_count(p.ledger_id) {
+                Some(n) if p.entry_id <= n => {}
+                Some(n) if !before_all => {
+                    return Err(CursorError::BeyondLedger {
+                        position: p,
+                        entries: n,
+                    })
+                }
+                None if !before_all => return Err(CursorError::UnknownLedger { position: p }),
+                _ => {}
+            }
+        }
+        let from = self.md;
+        let to = p.before();
+        let dropped = if to > from {
+            self.unacked_in(ledger, to)
+        } else {
+            Vec::new()
+        };
+        self.acked.clear();
+        self.batches.clear();
+        self.acked_totals = Backlog::default();
+        self.partial_msgs = 0;
+        self.md = to;
+        self.read = p;
+        self.dirty = true;
+        let mv = MarkDeleteMove {
+            from,
+            to,
+            reason: MarkDeleteReason::Reset,
+            dropped,
+        };
+        debug!(cursor = %self.name, from = %from, to = %to, reason = ?mv.reason, dropped = mv.dropped.len(), "mark-delete moved");
+        Ok(mv)
+    }
+
+    /// Moves the read position back to the first un-acked entry after mark-delete (or just
+    /// after md when there is none), so unacked entries are read again.
+    pub fn rewind<L: Ledger + ?Sized>(&mut self, ledger: &L) {
+        self.read = self
+            .first_unacked_after(ledger, self.md)
+            .unwrap_or_else(|| self.md.next());
+        debug!(cursor = %self.name, read = %self.read, "rewound");
+    }
+
+    /// Reads up to `n` entries from the read position, skipping acked ones (partially acked
+    /// batches are returned; see [`batch_acked_indexes`](Self::batch_acked_indexes)), and
+    /// advances the read position past them.
+    pub fn read<L: Ledger + ?Sized>(&mut self, ledger: &L, n: usize) -> Vec<Entry> {
+        let mut out = Vec::new();
+        let mut q = self.read.before();
+        while out.len() < n {
+            let Some(p) = self.first_unacked_after(ledger, q) else {
+                break;
+            };
+            if let Some(e) = ledger.get(p) {
+                out.push(e);
+            }
+            q = p;
+        }
+        if let Some(last) = out.last() {
+            self.read = last.position.next();
+        }
+        out
+    }
+
+    /// Reads specific positions (a replay) without moving the read position. Positions at or
+    /// below md or acked go to `already_acked`; positions that do not exist go to `missing`.
+    pub fn replay<L: Ledger + ?Sized>(&self, ledger: &L, positions: &[Position]) -> ReplayResult {
+        let mut ps = positions.to_vec();
+        ps.sort_unstable();
+        ps.dedup();
+        let mut r = ReplayResult::default();
+        for p in ps {
+            if self.is_acked(p) {
+                r.already_acked.push(p);
+            } else if let Some(e) = ledger.get(p) {
+                r.entries.push(e);
+            } else {
+                r.missing.push(p);
+            }
+        }
+        r
+    }
+
+    /// Whether a [`read`](Self::read) would return something now.
+    pub fn has_more_entries<L: Ledger + ?Sized>(&self, ledger: &L) -> bool {
+        self.first_unacked_after(ledger, self.read.before())
+            .is_some()
+    }
+
+    /// Entries, messages and bytes between mark-delete and the last entry that are not acked
+    /// (acked batch indexes are subtracted from messages). O(ledgers) for an
+    /// [`InMemoryLedger`](crate::InMemoryLedger).
+    pub fn backlog<L: Ledger + ?Sized>(&self, ledger: &L) -> Backlog {
+        let Some(last) = ledger.last_position() else {
+            return Backlog::default();
+        };
+        let mut t = ledger.totals_in(self.md, last);
+        t.sub(self.acked_totals);
+        t.messages = t.messages.saturating_sub(self.partial_msgs);
+        t
+    }
+
+    /// Checks the internal invariants; `Err` describes the first one broken. Used by tests and
+    /// simulations after every step (O(acked ranges + batches)).
+    ///
+    /// * the read position is above mark-delete;
+    /// * every acked position and batch bitset is above md and exists in the ledger;
+    /// * the entry right after md is not acked (md always covers the contiguous acked prefix);
+    /// * no batch bitset is complete or duplicates an acked position;
+    /// * the cached acked totals match the ledger.
+    pub fn check_invariants<L: Ledger + ?Sized>(&self, ledger: &L) -> Result<(), String> {
+        if self.read <= self.md {
+            return Err(format!("read {} not above md {}", self.read, self.md));
+        }
+        if let Some(f) = self.acked.first() {
+            if f <= self.md {
+                return Err(format!("acked {f} at or below md {}", self.md));
+            }
+        }
+        if let Some(n) = ledger.next_position(self.md) {
+            if self.acked.contains(n) {
+                return Err(format!("entry {n} right after md {} is acked", self.md));
+            }
+        }
+        let mut totals = Backlog::default();
+        for (a, b) in self.acked.ranges() {
+            if ledger.meta(a).is_none() || ledger.meta(b).is_none() {
+                return Err(format!("acked range {a}..{b} not in the ledger"));
+            }
+            totals.add(ledger.totals_in(a.before(), b));
+        }
+        if totals != self.acked_totals {
+            return Err(format!(
+                "acked totals {:?} != recomputed {totals:?}",
+                self.acked_totals
+            ));
+        }
+        let mut partial = 0;
+        for (p, b) in &self.batches {
+            if *p <= self.md || self.acked.contains(*p) || b.is_complete() || b.acked_count() == 0
+            {
+                return Err(format!("bad batch bitset at {p}"));
+            }
+            partial += u64::from(b.acked_count());
+        }
+        if partial != self.partial_msgs {
+            return Err(format!("partial count {} != {partial}", self.partial_msgs));
+        }
+        Ok(())
+    }
+
+    /// The first existing, not fully acked entry strictly after `p` (and after md).
+    fn first_unacked_after<L: Ledger + ?Sized>(&self, ledger: &L, p: Position) -> Option<Position> {
+        let mut q = ledger.next_position(p.max(self.md))?;
+        loop {
+            match self.acked.run_end(q) {
+                None => return Some(q),
+                Some(end) => q = ledger.next_position(end)?,
+            }
+        }
+    }
+
+    /// The un-acked existing entries in `(md, through]`.
+    fn unacked_in<L: Ledger + ?Sized>(&self, ledger: &L, through: Position) -> Vec<Position> {
+        let mut out = Vec::new();
+        let mut p = self.md;
+        while let Some(q) = self.first_unacked_after(ledger, p) {
+            if q > through {
+                break;
+            }
+            out.push(q);
+            p = q;
+        }
+        out
+    }
+
+    /// Moves md forward to `target` (> md), forgetting acks at or below it, then over the acked
+    /// entries that follow; returns the whole move.
+    fn move_to<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        target: Position,
+        reason: MarkDeleteReason,
+        dropped: Vec<Position>,
+    ) -> MarkDeleteMove {
+        let from = self.md;
+        for (a, b) in self.acked.ranges_through(target) {
+            self.acked_totals.sub(ledger.totals_in(a.before(), b));
+        }
+        self.acked.remove_through(target);
+        let rest = self.batches.split_off(&target.next());
+        for b in std::mem::replace(&mut self.batches, rest).values() {
+            self.partial_msgs -= u64::from(b.acked_count());
+        }
+        self.md = target;
+        self.absorb_acked(ledger);
+        self.finish_move(from, reason, dropped)
+    }
+
+    /// Advances md over the acked entries right after it.
+    fn absorb_acked<L: Ledger + ?Sized>(&mut self, ledger: &L) {
+        while let Some(n) = ledger.next_position(self.md) {
+            let Some(end) = self.acked.run_end(n) else {
+                break;
+            };
+            self.acked_totals.sub(ledger.totals_in(self.md, end));
+            self.acked.remove_through(end);
+            self.md = end;
+        }
+    }
+
+    fn finish_move(
+        &mut self,
+        from: Position,
+        reason: MarkDeleteReason,
+        dropped: Vec<Position>,
+    ) -> MarkDeleteMove {
+        if self.read <= self.md {
+            self.read = self.md.next();
+        }
+        self.dirty = true;
+        debug!(cursor = %self.name, from = %from, to = %self.md, reason = ?reason, dropped = dropped.len(), "mark-delete moved");
+        if !dropped.is_empty() && reason != MarkDeleteReason::Reset {
+            warn_dropped(&self.name, reason, &dropped);
+        }
+        MarkDeleteMove {
+            from,
+            to: self.md,
+            reason,
+            dropped,
+        }
+    }
+}
+
+fn warn_dropped(name: &str, reason: MarkDeleteReason, dropped: &[Position]) {
+    if let (Some(first), Some(last)) = (dropped.first(), dropped.last()) {
+        warn!(cursor = %name, reason = ?reason, count = dropped.len(), first = %first, last = %last, "entries dropped without an ack");
+    }
+}

@@ -1,0 +1,318 @@
+//! The ledger the cursor runs over: a trait and an in-memory implementation.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::entry::{Backlog, Entry, EntryMeta, Position};
+
+/// An append-only log of entries, split into ledgers (segments) with growing ids.
+///
+/// Contract for implementations: ledger ids are at least 1 (id 0 is reserved for the position
+/// before everything, see [`Position`]); inside a ledger, entry ids are dense from 0; trimming
+/// only removes a prefix of the whole log. The cursor only reads through `&self`.
+pub trait Ledger {
+    /// Appends an entry and returns its position.
+    fn append(&mut self, meta: EntryMeta) -> Position;
+
+    /// The first entry that still exists (not trimmed), or `None` when there is none.
+    fn first_position(&self) -> Option<Position>;
+
+    /// The last entry that still exists, or `None` when there is none.
+    fn last_position(&self) -> Option<Position>;
+
+    /// The position just before the first entry that exists or will be appended: the
+    /// mark-delete position of a fresh cursor.
+    fn before_first(&self) -> Position;
+
+    /// The first existing entry strictly after `p` (crossing ledger boundaries), if any.
+    fn next_position(&self, p: Position) -> Option<Position>;
+
+    /// The metadata of the entry at `p`, if it exists.
+    fn meta(&self, p: Position) -> Option<&EntryMeta>;
+
+    /// The entry at `p`, if it exists.
+    fn get(&self, p: Position) -> Option<Entry>;
+
+    /// How many entries were ever appended to ledger `ledger_id` (trimmed ones included), or
+    /// `None` when the ledger is unknown (never created, or trimmed away entirely).
+    fn entry_count(&self, ledger_id: u64) -> Option<u64>;
+
+    /// Up to `max` existing entries at positions `>= from`, in order.
+    fn read_range(&self, from: Position, max: usize) -> Vec<Entry> {
+        let mut out = Vec::new();
+        let mut p = self.next_position(from.before());
+        while let Some(q) = p {
+            if out.len() >= max {
+                break;
+            }
+            if let Some(e) = self.get(q) {
+                out.push(e);
+            }
+            p = self.next_position(q);
+        }
+        out
+    }
+
+    /// The existing entries among `positions`, sorted by position, without duplicates.
+    fn read_positions(&self, positions: &[Position]) -> Vec<Entry> {
+        let mut ps = positions.to_vec();
+        ps.sort_unstable();
+        ps.dedup();
+        ps.into_iter().filter_map(|p| self.get(p)).collect()
+    }
+
+    /// Totals over the existing entries `e` with `after < e.position <= through`.
+    fn totals_in(&self, after: Position, through: Position) -> Backlog {
+        let mut t = Backlog::default();
+        let mut p = self.next_position(after);
+        while let Some(q) = p {
+            if q > through {
+                break;
+            }
+            if let Some(m) = self.meta(q) {
+                t.add(Backlog::of(m));
+            }
+            p = self.next_position(q);
+        }
+        t
+    }
+
+    /// Drops every entry at a position `< p` (the slowest cursor's mark-delete + 1).
+    fn trim_below(&mut self, p: Position);
+}
+
+#[derive(Debug)]
+struct Segment {
+    id: u64,
+    /// Entries ever appended to this ledger.
+    count: u64,
+    /// Entry id of `metas[0]` (entries below were trimmed).
+    base: u64,
+    metas: VecDeque<Arc<EntryMeta>>,
+    /// `cum_*[i]` = totals of this ledger's entries with id `< base + i` (one more than `metas`).
+    cum_msgs: VecDeque<u64>,
+    cum_bytes: VecDeque<u64>,
+}
+
+impl Segment {
+    fn new(id: u64) -> Self {
+        Segment {
+            id,
+            count: 0,
+            base: 0,
+            metas: VecDeque::new(),
+            cum_msgs: VecDeque::from([0]),
+            cum_bytes: VecDeque::from([0]),
+        }
+    }
+
+    fn end(&self) -> u64 {
+        self.base + self.metas.len() as u64
+    }
+
+    fn first(&self) -> Option<Position> {
+        (!self.metas.is_empty()).then(|| Position::new(self.id, self.base))
+    }
+
+    /// Totals of existing entries with `lo <= id <= hi`.
+    fn totals(&self, lo: u64, hi: u64) -> Backlog {
+        let lo = lo.max(self.base);
+        let hi = hi.min(self.end().saturating_sub(1));
+        if self.metas.is_empty() || lo > hi {
+            return Backlog::default();
+        }
+        let a = (lo - self.base) as usize;
+        let b = (hi - self.base) as usize + 1;
+        Backlog {
+            entries: hi - lo + 1,
+            messages: self.cum_msgs[b] - self.cum_msgs[a],
+            bytes: self.cum_bytes[b] - self.cum_bytes[a],
+        }
+    }
+}
+
+/// An in-memory [`Ledger`]: ledger ids start at 1 and the log rolls over to a new ledger id every
+/// `entries_per_ledger` entries (or on [`InMemoryLedger::roll_over`]). Lookups are O(1), range
+/// totals O(ledgers in range) through per-ledger prefix sums.
+///
+/// ```
+/// use cursor::{EntryMeta, InMemoryLedger, Ledger, Position};
+/// let mut l = InMemoryLedger::new(2);
+/// let ps: Vec<Position> = (0..3).map(|i| l.append(EntryMeta::simple(i, 10))).collect();
+/// assert_eq!(ps, vec![Position::new(1, 0), Position::new(1, 1), Position::new(2, 0)]);
+/// assert_eq!(l.next_position(Position::new(1, 1)), Some(Position::new(2, 0)));
+/// l.trim_below(Position::new(1, 1));
+/// assert_eq!(l.first_position(), Some(Position::new(1, 1)));
+/// ```
+#[derive(Debug)]
+pub struct InMemoryLedger {
+    entries_per_ledger: u64,
+    segs: VecDeque<Segment>,
+    next_ledger_id: u64,
+    roll_pending: bool,
+    last_appended: Option<Position>,
+}
+
+impl InMemoryLedger {
+    /// A ledger that starts a new ledger id every `entries_per_ledger` entries (0 means never).
+    pub fn new(entries_per_ledger: u64) -> Self {
+        InMemoryLedger {
+            entries_per_ledger: if entries_per_ledger == 0 {
+                u64::MAX
+            } else {
+                entries_per_ledger
+            },
+            segs: VecDeque::new(),
+            next_ledger_id: 1,
+            roll_pending: false,
+            last_appended: None,
+        }
+    }
+
+    /// Makes the next append start a new ledger id (as a broker does on ledger rollover).
+    pub fn roll_over(&mut self) {
+        self.roll_pending = true;
+    }
+
+    /// Number of entries that currently exist (not trimmed).
+    pub fn len(&self) -> usize {
+        self.segs.iter().map(|s| s.metas.len()).sum()
+    }
+
+    /// Whether no entry exists.
+    pub fn is_empty(&self) -> bool {
+        self.segs.iter().all(|s| s.metas.is_empty())
+    }
+
+    fn seg(&self, ledger_id: u64) -> Option<&Segment> {
+        let first = self.segs.front()?.id;
+        let idx = ledger_id.checked_sub(first)?;
+        self.segs.get(usize::try_from(idx).ok()?)
+    }
+
+    fn first_from(&self, idx: usize) -> Option<Position> {
+        self.segs.iter().skip(idx).find_map(Segment::first)
+    }
+}
+
+impl Ledger for InMemoryLedger {
+    fn append(&mut self, meta: EntryMeta) -> Position {
+        let need_new = match self.segs.back() {
+            None => true,
+            Some(s) => self.roll_pending || s.count >= self.entries_per_ledger,
+        };
+        if need_new {
+            self.segs.push_back(Segment::new(self.next_ledger_id));
+            self.next_ledger_id += 1;
+            self.roll_pending = false;
+        }
+        let seg = self.segs.back_mut().expect("a segment was just ensured");
+        let pos = Position::new(seg.id, seg.count);
+        let m = *seg.cum_msgs.back().unwrap_or(&0) + u64::from(meta.messages());
+        let b = *seg.cum_bytes.back().unwrap_or(&0) + u64::from(meta.size);
+        seg.cum_msgs.push_back(m);
+        seg.cum_bytes.push_back(b);
+        seg.metas.push_back(Arc::new(meta));
+        seg.count += 1;
+        self.last_appended = Some(pos);
+        pos
+    }
+
+    fn first_position(&self) -> Option<Position> {
+        self.first_from(0)
+    }
+
+    fn last_position(&self) -> Option<Position> {
+        self.segs
+            .iter()
+            .rev()
+            .find(|s| !s.metas.is_empty())
+            .map(|s| Position::new(s.id, s.end() - 1))
+    }
+
+    fn before_first(&self) -> Position {
+        match (self.first_position(), self.last_appended) {
+            (Some(f), _) => f.before(),
+            (None, Some(l)) => l,
+            (None, None) => Position::new(self.next_ledger_id, 0).before(),
+        }
+    }
+
+    fn next_position(&self, p: Position) -> Option<Position> {
+        let first_id = self.segs.front()?.id;
+        if p.ledger_id < first_id {
+            return self.first_position();
+        }
+        let idx = usize::try_from(p.ledger_id - first_id).ok()?;
+        let seg = self.segs.get(idx)?;
+        if let Some(e) = p.entry_id.checked_add(1) {
+            let e = e.max(seg.base);
+            if e < seg.end() {
+                return Some(Position::new(seg.id, e));
+            }
+        }
+        self.first_from(idx + 1)
+    }
+
+    fn meta(&self, p: Position) -> Option<&EntryMeta> {
+        let seg = self.seg(p.ledger_id)?;
+        let i = p.entry_id.checked_sub(seg.base)?;
+        seg.metas.get(usize::try_from(i).ok()?).map(|m| &**m)
+    }
+
+    fn get(&self, p: Position) -> Option<Entry> {
+        let seg = self.seg(p.ledger_id)?;
+        let i = p.entry_id.checked_sub(seg.base)?;
+        let meta = seg.metas.get(usize::try_from(i).ok()?)?.clone();
+        Some(Entry { position: p, meta })
+    }
+
+    fn entry_count(&self, ledger_id: u64) -> Option<u64> {
+        self.seg(ledger_id).map(|s| s.count)
+    }
+
+    fn totals_in(&self, after: Position, through: Position) -> Backlog {
+        let mut t = Backlog::default();
+        if through <= after {
+            return t;
+        }
+        for s in &self.segs {
+            if s.id < after.ledger_id || s.id > through.ledger_id {
+                continue;
+            }
+            let lo = if s.id == after.ledger_id {
+                match after.entry_id.checked_add(1) {
+                    Some(e) => e,
+                    None => continue,
+                }
+            } else {
+                0
+            };
+            let hi = if s.id == through.ledger_id {
+                through.entry_id
+            } else {
+                u64::MAX
+            };
+            t.add(s.totals(lo, hi));
+        }
+        t
+    }
+
+    fn trim_below(&mut self, p: Position) {
+        while let Some(s) = self.segs.front_mut() {
+            if s.id < p.ledger_id {
+                self.segs.pop_front();
+                continue;
+            }
+            if s.id == p.ledger_id {
+                while s.base < p.entry_id && !s.metas.is_empty() {
+                    s.metas.pop_front();
+                    s.cum_msgs.pop_front();
+                    s.cum_bytes.pop_front();
+                    s.base += 1;
+                }
+            }
+            break;
+        }
+    }
+}
