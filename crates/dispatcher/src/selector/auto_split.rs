@@ -1,12 +1,15 @@
 //! Hash-range auto-split selector (Pulsar §1.5).
 
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Debug;
 use std::hash::Hash;
 
+use ahash::AHashMap;
 use tracing::debug;
 
 use super::{
-    diff, Assignment, ConsumerInfo, ImpactedConsumers, SelectorError, StickyKeySelector, MAX_SLOT,
+    Assignment, ConsumerInfo, ImpactedConsumers, SelectorError, StickyKeySelector, MAX_SLOT,
 };
 use crate::hash::{HashRange, FULL_RANGE};
 
@@ -23,24 +26,55 @@ const TOP: u32 = MAX_SLOT + 1;
 /// * Removing a consumer drops its bound (its slots go to the next higher bound's owner); if it
 ///   owned 65536 and others remain, the owner of the next lower bound takes over 65536. Ranges
 ///   are not rebalanced.
-/// * [`select`](StickyKeySelector::select) is a binary search (owner of the smallest bound ≥
-///   slot); slots above 65535 return `None`. [`ConsumerInfo::ranges`] is ignored.
-/// * Impacted consumers come from [`diff`] of the before/after snapshots (O(consumers)).
-#[derive(Clone, Debug, Default)]
+/// * Snapshot ranges are `[previous bound + 1, bound]`, the first one starting at slot 0 and the
+///   last one ending at 65535.
+/// * [`select`](StickyKeySelector::select) is the owner of the smallest bound ≥ slot (O(log n));
+///   slots above 65535 return `None`. [`ConsumerInfo::ranges`] is ignored.
+/// * Add and remove are O(log n), including the impacted consumers (one range moves).
+#[derive(Clone, Debug)]
 pub struct AutoSplitSelector<C> {
-    /// Ascending `(upper bound, owner)`.
-    bounds: Vec<(u32, C)>,
+    /// Upper bound → owner.
+    bounds: BTreeMap<u32, C>,
+    /// `(width, bound)` of every range, widest first, then lowest bound first.
+    widths: BTreeSet<(Reverse<u32>, u32)>,
+    by_id: AHashMap<C, u32>,
+}
+
+/// First slot of the range whose previous bound is `lower` (0 for the first range).
+fn first_slot(lower: u32) -> u32 {
+    if lower == 0 {
+        0
+    } else {
+        lower + 1
+    }
+}
+
+impl<C: Copy + Eq + Hash + Ord + Debug> Default for AutoSplitSelector<C> {
+    fn default() -> Self {
+        Self::new()
+    }
 }
 
 impl<C: Copy + Eq + Hash + Ord + Debug> AutoSplitSelector<C> {
     /// An empty selector.
     pub fn new() -> Self {
-        AutoSplitSelector { bounds: Vec::new() }
+        AutoSplitSelector {
+            bounds: BTreeMap::new(),
+            widths: BTreeSet::new(),
+            by_id: AHashMap::new(),
+        }
     }
 
-    /// The `(upper bound, owner)` pairs, ascending (the first consumer's bound is 65536).
-    pub fn bounds(&self) -> &[(u32, C)] {
-        &self.bounds
+    /// The `(upper bound, owner)` pairs, ascending (the highest bound is 65536).
+    pub fn bounds(&self) -> impl Iterator<Item = (u32, C)> + '_ {
+        self.bounds.iter().map(|(&b, &c)| (b, c))
+    }
+
+    fn lower_of(&self, bound: u32) -> u32 {
+        self.bounds
+            .range(..bound)
+            .next_back()
+            .map_or(0, |(&b, _)| b)
     }
 }
 
@@ -53,69 +87,86 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for AutoSplitSelect
         &mut self,
         c: ConsumerInfo<C>,
     ) -> Result<ImpactedConsumers<C>, SelectorError<C>> {
-        if self.bounds.iter().any(|&(_, o)| o == c.id) {
+        if self.by_id.contains_key(&c.id) {
             return Err(SelectorError::DuplicateConsumer(c.id));
         }
-        let before = self.assignment();
-        if self.bounds.is_empty() {
-            self.bounds.push((TOP, c.id));
-        } else {
-            let mut best = (0usize, 0u32, 0u32); // (index, width, lower)
-            let mut lower = 0u32;
-            for (i, &(b, _)) in self.bounds.iter().enumerate() {
-                let width = b - lower;
-                if width > best.1 {
-                    best = (i, width, lower);
-                }
-                lower = b;
-            }
-            let (i, width, lower) = best;
-            if width <= 1 {
-                return Err(SelectorError::NoRangeLeftToSplit);
-            }
-            let bound = self.bounds[i].0;
-            let mid = bound - ((bound - lower) >> 1);
-            self.bounds.insert(i, (mid, c.id));
+        let Some(&(Reverse(width), bound)) = self.widths.first() else {
+            self.bounds.insert(TOP, c.id);
+            self.widths.insert((Reverse(TOP), TOP));
+            self.by_id.insert(c.id, TOP);
+            debug!(consumer = ?c.id, name = %c.name, bound = TOP, "consumer added to auto-split selector");
+            let all = HashRange::new(0, MAX_SLOT);
+            return Ok(ImpactedConsumers::from_pairs(Vec::new(), vec![(c.id, all)]));
+        };
+        if width <= 1 {
+            return Err(SelectorError::NoRangeLeftToSplit);
         }
-        debug!(consumer = ?c.id, name = %c.name, consumers = self.bounds.len(), "consumer added to auto-split selector");
-        Ok(diff(&before, &self.assignment()))
+        let Some(&old) = self.bounds.get(&bound) else {
+            return Err(SelectorError::NoRangeLeftToSplit);
+        };
+        let lower = bound - width;
+        let mid = bound - (width >> 1);
+        self.widths.remove(&(Reverse(width), bound));
+        self.widths.insert((Reverse(bound - mid), bound));
+        self.widths.insert((Reverse(mid - lower), mid));
+        self.bounds.insert(mid, c.id);
+        self.by_id.insert(c.id, mid);
+        debug!(consumer = ?c.id, name = %c.name, bound = mid, split_from = ?old, "consumer added to auto-split selector");
+        let moved = HashRange::new(first_slot(lower), mid);
+        Ok(ImpactedConsumers::from_pairs(
+            vec![(old, moved)],
+            vec![(c.id, moved)],
+        ))
     }
 
     fn remove_consumer(&mut self, id: C) -> ImpactedConsumers<C> {
-        let Some(i) = self.bounds.iter().position(|&(_, o)| o == id) else {
+        let Some(bound) = self.by_id.remove(&id) else {
             return ImpactedConsumers::default();
         };
-        let before = self.assignment();
-        let (bound, _) = self.bounds.remove(i);
-        if bound == TOP {
-            if let Some(last) = self.bounds.last_mut() {
-                last.0 = TOP;
-            }
-        }
-        debug!(consumer = ?id, consumers = self.bounds.len(), "consumer removed from auto-split selector");
-        diff(&before, &self.assignment())
+        let lower = self.lower_of(bound);
+        self.widths.remove(&(Reverse(bound - lower), bound));
+        self.bounds.remove(&bound);
+        let lost = HashRange::new(first_slot(lower), bound.min(MAX_SLOT));
+        let heir = if bound == TOP {
+            // The next lower bound's owner moves up to 65536.
+            self.bounds.pop_last().map(|(lb, heir)| {
+                let lower2 = self.lower_of(lb);
+                self.widths.remove(&(Reverse(lb - lower2), lb));
+                self.widths.insert((Reverse(TOP - lower2), TOP));
+                self.bounds.insert(TOP, heir);
+                self.by_id.insert(heir, TOP);
+                heir
+            })
+        } else {
+            // The next higher bound's range grows down over the freed one.
+            let next = self.bounds.range(bound + 1..).next().map(|(&b, &c)| (b, c));
+            next.map(|(nb, heir)| {
+                self.widths.remove(&(Reverse(nb - bound), nb));
+                self.widths.insert((Reverse(nb - lower), nb));
+                heir
+            })
+        };
+        debug!(consumer = ?id, bound, heir = ?heir, "consumer removed from auto-split selector");
+        let gained = heir.map(|h| vec![(h, lost)]).unwrap_or_default();
+        ImpactedConsumers::from_pairs(vec![(id, lost)], gained)
     }
 
     #[inline]
     fn select(&self, slot: u32) -> Option<C> {
-        let i = self.bounds.partition_point(|&(b, _)| b < slot);
-        self.bounds.get(i).map(|&(_, c)| c)
+        self.bounds.range(slot..).next().map(|(_, &c)| c)
     }
 
     fn assignment(&self) -> Assignment<C> {
-        let mut start = 0u32;
+        let mut lower = 0u32;
         let mut pairs = Vec::with_capacity(self.bounds.len());
-        for &(b, c) in &self.bounds {
-            let end = b.min(MAX_SLOT);
-            if start <= end {
-                pairs.push((HashRange::new(start, end), c));
-            }
-            start = b + 1;
+        for (&b, &c) in &self.bounds {
+            pairs.push((HashRange::new(first_slot(lower), b.min(MAX_SLOT)), c));
+            lower = b;
         }
         Assignment::merged(pairs)
     }
 
     fn consumer_count(&self) -> usize {
-        self.bounds.len()
+        self.by_id.len()
     }
 }

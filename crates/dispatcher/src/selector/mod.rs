@@ -3,6 +3,8 @@
 mod auto_split;
 mod exclusive;
 mod ring;
+#[cfg(test)]
+mod tests;
 
 use std::fmt::Debug;
 use std::hash::Hash;

@@ -300,7 +300,10 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
             Some(b) => b,
             None => self.names.entry(name.to_owned()).or_default(),
         };
-        let w = bits.iter().position(|&w| w != u64::MAX).unwrap_or(bits.len());
+        let w = bits
+            .iter()
+            .position(|&w| w != u64::MAX)
+            .unwrap_or(bits.len());
         if w == bits.len() {
             bits.push(0);
         }
@@ -488,7 +491,11 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
     #[inline]
     fn select(&self, slot: u32) -> Option<C> {
         // Slot 0 and slots past the ring resolve like slot 1 (first point's owner).
-        let s = if slot.wrapping_sub(1) < MAX_SLOT { slot } else { 1 };
+        let s = if slot.wrapping_sub(1) < MAX_SLOT {
+            slot
+        } else {
+            1
+        };
         let owner = self.table.get(s as usize).copied().unwrap_or(NONE);
         self.ids.get(owner as usize).copied()
     }
