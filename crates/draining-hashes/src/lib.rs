@@ -14,6 +14,8 @@
 //!   always outside the tracker's lock;
 //! * [`DrainingHashes::should_block`]: whether a consumer must not get the hash now (counts
 //!   blocked attempts; a hash that came back to its draining owner is released lazily);
+//! * [`DrainingHashes::check_send`]: the atomic check a pending-acks add handler makes (refuse
+//!   a hash draining elsewhere; count a late send of a hash draining on the sender itself);
 //! * [`DrainingHashes::consumer_stats`], [`DrainingHashes::get`], [`DrainingHashes::clear`].
 //!
 //! Invariants: at most one owner per draining hash (a second owner is an
@@ -26,8 +28,9 @@
 //!
 //! Concurrency: `&self` methods behind one mutex, plus an atomic occupancy bitmap that answers
 //! the common "this hash is not draining" without locking. Primitives come from a private
-//! `sync` module that switches to loom under the crate's `loom` feature; [`Arc`] is re-exported
-//! from it so callers build the listener with the same `Arc` the tracker expects.
+//! `sync` module that switches to loom under the crate's `loom` feature. [`Arc`] is re-exported
+//! from it (the standard library's `Arc` in every build, so it coerces to
+//! `Arc<dyn UnblockListener>` under loom too).
 //!
 //! # Example
 //!

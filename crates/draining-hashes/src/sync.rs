@@ -4,16 +4,19 @@
 //! `tests/loom_*.rs` and the workspace's cross-crate models) can explore interleavings. A crate
 //! feature rather than a global `--cfg loom` keeps third-party crates on their normal build.
 
-#[cfg(not(feature = "loom"))]
+/// The shared pointer the listener is passed in (re-exported as `draining_hashes::Arc`).
+///
+/// It is the standard library's `Arc` in every build, also under `loom`: the tracker clones it
+/// only at construction and never races on its count, and std's `Arc` coerces to
+/// `Arc<dyn UnblockListener>` where loom's cannot (the same choice as `pending_acks::Arc`).
 pub use std::sync::Arc;
+
 #[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::{
     atomic::{AtomicU64, Ordering},
     Mutex, MutexGuard,
 };
 
-#[cfg(feature = "loom")]
-pub use loom::sync::Arc;
 #[cfg(feature = "loom")]
 pub(crate) use loom::sync::{
     atomic::{AtomicU64, Ordering},

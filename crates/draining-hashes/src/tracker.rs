@@ -78,6 +78,25 @@ pub enum Reduced {
     },
 }
 
+/// The verdict of [`DrainingHashes::check_send`] for an entry about to become pending.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SendCheck<C> {
+    /// The hash is not draining (or is 0): send it, nothing was counted.
+    NotDraining,
+    /// The hash drains on this very consumer (a send decided before the range moved): send it;
+    /// it was counted as one more reference, so the drain waits for it too.
+    Counted {
+        /// References on the entry after counting this one.
+        ref_count: u32,
+    },
+    /// The hash drains on another consumer: do not send (put the entry back for replay). One
+    /// blocked attempt was counted, so the release will notify.
+    Blocked {
+        /// The consumer that drains the hash.
+        owner: C,
+    },
+}
+
 /// Draining figures for one consumer, from [`DrainingHashes::consumer_stats`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ConsumerDrainingStats {
@@ -315,6 +334,42 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
         e.blocked_attempts = e.blocked_attempts.saturating_add(1);
         trace!(hash, consumer = ?consumer, owner = ?e.owner, "hash blocked while draining");
         true
+    }
+
+    /// The send-time check for a pending-acks add handler: may `consumer` get a new pending
+    /// entry with `hash`? One atomic step, so a registration or release cannot slip between the
+    /// look-up and the count:
+    ///
+    /// * not draining (or hash 0) → [`SendCheck::NotDraining`];
+    /// * draining on `consumer` itself → one more reference, [`SendCheck::Counted`] (unlike
+    ///   [`should_block`](Self::should_block), this never releases the entry: a send decided
+    ///   before the range moved must be waited for, not treated as "the hash came back");
+    /// * draining on another consumer → one blocked attempt, [`SendCheck::Blocked`]. Also the
+    ///   answer (with `owner` = `consumer`, and a warning) if counting would overflow `u32`.
+    pub fn check_send(&self, consumer: C, hash: u32) -> SendCheck<C> {
+        if hash == 0 || !self.maybe_draining(hash) {
+            return SendCheck::NotDraining;
+        }
+        let mut g = lock(&self.inner);
+        let Some(e) = g.table.get_mut(hash) else {
+            return SendCheck::NotDraining;
+        };
+        if e.owner != consumer {
+            e.blocked_attempts = e.blocked_attempts.saturating_add(1);
+            trace!(hash, consumer = ?consumer, owner = ?e.owner, "send refused: hash draining");
+            return SendCheck::Blocked { owner: e.owner };
+        }
+        match e.ref_count.checked_add(1) {
+            Some(n) => {
+                e.ref_count = n;
+                debug!(hash, consumer = ?consumer, ref_count = n, "send of a hash draining on its own consumer counted");
+                SendCheck::Counted { ref_count: n }
+            }
+            None => {
+                warn!(hash, consumer = ?consumer, "draining refcount would overflow; send refused");
+                SendCheck::Blocked { owner: consumer }
+            }
+        }
     }
 
     /// Opens a (nestable) batch: releases inside it notify once, after the outermost

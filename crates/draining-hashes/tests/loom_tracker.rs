@@ -17,19 +17,9 @@ impl UnblockListener for Count {
     }
 }
 
-/// Forwards to a shared counter (loom's `Arc::from_std` wants a unique std `Arc`).
-struct Fwd(std::sync::Arc<Count>);
-
-impl UnblockListener for Fwd {
-    fn hashes_unblocked(&self) {
-        self.0.hashes_unblocked();
-    }
-}
-
-fn tracker() -> (std::sync::Arc<Count>, Arc<DrainingHashes<u32>>) {
-    let c = std::sync::Arc::new(Count::default());
-    let l: std::sync::Arc<dyn UnblockListener> = std::sync::Arc::new(Fwd(c.clone()));
-    (c, Arc::new(DrainingHashes::new(Arc::from_std(l))))
+fn tracker() -> (Arc<Count>, Arc<DrainingHashes<u32>>) {
+    let c = Arc::new(Count::default());
+    (c.clone(), Arc::new(DrainingHashes::new(c)))
 }
 
 const A: u32 = 1;
@@ -70,7 +60,12 @@ fn loom_block_races_release() {
         let h = loom::thread::spawn(move || t2.should_block(B, 7));
         let r = t.reduce_ref_count(A, 7, false).unwrap();
         let blocked = h.join().unwrap();
-        assert_eq!(r, Reduced::Released { was_blocking: blocked });
+        assert_eq!(
+            r,
+            Reduced::Released {
+                was_blocking: blocked
+            }
+        );
         assert_eq!(count.0.load(SeqCst), usize::from(blocked));
         assert!(!t.should_block(B, 7));
     });
@@ -97,7 +92,10 @@ fn loom_nested_batches_notify_once_after_the_outermost_end() {
         });
         t.reduce_ref_count(A, 5, false).unwrap();
         let seen_by_inner = h.join().unwrap();
-        assert_eq!(seen_by_inner, 0, "no notification while the outer batch is open");
+        assert_eq!(
+            seen_by_inner, 0,
+            "no notification while the outer batch is open"
+        );
         assert_eq!(count.0.load(SeqCst), 0);
         t.end_batch();
         assert_eq!(count.0.load(SeqCst), 1);

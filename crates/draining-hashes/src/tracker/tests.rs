@@ -228,6 +228,30 @@ fn owner_asking_removes_the_entry_lazily_without_notifying() {
 }
 
 #[test]
+fn check_send_allows_counts_or_blocks() {
+    let (r, t) = tracker();
+    assert_eq!(t.check_send(B, 5), SendCheck::NotDraining);
+    assert_eq!(t.check_send(B, 0), SendCheck::NotDraining);
+    t.add_entry(A, 5).unwrap();
+    assert_eq!(t.check_send(B, 5), SendCheck::Blocked { owner: A });
+    assert_eq!(t.get(5).map(|e| e.blocked_attempts), Some(1));
+    // A late send to the owner itself is counted, never a lazy release.
+    assert_eq!(t.check_send(A, 5), SendCheck::Counted { ref_count: 2 });
+    assert_eq!(t.get(5).map(|e| e.ref_count), Some(2));
+    t.reduce_ref_count(A, 5, false).unwrap();
+    assert_eq!(
+        t.reduce_ref_count(A, 5, false),
+        Ok(Reduced::Released { was_blocking: true })
+    );
+    assert_eq!(
+        r.calls(),
+        1,
+        "the refused send counts as a block: its release notifies"
+    );
+    assert_eq!(t.check_send(B, 5), SendCheck::NotDraining);
+}
+
+#[test]
 fn nested_batches_coalesce_into_one_notification() {
     let (r, t) = tracker();
     for h in [5, 6, 7] {
@@ -473,6 +497,19 @@ impl Model {
             was_blocking: blocking,
         })
     }
+    fn check_send(&mut self, c: u32, h: u32) -> SendCheck<u32> {
+        match self.entries.get_mut(&h) {
+            None => SendCheck::NotDraining,
+            Some(e) if e.0 == c => {
+                e.1 += 1;
+                SendCheck::Counted { ref_count: e.1 }
+            }
+            Some(e) => {
+                e.2 += 1;
+                SendCheck::Blocked { owner: e.0 }
+            }
+        }
+    }
     fn should_block(&mut self, c: u32, h: u32) -> bool {
         match self.entries.get_mut(&h) {
             None => false,
@@ -545,7 +582,12 @@ fn run_model(seed: u64, steps: usize) -> Result<(), String> {
                 let ok = t.reduce_ref_count(c, h, closing) == m.reduce(c, h, closing);
                 (d, ok)
             }
-            65..=84 => {
+            65..=69 => {
+                let d = format!("check_send({c},{h})");
+                let ok = t.check_send(c, h) == m.check_send(c, h);
+                (d, ok)
+            }
+            70..=84 => {
                 let d = format!("should_block({c},{h})");
                 let ok = t.should_block(c, h) == m.should_block(c, h);
                 (d, ok)
