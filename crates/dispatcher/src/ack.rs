@@ -1,0 +1,126 @@
+//! The ack path: runs on the acking consumer's thread, not on the dispatcher's.
+
+use std::sync::Mutex as StdMutex;
+
+use cursor::{CursorStore, Ledger, ManagedCursor, Position};
+use pending_acks::RemovalCause;
+use tracing::trace;
+
+use crate::config::ConsumerId;
+use crate::error::AckError;
+use crate::shared::SubShared;
+use crate::sync::Arc;
+
+/// The durable half of an ack: what an [`AckHandle`] calls first.
+///
+/// Implementations lock whatever guards the cursor, ack, and unlock before returning; the
+/// handle touches the pending acks only after that, so the cursor lock is never held together
+/// with a pending-acks or draining lock.
+pub trait CursorAck: Send + Sync {
+    /// Acknowledges `position` on the cursor. `Ok(true)` if newly acked, `Ok(false)` if it was
+    /// already acked or at or below the mark-delete position.
+    fn ack(&self, position: Position) -> Result<bool, cursor::CursorError>;
+}
+
+/// A cursor and its ledger behind one std mutex: the shape the runtime and simple drivers use.
+pub struct CursorCell<S: CursorStore, L: Ledger> {
+    /// The cursor.
+    pub cursor: ManagedCursor<S>,
+    /// The ledger the cursor reads.
+    pub ledger: L,
+}
+
+impl<S, L> CursorAck for StdMutex<CursorCell<S, L>>
+where
+    S: CursorStore + Send,
+    L: Ledger + Send,
+{
+    fn ack(&self, position: Position) -> Result<bool, cursor::CursorError> {
+        let mut g = match self.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let CursorCell { cursor, ledger } = &mut *g;
+        cursor.ack(ledger, position).map(|o| o.newly_acked)
+    }
+}
+
+/// What an ack did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AckOutcome {
+    /// The cursor newly recorded the ack (false: already acked or at or below mark-delete).
+    pub newly_acked: bool,
+    /// The consumer whose pending ack was cleared (the acking one, or another one: Shared
+    /// clients may ack through any consumer), if the position was pending anywhere.
+    pub cleared_on: Option<ConsumerId>,
+    /// The unacked messages that were debited.
+    pub messages: u32,
+}
+
+/// A cloneable, `Send + Sync` handle that acknowledges on the caller's thread.
+///
+/// `ack` locks the cursor (through [`CursorAck`]) and acks, releases that lock, then removes
+/// the position from the owner's pending acks (cause: acked) — **even when the cursor said the
+/// position was already at or below mark-delete**, because on Key_Shared the pending ack is what
+/// keeps a draining hash blocked and only the owner's ack may release it. The removal runs the
+/// pending-acks remove handler, which drops a draining reference and, if that released a hash
+/// another consumer was waiting for, calls the dispatcher's [`Waker`](crate::Waker). Unacked
+/// counts are atomics shared with the core; crossing half a limit also wakes it.
+///
+/// Lock order: cursor (released first) → pending-acks → draining-hashes.
+#[derive(Clone)]
+pub struct AckHandle {
+    shared: Arc<SubShared>,
+    cursor: std::sync::Arc<dyn CursorAck>,
+}
+
+impl std::fmt::Debug for AckHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AckHandle").finish_non_exhaustive()
+    }
+}
+
+impl crate::Dispatcher {
+    /// An ack handle for this subscription, acking through `cursor`.
+    pub fn ack_handle(&self, cursor: std::sync::Arc<dyn CursorAck>) -> AckHandle {
+        AckHandle {
+            shared: self.sub_shared(),
+            cursor,
+        }
+    }
+}
+
+impl AckHandle {
+    /// `consumer` acknowledges the whole entry at `position`.
+    ///
+    /// Errors only when the cursor refuses the ack (nothing changed then). Acking a position
+    /// that is pending nowhere (a duplicate ack, or an ack after the consumer left) only reaches
+    /// the cursor and reports `cleared_on: None`.
+    pub fn ack(&self, consumer: ConsumerId, position: Position) -> Result<AckOutcome, AckError> {
+        let newly_acked = self
+            .cursor
+            .ack(position)
+            .map_err(|source| AckError::Cursor { position, source })?;
+        Ok(self.clear_pending(consumer, position, newly_acked))
+    }
+
+    /// The pending-acks half of an ack alone, for drivers that already acked the cursor
+    /// themselves (for example inside a larger cursor transaction).
+    pub fn clear_pending(&self, consumer: ConsumerId, position: Position, newly_acked: bool) -> AckOutcome {
+        let pos = (position.ledger_id, position.entry_id);
+        let mut out = AckOutcome {
+            newly_acked,
+            cleared_on: None,
+            messages: 0,
+        };
+        if let Some(owner) = self.shared.owner_of(consumer, pos) {
+            if let Some(ack) = owner.pending.remove(pos, RemovalCause::Acked) {
+                owner.debit(&self.shared, i64::from(ack.remaining));
+                out.cleared_on = Some(owner.id);
+                out.messages = ack.remaining;
+            }
+        }
+        trace!(consumer = %consumer, ledger = position.ledger_id, entry = position.entry_id, newly_acked, cleared = out.cleared_on.is_some(), "ack");
+        out
+    }
+}

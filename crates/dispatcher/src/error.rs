@@ -1,0 +1,34 @@
+//! Typed errors, one small enum per operation.
+
+use cursor::Position;
+
+use crate::config::ConsumerId;
+use crate::selector::SelectorError;
+
+/// Why [`Dispatcher::handle_consumer_added`](crate::Dispatcher::handle_consumer_added) refused
+/// a consumer. The dispatcher is unchanged after an error.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AddConsumerError {
+    /// A consumer with this id is already connected.
+    #[error("consumer {0} is already connected")]
+    DuplicateConsumer(ConsumerId),
+    /// The Key_Shared selector refused it (exclusive range conflict, no range left, …).
+    #[error("selector refused the consumer: {0}")]
+    Selector(#[from] SelectorError<ConsumerId>),
+}
+
+/// Why an ack through an [`AckHandle`](crate::AckHandle) failed. Nothing changed: the pending
+/// ack (if any) is still there.
+#[derive(Debug, thiserror::Error)]
+pub enum AckError {
+    /// The cursor refused the ack (position beyond the ledger, unknown ledger, bad batch
+    /// index, store failure).
+    #[error("cursor refused the ack of {position}: {source}")]
+    Cursor {
+        /// The acked position.
+        position: Position,
+        /// The cursor's error.
+        #[source]
+        source: cursor::CursorError,
+    },
+}

@@ -1,0 +1,195 @@
+//! State shared between the dispatcher core (one thread) and the ack path (consumer threads).
+//!
+//! Lock order, everywhere: the driver's cursor lock (always released before the rest), then a
+//! consumer's pending-acks lock, then the draining-hashes lock. The consumer registry lock is
+//! only held to clone an `Arc` out of it, never while calling into the maps.
+
+use draining_hashes::{DrainingHashes, UnblockListener};
+use pending_acks::{AddHandler, PendingAck, PendingAcks, RemovalCause, RemoveHandler};
+use tracing::warn;
+
+use crate::config::ConsumerId;
+use crate::sync::{Arc, AtomicBool, AtomicI64, AtomicU64, Ordering, RwLock};
+
+/// Position as the pending-acks map stores it: (ledger id, entry id).
+pub(crate) type PaPos = (u64, u64);
+
+/// Tells whoever runs the dispatcher core that it should call
+/// [`Dispatcher::handle_wake`](crate::Dispatcher::handle_wake) soon.
+///
+/// Called from consumer threads (the ack path) and from inside the draining tracker's listener,
+/// possibly while a pending-acks lock is held: an implementation must be quick and must not call
+/// back into the dispatcher. The runtime sends a message on a channel; a single-threaded driver
+/// sets a flag.
+pub trait Waker: Send + Sync {
+    /// Something may have unblocked (a draining hash was released, or a consumer or the
+    /// subscription fell to half its unacked limit).
+    fn wake(&self);
+}
+
+/// A [`Waker`] that does nothing; for drivers that call `handle_wake` after every ack anyway.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoopWaker;
+
+impl Waker for NoopWaker {
+    fn wake(&self) {}
+}
+
+/// Flags the core reads in `handle_wake`, plus the waker to call.
+pub(crate) struct WakeState {
+    pub hashes_unblocked: AtomicBool,
+    pub unacked_unblocked: AtomicBool,
+    pub unblock_notifications: AtomicU64,
+    pub waker: std::sync::Arc<dyn Waker>,
+}
+
+impl WakeState {
+    pub fn wake_unacked(&self) {
+        self.unacked_unblocked.store(true, Ordering::SeqCst);
+        self.waker.wake();
+    }
+}
+
+/// The draining tracker's listener: remember and wake.
+pub(crate) struct DrainListener(pub Arc<WakeState>);
+
+impl UnblockListener for DrainListener {
+    fn hashes_unblocked(&self) {
+        self.0.unblock_notifications.fetch_add(1, Ordering::Relaxed);
+        self.0.hashes_unblocked.store(true, Ordering::SeqCst);
+        self.0.waker.wake();
+    }
+}
+
+/// The shared half of one consumer.
+pub(crate) struct ConsumerShared {
+    pub id: ConsumerId,
+    pub pending: PendingAcks<PaPos, ConsumerId>,
+    /// Unacked messages (sum of pending remaining counts this consumer is charged for).
+    pub unacked: AtomicI64,
+    /// Blocked on unacked messages (set by the core; the ack path wakes it at half).
+    pub blocked: AtomicBool,
+    /// Block threshold (0 = off).
+    pub max_unacked: i64,
+}
+
+impl ConsumerShared {
+    /// Debits `n` unacked messages from this consumer and the subscription, waking the core
+    /// when either crosses half its limit while blocked.
+    pub fn debit(&self, sub: &SubShared, n: i64) {
+        if n == 0 {
+            return;
+        }
+        let left = self.unacked.fetch_sub(n, Ordering::SeqCst) - n;
+        if self.max_unacked > 0 && left <= self.max_unacked / 2 && self.blocked.load(Ordering::SeqCst)
+        {
+            sub.wake.wake_unacked();
+        }
+        sub.debit(n);
+    }
+}
+
+/// The shared half of the subscription.
+pub(crate) struct SubShared {
+    pub consumers: RwLock<Vec<Arc<ConsumerShared>>>,
+    pub unacked: AtomicI64,
+    pub blocked: AtomicBool,
+    pub max_unacked: i64,
+    pub wake: Arc<WakeState>,
+}
+
+impl SubShared {
+    pub fn debit(&self, n: i64) {
+        let left = self.unacked.fetch_sub(n, Ordering::SeqCst) - n;
+        if self.max_unacked > 0 && left <= self.max_unacked / 2 && self.blocked.load(Ordering::SeqCst)
+        {
+            self.wake.wake_unacked();
+        }
+    }
+
+    /// A snapshot of the registered consumers' shared halves.
+    pub fn consumers(&self) -> Vec<Arc<ConsumerShared>> {
+        match self.consumers.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    /// The consumer that has `pos` pending, trying `first` before the others (Shared clients may
+    /// ack through another consumer).
+    pub fn owner_of(&self, first: ConsumerId, pos: PaPos) -> Option<Arc<ConsumerShared>> {
+        let all = self.consumers();
+        if let Some(c) = all.iter().find(|c| c.id == first) {
+            if c.pending.contains(pos) {
+                return Some(c.clone());
+            }
+        }
+        all.into_iter()
+            .find(|c| c.id != first && c.pending.contains(pos))
+    }
+
+    pub fn set_consumers(&self, list: Vec<Arc<ConsumerShared>>) {
+        match self.consumers.write() {
+            Ok(mut g) => *g = list,
+            Err(p) => *p.into_inner() = list,
+        }
+    }
+}
+
+/// Send-time gate (the third use of the dispatch predicate): refuses an add while another
+/// consumer drains the hash. When `count_next` is set by the core (a Key_Shared continuation
+/// chunk pinned to this consumer while its hash maps elsewhere), an allowed add also takes a
+/// draining reference, inside the map's lock, so the new owner waits for this chunk too.
+pub(crate) struct DrainAddHandler {
+    pub draining: Arc<DrainingHashes<ConsumerId>>,
+    pub count_next: Arc<AtomicBool>,
+}
+
+impl AddHandler<PaPos, ConsumerId> for DrainAddHandler {
+    fn allow_add(&self, consumer: ConsumerId, pos: PaPos, hash: u32) -> bool {
+        if hash == 0 {
+            return true;
+        }
+        if crate::core::draining_conflict(&self.draining, crate::Gate::SendTime, consumer, hash) {
+            tracing::debug!(consumer = %consumer, ledger = pos.0, entry = pos.1, hash, "send-time add refused: hash drains on another consumer");
+            return false;
+        }
+        if self.count_next.load(Ordering::SeqCst) {
+            if let Err(e) = self.draining.add_entry(consumer, hash) {
+                warn!(consumer = %consumer, hash, error = %e, "could not count a pinned chunk in draining");
+            }
+        }
+        true
+    }
+}
+
+/// Every removal from a Key_Shared pending-acks map drops one draining reference.
+pub(crate) struct DrainRemoveHandler {
+    pub draining: Arc<DrainingHashes<ConsumerId>>,
+}
+
+impl RemoveHandler<PaPos, ConsumerId> for DrainRemoveHandler {
+    fn on_removed(
+        &self,
+        consumer: ConsumerId,
+        pos: PaPos,
+        ack: PendingAck,
+        cause: RemovalCause,
+        closing: bool,
+    ) {
+        if ack.hash == 0 {
+            return;
+        }
+        if let Err(e) = self.draining.reduce_ref_count(consumer, ack.hash, closing) {
+            warn!(consumer = %consumer, ledger = pos.0, entry = pos.1, hash = ack.hash, ?cause, error = %e, "draining reference not dropped");
+        }
+    }
+
+    fn start_batch(&self) {
+        self.draining.start_batch();
+    }
+
+    fn end_batch(&self) {
+        self.draining.end_batch();
+    }
+}
