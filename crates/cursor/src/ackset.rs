@@ -450,7 +450,9 @@ impl AckSet {
             if li > 0 && d == 0 {
                 return Err(r.error("ledger ids not increasing"));
             }
-            l = l.checked_add(d).ok_or_else(|| r.error("ledger id overflow"))?;
+            l = l
+                .checked_add(d)
+                .ok_or_else(|| r.error("ledger id overflow"))?;
             let n_blocks = r.varint()?;
             let mut b = 0u64;
             for bi in 0..n_blocks {
@@ -458,7 +460,9 @@ impl AckSet {
                 if bi > 0 && d == 0 {
                     return Err(r.error("block ids not increasing"));
                 }
-                b = b.checked_add(d).ok_or_else(|| r.error("block id overflow"))?;
+                b = b
+                    .checked_add(d)
+                    .ok_or_else(|| r.error("block id overflow"))?;
                 if b > (u64::MAX >> BLOCK_SHIFT) {
                     return Err(r.error("block id out of range"));
                 }
@@ -567,7 +571,11 @@ mod tests {
                     let removed = s.remove_through(p(e));
                     let before = m.len();
                     m.retain(|&q| q > p(e));
-                    assert_eq!(removed as usize, before - m.len(), "seed {seed} step {step}");
+                    assert_eq!(
+                        removed as usize,
+                        before - m.len(),
+                        "seed {seed} step {step}"
+                    );
                 } else {
                     let q = p(e);
                     let want = m.contains(&q).then(|| {
@@ -639,7 +647,11 @@ mod tests {
 
     #[test]
     fn decode_rejects_garbage() {
-        for bad in [&[1u8, 1, 1, 0, 9][..], &[1, 1, 1, 0, 0, 0], &[1, 1, 1, 0, 2][..]] {
+        for bad in [
+            &[1u8, 1, 1, 0, 9][..],
+            &[1, 1, 1, 0, 0, 0],
+            &[1, 1, 1, 0, 2][..],
+        ] {
             let mut r = Reader::new(bad);
             assert!(AckSet::decode(&mut r).is_err(), "{bad:?}");
         }

@@ -105,7 +105,16 @@ mod tests {
 
     #[test]
     fn varints_round_trip_and_reject_overflow() {
-        for v in [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX - 1, u64::MAX] {
+        for v in [
+            0,
+            1,
+            127,
+            128,
+            300,
+            u64::from(u32::MAX),
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
             let mut w = Writer::default();
             w.varint(v);
             let b = w.into_inner();

@@ -689,8 +689,7 @@ impl<S: CursorStore> ManagedCursor<S> {
         }
         let mut partial = 0;
         for (p, b) in &self.batches {
-            if *p <= self.md || self.acked.contains(*p) || b.is_complete() || b.acked_count() == 0
-            {
+            if *p <= self.md || self.acked.contains(*p) || b.is_complete() || b.acked_count() == 0 {
                 return Err(format!("bad batch bitset at {p}"));
             }
             partial += u64::from(b.acked_count());
@@ -789,3 +788,6 @@ fn warn_dropped(name: &str, reason: MarkDeleteReason, dropped: &[Position]) {
         warn!(cursor = %name, reason = ?reason, count = dropped.len(), first = %first, last = %last, "entries dropped without an ack");
     }
 }
+
+#[cfg(test)]
+mod tests;

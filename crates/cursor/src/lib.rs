@@ -55,7 +55,9 @@ mod store;
 pub use crate::ackset::AckSet;
 pub use crate::batch::BatchAcks;
 pub use crate::codec::DecodeError;
-pub use crate::cursor::{AckOutcome, ManagedCursor, MarkDeleteMove, MarkDeleteReason, ReplayResult};
+pub use crate::cursor::{
+    AckOutcome, ManagedCursor, MarkDeleteMove, MarkDeleteReason, ReplayResult,
+};
 pub use crate::entry::{Backlog, ChunkMeta, Entry, EntryMeta, Position};
 pub use crate::error::{CursorError, StoreError};
 pub use crate::ledger::{InMemoryLedger, Ledger};

@@ -85,7 +85,8 @@ impl PersistedState {
             for _ in 0..size.div_ceil(64) {
                 words.push(r.varint()?);
             }
-            let b = BatchAcks::from_words(size, words).ok_or_else(|| r.error("bad batch bitset"))?;
+            let b =
+                BatchAcks::from_words(size, words).ok_or_else(|| r.error("bad batch bitset"))?;
             if p <= mark_delete || acked.contains(p) || b.is_complete() {
                 return Err(r.error("batch bitset for an acked position"));
             }

@@ -1,0 +1,645 @@
+use super::*;
+use crate::{InMemoryLedger, MemoryStore, StoreError};
+
+fn pos(l: u64, e: u64) -> Position {
+    Position::new(l, e)
+}
+
+/// A ledger of `n` single-message entries of 10 bytes, publish time = 100 + index, rolling
+/// every `per` entries.
+fn ledger(n: u64, per: u64) -> (InMemoryLedger, Vec<Position>) {
+    let mut l = InMemoryLedger::new(per);
+    let ps = (0..n)
+        .map(|i| l.append(EntryMeta::simple(100 + i, 10)))
+        .collect();
+    (l, ps)
+}
+
+fn cursor(l: &InMemoryLedger) -> ManagedCursor<MemoryStore> {
+    ManagedCursor::new("c", l, MemoryStore::new())
+}
+
+fn ok<L: Ledger>(c: &ManagedCursor<MemoryStore>, l: &L) {
+    c.check_invariants(l).expect("invariants hold");
+}
+
+#[test]
+fn fresh_cursor_sits_before_the_first_entry() {
+    let (l, ps) = ledger(3, 100);
+    let c = cursor(&l);
+    assert_eq!(c.mark_delete_position(), pos(0, u64::MAX));
+    assert_eq!(c.mark_delete_position().next(), ps[0]);
+    assert_eq!(c.read_position(), ps[0]);
+    assert_eq!(
+        c.backlog(&l),
+        Backlog {
+            entries: 3,
+            messages: 3,
+            bytes: 30
+        }
+    );
+    assert!(c.has_more_entries(&l));
+    ok(&c, &l);
+}
+
+#[test]
+fn fresh_cursor_on_a_trimmed_ledger_starts_at_the_first_remaining_entry() {
+    let (mut l, ps) = ledger(5, 100);
+    l.trim_below(ps[2]);
+    let c = cursor(&l);
+    assert_eq!(c.mark_delete_position(), ps[1]);
+    assert_eq!(c.backlog(&l).entries, 3);
+    let mut empty = InMemoryLedger::new(10);
+    let c = ManagedCursor::new("e", &empty, MemoryStore::new());
+    assert!(!c.has_more_entries(&empty));
+    let p = empty.append(EntryMeta::simple(1, 1));
+    assert!(c.has_more_entries(&empty));
+    assert_eq!(c.read_position(), p);
+}
+
+#[test]
+fn ack_at_or_below_mark_delete_is_a_reported_no_op() {
+    let (l, ps) = ledger(3, 100);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[0]).unwrap();
+    assert_eq!(c.mark_delete_position(), ps[0]);
+    let out = c.ack(&l, ps[0]).unwrap();
+    assert_eq!(
+        out,
+        AckOutcome {
+            newly_acked: false,
+            md_move: None
+        }
+    );
+    // Even a position that never existed is fine at or below md.
+    let out = c.ack(&l, pos(0, 5)).unwrap();
+    assert!(!out.newly_acked);
+    ok(&c, &l);
+}
+
+#[test]
+fn duplicate_ack_above_mark_delete_is_a_no_op() {
+    let (l, ps) = ledger(3, 100);
+    let mut c = cursor(&l);
+    assert!(c.ack(&l, ps[2]).unwrap().newly_acked);
+    let out = c.ack(&l, ps[2]).unwrap();
+    assert_eq!(
+        out,
+        AckOutcome {
+            newly_acked: false,
+            md_move: None
+        }
+    );
+    assert_eq!(c.backlog(&l).entries, 2);
+    ok(&c, &l);
+}
+
+#[test]
+fn ack_reports_bad_positions_without_changing_state() {
+    let (mut l, ps) = ledger(6, 3);
+    let mut c = cursor(&l);
+    assert!(matches!(
+        c.ack(&l, pos(1, 3)),
+        Err(CursorError::BeyondLedger { entries: 3, .. })
+    ));
+    assert!(matches!(
+        c.ack(&l, pos(2, 7)),
+        Err(CursorError::BeyondLedger { entries: 3, .. })
+    ));
+    assert!(matches!(
+        c.ack(&l, pos(9, 0)),
+        Err(CursorError::UnknownLedger { .. })
+    ));
+    let e = c.ack(&l, pos(9, 0)).unwrap_err().to_string();
+    assert_eq!(e, "unknown ledger 9 (position 9:0)");
+    // A trimmed entry above md (trim ran ahead of this cursor) is refused.
+    l.trim_below(ps[4]);
+    assert!(matches!(c.ack(&l, ps[3]), Err(CursorError::Trimmed { .. })));
+    assert_eq!(c.snapshot().acked, AckSet::new());
+    assert!(c.acked_set().is_empty());
+}
+
+#[test]
+fn acks_advance_mark_delete_over_the_contiguous_prefix_across_ledgers() {
+    let (l, ps) = ledger(7, 3); // 1:0..2, 2:0..2, 3:0
+    let mut c = cursor(&l);
+    for &i in &[1usize, 2, 3, 5] {
+        assert_eq!(c.ack(&l, ps[i]).unwrap().md_move, None);
+    }
+    let mv = c.ack(&l, ps[0]).unwrap().md_move.unwrap();
+    assert_eq!(mv.from, pos(0, u64::MAX));
+    assert_eq!(mv.to, pos(2, 0));
+    assert_eq!(mv.reason, MarkDeleteReason::Ack);
+    assert!(mv.dropped.is_empty());
+    let mv = c.ack(&l, ps[4]).unwrap().md_move.unwrap();
+    assert_eq!((mv.from, mv.to), (pos(2, 0), pos(2, 2)));
+    assert_eq!(c.read_position(), pos(2, 3));
+    assert_eq!(
+        c.read(&l, 10)
+            .iter()
+            .map(|e| e.position)
+            .collect::<Vec<_>>(),
+        vec![ps[6]]
+    );
+    ok(&c, &l);
+}
+
+#[test]
+fn batch_index_acks_complete_an_entry() {
+    let mut l = InMemoryLedger::new(100);
+    let a = l.append(EntryMeta::simple(1, 30).with_messages(3));
+    let b = l.append(EntryMeta::simple(2, 10));
+    let mut c = cursor(&l);
+    let out = c.ack_batch_index(&l, a, 3, &[0, 2]).unwrap();
+    assert_eq!(
+        out,
+        AckOutcome {
+            newly_acked: true,
+            md_move: None
+        }
+    );
+    assert!(!c.is_acked(a));
+    assert_eq!(c.batch_acked_indexes(a), Some(vec![0, 2]));
+    assert_eq!(
+        c.backlog(&l),
+        Backlog {
+            entries: 2,
+            messages: 2,
+            bytes: 40
+        }
+    );
+    // Re-acking the same indexes changes nothing.
+    assert!(!c.ack_batch_index(&l, a, 3, &[2]).unwrap().newly_acked);
+    // A partially acked entry is still read (the caller sends the acked indexes along).
+    assert_eq!(c.read(&l, 1)[0].position, a);
+    let mv = c.ack_batch_index(&l, a, 3, &[1]).unwrap().md_move.unwrap();
+    assert_eq!((mv.to, mv.reason), (a, MarkDeleteReason::Ack));
+    assert_eq!(c.batch_acked_indexes(a), None);
+    assert!(c.is_acked(a));
+    assert!(!c.ack_batch_index(&l, a, 3, &[0]).unwrap().newly_acked);
+    assert_eq!(
+        c.backlog(&l),
+        Backlog {
+            entries: 1,
+            messages: 1,
+            bytes: 10
+        }
+    );
+    ok(&c, &l);
+    let _ = b;
+}
+
+#[test]
+fn batch_index_errors_are_typed_and_change_nothing() {
+    let mut l = InMemoryLedger::new(100);
+    let a = l.append(EntryMeta::simple(1, 30).with_messages(3));
+    let mut c = cursor(&l);
+    let e = c.ack_batch_index(&l, a, 3, &[1, 3]).unwrap_err();
+    assert!(matches!(
+        e,
+        CursorError::BatchIndexOutOfRange {
+            index: 3,
+            batch_size: 3,
+            ..
+        }
+    ));
+    assert_eq!(
+        e.to_string(),
+        "batch index 3 out of range for batch size 3 at 1:0"
+    );
+    assert_eq!(
+        c.batch_acked_indexes(a),
+        None,
+        "index 1 must not be applied"
+    );
+    assert!(matches!(
+        c.ack_batch_index(&l, a, 4, &[0]),
+        Err(CursorError::BatchSizeMismatch {
+            given: 4,
+            actual: 3,
+            ..
+        })
+    ));
+    assert!(matches!(
+        c.ack_batch_index(&l, pos(1, 1), 3, &[0]),
+        Err(CursorError::BeyondLedger { .. })
+    ));
+    ok(&c, &l);
+}
+
+#[test]
+fn full_ack_of_a_partial_batch_clears_its_bitset() {
+    let mut l = InMemoryLedger::new(100);
+    let _z = l.append(EntryMeta::simple(1, 1));
+    let a = l.append(EntryMeta::simple(1, 30).with_messages(3));
+    let mut c = cursor(&l);
+    c.ack_batch_index(&l, a, 3, &[0]).unwrap();
+    assert!(c.ack(&l, a).unwrap().newly_acked);
+    assert_eq!(c.batch_acked_indexes(a), None);
+    assert_eq!(c.backlog(&l).messages, 1);
+    ok(&c, &l);
+}
+
+#[test]
+fn cumulative_mark_delete_never_moves_backwards() {
+    let (l, ps) = ledger(6, 100);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[4]).unwrap();
+    let mv = c.mark_delete(&l, ps[3]).unwrap().unwrap();
+    // Absorbs the acked entry that follows.
+    assert_eq!((mv.to, mv.reason), (ps[4], MarkDeleteReason::CumulativeAck));
+    assert!(mv.dropped.is_empty());
+    assert_eq!(c.mark_delete(&l, ps[2]).unwrap(), None);
+    assert_eq!(c.mark_delete(&l, ps[4]).unwrap(), None);
+    assert_eq!(c.mark_delete_position(), ps[4]);
+    assert!(matches!(
+        c.mark_delete(&l, pos(1, 9)),
+        Err(CursorError::BeyondLedger { .. })
+    ));
+    ok(&c, &l);
+}
+
+#[test]
+fn skip_counts_only_unacked_entries() {
+    let (l, ps) = ledger(8, 100);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[1]).unwrap();
+    c.ack(&l, ps[2]).unwrap();
+    c.ack(&l, ps[5]).unwrap();
+    // Skip 2 un-acked: 0 and 3 (1 and 2 are acked and not counted).
+    let mv = c.skip(&l, 2).unwrap();
+    assert_eq!(mv.reason, MarkDeleteReason::Skip);
+    assert_eq!(mv.dropped, vec![ps[0], ps[3]]);
+    assert_eq!(mv.to, ps[3]);
+    assert_eq!(c.skip(&l, 0), None);
+    // Skip past the end = clear: 4, 6, 7 dropped (5 acked), md at the last entry.
+    let mv = c.skip(&l, 100).unwrap();
+    assert_eq!(mv.dropped, vec![ps[4], ps[6], ps[7]]);
+    assert_eq!(mv.to, ps[7]);
+    assert_eq!(c.skip(&l, 1), None);
+    assert_eq!(c.backlog(&l), Backlog::default());
+    ok(&c, &l);
+}
+
+#[test]
+fn skip_absorbs_acked_entries_right_after_the_target() {
+    let (l, ps) = ledger(5, 100);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[1]).unwrap();
+    c.ack(&l, ps[2]).unwrap();
+    let mv = c.skip(&l, 1).unwrap();
+    assert_eq!((mv.to, mv.dropped.clone()), (ps[2], vec![ps[0]]));
+    ok(&c, &l);
+}
+
+#[test]
+fn clear_backlog_drops_every_unacked_entry() {
+    let (l, ps) = ledger(5, 2);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[2]).unwrap();
+    c.ack_batch_index(&l, ps[3], 1, &[]).unwrap();
+    let mv = c.clear_backlog(&l).unwrap();
+    assert_eq!(mv.reason, MarkDeleteReason::ClearBacklog);
+    assert_eq!(mv.dropped, vec![ps[0], ps[1], ps[3], ps[4]]);
+    assert_eq!(mv.to, ps[4]);
+    assert_eq!(c.clear_backlog(&l), None);
+    assert!(!c.has_more_entries(&l));
+    let mut empty = InMemoryLedger::new(3);
+    let mut c = ManagedCursor::new("e", &empty, MemoryStore::new());
+    assert_eq!(c.clear_backlog(&empty), None);
+    empty.append(EntryMeta::simple(1, 1));
+    assert!(c.clear_backlog(&empty).is_some());
+}
+
+#[test]
+fn expire_in_the_past_and_the_future() {
+    let (l, ps) = ledger(6, 100); // publish times 100..105
+    let mut c = cursor(&l);
+    assert_eq!(c.expire(&l, 100), None, "nothing published before 100");
+    c.ack(&l, ps[1]).unwrap();
+    let mv = c.expire(&l, 103).unwrap();
+    assert_eq!(mv.reason, MarkDeleteReason::Expiry);
+    assert_eq!(mv.dropped, vec![ps[0], ps[2]]);
+    assert_eq!(mv.to, ps[2]);
+    assert_eq!(c.expire(&l, 103), None);
+    // A time in the future expires everything.
+    let mv = c.expire(&l, u64::MAX).unwrap();
+    assert_eq!(mv.to, ps[5]);
+    assert_eq!(mv.dropped, vec![ps[3], ps[4], ps[5]]);
+    ok(&c, &l);
+}
+
+#[test]
+fn expire_stops_at_the_first_unexpired_entry() {
+    let mut l = InMemoryLedger::new(100);
+    let a = l.append(EntryMeta::simple(10, 1));
+    let _b = l.append(EntryMeta::simple(50, 1));
+    let _c = l.append(EntryMeta::simple(20, 1)); // out-of-order publish time is not expired past b
+    let mut c = cursor(&l);
+    let mv = c.expire(&l, 30).unwrap();
+    assert_eq!((mv.to, mv.dropped), (a, vec![a]));
+}
+
+#[test]
+fn evict_by_size_count_and_age() {
+    let mut l = InMemoryLedger::new(4);
+    let ps: Vec<Position> = (0..6)
+        .map(|i| l.append(EntryMeta::simple(1000 + i * 100, 10).with_messages(2)))
+        .collect();
+    let mut c = cursor(&l);
+    c.ack(&l, ps[1]).unwrap();
+    assert_eq!(
+        c.backlog(&l),
+        Backlog {
+            entries: 5,
+            messages: 10,
+            bytes: 50
+        }
+    );
+    assert_eq!(c.evict_to_size(&l, 50), None);
+    // 50 bytes -> at most 25: drop 0, (1 acked), 2, 3 → 20 bytes left.
+    let mv = c.evict_to_size(&l, 25).unwrap();
+    assert_eq!(mv.reason, MarkDeleteReason::BacklogQuota);
+    assert_eq!(mv.dropped, vec![ps[0], ps[2], ps[3]]);
+    assert_eq!(c.backlog(&l).bytes, 20);
+    // Count: 3 messages left (one index of 5 acked); keep at most 1 → drop 4 only.
+    c.ack_batch_index(&l, ps[5], 2, &[0]).unwrap();
+    assert_eq!(c.backlog(&l).messages, 3);
+    let mv = c.evict_to_count(&l, 1).unwrap();
+    assert_eq!(mv.dropped, vec![ps[4]]);
+    assert_eq!(c.backlog(&l).messages, 1);
+    let mv = c.evict_to_count(&l, 0).unwrap();
+    assert_eq!(
+        mv.dropped,
+        vec![ps[5]],
+        "a partial batch that is passed is dropped"
+    );
+    assert_eq!(c.backlog(&l), Backlog::default());
+    ok(&c, &l);
+
+    let mut c = cursor(&l);
+    assert_eq!(c.evict_older_than(&l, 100, 1000), None, "now < max age");
+    assert_eq!(
+        c.evict_older_than(&l, 2000, 1000),
+        None,
+        "nothing older than 1000"
+    );
+    let mv = c.evict_older_than(&l, 2250, 1000).unwrap();
+    assert_eq!(mv.reason, MarkDeleteReason::BacklogQuota);
+    assert_eq!(mv.dropped, vec![ps[0], ps[1], ps[2]]);
+    ok(&c, &l);
+}
+
+#[test]
+fn evict_by_count_exact_fit_keeps_the_rest() {
+    let (l, ps) = ledger(5, 100);
+    let mut c = cursor(&l);
+    let mv = c.evict_to_count(&l, 3).unwrap();
+    assert_eq!(mv.dropped, vec![ps[0], ps[1]]);
+    assert_eq!(c.backlog(&l).messages, 3);
+}
+
+#[test]
+fn reset_clears_holes_and_moves_both_ways() {
+    let (l, ps) = ledger(8, 3);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[0]).unwrap();
+    c.ack(&l, ps[3]).unwrap();
+    c.ack_batch_index(&l, ps[5], 1, &[]).unwrap();
+    c.ack(&l, ps[6]).unwrap();
+    // Forward: md = just before ps[5] = 2:1; drops 1, 2, 4 (3 acked).
+    let mv = c.reset(&l, ps[5]).unwrap();
+    assert_eq!(mv.reason, MarkDeleteReason::Reset);
+    assert_eq!((mv.from, mv.to), (ps[0], ps[4]));
+    assert_eq!(mv.dropped, vec![ps[1], ps[2], ps[4]]);
+    assert_eq!(c.read_position(), ps[5]);
+    // Holes above are gone: 6 is no longer acked.
+    assert!(!c.is_acked(ps[6]));
+    assert_eq!(c.backlog(&l).entries, 3);
+    // Backward to the very beginning.
+    let mv = c.reset(&l, ps[0]).unwrap();
+    assert_eq!((mv.from, mv.to), (ps[4], pos(0, u64::MAX)));
+    assert!(mv.dropped.is_empty());
+    assert_eq!(c.read(&l, 100).len(), 8);
+    // Reset to the end of a ledger (just after its last entry) is allowed.
+    let mv = c.reset(&l, pos(3, 2)).unwrap();
+    assert_eq!(mv.to, ps[7]);
+    assert!(!c.has_more_entries(&l));
+    assert!(matches!(
+        c.reset(&l, pos(3, 3)),
+        Err(CursorError::BeyondLedger { .. })
+    ));
+    assert!(matches!(
+        c.reset(&l, pos(7, 0)),
+        Err(CursorError::UnknownLedger { .. })
+    ));
+    ok(&c, &l);
+}
+
+#[test]
+fn rewind_goes_back_to_the_first_unacked_entry() {
+    let (l, ps) = ledger(5, 100);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[0]).unwrap();
+    c.ack(&l, ps[2]).unwrap();
+    assert_eq!(c.read(&l, 10).len(), 3);
+    assert!(!c.has_more_entries(&l));
+    c.rewind(&l);
+    assert_eq!(c.read_position(), ps[1]);
+    let got: Vec<_> = c.read(&l, 10).into_iter().map(|e| e.position).collect();
+    assert_eq!(got, vec![ps[1], ps[3], ps[4]]);
+    c.clear_backlog(&l).unwrap();
+    c.rewind(&l);
+    assert_eq!(c.read_position(), ps[4].next());
+    ok(&c, &l);
+}
+
+#[test]
+fn read_skips_acked_entries_and_advances() {
+    let (l, ps) = ledger(10, 4);
+    let mut c = cursor(&l);
+    for i in [1, 2, 3, 4, 7] {
+        c.ack(&l, ps[i]).unwrap();
+    }
+    let got: Vec<_> = c.read(&l, 2).into_iter().map(|e| e.position).collect();
+    assert_eq!(got, vec![ps[0], ps[5]]);
+    assert_eq!(c.read_position(), ps[5].next());
+    let got: Vec<_> = c.read(&l, 10).into_iter().map(|e| e.position).collect();
+    assert_eq!(got, vec![ps[6], ps[8], ps[9]]);
+    assert!(c.read(&l, 10).is_empty());
+    assert!(c.read(&l, 0).is_empty());
+    ok(&c, &l);
+}
+
+#[test]
+fn replay_returns_the_already_acked_subset() {
+    let (l, ps) = ledger(5, 100);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[0]).unwrap();
+    c.ack(&l, ps[3]).unwrap();
+    let r = c.replay(&l, &[ps[4], ps[3], ps[0], ps[1], pos(1, 99), ps[1]]);
+    assert_eq!(
+        r.entries.iter().map(|e| e.position).collect::<Vec<_>>(),
+        vec![ps[1], ps[4]]
+    );
+    assert_eq!(r.already_acked, vec![ps[0], ps[3]]);
+    assert_eq!(r.missing, vec![pos(1, 99)]);
+    assert_eq!(
+        c.read_position(),
+        ps[1],
+        "replay does not move the read position"
+    );
+}
+
+#[test]
+fn backlog_counts_entries_messages_and_bytes() {
+    let mut l = InMemoryLedger::new(2);
+    let a = l.append(EntryMeta::simple(1, 100).with_messages(4));
+    let b = l.append(EntryMeta::simple(1, 50).with_messages(2));
+    let _c = l.append(EntryMeta::simple(1, 7));
+    let mut c = cursor(&l);
+    assert_eq!(
+        c.backlog(&l),
+        Backlog {
+            entries: 3,
+            messages: 7,
+            bytes: 157
+        }
+    );
+    c.ack(&l, b).unwrap();
+    c.ack_batch_index(&l, a, 4, &[0, 1, 2]).unwrap();
+    assert_eq!(
+        c.backlog(&l),
+        Backlog {
+            entries: 2,
+            messages: 2,
+            bytes: 107
+        }
+    );
+    c.ack_batch_index(&l, a, 4, &[3]).unwrap();
+    assert_eq!(
+        c.backlog(&l),
+        Backlog {
+            entries: 1,
+            messages: 1,
+            bytes: 7
+        }
+    );
+    ok(&c, &l);
+}
+
+#[test]
+fn last_active_is_what_the_caller_says() {
+    let (l, _) = ledger(1, 10);
+    let mut c = cursor(&l);
+    c.persist().unwrap();
+    assert!(!c.is_dirty());
+    c.set_last_active(42);
+    assert!(c.is_dirty());
+    assert_eq!(c.last_active(), 42);
+    c.persist().unwrap();
+    let c2 = ManagedCursor::recover(&l, c.store().clone()).unwrap();
+    assert_eq!(c2.last_active(), 42);
+    assert_eq!(c2.name(), "c");
+}
+
+#[test]
+fn recover_restores_holes_batches_and_read_position() {
+    let mut l = InMemoryLedger::new(3);
+    let ps: Vec<Position> = (0..8)
+        .map(|i| l.append(EntryMeta::simple(i, 10).with_messages(2)))
+        .collect();
+    let mut c = cursor(&l);
+    c.ack(&l, ps[0]).unwrap();
+    c.ack(&l, ps[1]).unwrap();
+    c.ack(&l, ps[2]).unwrap();
+    c.ack(&l, ps[4]).unwrap();
+    c.ack_batch_index(&l, ps[5], 2, &[1]).unwrap();
+    c.ack(&l, ps[3]).unwrap_or_else(|e| panic!("{e}"));
+    c.persist().unwrap();
+    let before = (c.mark_delete_position(), c.backlog(&l), c.snapshot());
+    let r = ManagedCursor::recover(&l, c.store().clone()).unwrap();
+    assert_eq!(
+        (r.mark_delete_position(), r.backlog(&l), r.snapshot()),
+        before
+    );
+    assert_eq!(r.read_position(), ps[5], "first un-acked entry after md");
+    assert_eq!(r.batch_acked_indexes(ps[5]), Some(vec![1]));
+    r.check_invariants(&l).unwrap();
+}
+
+#[test]
+fn recover_errors() {
+    let (l, _) = ledger(3, 10);
+    assert!(matches!(
+        ManagedCursor::recover(&l, MemoryStore::new()),
+        Err(CursorError::NothingPersisted)
+    ));
+    // A state from a longer ledger does not fit a shorter one.
+    let (long, lps) = ledger(10, 10);
+    let mut c = cursor(&long);
+    c.mark_delete(&long, lps[6]).unwrap();
+    c.ack(&long, lps[8]).unwrap();
+    c.persist().unwrap();
+    assert!(matches!(
+        ManagedCursor::recover(&l, c.store().clone()),
+        Err(CursorError::StateMismatch { .. })
+    ));
+}
+
+/// A store that fails every save after the first `ok_saves`.
+struct Flaky {
+    inner: MemoryStore,
+    ok_saves: u32,
+}
+
+impl CursorStore for Flaky {
+    fn save(&mut self, s: &PersistedState) -> Result<(), StoreError> {
+        if self.ok_saves == 0 {
+            return Err(StoreError::Unavailable("injected".into()));
+        }
+        self.ok_saves -= 1;
+        self.inner.save(s)
+    }
+    fn load(&mut self) -> Result<Option<PersistedState>, StoreError> {
+        self.inner.load()
+    }
+}
+
+#[test]
+fn a_failed_persist_keeps_the_previous_state_and_stays_dirty() {
+    let (l, ps) = ledger(4, 10);
+    let mut c = ManagedCursor::new(
+        "f",
+        &l,
+        Flaky {
+            inner: MemoryStore::new(),
+            ok_saves: 1,
+        },
+    );
+    c.ack(&l, ps[0]).unwrap();
+    c.persist().unwrap();
+    c.ack(&l, ps[1]).unwrap();
+    let e = c.persist().unwrap_err();
+    assert!(matches!(e, CursorError::Store(StoreError::Unavailable(_))));
+    assert!(c.is_dirty());
+    let r = ManagedCursor::recover(&l, c.store().inner.clone()).unwrap();
+    assert_eq!(r.mark_delete_position(), ps[0]);
+}
+
+#[test]
+fn trim_below_the_slowest_cursor_keeps_cursors_working() {
+    let (mut l, ps) = ledger(9, 3);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[0]).unwrap();
+    c.ack(&l, ps[1]).unwrap();
+    c.ack(&l, ps[2]).unwrap();
+    c.ack(&l, ps[3]).unwrap();
+    c.ack(&l, ps[5]).unwrap();
+    l.trim_below(c.mark_delete_position().next());
+    assert_eq!(l.first_position(), Some(ps[4]));
+    assert_eq!(c.backlog(&l).entries, 4);
+    let mv = c.ack(&l, ps[4]).unwrap().md_move.unwrap();
+    assert_eq!(mv.to, ps[5]);
+    ok(&c, &l);
+}
