@@ -209,7 +209,12 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
         self.evict_over_count();
     }
 
-    fn route_chunk(&mut self, now: u64, ch: ChunkRef<'_>, batch: &mut Batch<'_, C>) -> Option<usize> {
+    fn route_chunk(
+        &mut self,
+        now: u64,
+        ch: ChunkRef<'_>,
+        batch: &mut Batch<'_, C>,
+    ) -> Option<usize> {
         let hash = self.pins.hash(ch.uuid);
         let found = self.pins.find(ch.uuid, hash);
 
@@ -353,7 +358,12 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
     pub fn remove_consumer(&mut self, id: C) -> usize {
         let mut doomed = std::mem::take(&mut self.doomed);
         doomed.clear();
-        doomed.extend(self.pins.iter().filter(|(_, p)| p.consumer == id).map(|(i, _)| i));
+        doomed.extend(
+            self.pins
+                .iter()
+                .filter(|(_, p)| p.consumer == id)
+                .map(|(i, _)| i),
+        );
         for &i in &doomed {
             self.pins.remove(i);
         }
@@ -379,7 +389,9 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
     /// The consumer `uuid` is pinned to, if any.
     pub fn pinned(&self, uuid: &str) -> Option<C> {
         let hash = self.pins.hash(uuid);
-        self.pins.find(uuid, hash).map(|p| self.pins.get(p).consumer)
+        self.pins
+            .find(uuid, hash)
+            .map(|p| self.pins.get(p).consumer)
     }
 
     /// How many uuids are pinned now.

@@ -107,7 +107,14 @@ impl<C: Copy + Eq> PinTable<C> {
     }
 
     /// Adds a pin for a uuid that has none; returns its slot.
-    pub(crate) fn insert(&mut self, uuid: &str, hash: u64, consumer: C, hint: u32, now: u64) -> u32 {
+    pub(crate) fn insert(
+        &mut self,
+        uuid: &str,
+        hash: u64,
+        consumer: C,
+        hint: u32,
+        now: u64,
+    ) -> u32 {
         let chain = self.index.get(&hash).copied().unwrap_or(NIL);
         let i = match self.free.pop() {
             Some(i) => {

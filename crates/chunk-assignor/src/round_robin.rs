@@ -62,7 +62,11 @@ impl PriorityRoundRobin {
         mut has_capacity: impl FnMut(usize) -> bool,
     ) -> Option<usize> {
         if is_sorted_by_priority(consumers) {
-            self.pick(consumers.len(), |p| consumers[p].priority, &mut has_capacity)
+            self.pick(
+                consumers.len(),
+                |p| consumers[p].priority,
+                &mut has_capacity,
+            )
         } else {
             let mut order = std::mem::take(&mut self.order);
             fill_priority_order(consumers, &mut order);
