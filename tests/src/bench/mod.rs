@@ -12,6 +12,7 @@ use std::fmt::Write as _;
 
 pub mod draining_hashes;
 pub mod rng;
+pub mod selectors;
 
 /// How a workload's figure compares with its baseline.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,6 +139,7 @@ pub fn all() -> Vec<Workload> {
     let mut w = Vec::new();
     // Areas register here, one line each (kept in workload-id order).
     w.extend(draining_hashes::workloads());
+    w.extend(selectors::workloads());
     let _ = &mut w;
     w
 }
