@@ -56,6 +56,7 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
         }
     }
 
+    #[inline]
     fn write(&self) -> sync::RwLockWriteGuard<'_, State<P, C>> {
         let (mut guard, poisoned) = sync::write(&self.state);
         if poisoned {

@@ -195,6 +195,15 @@ impl Segment {
         self.churn = self.churn.saturating_add(1);
         match &mut self.body {
             Body::Dense { base, slots } => {
+                if off == *base {
+                    // The common case (acks arrive roughly in order): pop the front.
+                    let v = slots.pop_front()?;
+                    *base = base.wrapping_add(1);
+                    self.live -= 1;
+                    trim_front(base, slots);
+                    self.after_dense_removal();
+                    return Some(v);
+                }
                 let idx = usize::try_from(off.checked_sub(*base)?).ok()?;
                 let slot = slots.get_mut(idx)?;
                 let v = *slot;

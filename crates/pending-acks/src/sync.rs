@@ -19,6 +19,7 @@ pub use std::sync::Arc;
 
 /// Takes the read lock. A lock poisoned by a panicking handler is recovered: every operation
 /// leaves the map consistent before it calls out (see `Store::repair`).
+#[inline]
 pub(crate) fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
     match lock.read() {
         Ok(g) => g,
@@ -28,6 +29,7 @@ pub(crate) fn read<T>(lock: &RwLock<T>) -> RwLockReadGuard<'_, T> {
 
 /// Takes the write lock; the flag is true when the lock was poisoned (and is now cleared), so the
 /// caller can repair what an interrupted operation left behind.
+#[inline]
 pub(crate) fn write<T>(lock: &RwLock<T>) -> (RwLockWriteGuard<'_, T>, bool) {
     match lock.write() {
         Ok(g) => (g, false),

@@ -11,6 +11,7 @@
 use std::fmt::Write as _;
 
 pub mod draining_hashes;
+pub mod pending_acks;
 pub mod rng;
 pub mod selectors;
 
@@ -138,6 +139,7 @@ impl Row {
 pub fn all() -> Vec<Workload> {
     let mut w = Vec::new();
     // Areas register here, one line each (kept in workload-id order).
+    w.extend(pending_acks::workloads());
     w.extend(draining_hashes::workloads());
     w.extend(selectors::workloads());
     let _ = &mut w;
