@@ -24,7 +24,7 @@ use crate::shared::{
     ConsumerShared, DrainAddHandler, DrainListener, DrainRemoveHandler, PaPos, SubShared,
     WakeState, Waker,
 };
-use crate::sync::{dyn_arc, Arc, AtomicBool, AtomicI64, Ordering, RwLock};
+use crate::sync::{Arc, AtomicBool, AtomicI64, Ordering, RwLock};
 
 /// A boxed selector, as the dispatcher holds it (users may plug their own).
 pub type BoxedSelector = Box<dyn StickyKeySelector<ConsumerId> + Send>;
@@ -258,8 +258,8 @@ impl Dispatcher {
                 let draining_required =
                     !k.allow_out_of_order && !matches!(k.mode, KeySharedMode::Exclusive);
                 let draining = draining_required.then(|| {
-                    let listener = dyn_arc(std::sync::Arc::new(DrainListener(wake.clone()))
-                        as std::sync::Arc<dyn draining_hashes::UnblockListener>);
+                    let listener: draining_hashes::Arc<dyn draining_hashes::UnblockListener> =
+                        draining_hashes::Arc::new(DrainListener(wake.clone()));
                     Arc::new(DrainingHashes::new(listener))
                 });
                 (
@@ -379,13 +379,13 @@ impl Dispatcher {
         let pending = PendingAcks::new(spec.id);
         let count_next = Arc::new(AtomicBool::new(false));
         if let Some(dr) = self.ks.as_ref().and_then(|k| k.draining.clone()) {
-            let add = dyn_arc(std::sync::Arc::new(DrainAddHandler {
-                draining: dr.clone(),
-                count_next: count_next.clone(),
-            })
-                as std::sync::Arc<dyn pending_acks::AddHandler<PaPos, ConsumerId>>);
-            let remove = dyn_arc(std::sync::Arc::new(DrainRemoveHandler { draining: dr })
-                as std::sync::Arc<dyn pending_acks::RemoveHandler<PaPos, ConsumerId>>);
+            let add: pending_acks::Arc<dyn pending_acks::AddHandler<PaPos, ConsumerId>> =
+                pending_acks::Arc::new(DrainAddHandler {
+                    draining: dr.clone(),
+                    count_next: count_next.clone(),
+                });
+            let remove: pending_acks::Arc<dyn pending_acks::RemoveHandler<PaPos, ConsumerId>> =
+                pending_acks::Arc::new(DrainRemoveHandler { draining: dr });
             pending.set_add_handler(add);
             pending.set_remove_handler(remove);
         }

@@ -37,8 +37,16 @@
 //! assert_eq!(back.added_ranges(1), impacted.added_ranges(2));
 //! ```
 
+mod ack;
+mod config;
+mod core;
+mod error;
+mod explain;
 mod hash;
+mod replay;
 mod selector;
+mod shared;
+mod sync;
 
 pub use crate::hash::{
     key_hash31, murmur3_x86_32, slot, sticky_key_bytes, HashRange, KeyFields, CONSISTENT_RANGE,
@@ -49,3 +57,12 @@ pub use crate::selector::{
     ConsumerInfo, ExclusiveRangeSelector, ImpactedConsumers, SelectorError, StickyKeySelector,
     DEFAULT_POINTS_PER_CONSUMER,
 };
+
+pub use crate::ack::{AckHandle, AckOutcome, CursorAck, CursorCell};
+pub use crate::config::{
+    ConsumerId, ConsumerSpec, DispatcherConfig, KeySharedConfig, KeySharedMode, SubscriptionType,
+};
+pub use crate::core::{BoxedSelector, Command, Dispatcher, Gate, Verdict};
+pub use crate::error::{AckError, AddConsumerError};
+pub use crate::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
+pub use crate::shared::{NoopWaker, Waker};

@@ -150,16 +150,26 @@ impl AddHandler<PaPos, ConsumerId> for DrainAddHandler {
         if hash == 0 {
             return true;
         }
-        if crate::core::draining_conflict(&self.draining, crate::Gate::SendTime, consumer, hash) {
-            tracing::debug!(consumer = %consumer, ledger = pos.0, entry = pos.1, hash, "send-time add refused: hash drains on another consumer");
-            return false;
-        }
-        if self.count_next.load(Ordering::SeqCst) {
-            if let Err(e) = self.draining.add_entry(consumer, hash) {
-                warn!(consumer = %consumer, hash, error = %e, "could not count a pinned chunk in draining");
+        match self.draining.get(hash) {
+            Some(e) if e.owner != consumer => {
+                tracing::debug!(consumer = %consumer, owner = %e.owner, ledger = pos.0, entry = pos.1, hash, "send-time add refused: hash drains on another consumer");
+                false
+            }
+            // Draining on this very consumer (a continuation chunk pinned to the old owner):
+            // the new owner must wait for this entry too. Or not draining, but the core marked
+            // the entry as a pinned chunk whose hash maps elsewhere: start draining it.
+            // Only the core adds entries, so nothing can register between the look-up and the
+            // count; a concurrent ack that releases the entry in between just makes add_entry
+            // create a fresh one for this send, which is what the new owner must wait for.
+            found => {
+                if found.is_some() || self.count_next.load(Ordering::SeqCst) {
+                    if let Err(e) = self.draining.add_entry(consumer, hash) {
+                        warn!(consumer = %consumer, hash, error = %e, "could not count a send in draining");
+                    }
+                }
+                true
             }
         }
-        true
     }
 }
 

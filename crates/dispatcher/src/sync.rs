@@ -17,16 +17,3 @@ pub(crate) use loom::sync::{
     Arc, RwLock,
 };
 
-/// Turns a std `Arc` (which coerces to a trait object on stable Rust) into the facade's `Arc`.
-/// Handlers and listeners handed to pending-acks and draining-hashes are built this way, so the
-/// same code works with loom's `Arc` (which cannot coerce unsized types itself).
-#[cfg(not(feature = "loom"))]
-pub(crate) fn dyn_arc<T: ?Sized>(a: std::sync::Arc<T>) -> Arc<T> {
-    a
-}
-
-/// See the non-loom variant.
-#[cfg(feature = "loom")]
-pub(crate) fn dyn_arc<T: ?Sized>(a: std::sync::Arc<T>) -> Arc<T> {
-    Arc::from_std(a)
-}

@@ -1,0 +1,530 @@
+//! A scripted driver for the dispatcher core: owns an in-memory ledger and cursor, executes the
+//! core's commands, and prints every read, replay and send. `check(script)` returns the log.
+//!
+//! Script (one command per line, `#` comments):
+//! * config (before the first other command): `shared`, `key_shared [ring N|autosplit|exclusive]
+//!   [ooo]`, `legacy`, `max_unacked_consumer N`, `max_unacked_sub N`, `look_ahead PER_C PER_SUB`,
+//!   `interval N`, `draining_timeout N`, `orphan_replay`;
+//! * `join A [prio=N] [ranges=a-b,c-d]`, `leave A`, `flow A N`;
+//! * `pub k1 k2 …` (one entry per key, `k1*3` = three), `batch K N` (one entry of N messages),
+//!   `chunk UUID K ID/N` (one chunk), `chunks UUID K N` (all N chunks);
+//! * `ack A POS…` (`POS` = `l:e`, or `A.all`), `nack A POS…`, `redeliver_all A`;
+//! * `skip N`, `clear`, `expire T`, `evict_count N`, `evict_size B`, `reset POS`;
+//! * `advance T` (fires due timers), `restart` (dispatcher state lost, cursor recovered);
+//! * `explain KEY`, `state`.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cursor::{
+    ChunkMeta, EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MarkDeleteMove, MemoryStore,
+    Position,
+};
+use dispatcher::{
+    AckHandle, Command, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig,
+    HashRange, KeySharedConfig, KeySharedMode, SubscriptionType, Waker,
+};
+
+/// A waker that raises a flag; the driver calls `handle_wake` when it is set.
+#[derive(Default)]
+pub struct FlagWaker(pub AtomicBool);
+
+impl Waker for FlagWaker {
+    fn wake(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+type Cell = Mutex<CursorCell<MemoryStore, InMemoryLedger>>;
+
+/// The scripted world.
+pub struct World {
+    pub now: u64,
+    pub cell: Arc<Cell>,
+    pub d: Dispatcher,
+    pub ack: AckHandle,
+    pub waker: Arc<FlagWaker>,
+    pub cfg: DispatcherConfig,
+    pub names: BTreeMap<String, ConsumerId>,
+    pub next_id: u64,
+    pub out: String,
+    pub parked: bool,
+    pub timer: Option<u64>,
+    /// What each consumer received, in order (for order checks).
+    pub received: BTreeMap<String, Vec<Position>>,
+    pub quiet: bool,
+}
+
+fn parse_pos(s: &str) -> Option<Position> {
+    let (l, e) = s.split_once(':')?;
+    Some(Position::new(l.parse().ok()?, e.parse().ok()?))
+}
+
+fn key_of(meta: &EntryMeta) -> String {
+    let k = meta
+        .ordering_key
+        .as_ref()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .unwrap_or_else(|| "-".into());
+    match &meta.chunk {
+        Some(c) => format!("{k}[{}#{}/{}]", c.uuid, c.chunk_id, c.num_chunks),
+        None if meta.num_messages > 1 => format!("{k}x{}", meta.num_messages),
+        None => k,
+    }
+}
+
+impl World {
+    pub fn new(cfg: DispatcherConfig) -> Self {
+        let ledger = InMemoryLedger::new(1_000_000);
+        let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+        let cell = Arc::new(Mutex::new(CursorCell { cursor, ledger }));
+        let waker = Arc::new(FlagWaker::default());
+        let d = Dispatcher::new(cfg.clone(), waker.clone());
+        let ack = d.ack_handle(cell.clone());
+        World {
+            now: 0,
+            cell,
+            d,
+            ack,
+            waker,
+            cfg,
+            names: BTreeMap::new(),
+            next_id: 1,
+            out: String::new(),
+            parked: false,
+            timer: None,
+            received: BTreeMap::new(),
+            quiet: false,
+        }
+    }
+
+    pub fn name(&self, id: ConsumerId) -> String {
+        self.names
+            .iter()
+            .find(|(_, v)| **v == id)
+            .map(|(k, _)| k.clone())
+            .unwrap_or_else(|| id.to_string())
+    }
+
+    pub fn id(&self, name: &str) -> ConsumerId {
+        self.names.get(name).copied().unwrap_or(ConsumerId(9_999))
+    }
+
+    fn log(&mut self, s: String) {
+        if !self.quiet {
+            self.out.push_str(&s);
+            self.out.push('\n');
+        }
+    }
+
+    /// Executes the core's commands until none is left.
+    pub fn pump(&mut self) {
+        for _ in 0..10_000 {
+            if self.waker.0.swap(false, Ordering::SeqCst) {
+                self.d.handle_wake(self.now);
+            }
+            let Some(cmd) = self.d.poll_command() else {
+                if self.waker.0.load(Ordering::SeqCst) {
+                    continue;
+                }
+                return;
+            };
+            match cmd {
+                Command::Rewind => {
+                    let mut g = self.cell.lock().unwrap();
+                    let CursorCell { cursor, ledger } = &mut *g;
+                    cursor.rewind(ledger);
+                    drop(g);
+                    self.log("  rewind".into());
+                }
+                Command::Read { max_entries } => {
+                    let mut g = self.cell.lock().unwrap();
+                    let CursorCell { cursor, ledger } = &mut *g;
+                    let entries = cursor.read(ledger, max_entries);
+                    let more = cursor.has_more_entries(ledger);
+                    drop(g);
+                    if entries.is_empty() {
+                        self.parked = true;
+                    } else {
+                        let ps: Vec<String> =
+                            entries.iter().map(|e| e.position.to_string()).collect();
+                        self.log(format!("  read {max_entries}: {}", ps.join(" ")));
+                    }
+                    self.d.handle_read_complete(self.now, entries, more);
+                }
+                Command::Replay { positions } => {
+                    let g = self.cell.lock().unwrap();
+                    let r = g.cursor.replay(&g.ledger, &positions);
+                    drop(g);
+                    let ps: Vec<String> = positions.iter().map(|p| p.to_string()).collect();
+                    let mut line = format!("  replay {}", ps.join(" "));
+                    if !r.already_acked.is_empty() {
+                        let a: Vec<String> =
+                            r.already_acked.iter().map(|p| p.to_string()).collect();
+                        let _ = write!(line, " (acked: {})", a.join(" "));
+                    }
+                    self.log(line);
+                    self.d.handle_replay_complete(self.now, r.entries, &r.already_acked);
+                }
+                Command::Send { consumer, entries } => {
+                    let n = self.name(consumer);
+                    let items: Vec<String> = entries
+                        .iter()
+                        .map(|e| format!("{}({})", e.position, key_of(&e.meta)))
+                        .collect();
+                    self.received
+                        .entry(n.clone())
+                        .or_default()
+                        .extend(entries.iter().map(|e| e.position));
+                    self.log(format!("  send {n}: {}", items.join(" ")));
+                }
+                Command::SetTimer { at } => {
+                    self.timer = Some(at);
+                }
+            }
+        }
+        panic!("driver did not settle after 10,000 commands");
+    }
+
+    fn publish(&mut self, meta: EntryMeta) -> Position {
+        let p = {
+            let mut g = self.cell.lock().unwrap();
+            g.ledger.append(meta)
+        };
+        p
+    }
+
+    fn keyed(&self, key: &str) -> EntryMeta {
+        let mut m = EntryMeta::simple(self.now, 100);
+        m.ordering_key = Some(key.as_bytes().to_vec());
+        m
+    }
+
+    fn apply_move(&mut self, mv: Option<MarkDeleteMove>) {
+        match mv {
+            Some(mv) => {
+                let dropped: Vec<String> = mv.dropped.iter().map(|p| p.to_string()).collect();
+                self.log(format!(
+                    "  md {:?} {} -> {} dropped [{}]",
+                    mv.reason,
+                    mv.from,
+                    mv.to,
+                    dropped.join(" ")
+                ));
+                self.d.handle_mark_delete_moved(self.now, &mv);
+            }
+            None => self.log("  md unchanged".into()),
+        }
+    }
+
+    fn positions(&self, consumer: &str, args: &[&str]) -> Vec<Position> {
+        let mut v = Vec::new();
+        for a in args {
+            if *a == "all" {
+                v.extend(self.d.pending_positions(self.id(consumer)).into_iter().map(|(p, _)| p));
+            } else if let Some(p) = parse_pos(a) {
+                v.push(p);
+            }
+        }
+        v
+    }
+
+    /// Runs one script line.
+    pub fn step(&mut self, line: &str) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some((&cmd, args)) = words.split_first() else { return };
+        self.log(format!("> {line}"));
+        match cmd {
+            "join" => {
+                let name = args[0];
+                let id = ConsumerId(self.next_id);
+                self.next_id += 1;
+                let mut spec = ConsumerSpec::new(id.0, name);
+                for a in &args[1..] {
+                    if let Some(p) = a.strip_prefix("prio=") {
+                        spec.priority = p.parse().unwrap();
+                    }
+                    if let Some(r) = a.strip_prefix("ranges=") {
+                        spec.ranges = r
+                            .split(',')
+                            .map(|x| {
+                                let (a, b) = x.split_once('-').unwrap();
+                                HashRange::new(a.parse().unwrap(), b.parse().unwrap())
+                            })
+                            .collect();
+                    }
+                }
+                match self.d.handle_consumer_added(self.now, spec) {
+                    Ok(()) => {
+                        self.names.insert(name.to_string(), id);
+                    }
+                    Err(e) => self.log(format!("  join refused: {e}")),
+                }
+            }
+            "leave" => {
+                let id = self.id(args[0]);
+                self.d.handle_consumer_removed(self.now, id);
+            }
+            "flow" => {
+                let id = self.id(args[0]);
+                self.d.handle_flow(self.now, id, args[1].parse().unwrap());
+            }
+            "pub" => {
+                for a in args {
+                    let (k, n) = match a.split_once('*') {
+                        Some((k, n)) => (k, n.parse().unwrap()),
+                        None => (*a, 1),
+                    };
+                    for _ in 0..n {
+                        let m = self.keyed(k);
+                        self.publish(m);
+                    }
+                }
+                self.d.handle_entries_appended(self.now);
+            }
+            "batch" => {
+                let m = self.keyed(args[0]).with_messages(args[1].parse().unwrap());
+                self.publish(m);
+                self.d.handle_entries_appended(self.now);
+            }
+            "chunk" | "chunks" => {
+                let uuid = args[0];
+                let key = args[1];
+                let ids: Vec<(u32, u32)> = if cmd == "chunk" {
+                    let (i, n) = args[2].split_once('/').unwrap();
+                    vec![(i.parse().unwrap(), n.parse().unwrap())]
+                } else {
+                    let n: u32 = args[2].parse().unwrap();
+                    (0..n).map(|i| (i, n)).collect()
+                };
+                for (i, n) in ids {
+                    let mut m = self.keyed(key);
+                    m.chunk = Some(ChunkMeta {
+                        uuid: uuid.to_string(),
+                        chunk_id: i,
+                        num_chunks: n,
+                        total_size: 100 * n,
+                    });
+                    self.publish(m);
+                }
+                self.d.handle_entries_appended(self.now);
+            }
+            "ack" => {
+                let id = self.id(args[0]);
+                for p in self.positions(args[0], &args[1..]) {
+                    match self.ack.ack(id, p) {
+                        Ok(o) => {
+                            if !o.newly_acked || o.cleared_on != Some(id) {
+                                let owner = o.cleared_on.map(|c| self.name(c));
+                                self.log(format!(
+                                    "  ack {p}: newly_acked={} cleared_on={owner:?}",
+                                    o.newly_acked
+                                ));
+                            }
+                        }
+                        Err(e) => self.log(format!("  ack {p} failed: {e}")),
+                    }
+                }
+                if self.waker.0.swap(false, Ordering::SeqCst) {
+                    self.d.handle_wake(self.now);
+                }
+            }
+            "nack" => {
+                let id = self.id(args[0]);
+                let ps = self.positions(args[0], &args[1..]);
+                let n = self.d.handle_redeliver(self.now, id, &ps);
+                self.log(format!("  requeued {n}"));
+            }
+            "redeliver_all" => {
+                let id = self.id(args[0]);
+                let n = self.d.handle_redeliver_all(self.now, id);
+                self.log(format!("  requeued {n}"));
+            }
+            "skip" | "clear" | "expire" | "evict_count" | "evict_size" | "reset" => {
+                let mv = {
+                    let mut g = self.cell.lock().unwrap();
+                    let CursorCell { cursor, ledger } = &mut *g;
+                    match cmd {
+                        "skip" => cursor.skip(ledger, args[0].parse().unwrap()),
+                        "clear" => cursor.clear_backlog(ledger),
+                        "expire" => cursor.expire(ledger, args[0].parse().unwrap()),
+                        "evict_count" => cursor.evict_to_count(ledger, args[0].parse().unwrap()),
+                        "evict_size" => cursor.evict_to_size(ledger, args[0].parse().unwrap()),
+                        _ => cursor.reset(ledger, parse_pos(args[0]).unwrap()).ok(),
+                    }
+                };
+                self.apply_move(mv);
+            }
+            "advance" => {
+                self.now += args[0].parse::<u64>().unwrap();
+                if let Some(t) = self.d.poll_timeout() {
+                    if t <= self.now {
+                        self.d.handle_timeout(self.now);
+                    }
+                }
+            }
+            "restart" => {
+                let waker = Arc::new(FlagWaker::default());
+                {
+                    let mut g = self.cell.lock().unwrap();
+                    let CursorCell { cursor, ledger } = &mut *g;
+                    cursor.persist().unwrap();
+                    let store = cursor.store().clone();
+                    *cursor = ManagedCursor::recover(ledger, store).unwrap();
+                }
+                self.d = Dispatcher::new(self.cfg.clone(), waker.clone());
+                self.ack = self.d.ack_handle(self.cell.clone());
+                self.waker = waker;
+                self.names.clear();
+                self.parked = false;
+            }
+            "explain" => {
+                let r = self.d.why_blocked_key(args[0].as_bytes());
+                let s = match r {
+                    dispatcher::BlockReason::DrainingOn { consumer, pending } => {
+                        format!("draining on {} ({pending} pending)", self.name(consumer))
+                    }
+                    dispatcher::BlockReason::NoPermits { consumer } => {
+                        format!("no permits on {}", self.name(consumer))
+                    }
+                    other => format!("{other:?}"),
+                };
+                self.log(format!("  {}: {s}", args[0]));
+            }
+            "state" => {
+                let s = self.state();
+                self.log(s);
+            }
+            other => panic!("unknown script command {other}"),
+        }
+        self.pump();
+    }
+
+    /// Pending acks, unacked, permits, replay and draining, one block.
+    pub fn state(&self) -> String {
+        let mut s = String::new();
+        for c in self.d.consumer_stats() {
+            let pend: Vec<String> = self
+                .d
+                .pending_positions(c.id)
+                .iter()
+                .map(|(p, _)| p.to_string())
+                .collect();
+            let _ = writeln!(
+                s,
+                "  {}: permits={} unacked={} pending=[{}]{}",
+                self.name(c.id),
+                c.permits,
+                c.unacked,
+                pend.join(" "),
+                if c.blocked_on_unacked { " BLOCKED" } else { "" }
+            );
+        }
+        let replay: Vec<String> = self
+            .d
+            .replay_positions()
+            .iter()
+            .map(|(p, _)| p.to_string())
+            .collect();
+        let st = self.d.stats();
+        let _ = write!(
+            s,
+            "  replay=[{}] unacked={} draining={}",
+            replay.join(" "),
+            st.unacked,
+            self.d
+                .draining_hashes()
+                .iter()
+                .map(|(_, o, n)| format!("{}x{n}", self.name(*o)))
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        s
+    }
+}
+
+/// Parses the config header of a script.
+pub fn config_from(lines: &[&str]) -> (DispatcherConfig, usize) {
+    let mut cfg = DispatcherConfig::shared();
+    let mut used = 0;
+    for l in lines {
+        let w: Vec<&str> = l.split_whitespace().collect();
+        let Some(&first) = w.first() else {
+            used += 1;
+            continue;
+        };
+        match first {
+            "shared" => cfg.subscription = SubscriptionType::Shared,
+            "key_shared" => {
+                let mut k = KeySharedConfig::default();
+                let mut i = 1;
+                while i < w.len() {
+                    match w[i] {
+                        "ring" => {
+                            k.mode = KeySharedMode::ConsistentHashing {
+                                points: w[i + 1].parse().unwrap(),
+                            };
+                            i += 1;
+                        }
+                        "autosplit" => k.mode = KeySharedMode::AutoSplit,
+                        "exclusive" => k.mode = KeySharedMode::Exclusive,
+                        "ooo" => k.allow_out_of_order = true,
+                        x => panic!("bad key_shared option {x}"),
+                    }
+                    i += 1;
+                }
+                cfg.subscription = SubscriptionType::KeyShared(k);
+            }
+            "legacy" => cfg.legacy_mark_delete_cleanup = true,
+            "max_unacked_consumer" => cfg.max_unacked_per_consumer = w[1].parse().unwrap(),
+            "max_unacked_sub" => cfg.max_unacked_per_subscription = w[1].parse().unwrap(),
+            "look_ahead" => {
+                cfg.look_ahead_per_consumer = w[1].parse().unwrap();
+                cfg.look_ahead_per_subscription = w[2].parse().unwrap();
+            }
+            "interval" => cfg.unblocking_interval = w[1].parse().unwrap(),
+            "draining_timeout" => cfg.draining_timeout = Some(w[1].parse().unwrap()),
+            "orphan_replay" => {
+                cfg.assignor.orphan_policy = chunk_assignor::OrphanPolicy::Replay;
+            }
+            _ => break,
+        }
+        used += 1;
+    }
+    (cfg, used)
+}
+
+/// Runs a script and returns the log.
+pub fn check(script: &str) -> String {
+    let lines: Vec<&str> = script
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .collect();
+    let (cfg, used) = config_from(&lines);
+    let mut w = World::new(cfg);
+    for l in &lines[used..] {
+        if !l.is_empty() {
+            w.step(l);
+        }
+    }
+    w.out
+}
+
+/// Runs a script and returns the world (for assertions).
+pub fn run(script: &str) -> World {
+    let lines: Vec<&str> = script
+        .lines()
+        .map(|l| l.split('#').next().unwrap_or("").trim())
+        .collect();
+    let (cfg, used) = config_from(&lines);
+    let mut w = World::new(cfg);
+    for l in &lines[used..] {
+        if !l.is_empty() {
+            w.step(l);
+        }
+    }
+    w
+}
