@@ -76,5 +76,5 @@ mod tracker;
 pub use crate::sync::Arc;
 pub use crate::tracker::{
     AddEntryError, ConsumerDrainingStats, DrainingEntry, DrainingHashes, ReduceError, Reduced,
-    UnblockListener,
+    SendCheck, UnblockListener,
 };
