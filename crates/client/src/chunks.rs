@@ -170,8 +170,6 @@ impl Chunks {
     /// When the oldest context expires.
     pub(crate) fn next_expiry(&self, after: u64) -> Option<u64> {
         let (_, uuid) = self.order.first_key_value()?;
-        self.ctxs
-            .get(uuid)
-            .map(|c| c.created.saturating_add(after))
+        self.ctxs.get(uuid).map(|c| c.created.saturating_add(after))
     }
 }

@@ -1,7 +1,7 @@
 //! The consumer state machine: broker input (`connect`, `on_message`), application input
 //! (`receive`, `ack`, `nack`), time (`on_timer`) and the command queue (`poll_command`).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 use tracing::{debug, trace, warn};
 
@@ -10,12 +10,13 @@ use crate::config::{ConfigError, ConsumerConfig, OrphanChunkPolicy};
 use crate::gate::{Arrival, Gate};
 use crate::trackers::{AckTimeouts, NackTracker};
 use crate::types::{
-    BatchInfo, ClientStats, Command, Delivered, EntryId, IncomingMessage, MessageId,
-    RedeliverEntry,
+    BatchInfo, ClientStats, Command, Delivered, EntryId, IncomingMessage, MessageId, RedeliverEntry,
 };
 
 /// Most entries in one `RedeliverUnacked` command (Pulsar groups redeliveries by 1000).
 const REDELIVER_GROUP: usize = 1000;
+/// Fewest recently acked ids remembered to drop late duplicates (see [`Consumer::on_message`]).
+const RECENT_ACKS_MIN: usize = 1000;
 
 /// Why [`Consumer::on_message`] rejected a message. The message is dropped (its permit is
 /// returned, it is not acked) and counted in `invalid_messages`.
@@ -89,6 +90,8 @@ pub struct Consumer {
     gate: Gate,
     outstanding: HashMap<MessageId, Outstanding>,
     batches: HashMap<EntryId, BatchAcks>,
+    recent_acks: HashSet<MessageId>,
+    recent_order: VecDeque<MessageId>,
     commands: VecDeque<Command>,
     stats: ClientStats,
 }
@@ -110,6 +113,8 @@ impl Consumer {
             gate: Gate::default(),
             outstanding: HashMap::new(),
             batches: HashMap::new(),
+            recent_acks: HashSet::new(),
+            recent_order: VecDeque::new(),
             commands: VecDeque::new(),
             stats: ClientStats::default(),
         })
@@ -195,6 +200,12 @@ impl Consumer {
     /// Messages of an old epoch are dropped silently (counted). Chunks are reassembled; a
     /// non-final chunk returns its permit at once. In ordered mode a message of a key whose
     /// earlier message was nacked and not re-sent yet is released straight back.
+    ///
+    /// A copy of a message the application acked recently (one of the last
+    /// `max(1000, 2 × receiver_queue_size)` acks) is dropped with its permit returned, like
+    /// Pulsar's ack-grouping duplicate check: the broker sent it before it processed the ack.
+    /// Without this, nacking such a copy would hold its key for a message the broker no longer
+    /// has.
     pub fn on_message(&mut self, now: u64, msg: IncomingMessage) -> Result<(), MessageError> {
         if self.epoch == 0 || msg.epoch != self.epoch {
             self.stats.dropped_old_epoch += 1;
@@ -318,10 +329,16 @@ impl Consumer {
     }
 
     fn enqueue(&mut self, d: Delivered) {
+        if self.recent_acks.contains(&d.id) {
+            self.stats.dropped_already_acked += 1;
+            trace!(id = %d.id, "copy of an acked message dropped");
+            self.return_permits(1);
+            return;
+        }
         if let Some(i) = d.batch.map(|b| b.index) {
             if let Some(b) = self.batches.get(&d.id.entry()) {
                 if b.acked.get(i as usize).copied().unwrap_or(false) {
-                    self.stats.dropped_acked_index += 1;
+                    self.stats.dropped_already_acked += 1;
                     trace!(id = %d.id, "batch index already acked; dropped");
                     self.return_permits(1);
                     return;
@@ -370,18 +387,31 @@ impl Consumer {
     /// keys are not blocked by a waiting one. Each message taken returns one permit. A
     /// zero-queue consumer that finds nothing sends `Flow(1)` (once until a message arrives).
     pub fn receive(&mut self, now: u64) -> Option<Delivered> {
-        let max = self.cfg.max_unacked_per_key;
-        let seq = self
-            .queue
-            .iter()
-            .find(|(_, q)| match &q.msg.key {
-                Some(k) => self.gate.eligible(k, q.msg.id, max),
-                None => true,
-            })
-            .map(|(&s, _)| s);
-        let Some(q) = seq.and_then(|s| self.queue.remove(&s)) else {
-            if self.cfg.receiver_queue_size == 0 && !self.zero_queue_permit_out && self.epoch > 0
-            {
+        let q = loop {
+            let max = self.cfg.max_unacked_per_key;
+            let seq = self
+                .queue
+                .iter()
+                .find(|(_, q)| match &q.msg.key {
+                    Some(k) => self.gate.eligible(k, q.msg.id, max),
+                    None => true,
+                })
+                .map(|(&s, _)| s);
+            let q = seq.and_then(|s| self.queue.remove(&s));
+            match q {
+                // A copy queued before the application acked the original.
+                Some(q) if self.recent_acks.contains(&q.msg.id) => {
+                    self.stats.dropped_already_acked += 1;
+                    trace!(id = %q.msg.id, "copy of an acked message dropped");
+                    if q.epoch == self.epoch {
+                        self.return_permits(1);
+                    }
+                }
+                other => break other,
+            }
+        };
+        let Some(q) = q else {
+            if self.cfg.receiver_queue_size == 0 && !self.zero_queue_permit_out && self.epoch > 0 {
                 self.zero_queue_permit_out = true;
                 self.flow(1);
             }
@@ -430,6 +460,7 @@ impl Consumer {
         }
         self.ack_timeouts.remove(id);
         self.stats.acks += 1;
+        self.remember_ack(id);
         if !out.chunk_ids.is_empty() {
             self.send_ack(out.chunk_ids);
             return Ok(());
@@ -490,6 +521,18 @@ impl Consumer {
             self.schedule_nack(now, entries, delay);
         }
         Ok(())
+    }
+
+    fn remember_ack(&mut self, id: MessageId) {
+        let cap = RECENT_ACKS_MIN.max(2 * self.cfg.receiver_queue_size as usize);
+        if self.recent_acks.insert(id) {
+            self.recent_order.push_back(id);
+        }
+        while self.recent_order.len() > cap {
+            if let Some(old) = self.recent_order.pop_front() {
+                self.recent_acks.remove(&old);
+            }
+        }
     }
 
     fn schedule_nack(&mut self, now: u64, entries: Vec<EntryId>, delay: u64) {

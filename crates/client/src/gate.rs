@@ -38,7 +38,10 @@ pub(crate) struct Gate {
 
 impl Gate {
     pub(crate) fn held_keys(&self) -> usize {
-        self.keys.values().filter(|k| !k.blockers.is_empty()).count()
+        self.keys
+            .values()
+            .filter(|k| !k.blockers.is_empty())
+            .count()
     }
 
     fn gc(&mut self, key: &[u8]) {

@@ -85,7 +85,10 @@ impl AckTimeouts {
         if self.bucket_of.contains_key(&id) {
             return;
         }
-        let at = now.saturating_add(t).div_ceil(self.tick).saturating_mul(self.tick);
+        let at = now
+            .saturating_add(t)
+            .div_ceil(self.tick)
+            .saturating_mul(self.tick);
         self.bucket_of.insert(id, at);
         self.buckets.entry(at).or_default().insert(id);
     }

@@ -234,8 +234,8 @@ pub struct ClientStats {
     pub completed_chunked: u64,
     /// Messages dropped because they arrived on an old connection.
     pub dropped_old_epoch: u64,
-    /// Messages dropped because their batch index was already acked.
-    pub dropped_acked_index: u64,
+    /// Messages dropped because they (or their batch index) were already acked.
+    pub dropped_already_acked: u64,
     /// Messages rejected by [`on_message`](crate::Consumer::on_message) as malformed.
     pub invalid_messages: u64,
 }
