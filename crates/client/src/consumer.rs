@@ -1,7 +1,7 @@
 //! The consumer state machine: broker input (`connect`, `on_message`), application input
 //! (`receive`, `ack`, `nack`), time (`on_timer`) and the command queue (`poll_command`).
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use tracing::{debug, trace, warn};
 
@@ -67,11 +67,11 @@ struct Outstanding {
     redelivery_count: u32,
 }
 
-/// Acked indexes of a batch entry that still has unacked ones.
+/// Acked indexes of a batch entry that still has unacked ones (sized by the acks, not by
+/// the batch size the broker claims).
 struct BatchAcks {
     size: u32,
-    acked: Vec<bool>,
-    count: u32,
+    acked: BTreeSet<u32>,
 }
 
 /// A sans-IO consumer: feed it broker messages and application calls, drain its commands.
@@ -166,11 +166,7 @@ impl Consumer {
         let acked_indexes = self
             .batches
             .get(&entry)
-            .map(|b| {
-                (0..b.size)
-                    .filter(|&i| b.acked.get(i as usize).copied().unwrap_or(false))
-                    .collect()
-            })
+            .map(|b| b.acked.iter().copied().collect())
             .unwrap_or_default();
         RedeliverEntry {
             entry,
@@ -337,7 +333,7 @@ impl Consumer {
         }
         if let Some(i) = d.batch.map(|b| b.index) {
             if let Some(b) = self.batches.get(&d.id.entry()) {
-                if b.acked.get(i as usize).copied().unwrap_or(false) {
+                if b.acked.contains(&i) {
                     self.stats.dropped_already_acked += 1;
                     trace!(id = %d.id, "batch index already acked; dropped");
                     self.return_permits(1);
@@ -472,16 +468,10 @@ impl Consumer {
         let entry = id.entry();
         let st = self.batches.entry(entry).or_insert_with(|| BatchAcks {
             size: b.size,
-            acked: vec![false; b.size as usize],
-            count: 0,
+            acked: BTreeSet::new(),
         });
-        if let Some(slot) = st.acked.get_mut(i as usize) {
-            if !*slot {
-                *slot = true;
-                st.count += 1;
-            }
-        }
-        if st.count >= st.size {
+        st.acked.insert(i);
+        if st.acked.len() as u64 >= u64::from(st.size) {
             self.batches.remove(&entry);
             self.nacks.remove(entry);
             self.send_ack(vec![MessageId::new(entry.ledger_id, entry.entry_id)]);

@@ -213,7 +213,8 @@ pub struct ClientStats {
     pub acks: u64,
     /// Successful application nacks.
     pub nacks: u64,
-    /// Messages given back with `Release`.
+    /// Messages taken out of the queue (or refused on arrival) in ordered mode and given back
+    /// to the broker: in a `Release`, or with the nacked entry they share.
     pub released: u64,
     /// Entries sent in `RedeliverUnacked` commands.
     pub redeliveries_requested: u64,

@@ -257,3 +257,40 @@ fn nacks_of_a_chunked_message_redeliver_all_its_chunks_together() {
     );
     insta::assert_snapshot!(out);
 }
+
+#[test]
+fn a_huge_claimed_batch_size_costs_nothing_until_acked() {
+    let mut c = consumer(cfg());
+    let e = c.connect(0);
+    c.on_message(0, batch(e, 9, 3, u32::MAX)).ok();
+    let d = c.receive(0).map(|d| d.id);
+    assert_eq!(d, Some(MessageId::batched(super::L, 9, 3)));
+    drain(&mut c);
+    assert_eq!(c.ack(0, MessageId::batched(super::L, 9, 3)), Ok(()));
+    assert_eq!(
+        drain(&mut c),
+        vec![Command::Ack(vec![MessageId::batched(super::L, 9, 3)])]
+    );
+}
+
+#[test]
+fn copies_of_recently_acked_messages_are_dropped() {
+    let out = check(
+        ConsumerConfig {
+            receiver_queue_size: 4,
+            ..cfg()
+        },
+        "connect
+         push 1
+         recv
+         # a copy sent before the broker saw the ack: queued, then acked, then dropped on receive
+         push 1
+         ack 1
+         push 2
+         recv*
+         # a copy arriving after the ack is dropped at once
+         push 1
+         stats",
+    );
+    insta::assert_snapshot!(out);
+}
