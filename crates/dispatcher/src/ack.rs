@@ -106,7 +106,12 @@ impl AckHandle {
 
     /// The pending-acks half of an ack alone, for drivers that already acked the cursor
     /// themselves (for example inside a larger cursor transaction).
-    pub fn clear_pending(&self, consumer: ConsumerId, position: Position, newly_acked: bool) -> AckOutcome {
+    pub fn clear_pending(
+        &self,
+        consumer: ConsumerId,
+        position: Position,
+        newly_acked: bool,
+    ) -> AckOutcome {
         let pos = (position.ledger_id, position.entry_id);
         let mut out = AckOutcome {
             newly_acked,

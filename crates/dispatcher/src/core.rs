@@ -206,6 +206,10 @@ pub struct Dispatcher {
     skip_next_replay: bool,
     unblock_timer: Option<u64>,
     draining_timer: Option<u64>,
+    /// A read that dispatched nothing backs off (Pulsar's retry backoff) instead of spinning.
+    retry_timer: Option<u64>,
+    retry_backoff: u64,
+    skip_backoff: bool,
     last_timer_sent: Option<u64>,
     last_md: Option<Position>,
     redelivery_counts: BTreeMap<Position, u32>,
@@ -242,11 +246,19 @@ impl Dispatcher {
     /// A Key_Shared dispatcher with a caller-supplied selector (the mode in `cfg` then only
     /// decides whether draining is required: AUTO_SPLIT modes and not out-of-order). On a
     /// Shared `cfg` the selector is ignored.
-    pub fn with_selector(cfg: DispatcherConfig, waker: std::sync::Arc<dyn Waker>, selector: BoxedSelector) -> Self {
+    pub fn with_selector(
+        cfg: DispatcherConfig,
+        waker: std::sync::Arc<dyn Waker>,
+        selector: BoxedSelector,
+    ) -> Self {
         Self::build(cfg, waker, Some(selector))
     }
 
-    fn build(cfg: DispatcherConfig, waker: std::sync::Arc<dyn Waker>, selector: Option<BoxedSelector>) -> Self {
+    fn build(
+        cfg: DispatcherConfig,
+        waker: std::sync::Arc<dyn Waker>,
+        selector: Option<BoxedSelector>,
+    ) -> Self {
         let wake = Arc::new(WakeState {
             hashes_unblocked: AtomicBool::new(false),
             unacked_unblocked: AtomicBool::new(false),
@@ -303,6 +315,9 @@ impl Dispatcher {
             skip_next_replay: false,
             unblock_timer: None,
             draining_timer: None,
+            retry_timer: None,
+            retry_backoff: 0,
+            skip_backoff: false,
             last_timer_sent: None,
             last_md: None,
             redelivery_counts: BTreeMap::new(),
@@ -328,10 +343,10 @@ impl Dispatcher {
 
     /// The earliest armed timer: call [`handle_timeout`](Self::handle_timeout) at or after it.
     pub fn poll_timeout(&self) -> Option<u64> {
-        match (self.unblock_timer, self.draining_timer) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.unblock_timer, self.draining_timer, self.retry_timer]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn arm_timer_command(&mut self) {
@@ -357,14 +372,23 @@ impl Dispatcher {
 
     /// A consumer joins. On Key_Shared the selector places it and, when draining is required,
     /// every other consumer's pending acks whose hash moved to it start draining.
-    pub fn handle_consumer_added(&mut self, now: u64, spec: ConsumerSpec) -> Result<(), AddConsumerError> {
+    pub fn handle_consumer_added(
+        &mut self,
+        now: u64,
+        spec: ConsumerSpec,
+    ) -> Result<(), AddConsumerError> {
         if self.find(spec.id).is_some() {
             return Err(AddConsumerError::DuplicateConsumer(spec.id));
         }
         let impacted = match &mut self.ks {
             Some(ks) => {
-                let info = ConsumerInfo::with_ranges(spec.id, spec.name.clone(), spec.ranges.clone());
-                Some(ks.selector.add_consumer(info).map_err(AddConsumerError::Selector)?)
+                let info =
+                    ConsumerInfo::with_ranges(spec.id, spec.name.clone(), spec.ranges.clone());
+                Some(
+                    ks.selector
+                        .add_consumer(info)
+                        .map_err(AddConsumerError::Selector)?,
+                )
             }
             None => None,
         };
@@ -415,6 +439,7 @@ impl Dispatcher {
         if let Some(imp) = impacted {
             self.register_draining(&imp, spec.id);
         }
+        self.input_arrived();
         self.read_more(now);
         Ok(())
     }
@@ -521,6 +546,7 @@ impl Dispatcher {
         if let Some(dr) = self.ks.as_ref().and_then(|k| k.draining.as_ref()) {
             dr.consumer_removed(id);
         }
+        self.input_arrived();
         self.read_more(now);
         true
     }
@@ -538,6 +564,7 @@ impl Dispatcher {
             c.permits += i64::from(permits);
         }
         trace!(consumer = %id, permits, total = c.permits, "flow");
+        self.input_arrived();
         self.read_more(now);
         true
     }
@@ -548,6 +575,7 @@ impl Dispatcher {
     /// their unacked limit resume now; a released draining hash schedules a read after the
     /// coalescing interval.
     pub fn handle_wake(&mut self, now: u64) {
+        self.input_arrived();
         if self.wake.unacked_unblocked.swap(false, Ordering::SeqCst) {
             self.recheck_unacked_blocks();
         }
@@ -576,21 +604,34 @@ impl Dispatcher {
             self.draining_timer = None;
             self.force_release_expired(now);
         }
+        if self.retry_timer.is_some_and(|t| t <= now) {
+            self.retry_timer = None;
+        }
         self.read_more(now);
+    }
+
+    /// After a read that dispatched nothing: wait before reading again (1, 2, 4 … up to 10
+    /// time units), unless new input (flow, wake, join, leave, appended entries) arrives first.
+    fn back_off(&mut self, now: u64) {
+        self.retry_backoff = (self.retry_backoff * 2).clamp(1, 10);
+        self.retry_timer = Some(now.saturating_add(self.retry_backoff));
+    }
+
+    /// New input may allow progress: cancel the retry backoff.
+    fn input_arrived(&mut self) {
+        self.retry_timer = None;
     }
 
     /// New entries were appended to the ledger: a read parked at the end of the topic resumes.
     pub fn handle_entries_appended(&mut self, now: u64) {
         self.at_end = false;
+        self.input_arrived();
         self.read_more(now);
     }
 
     fn recheck_unacked_blocks(&mut self) {
         for c in &mut self.consumers {
-            if c.shared.max_unacked > 0
-                && c.blocked()
-                && c.unacked() <= c.shared.max_unacked / 2
-            {
+            if c.shared.max_unacked > 0 && c.blocked() && c.unacked() <= c.shared.max_unacked / 2 {
                 c.shared.blocked.store(false, Ordering::SeqCst);
                 c.permits += std::mem::take(&mut c.parked_permits);
                 debug!(consumer = %c.id, permits = c.permits, "consumer resumed below half its unacked limit");
@@ -607,9 +648,13 @@ impl Dispatcher {
     }
 
     fn force_release_expired(&mut self, now: u64) {
-        let Some(timeout) = self.cfg.draining_timeout else { return };
+        let Some(timeout) = self.cfg.draining_timeout else {
+            return;
+        };
         let Some(ks) = &mut self.ks else { return };
-        let Some(dr) = ks.draining.clone() else { return };
+        let Some(dr) = ks.draining.clone() else {
+            return;
+        };
         let mut next: Option<u64> = None;
         let mut released = 0u64;
         ks.blocked_since.retain(|hash, since| {
@@ -645,7 +690,10 @@ impl Dispatcher {
         let mut n = 0;
         let mut debit = 0;
         for &p in positions {
-            if let Some(ack) = shared.pending.remove(pa(p), RemovalCause::RedeliveryRequested) {
+            if let Some(ack) = shared
+                .pending
+                .remove(pa(p), RemovalCause::RedeliveryRequested)
+            {
                 debit += i64::from(ack.remaining);
                 self.requeue_redelivered(p, ack.hash);
                 n += 1;
@@ -653,6 +701,7 @@ impl Dispatcher {
         }
         shared.debit(&self.shared, debit);
         self.after_redelivery(i);
+        self.input_arrived();
         self.read_more(now);
         n
     }
@@ -674,6 +723,7 @@ impl Dispatcher {
             self.requeue_redelivered(*p, ack.hash);
         }
         self.after_redelivery(i);
+        self.input_arrived();
         self.read_more(now);
         items.len()
     }
@@ -720,6 +770,7 @@ impl Dispatcher {
             self.redelivery_counts.clear();
             self.last_md = Some(md);
             self.at_end = false;
+            self.input_arrived();
             self.read_more(now);
             return;
         }
@@ -760,6 +811,7 @@ impl Dispatcher {
                 return;
             }
         }
+        self.input_arrived();
         self.read_more(now);
     }
 
@@ -805,14 +857,21 @@ impl Dispatcher {
 
     fn read_more(&mut self, _now: u64) {
         self.arm_timer_command();
-        if self.pending_read.is_some() || self.consumers.is_empty() {
+        if self.pending_read.is_some() || self.consumers.is_empty() || self.retry_timer.is_some() {
             return;
         }
-        let total: i64 = self.consumers.iter().map(|c| self.available_permits(c)).sum();
+        let total: i64 = self
+            .consumers
+            .iter()
+            .map(|c| self.available_permits(c))
+            .sum();
         if total <= 0 {
             return;
         }
-        let n = usize::try_from(total).unwrap_or(usize::MAX).min(self.read_batch).max(1);
+        let n = usize::try_from(total)
+            .unwrap_or(usize::MAX)
+            .min(self.read_batch)
+            .max(1);
         if !self.replay.is_empty() && !std::mem::take(&mut self.skip_next_replay) {
             let positions = self.pick_replay(n);
             if !positions.is_empty() {
@@ -874,9 +933,7 @@ impl Dispatcher {
             }
             let target = match e.pinned {
                 Some(c) => Some(c),
-                None => self.ks.as_ref().and_then(|k| {
-                    k.selector.select(e.hash)
-                }),
+                None => self.ks.as_ref().and_then(|k| k.selector.select(e.hash)),
             };
             let ok = match target {
                 None => false,
@@ -958,16 +1015,23 @@ impl Dispatcher {
         if let Some(md) = self.last_md {
             entries.retain(|e| e.position > md);
         }
+        let before = self.counters.entries_sent;
         match self.ks.is_some() {
             true => self.dispatch_key_shared(now, entries, false, has_more_entries),
             false => self.dispatch_shared(now, entries, false),
         }
+        self.after_dispatch(now, before);
         self.read_more(now);
     }
 
     /// A replay read finished: `entries` (ascending) and the positions the cursor reported as
     /// already acked (dropped from replay).
-    pub fn handle_replay_complete(&mut self, now: u64, entries: Vec<Entry>, already_acked: &[Position]) {
+    pub fn handle_replay_complete(
+        &mut self,
+        now: u64,
+        entries: Vec<Entry>,
+        already_acked: &[Position],
+    ) {
         if self.pending_read == Some(ReadKind::Replay) {
             self.pending_read = None;
         }
@@ -978,13 +1042,31 @@ impl Dispatcher {
         let mut entries = entries;
         entries.retain(|e| self.replay.contains(e.position));
         entries.sort_by_key(|e| e.position);
+        let before = self.counters.entries_sent;
         if !entries.is_empty() && !self.consumers.is_empty() {
             match self.ks.is_some() {
                 true => self.dispatch_key_shared(now, entries, true, true),
                 false => self.dispatch_shared(now, entries, true),
             }
         }
+        if !already_acked.is_empty() && self.counters.entries_sent == before {
+            // Progress of a kind: acked positions left replay. Read again at once.
+            self.retry_backoff = 0;
+        } else {
+            self.after_dispatch(now, before);
+        }
         self.read_more(now);
+    }
+
+    fn after_dispatch(&mut self, now: u64, sent_before: u64) {
+        if self.counters.entries_sent > sent_before
+            || self.skip_next_replay
+            || std::mem::take(&mut self.skip_backoff)
+        {
+            self.retry_backoff = 0;
+        } else {
+            self.back_off(now);
+        }
     }
 
     // ------------------------------------------------------------------ sending
@@ -1018,7 +1100,9 @@ impl Dispatcher {
                     self.counters.send_time_refusals += 1;
                     debug!(consumer = %id, ledger = e.position.ledger_id, entry = e.position.entry_id, hash, reason = ?refused, "send-time add refused, entry back to replay");
                     let pin = if is_pinned { Some(id) } else { None };
-                    if !matches!(refused, AddRefused::Closed) || self.last_md.is_none_or(|md| e.position > md) {
+                    if !matches!(refused, AddRefused::Closed)
+                        || self.last_md.is_none_or(|md| e.position > md)
+                    {
                         self.replay.add(e.position, hash, pin);
                     }
                 }
@@ -1042,7 +1126,10 @@ impl Dispatcher {
         let max = self.shared.max_unacked;
         if max > 0 && unacked_sub >= max && !self.shared.blocked.load(Ordering::SeqCst) {
             self.shared.blocked.store(true, Ordering::SeqCst);
-            debug!(unacked = unacked_sub, "subscription blocked on unacked messages");
+            debug!(
+                unacked = unacked_sub,
+                "subscription blocked on unacked messages"
+            );
             if self.shared.unacked.load(Ordering::SeqCst) <= max / 2 {
                 self.wake.unacked_unblocked.store(true, Ordering::SeqCst);
             }
@@ -1109,7 +1196,9 @@ impl Dispatcher {
         }
         let mut rest: VecDeque<Entry> = entries.into();
         while !rest.is_empty() {
-            let Some(i) = self.next_round_robin() else { break };
+            let Some(i) = self.next_round_robin() else {
+                break;
+            };
             let avail = self.available_permits(&self.consumers[i]);
             let cap = self.cfg.max_round_robin_batch.max(1) as i64;
             let limit = avail.max(1);
@@ -1151,7 +1240,13 @@ impl Dispatcher {
             .find(|&i| avail(&self.consumers[i]))
     }
 
-    fn dispatch_key_shared(&mut self, now: u64, entries: Vec<Entry>, from_replay: bool, has_more: bool) {
+    fn dispatch_key_shared(
+        &mut self,
+        now: u64,
+        entries: Vec<Entry>,
+        from_replay: bool,
+        has_more: bool,
+    ) {
         let ordered = self.ks.as_ref().is_some_and(|k| k.ordered());
         if !from_replay && ordered {
             let first = self.replay.first();
@@ -1164,7 +1259,11 @@ impl Dispatcher {
                 // Something earlier entered replay while this read was in flight: park the
                 // whole result in replay so the earlier positions go first.
                 self.counters.read_results_discarded += 1;
-                debug!(entries = entries.len(), "read result discarded: an earlier position entered replay meanwhile");
+                self.skip_backoff = true;
+                debug!(
+                    entries = entries.len(),
+                    "read result discarded: an earlier position entered replay meanwhile"
+                );
                 for e in entries {
                     let h = self.entry_hash(&e);
                     self.replay.add(e.position, h, None);
@@ -1172,7 +1271,11 @@ impl Dispatcher {
                 return;
             }
         }
-        let mut snapshot: Vec<i64> = self.consumers.iter().map(|c| self.available_permits(c)).collect();
+        let mut snapshot: Vec<i64> = self
+            .consumers
+            .iter()
+            .map(|c| self.available_permits(c))
+            .collect();
         for c in &mut self.consumers {
             c.blocked_by_hash = false;
         }
@@ -1199,7 +1302,11 @@ impl Dispatcher {
             let verdict = if snapshot[t] <= 0 {
                 None
             } else {
-                let gate = if from_replay { Gate::ReplayPick } else { Gate::NormalRead };
+                let gate = if from_replay {
+                    Gate::ReplayPick
+                } else {
+                    Gate::NormalRead
+                };
                 let v = if pin.is_some() {
                     if gate == Gate::NormalRead && self.replay.contains_hash(hash) {
                         Verdict::BehindReplay
@@ -1216,7 +1323,9 @@ impl Dispatcher {
                     snapshot[t] -= i64::from(e.meta.messages());
                     let pinned_elsewhere = pin.is_some()
                         && self.ks.as_ref().and_then(|k| k.selector.select(hash)) != pin;
-                    group_pins[t].push(pinned_elsewhere && self.ks.as_ref().is_some_and(|k| k.draining.is_some()));
+                    group_pins[t].push(
+                        pinned_elsewhere && self.ks.as_ref().is_some_and(|k| k.draining.is_some()),
+                    );
                     groups[t].push((e, hash));
                     dispatched += 1;
                 }
@@ -1243,19 +1352,25 @@ impl Dispatcher {
         }
         // Look-ahead (Pulsar §9.3): nothing went out, yet someone could take more.
         if dispatched == 0 && !from_replay && self.replay.len() < self.look_ahead_limit() {
-            let someone = self.consumers.iter().enumerate().any(|(i, c)| {
-                (c.blocked_by_hash || !targets[i]) && self.available_permits(c) > 0
-            });
+            let someone =
+                self.consumers.iter().enumerate().any(|(i, c)| {
+                    (c.blocked_by_hash || !targets[i]) && self.available_permits(c) > 0
+                });
             if someone && has_more {
                 self.counters.look_ahead_triggers += 1;
                 self.skip_next_replay = true;
-                debug!(replay = self.replay.len(), "look-ahead: reading past blocked keys");
+                debug!(
+                    replay = self.replay.len(),
+                    "look-ahead: reading past blocked keys"
+                );
             }
         }
     }
 
     fn note_draining_block(&mut self, now: u64, hash: u32) {
-        let Some(timeout) = self.cfg.draining_timeout else { return };
+        let Some(timeout) = self.cfg.draining_timeout else {
+            return;
+        };
         let Some(ks) = &mut self.ks else { return };
         ks.blocked_since.entry(hash).or_insert(now);
         let due = now.saturating_add(timeout);
@@ -1289,7 +1404,16 @@ impl Dispatcher {
     /// Why an entry with this hash would not be dispatched now (Key_Shared). On Shared every
     /// hash is [`BlockReason::NotBlocked`] unless no consumer has permits.
     pub fn why_blocked(&self, hash: u32) -> BlockReason {
-        let owner = self.ks.as_ref().and_then(|k| k.selector.select(hash));
+        if self.consumers.is_empty() {
+            return BlockReason::UnassignedRange;
+        }
+        let owner = match &self.ks {
+            Some(k) => match k.selector.select(hash) {
+                Some(o) => Some(o),
+                None => return BlockReason::UnassignedRange,
+            },
+            None => None,
+        };
         if let Some(dr) = self.ks.as_ref().and_then(|k| k.draining.as_ref()) {
             if let Some(e) = dr.get(hash) {
                 if Some(e.owner) != owner {
@@ -1305,21 +1429,23 @@ impl Dispatcher {
                 return BlockReason::BehindReplay { position: p };
             }
         }
-        match (&self.ks, owner) {
-            (Some(_), None) => BlockReason::UnassignedRange,
-            (Some(_), Some(o)) => match self.find(o) {
-                Some(i) if self.available_permits(&self.consumers[i]) > 0 => BlockReason::NotBlocked,
+        match owner {
+            Some(o) => match self.find(o) {
+                Some(i) if self.available_permits(&self.consumers[i]) > 0 => {
+                    BlockReason::NotBlocked
+                }
                 _ => BlockReason::NoPermits { consumer: o },
             },
-            (None, _) => {
-                if self.consumers.iter().any(|c| self.available_permits(c) > 0) {
-                    BlockReason::NotBlocked
-                } else if let Some(c) = self.consumers.first() {
-                    BlockReason::NoPermits { consumer: c.id }
-                } else {
-                    BlockReason::UnassignedRange
-                }
-            }
+            None => match self
+                .consumers
+                .iter()
+                .find(|c| self.available_permits(c) > 0)
+            {
+                Some(_) => BlockReason::NotBlocked,
+                None => BlockReason::NoPermits {
+                    consumer: self.consumers[0].id,
+                },
+            },
         }
     }
 
@@ -1358,7 +1484,10 @@ impl Dispatcher {
             redeliveries: self.counters.redeliveries,
             unacked: self.shared.unacked.load(Ordering::SeqCst),
             blocked_on_unacked: self.shared.blocked.load(Ordering::SeqCst),
-            chunk_pins: self.ks.as_ref().map_or(self.assignor.pin_count(), |k| k.pins.len()),
+            chunk_pins: self
+                .ks
+                .as_ref()
+                .map_or(self.assignor.pin_count(), |k| k.pins.len()),
             read_batch: self.read_batch,
         }
     }

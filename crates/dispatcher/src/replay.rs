@@ -188,7 +188,16 @@ mod tests {
         s.add(1, 9, Some(2));
         assert!(s.contains_hash(9));
         s.add(1, 0, None);
-        assert_eq!(s.iter().next(), Some((1, ReplayEntry { hash: 9, pinned: Some(2) })));
+        assert_eq!(
+            s.iter().next(),
+            Some((
+                1,
+                ReplayEntry {
+                    hash: 9,
+                    pinned: Some(2)
+                }
+            ))
+        );
     }
 
     #[test]
@@ -255,7 +264,11 @@ mod tests {
                         }
                     }
                     2 => {
-                        assert_eq!(s.remove(p).map(|e| e.hash), m.remove(&p), "seed {seed} step {step}");
+                        assert_eq!(
+                            s.remove(p).map(|e| e.hash),
+                            m.remove(&p),
+                            "seed {seed} step {step}"
+                        );
                     }
                     _ => {
                         let n = m.range(..=p).count();
@@ -267,7 +280,11 @@ mod tests {
                     let want = m.values().filter(|v| **v == h).count() as u32;
                     assert_eq!(s.hash_count(h), want, "seed {seed} step {step} hash {h}");
                 }
-                assert_eq!(s.first(), m.keys().next().copied(), "seed {seed} step {step}");
+                assert_eq!(
+                    s.first(),
+                    m.keys().next().copied(),
+                    "seed {seed} step {step}"
+                );
             }
         }
     }

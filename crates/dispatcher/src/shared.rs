@@ -81,7 +81,9 @@ impl ConsumerShared {
             return;
         }
         let left = self.unacked.fetch_sub(n, Ordering::SeqCst) - n;
-        if self.max_unacked > 0 && left <= self.max_unacked / 2 && self.blocked.load(Ordering::SeqCst)
+        if self.max_unacked > 0
+            && left <= self.max_unacked / 2
+            && self.blocked.load(Ordering::SeqCst)
         {
             sub.wake.wake_unacked();
         }
@@ -101,7 +103,9 @@ pub(crate) struct SubShared {
 impl SubShared {
     pub fn debit(&self, n: i64) {
         let left = self.unacked.fetch_sub(n, Ordering::SeqCst) - n;
-        if self.max_unacked > 0 && left <= self.max_unacked / 2 && self.blocked.load(Ordering::SeqCst)
+        if self.max_unacked > 0
+            && left <= self.max_unacked / 2
+            && self.blocked.load(Ordering::SeqCst)
         {
             self.wake.wake_unacked();
         }

@@ -16,4 +16,3 @@ pub(crate) use loom::sync::{
     atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
     Arc, RwLock,
 };
-

@@ -167,7 +167,8 @@ impl World {
                         let _ = write!(line, " (acked: {})", a.join(" "));
                     }
                     self.log(line);
-                    self.d.handle_replay_complete(self.now, r.entries, &r.already_acked);
+                    self.d
+                        .handle_replay_complete(self.now, r.entries, &r.already_acked);
                 }
                 Command::Send { consumer, entries } => {
                     let n = self.name(consumer);
@@ -224,7 +225,12 @@ impl World {
         let mut v = Vec::new();
         for a in args {
             if *a == "all" {
-                v.extend(self.d.pending_positions(self.id(consumer)).into_iter().map(|(p, _)| p));
+                v.extend(
+                    self.d
+                        .pending_positions(self.id(consumer))
+                        .into_iter()
+                        .map(|(p, _)| p),
+                );
             } else if let Some(p) = parse_pos(a) {
                 v.push(p);
             }
@@ -235,7 +241,9 @@ impl World {
     /// Runs one script line.
     pub fn step(&mut self, line: &str) {
         let words: Vec<&str> = line.split_whitespace().collect();
-        let Some((&cmd, args)) = words.split_first() else { return };
+        let Some((&cmd, args)) = words.split_first() else {
+            return;
+        };
         self.log(format!("> {line}"));
         match cmd {
             "join" => {
@@ -359,12 +367,14 @@ impl World {
                 self.apply_move(mv);
             }
             "advance" => {
-                self.now += args[0].parse::<u64>().unwrap();
-                if let Some(t) = self.d.poll_timeout() {
-                    if t <= self.now {
-                        self.d.handle_timeout(self.now);
-                    }
+                // Fire due timers one at a time, at their own time, up to the target.
+                let target = self.now + args[0].parse::<u64>().unwrap();
+                while let Some(t) = self.d.poll_timeout().filter(|t| *t <= target) {
+                    self.now = self.now.max(t);
+                    self.d.handle_timeout(self.now);
+                    self.pump();
                 }
+                self.now = target;
             }
             "restart" => {
                 let waker = Arc::new(FlagWaker::default());
@@ -389,6 +399,9 @@ impl World {
                     }
                     dispatcher::BlockReason::NoPermits { consumer } => {
                         format!("no permits on {}", self.name(consumer))
+                    }
+                    dispatcher::BlockReason::BehindReplay { position } => {
+                        format!("behind replay at {position}")
                     }
                     other => format!("{other:?}"),
                 };
