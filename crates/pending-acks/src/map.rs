@@ -314,4 +314,3 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
         sync::read(&self.state).store.memory_bytes()
     }
 }
-

@@ -1,4 +1,5 @@
 //! One test per operation and edge case of the pending-acks contract (reference §2).
+#![cfg(not(feature = "loom"))]
 
 mod common;
 
@@ -83,7 +84,11 @@ fn closed_map_refuses_every_add_forever_without_asking_the_handler() {
     assert_eq!(v.calls.lock().unwrap().len(), calls_before);
     assert!(m.is_closed());
     assert!(m.is_empty());
-    assert_eq!(m.for_each_and_close(|_, _| {}), 0, "closing again removes nothing");
+    assert_eq!(
+        m.for_each_and_close(|_, _| {}),
+        0,
+        "closing again removes nothing"
+    );
     assert_eq!(m.for_each_and_clear(RemovalCause::Acked, |_, _| {}), 0);
     assert_eq!(m.add_if_allowed((9, 9), 1, 1), Err(AddRefused::Closed));
 }
@@ -91,7 +96,10 @@ fn closed_map_refuses_every_add_forever_without_asking_the_handler() {
 #[test]
 fn refusals_are_typed_errors_with_lowercase_messages() {
     assert_eq!(AddRefused::Closed.to_string(), "pending-acks map is closed");
-    assert_eq!(AddRefused::Vetoed.to_string(), "add handler vetoed the entry");
+    assert_eq!(
+        AddRefused::Vetoed.to_string(),
+        "add handler vetoed the entry"
+    );
 }
 
 #[test]
@@ -114,7 +122,11 @@ fn remove_reports_once_with_cause_and_absent_is_a_silent_no_op() {
     let (m, r) = map_with_recorder();
     m.add_if_allowed((1, 1), 2, 9).unwrap();
     assert_eq!(m.remove((1, 1), RemovalCause::Nacked), Some(ack(2, 9)));
-    assert_eq!(m.remove((1, 1), RemovalCause::Acked), None, "double removal");
+    assert_eq!(
+        m.remove((1, 1), RemovalCause::Acked),
+        None,
+        "double removal"
+    );
     assert_eq!(m.remove((8, 8), RemovalCause::Acked), None, "never added");
     assert_eq!(
         r.take(),
@@ -128,7 +140,10 @@ fn remove_if_matches_needs_the_exact_value() {
     let (m, r) = map_with_recorder();
     m.add_if_allowed((1, 1), 2, 9).unwrap();
     let c = RemovalCause::RedeliveryRequested;
-    assert!(!m.remove_if_matches((1, 1), ack(1, 9), c), "remaining differs");
+    assert!(
+        !m.remove_if_matches((1, 1), ack(1, 9), c),
+        "remaining differs"
+    );
     assert!(!m.remove_if_matches((1, 1), ack(2, 8), c), "hash differs");
     assert!(!m.remove_if_matches((1, 2), ack(2, 9), c), "absent");
     assert!(r.take().is_empty());
@@ -157,7 +172,11 @@ fn remove_all_up_to_is_inclusive_ascending_across_segments_and_bracketed() {
         want.push(Ev::Callback(p));
     }
     want.push(Ev::End);
-    assert_eq!(r.take(), want, "handler then callback, ascending, inside one batch");
+    assert_eq!(
+        r.take(),
+        want,
+        "handler then callback, ascending, inside one batch"
+    );
     let mut left = Vec::new();
     m.for_each(|p, _| left.push(p));
     assert_eq!(left, [(2, 8), (3, 0)]);
@@ -166,12 +185,24 @@ fn remove_all_up_to_is_inclusive_ascending_across_segments_and_bracketed() {
 #[test]
 fn remove_all_up_to_with_nothing_below_has_no_brackets() {
     let (m, r) = map_with_recorder();
-    assert_eq!(m.remove_all_up_to((9, 9), RemovalCause::Acked, |_, _| {}), 0);
+    assert_eq!(
+        m.remove_all_up_to((9, 9), RemovalCause::Acked, |_, _| {}),
+        0
+    );
     m.add_if_allowed((5, 5), 1, 1).unwrap();
-    assert_eq!(m.remove_all_up_to((5, 4), RemovalCause::Acked, |_, _| {}), 0);
-    assert_eq!(m.remove_all_up_to((4, u64::MAX), RemovalCause::Acked, |_, _| {}), 0);
+    assert_eq!(
+        m.remove_all_up_to((5, 4), RemovalCause::Acked, |_, _| {}),
+        0
+    );
+    assert_eq!(
+        m.remove_all_up_to((4, u64::MAX), RemovalCause::Acked, |_, _| {}),
+        0
+    );
     assert!(r.take().is_empty());
-    assert_eq!(m.remove_all_up_to((5, 5), RemovalCause::Acked, |_, _| {}), 1);
+    assert_eq!(
+        m.remove_all_up_to((5, 5), RemovalCause::Acked, |_, _| {}),
+        1
+    );
     assert_eq!(r.take().len(), 3);
 }
 
@@ -194,7 +225,10 @@ fn for_each_is_ascending_and_leaves_the_map_alone() {
 #[test]
 fn for_each_and_clear_calls_processor_then_handler_and_keeps_the_map_open() {
     let (m, r) = map_with_recorder();
-    assert_eq!(m.for_each_and_clear(RemovalCause::RedeliveryRequested, |_, _| {}), 0);
+    assert_eq!(
+        m.for_each_and_clear(RemovalCause::RedeliveryRequested, |_, _| {}),
+        0
+    );
     assert!(r.take().is_empty(), "no brackets when nothing is removed");
     m.add_if_allowed((1, 1), 1, 3).unwrap();
     m.add_if_allowed((0, 4), 2, 4).unwrap();
@@ -304,7 +338,10 @@ fn works_without_handlers() {
         m.add_if_allowed((0, e), 1, 0).unwrap();
     }
     assert_eq!(m.remove((0, 3), RemovalCause::Acked), Some(ack(1, 0)));
-    assert_eq!(m.remove_all_up_to((0, 5), RemovalCause::Acked, |_, _| {}), 5);
+    assert_eq!(
+        m.remove_all_up_to((0, 5), RemovalCause::Acked, |_, _| {}),
+        5
+    );
     assert_eq!(m.for_each_and_clear(RemovalCause::Nacked, |_, _| {}), 4);
     assert!(m.is_empty());
 }
@@ -327,7 +364,8 @@ fn plain_u64_positions_are_one_segment() {
 fn extreme_values_round_trip() {
     let m = Map::new(0);
     let big = ack(u32::MAX, u32::MAX);
-    m.add_if_allowed((u64::MAX, u64::MAX), u32::MAX, u32::MAX).unwrap();
+    m.add_if_allowed((u64::MAX, u64::MAX), u32::MAX, u32::MAX)
+        .unwrap();
     m.add_if_allowed((u64::MAX, 0), 0, 0).unwrap();
     m.add_if_allowed((0, 0), u32::MAX, u32::MAX).unwrap();
     assert_eq!(m.get((u64::MAX, u64::MAX)), Some(big));
@@ -348,8 +386,14 @@ fn memory_shrinks_after_removals() {
         m.add_if_allowed((i / 10_000, i % 10_000), 1, 1).unwrap();
     }
     let full = m.memory_bytes();
-    assert!(full >= 200_000 * 8, "{full} counts at least the 8-byte slots");
-    assert!(full <= 200_000 * 12, "{full} bytes for 200k ascending entries");
+    assert!(
+        full >= 200_000 * 8,
+        "{full} counts at least the 8-byte slots"
+    );
+    assert!(
+        full <= 200_000 * 12,
+        "{full} bytes for 200k ascending entries"
+    );
     m.remove_all_up_to((18, 9_999), RemovalCause::Acked, |_, _| {});
     let after_bulk = m.memory_bytes();
     assert!(after_bulk < full / 10, "{after_bulk} vs {full}");
@@ -364,7 +408,14 @@ fn memory_shrinks_after_removals() {
 
 struct Panicky;
 impl RemoveHandler<(u64, u64), u32> for Panicky {
-    fn on_removed(&self, _: u32, pos: (u64, u64), _: pending_acks::PendingAck, _: RemovalCause, _: bool) {
+    fn on_removed(
+        &self,
+        _: u32,
+        pos: (u64, u64),
+        _: pending_acks::PendingAck,
+        _: RemovalCause,
+        _: bool,
+    ) {
         if pos.1 == 1 {
             panic!("handler failure at {pos:?}");
         }
@@ -429,5 +480,8 @@ fn debug_shows_the_summary() {
     let m = Map::new(3);
     m.add_if_allowed((0, 0), 1, 1).unwrap();
     let s = format!("{m:?}");
-    assert!(s.contains("consumer: 3") && s.contains("len: 1") && s.contains("closed: false"), "{s}");
+    assert!(
+        s.contains("consumer: 3") && s.contains("len: 1") && s.contains("closed: false"),
+        "{s}"
+    );
 }

@@ -1,6 +1,7 @@
 //! The map against a reference model (a `BTreeMap`, a closed flag and the handler events the
 //! contract prescribes) over seeded random operation sequences. A failure prints the seed, the
 //! profile and the last operations; rerun one seed with `PA_SEED=<seed> cargo test --test model`.
+#![cfg(not(feature = "loom"))]
 
 mod common;
 
@@ -79,7 +80,13 @@ impl Gen {
         CAUSES[self.rng.below(5) as usize]
     }
 
-    fn op(&mut self, model: &BTreeMap<Pos, PendingAck>, step: usize, steps: usize, closes: bool) -> Op {
+    fn op(
+        &mut self,
+        model: &BTreeMap<Pos, PendingAck>,
+        step: usize,
+        steps: usize,
+        closes: bool,
+    ) -> Op {
         let roll = self.rng.below(1_000);
         match roll {
             0..=449 => {
@@ -90,7 +97,11 @@ impl Gen {
                     1 => u32::MAX,
                     _ => self.rng.below(65_536) as u32,
                 };
-                let remaining = if hash == u32::MAX { u32::MAX } else { remaining };
+                let remaining = if hash == u32::MAX {
+                    u32::MAX
+                } else {
+                    remaining
+                };
                 Op::Add(p, remaining, hash)
             }
             450..=549 => Op::Update(self.pos_for_removal(model), self.rng.below(3) as u32),
@@ -137,7 +148,7 @@ fn run(seed: u64, steps: usize) -> Result<(), String> {
         Profile::SparseOffsets,
         Profile::ManySegments,
     ][(seed % 4) as usize];
-    let closes = seed % 3 == 0;
+    let closes = seed.is_multiple_of(3);
     let mut g = Gen {
         rng: Rng(seed),
         profile,
@@ -188,14 +199,20 @@ fn run(seed: u64, steps: usize) -> Result<(), String> {
                     a.remaining
                 });
                 if got != want {
-                    return Err(fail(format!("update returned {got:?}, want {want:?}"), &ops));
+                    return Err(fail(
+                        format!("update returned {got:?}, want {want:?}"),
+                        &ops,
+                    ));
                 }
             }
             Op::Remove(p, c) => {
                 let got = map.remove(p, c);
                 let want = model.remove(&p);
                 if got != want {
-                    return Err(fail(format!("remove returned {got:?}, want {want:?}"), &ops));
+                    return Err(fail(
+                        format!("remove returned {got:?}, want {want:?}"),
+                        &ops,
+                    ));
                 }
                 if let Some(a) = want {
                     want_events.push(removed(p, a, c, closed));
@@ -221,7 +238,10 @@ fn run(seed: u64, steps: usize) -> Result<(), String> {
                     model.remove(k);
                 }
                 if n != want.len() || seen != want {
-                    return Err(fail(format!("remove_all_up_to gave {n}: {seen:?}, want {want:?}"), &ops));
+                    return Err(fail(
+                        format!("remove_all_up_to gave {n}: {seen:?}, want {want:?}"),
+                        &ops,
+                    ));
                 }
                 if !want.is_empty() {
                     want_events.push(Ev::Start);
@@ -252,7 +272,8 @@ fn run(seed: u64, steps: usize) -> Result<(), String> {
                 }
             }
             Op::Probe(p) => {
-                if map.get(p) != model.get(&p).copied() || map.contains(p) != model.contains_key(&p) {
+                if map.get(p) != model.get(&p).copied() || map.contains(p) != model.contains_key(&p)
+                {
                     return Err(fail(format!("get/contains({p:?}) differ"), &ops));
                 }
             }
@@ -264,8 +285,14 @@ fn run(seed: u64, steps: usize) -> Result<(), String> {
                 &ops,
             ));
         }
-        if map.len() != model.len() || map.is_empty() != model.is_empty() || map.is_closed() != closed {
-            return Err(fail(format!("len {} want {}", map.len(), model.len()), &ops));
+        if map.len() != model.len()
+            || map.is_empty() != model.is_empty()
+            || map.is_closed() != closed
+        {
+            return Err(fail(
+                format!("len {} want {}", map.len(), model.len()),
+                &ops,
+            ));
         }
         if step % 50 == 0 || step + 1 == steps {
             let mut all = Vec::new();

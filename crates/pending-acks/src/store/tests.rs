@@ -41,7 +41,11 @@ fn holes_at_the_ends_are_trimmed_and_memory_shrinks() {
     }
     assert_eq!(s.len(), 10);
     assert_eq!(s.shape(), (1, 0));
-    assert!(s.memory_bytes() * 20 < full, "{} vs {full}", s.memory_bytes());
+    assert!(
+        s.memory_bytes() * 20 < full,
+        "{} vs {full}",
+        s.memory_bytes()
+    );
     // Removing from the back trims too.
     for o in (9_990..10_000u64).rev() {
         s.remove(0, o);
@@ -102,13 +106,29 @@ fn a_value_equal_to_the_hole_marker_is_kept_sparse() {
 #[test]
 fn out_of_order_segments_and_offsets_keep_order() {
     let mut s = Store::default();
-    for (seg, off) in [(5, 3), (1, 9), (5, 1), (3, 0), (1, 2), (9, u64::MAX), (0, 0)] {
+    for (seg, off) in [
+        (5, 3),
+        (1, 9),
+        (5, 1),
+        (3, 0),
+        (1, 2),
+        (9, u64::MAX),
+        (0, 0),
+    ] {
         s.insert(seg, off, ack(1, (seg * 100 + off % 100) as u32));
     }
     let keys: Vec<_> = entries(&s).iter().map(|e| (e.0, e.1)).collect();
     assert_eq!(
         keys,
-        [(0, 0), (1, 2), (1, 9), (3, 0), (5, 1), (5, 3), (9, u64::MAX)]
+        [
+            (0, 0),
+            (1, 2),
+            (1, 9),
+            (3, 0),
+            (5, 1),
+            (5, 3),
+            (9, u64::MAX)
+        ]
     );
 }
 
@@ -126,7 +146,16 @@ fn drain_up_to_is_inclusive_ascending_and_stops_at_the_bound() {
     assert_eq!(n, 8);
     assert_eq!(
         seen,
-        [(0, 0), (0, 2), (0, 4), (0, 6), (0, 8), (1, 0), (1, 2), (1, 4)]
+        [
+            (0, 0),
+            (0, 2),
+            (0, 4),
+            (0, 6),
+            (0, 8),
+            (1, 0),
+            (1, 2),
+            (1, 4)
+        ]
     );
     assert!(!s.has_any_up_to(1, 5));
     assert!(s.has_any_up_to(1, 6));
@@ -226,14 +255,20 @@ fn run_store_model(seed: u64, steps: usize) -> Result<(usize, usize), String> {
                 let got = s.insert(a, b, v);
                 let want = model.insert((a, b), v);
                 if got != want {
-                    return Err(fail(format!("insert returned {got:?}, want {want:?}"), &ops));
+                    return Err(fail(
+                        format!("insert returned {got:?}, want {want:?}"),
+                        &ops,
+                    ));
                 }
             }
             Op::Remove(a, b) => {
                 let got = s.remove(a, b);
                 let want = model.remove(&(a, b));
                 if got != want {
-                    return Err(fail(format!("remove returned {got:?}, want {want:?}"), &ops));
+                    return Err(fail(
+                        format!("remove returned {got:?}, want {want:?}"),
+                        &ops,
+                    ));
                 }
             }
             Op::Update(a, b, d) => {
@@ -243,7 +278,10 @@ fn run_store_model(seed: u64, steps: usize) -> Result<(usize, usize), String> {
                     v.remaining
                 });
                 if got != want {
-                    return Err(fail(format!("update returned {got:?}, want {want:?}"), &ops));
+                    return Err(fail(
+                        format!("update returned {got:?}, want {want:?}"),
+                        &ops,
+                    ));
                 }
             }
             Op::DrainUpTo(a, b) => {
@@ -269,7 +307,10 @@ fn run_store_model(seed: u64, steps: usize) -> Result<(usize, usize), String> {
         saw_dense += d.min(1);
         saw_sparse += sp.min(1);
         if step % 64 == 0 || step + 1 == steps {
-            let got: Vec<_> = entries(&s).into_iter().map(|(a, b, v)| ((a, b), v)).collect();
+            let got: Vec<_> = entries(&s)
+                .into_iter()
+                .map(|(a, b, v)| ((a, b), v))
+                .collect();
             let want: Vec<_> = model.iter().map(|(k, v)| (*k, *v)).collect();
             if got != want {
                 return Err(fail("contents differ".into(), &ops));

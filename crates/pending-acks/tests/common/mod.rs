@@ -87,10 +87,13 @@ impl RemoveHandler<(u64, u64), u32> for Recorder {
     }
 }
 
-/// Vetoes hashes divisible by `modulus`; counts its calls.
+/// One `allow_add` call: (consumer, position, hash).
+pub type AddCall = (u32, (u64, u64), u32);
+
+/// Vetoes hashes divisible by `modulus`; records its calls.
 pub struct VetoMultiples {
     pub modulus: u32,
-    pub calls: Mutex<Vec<(u32, (u64, u64), u32)>>,
+    pub calls: Mutex<Vec<AddCall>>,
 }
 
 impl VetoMultiples {
@@ -101,7 +104,7 @@ impl VetoMultiples {
         }
     }
     pub fn vetoes(&self, hash: u32) -> bool {
-        hash % self.modulus == 0
+        hash.is_multiple_of(self.modulus)
     }
 }
 
