@@ -92,3 +92,8 @@ pub use crate::sync::Arc;
 pub use crate::types::{
     AddHandler, AddOutcome, AddRefused, PendingAck, RemovalCause, RemoveHandler,
 };
+
+/// The README's example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
