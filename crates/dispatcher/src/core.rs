@@ -33,8 +33,9 @@ pub type BoxedSelector = Box<dyn StickyKeySelector<ConsumerId> + Send>;
 /// `handle_*` call and execute in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
-    /// Rewind the cursor (`cursor.rewind`): the last consumer left, so the next read starts at
-    /// the first unacked entry again. Always emitted right before a `Read`.
+    /// Rewind the cursor (`cursor.rewind`): the last consumer left (or a read completed after
+    /// it left), so the next read starts at the first unacked entry again. Emitted once no read
+    /// is in flight.
     Rewind,
     /// Read up to `max_entries` entries from the cursor's read position and pass them to
     /// [`Dispatcher::handle_read_complete`]. At the end of the topic the driver reports an empty
@@ -201,7 +202,6 @@ pub struct Dispatcher {
     read_batch: usize,
     at_end: bool,
     rewind_pending: bool,
-    had_consumers: bool,
     min_replay_at_read: Option<Position>,
     skip_next_replay: bool,
     unblock_timer: Option<u64>,
@@ -310,7 +310,6 @@ impl Dispatcher {
             read_batch,
             at_end: false,
             rewind_pending: false,
-            had_consumers: false,
             min_replay_at_read: None,
             skip_next_replay: false,
             unblock_timer: None,
@@ -393,12 +392,10 @@ impl Dispatcher {
             None => None,
         };
         if self.consumers.is_empty() {
-            // Pulsar §8.1: the first consumer starts from a clean slate.
+            // Pulsar §8.1: the first consumer starts from a clean slate (the rewind was already
+            // issued when the last consumer left).
             self.replay.clear();
-            if self.had_consumers {
-                self.rewind_pending = true;
-                self.at_end = false;
-            }
+            self.at_end = false;
         }
         let pending = PendingAcks::new(spec.id);
         let count_next = Arc::new(AtomicBool::new(false));
@@ -434,7 +431,6 @@ impl Dispatcher {
         let at = self.consumers.partition_point(|x| x.priority <= c.priority);
         debug!(consumer = %c.id, name = %c.name, priority = c.priority, "consumer added");
         self.consumers.insert(at, c);
-        self.had_consumers = true;
         self.publish_registry();
         if let Some(imp) = impacted {
             self.register_draining(&imp, spec.id);
@@ -533,6 +529,7 @@ impl Dispatcher {
             self.rewind_pending = true;
             self.at_end = false;
             self.skip_next_replay = false;
+            self.read_more(now);
             return true;
         }
         for (p, h) in requeued {
@@ -857,7 +854,17 @@ impl Dispatcher {
 
     fn read_more(&mut self, _now: u64) {
         self.arm_timer_command();
-        if self.pending_read.is_some() || self.consumers.is_empty() || self.retry_timer.is_some() {
+        if self.pending_read.is_some() {
+            return;
+        }
+        if std::mem::take(&mut self.rewind_pending) {
+            // The last consumer left (Pulsar rewinds when the next one joins; rewinding as soon
+            // as no read is in flight is equivalent and keeps every unacked entry accounted
+            // for: it is ahead of the read position again).
+            self.commands.push_back(Command::Rewind);
+            self.at_end = false;
+        }
+        if self.consumers.is_empty() || self.retry_timer.is_some() {
             return;
         }
         let total: i64 = self
@@ -895,9 +902,6 @@ impl Dispatcher {
                 return;
             }
             n = n.min(limit - self.replay.len()).max(1);
-        }
-        if std::mem::take(&mut self.rewind_pending) {
-            self.commands.push_back(Command::Rewind);
         }
         self.min_replay_at_read = self.replay.first();
         self.pending_read = Some(ReadKind::Normal);
@@ -1001,8 +1005,9 @@ impl Dispatcher {
             self.pending_read = None;
         }
         if self.consumers.is_empty() {
-            // Nobody to send to: drop; the next consumer's first read rewinds.
+            // Nobody to send to: drop them and rewind, so they are read again later.
             self.rewind_pending = true;
+            self.read_more(now);
             return;
         }
         if entries.is_empty() {
@@ -1518,6 +1523,7 @@ impl Dispatcher {
                     name: c.name.clone(),
                     priority: c.priority,
                     permits: c.permits,
+                    parked_permits: c.parked_permits,
                     unacked: c.unacked(),
                     pending_entries: c.shared.pending.len(),
                     blocked_on_unacked: c.blocked(),

@@ -53,6 +53,8 @@ pub struct ConsumerStats {
     pub priority: i32,
     /// Permits left (messages; may be negative).
     pub permits: i64,
+    /// Permits granted while it was blocked on unacked messages, applied when it resumes.
+    pub parked_permits: i64,
     /// Unacked messages charged to it.
     pub unacked: i64,
     /// Entries in its pending acks.

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cursor::{
-    ChunkMeta, EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MarkDeleteMove, MemoryStore,
-    Position,
+    ChunkMeta, Entry, EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MarkDeleteMove,
+    MemoryStore, Position,
 };
 use dispatcher::{
     AckHandle, Command, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig,
@@ -55,6 +55,8 @@ pub struct World {
     pub timer: Option<u64>,
     /// What each consumer received, in order (for order checks).
     pub received: BTreeMap<String, Vec<Position>>,
+    /// Every send, in order: (consumer name, entry).
+    pub sends: Vec<(String, Entry)>,
     pub quiet: bool,
 }
 
@@ -97,6 +99,7 @@ impl World {
             parked: false,
             timer: None,
             received: BTreeMap::new(),
+            sends: Vec::new(),
             quiet: false,
         }
     }
@@ -176,6 +179,8 @@ impl World {
                         .iter()
                         .map(|e| format!("{}({})", e.position, key_of(&e.meta)))
                         .collect();
+                    self.sends
+                        .extend(entries.iter().map(|e| (n.clone(), e.clone())));
                     self.received
                         .entry(n.clone())
                         .or_default()
