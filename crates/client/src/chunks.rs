@@ -1,7 +1,9 @@
 //! Chunk reassembly: one context per uuid, in-order append, policy-free (the consumer decides
 //! what to ack, track or redeliver from the returned [`Step`] and [`Side`] effects).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::hash::HashMap;
 
 use crate::types::{ChunkInfo, IncomingMessage, MessageId};
 

@@ -1,7 +1,9 @@
 //! The consumer state machine: broker input (`connect`, `on_message`), application input
 //! (`receive`, `ack`, `nack`), time (`on_timer`) and the command queue (`poll_command`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::hash::{HashMap, HashSet};
 
 use tracing::{debug, trace, warn};
 
@@ -111,9 +113,9 @@ impl Consumer {
             chunks: Chunks::default(),
             nacks: NackTracker::default(),
             gate: Gate::default(),
-            outstanding: HashMap::new(),
-            batches: HashMap::new(),
-            recent_acks: HashSet::new(),
+            outstanding: HashMap::default(),
+            batches: HashMap::default(),
+            recent_acks: HashSet::default(),
             recent_order: VecDeque::new(),
             commands: VecDeque::new(),
             stats: ClientStats::default(),
@@ -185,8 +187,14 @@ impl Consumer {
         }
     }
 
+    /// Queues an ack; merged into the previous command when that is an undrained `Ack`.
     fn send_ack(&mut self, ids: Vec<MessageId>) {
-        if !ids.is_empty() {
+        if ids.is_empty() {
+            return;
+        }
+        if let Some(Command::Ack(prev)) = self.commands.back_mut() {
+            prev.extend(ids);
+        } else {
             self.commands.push_back(Command::Ack(ids));
         }
     }
@@ -202,7 +210,7 @@ impl Consumer {
     /// Pulsar's ack-grouping duplicate check: the broker sent it before it processed the ack.
     /// Without this, nacking such a copy would hold its key for a message the broker no longer
     /// has.
-    pub fn on_message(&mut self, now: u64, msg: IncomingMessage) -> Result<(), MessageError> {
+    pub fn on_message(&mut self, now: u64, mut msg: IncomingMessage) -> Result<(), MessageError> {
         if self.epoch == 0 || msg.epoch != self.epoch {
             self.stats.dropped_old_epoch += 1;
             trace!(id = %msg.id, epoch = msg.epoch, current = self.epoch, "message from an old connection dropped");
@@ -217,7 +225,7 @@ impl Consumer {
         }
         self.stats.received += 1;
         trace!(id = %msg.id, redelivery_count = msg.redelivery_count, "message received");
-        let delivered = match msg.chunk.clone() {
+        let delivered = match msg.chunk.take() {
             None => Delivered {
                 id: msg.id,
                 key: msg.key,
@@ -383,14 +391,15 @@ impl Consumer {
     /// keys are not blocked by a waiting one. Each message taken returns one permit. A
     /// zero-queue consumer that finds nothing sends `Flow(1)` (once until a message arrives).
     pub fn receive(&mut self, now: u64) -> Option<Delivered> {
+        let gated = self.gated();
         let q = loop {
             let max = self.cfg.max_unacked_per_key;
             let seq = self
                 .queue
                 .iter()
                 .find(|(_, q)| match &q.msg.key {
-                    Some(k) => self.gate.eligible(k, q.msg.id, max),
-                    None => true,
+                    Some(k) if gated => self.gate.eligible(k, q.msg.id, max),
+                    _ => true,
                 })
                 .map(|(&s, _)| s);
             let q = seq.and_then(|s| self.queue.remove(&s));
@@ -415,13 +424,16 @@ impl Consumer {
         };
         let d = q.msg;
         let fresh = !self.outstanding.contains_key(&d.id);
-        if let Some(k) = &d.key {
-            self.gate.on_handed(k, d.id, fresh);
+        let gated = self.gated();
+        if let (true, Some(k)) = (gated, &d.key) {
+            self.gate
+                .on_handed(k, d.id, fresh, self.cfg.max_unacked_per_key.is_some());
         }
         self.outstanding.insert(
             d.id,
             Outstanding {
-                key: d.key.clone(),
+                // Only the gate needs the key back at ack/nack time.
+                key: if gated { d.key.clone() } else { None },
                 chunk_ids: d.chunk_ids.clone(),
                 batch: d.batch,
                 redelivery_count: d.redelivery_count,
@@ -449,7 +461,10 @@ impl Consumer {
             .remove(&id)
             .ok_or(AckError::NotOutstanding(id))?;
         if let Some(k) = &out.key {
-            if self.gate.on_left_hands(k, id, true) {
+            if self
+                .gate
+                .on_left_hands(k, id, true, self.cfg.max_unacked_per_key.is_some())
+            {
                 self.stats.out_of_order_acks += 1;
                 warn!(id = %id, "ack of a later message while an earlier message of its key is nacked and not yet acked");
             }
@@ -494,7 +509,8 @@ impl Consumer {
             .remove(&id)
             .ok_or(NackError::NotOutstanding(id))?;
         if let Some(k) = &out.key {
-            self.gate.on_left_hands(k, id, false);
+            self.gate
+                .on_left_hands(k, id, false, self.cfg.max_unacked_per_key.is_some());
         }
         self.ack_timeouts.remove(id);
         self.stats.nacks += 1;
@@ -511,6 +527,11 @@ impl Consumer {
             self.schedule_nack(now, entries, delay);
         }
         Ok(())
+    }
+
+    /// Whether the key gate is in use (ordered nack or a per-key limit).
+    fn gated(&self) -> bool {
+        self.cfg.ordered_nack || self.cfg.max_unacked_per_key.is_some()
     }
 
     fn remember_ack(&mut self, id: MessageId) {

@@ -1,7 +1,9 @@
 //! The per-key gate: how many messages of a key the application holds, and which nacked
 //! messages of the key block later ones (ordered mode).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+use crate::hash::HashMap;
 
 use crate::types::MessageId;
 
@@ -87,24 +89,43 @@ impl Gate {
         max_in_hands.is_none_or(|n| st.in_hands < n)
     }
 
-    /// The application was handed `id`; `fresh` is false when it already held that id.
-    pub(crate) fn on_handed(&mut self, key: &[u8], id: MessageId, fresh: bool) {
-        let st = self.keys.entry(key.to_vec()).or_default();
-        if fresh {
-            st.in_hands += 1;
-        }
-        if let Some(b) = st.blockers.get_mut(&id) {
-            *b = Blocker::Handed;
+    /// The application was handed `id`; `fresh` is false when it already held that id;
+    /// `count` when the per-key limit is on (in-hands counts are kept only then).
+    pub(crate) fn on_handed(&mut self, key: &[u8], id: MessageId, fresh: bool, count: bool) {
+        if let Some(st) = self.keys.get_mut(key) {
+            if fresh && count {
+                st.in_hands += 1;
+            }
+            if let Some(b) = st.blockers.get_mut(&id) {
+                *b = Blocker::Handed;
+            }
+        } else if fresh && count {
+            self.keys.insert(
+                key.to_vec(),
+                KeyState {
+                    in_hands: 1,
+                    blockers: BTreeMap::new(),
+                },
+            );
         }
     }
 
-    /// The application gave `id` back (ack, or nack when `nacked`): one fewer in its hands.
-    /// Returns whether an earlier message of the key is still blocking (an out-of-order ack).
-    pub(crate) fn on_left_hands(&mut self, key: &[u8], id: MessageId, acked: bool) -> bool {
+    /// The application gave `id` back (acked when `acked`, else nacked): one fewer in its
+    /// hands. Returns whether an earlier message of the key is still blocking (an out-of-order
+    /// ack).
+    pub(crate) fn on_left_hands(
+        &mut self,
+        key: &[u8],
+        id: MessageId,
+        acked: bool,
+        count: bool,
+    ) -> bool {
         let Some(st) = self.keys.get_mut(key) else {
             return false;
         };
-        st.in_hands = st.in_hands.saturating_sub(1);
+        if count {
+            st.in_hands = st.in_hands.saturating_sub(1);
+        }
         let mut earlier = false;
         if acked {
             st.blockers.remove(&id);

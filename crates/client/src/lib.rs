@@ -32,7 +32,7 @@
 //!   message while an earlier one is nacked counts in `out_of_order_acks` (and logs `warn`).
 //!
 //! Does not: do IO, read the clock (every call takes `now` in ms), spawn threads, batch or
-//! delay acks (one `Ack` command per application ack), decompress or decrypt payloads, compute
+//! delay acks (an `Ack` command is ready at once; consecutive acks not yet polled share one), decompress or decrypt payloads, compute
 //! sticky-key hashes (the key bytes are opaque), or depend on the other workspace crates — an
 //! adapter maps [`Command`]s to the broker protocol and broker pushes to [`IncomingMessage`]s.
 //!
@@ -92,6 +92,7 @@ mod chunks;
 mod config;
 mod consumer;
 mod gate;
+mod hash;
 mod trackers;
 mod types;
 

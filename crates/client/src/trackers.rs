@@ -1,7 +1,9 @@
 //! The two timer-driven trackers: nacks (entry granularity, one due time per entry) and ack
 //! timeouts (tick-wide buckets of message ids).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::hash::HashMap;
 
 use crate::types::{EntryId, MessageId};
 
@@ -70,7 +72,7 @@ impl AckTimeouts {
         AckTimeouts {
             timeout,
             tick: tick.max(1),
-            bucket_of: HashMap::new(),
+            bucket_of: HashMap::default(),
             buckets: BTreeMap::new(),
         }
     }

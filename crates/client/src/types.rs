@@ -167,7 +167,8 @@ pub enum Command {
     Flow(u32),
     /// Acknowledge these messages. A `MessageId` with `batch_index: Some(i)` is a batch-index
     /// ack (the entry still has unacked indexes); `None` acks the whole entry. A chunked
-    /// message is acked by all its chunk ids in one command.
+    /// message is acked by all its chunk ids in one command. Acks made between two polls
+    /// with nothing else in between are merged into one command.
     Ack(Vec<MessageId>),
     /// Redeliver these entries now (nack delay elapsed, ack timeout, evicted chunks); the
     /// broker counts a redelivery. At most 1000 entries per command.

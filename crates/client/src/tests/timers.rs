@@ -193,13 +193,14 @@ fn batch_indexes_are_acked_one_by_one_then_the_entry() {
     for i in [2, 0, 1] {
         assert_eq!(c.ack(0, MessageId::batched(super::L, 5, i)), Ok(()));
     }
+    // Acks not yet polled share one command.
     assert_eq!(
         drain(&mut c),
-        vec![
-            Command::Ack(vec![MessageId::batched(super::L, 5, 2)]),
-            Command::Ack(vec![MessageId::batched(super::L, 5, 0)]),
-            Command::Ack(vec![MessageId::new(super::L, 5)]),
-        ]
+        vec![Command::Ack(vec![
+            MessageId::batched(super::L, 5, 2),
+            MessageId::batched(super::L, 5, 0),
+            MessageId::new(super::L, 5),
+        ])]
     );
     assert_eq!(
         c.ack(0, MessageId::batched(super::L, 5, 1)),
