@@ -44,6 +44,7 @@ mod error;
 mod explain;
 mod hash;
 mod replay;
+mod runtime;
 mod selector;
 mod shared;
 mod sync;
@@ -65,4 +66,5 @@ pub use crate::config::{
 pub use crate::core::{BoxedSelector, Command, Dispatcher, Gate, Verdict};
 pub use crate::error::{AckError, AddConsumerError};
 pub use crate::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
+pub use crate::runtime::{AdminOp, ConsumerHandle, Event, Runtime};
 pub use crate::shared::{NoopWaker, Waker};

@@ -55,6 +55,23 @@ fn push_decimal(buf: &mut Vec<u8>, mut v: u32) {
     buf.extend(tmp[..n].iter().rev());
 }
 
+/// Drops repeated points, keeping the first occurrence of each (order preserved).
+fn dedup_keep_first(pts: &mut Vec<u32>) {
+    let mut sorted = pts.clone();
+    sorted.sort_unstable();
+    if sorted.windows(2).all(|w| w[0] != w[1]) {
+        return;
+    }
+    let mut seen = Vec::with_capacity(pts.len());
+    pts.retain(|p| {
+        let fresh = !seen.contains(p);
+        if fresh {
+            seen.push(*p);
+        }
+        fresh
+    });
+}
+
 /// The slots `(prev, p]` of the point `p` whose cyclic predecessor is `prev`, as one or two
 /// linear ranges within `[1, 65535]`.
 fn arc(prev: u32, p: u32) -> (HashRange, Option<HashRange>) {
@@ -104,6 +121,12 @@ impl PointSet {
             }
             self.len -= 1;
         }
+    }
+
+    fn contains(&self, p: u32) -> bool {
+        self.words
+            .get((p >> 6) as usize)
+            .is_some_and(|w| w & (1u64 << (p & 63)) != 0)
     }
 
     /// Smallest point `>= x`.
@@ -228,6 +251,8 @@ pub struct ConsistentHashingSelector<C> {
     points: PointSet,
     /// Colliding consumers queued behind a point's owner, FIFO.
     queues: BTreeMap<u32, VecDeque<u16>>,
+    /// The points that have a queue (so a leave skips the map for the uncontended ones).
+    queued: PointSet,
     members: Vec<Option<Member<C>>>,
     /// `ids[i]` is member `i`'s id (stale for freed indexes, which no table entry references).
     ids: Vec<C>,
@@ -253,6 +278,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
             point_owner: vec![NONE; SLOTS].into_boxed_slice(),
             points: PointSet::new(),
             queues: BTreeMap::new(),
+            queued: PointSet::new(),
             members: Vec::new(),
             ids: Vec::new(),
             free: Vec::new(),
@@ -358,11 +384,9 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         for i in 0..self.points_per_consumer {
             buf.truncate(base);
             push_decimal(&mut buf, i);
-            let p = slot(key_hash31(&buf), CONSISTENT_RANGE);
-            if !pts.contains(&p) {
-                pts.push(p);
-            }
+            pts.push(slot(key_hash31(&buf), CONSISTENT_RANGE));
         }
+        dedup_keep_first(&mut pts);
 
         let mut lost: Vec<(C, HashRange)> = Vec::new();
         let mut gained: Vec<(C, HashRange)> = Vec::new();
@@ -370,6 +394,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         for &p in &pts {
             if self.point_owner[p as usize] != NONE {
                 self.queues.entry(p).or_default().push_back(idx);
+                self.queued.insert(p);
                 continue;
             }
             owned += 1;
@@ -440,21 +465,34 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         }
         // 2. Leave every point: hand owned points to the first queued consumer, or drop them.
         for &p in &member.points {
+            let queue = if self.queued.contains(p) {
+                self.queues.get_mut(&p)
+            } else {
+                None
+            };
             let owner = &mut self.point_owner[p as usize];
-            if *owner == idx {
-                let next = self.queues.get_mut(&p).and_then(VecDeque::pop_front);
-                match next {
-                    Some(n) => *owner = n,
-                    None => {
+            let emptied = match queue {
+                Some(q) => {
+                    if *owner == idx {
+                        if let Some(n) = q.pop_front() {
+                            *owner = n;
+                        }
+                    } else {
+                        q.retain(|&x| x != idx);
+                    }
+                    q.is_empty()
+                }
+                None => {
+                    if *owner == idx {
                         *owner = NONE;
                         self.points.remove(p);
                     }
+                    false
                 }
-            } else if let Some(q) = self.queues.get_mut(&p) {
-                q.retain(|&x| x != idx);
-            }
-            if self.queues.get(&p).is_some_and(VecDeque::is_empty) {
+            };
+            if emptied {
                 self.queues.remove(&p);
+                self.queued.remove(p);
             }
         }
         // 3. Each former arc goes to the point's new owner, else to the next point's owner.

@@ -1,0 +1,376 @@
+//! The thin threaded runtime: one dispatcher thread around the sans-IO core.
+//!
+//! The only place in the library crates with threads, channels and a clock. The dispatcher
+//! thread owns the [`Dispatcher`] core and runs one `crossbeam_channel::select!` loop over a
+//! closed [`Event`] enum plus the core's timer; it executes the core's commands against the
+//! cursor and ledger (behind one mutex it shares with the ack path) and delivers sends on one
+//! channel per consumer. Consumers ack on their own threads through [`ConsumerHandle::ack`]
+//! (an [`AckHandle`]): cursor ack, then pending-ack removal, which may wake the dispatcher
+//! thread with an [`Event::Wake`].
+
+use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
+use std::sync::{Arc as StdArc, Mutex as StdMutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{after, never, select, unbounded, Receiver, Sender};
+use cursor::{CursorStore, Entry, EntryMeta, Ledger, ManagedCursor, Position};
+use tracing::{debug, warn};
+
+use crate::ack::{AckHandle, AckOutcome, CursorCell};
+use crate::config::{ConsumerId, ConsumerSpec, DispatcherConfig};
+use crate::core::{Command, Dispatcher};
+use crate::error::{AckError, AddConsumerError};
+use crate::explain::{ConsumerStats, DispatcherStats};
+use crate::shared::Waker;
+
+/// An administrative operation on the subscription's cursor, run on the dispatcher thread; the
+/// resulting mark-delete move goes through the core's hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdminOp {
+    /// Skip the next `n` unacked entries.
+    Skip(u64),
+    /// Drop the whole backlog.
+    ClearBacklog,
+    /// Expire entries published before this time (ms).
+    Expire(u64),
+    /// Backlog-quota eviction down to at most this many messages.
+    EvictToCount(u64),
+    /// Backlog-quota eviction down to at most this many bytes.
+    EvictToSize(u64),
+}
+
+/// Everything the dispatcher thread reacts to (besides its timer).
+pub enum Event {
+    /// A consumer joins; its deliveries go to `deliveries`; the outcome to `reply`.
+    ConsumerAdded {
+        /// The consumer.
+        spec: ConsumerSpec,
+        /// Where its entries are delivered.
+        deliveries: Sender<Vec<Entry>>,
+        /// The join's outcome.
+        reply: Sender<Result<(), AddConsumerError>>,
+    },
+    /// A consumer leaves.
+    ConsumerRemoved(ConsumerId),
+    /// A consumer grants permits.
+    Flow(ConsumerId, u32),
+    /// A consumer asks for positions again (nack).
+    Redeliver(ConsumerId, Vec<Position>),
+    /// A consumer asks for all its unacked entries again.
+    RedeliverAll(ConsumerId),
+    /// Append entries to the ledger (a producer).
+    Publish(Vec<EntryMeta>),
+    /// Run an admin operation on the cursor.
+    Admin(AdminOp),
+    /// The ack path unblocked something.
+    Wake,
+    /// Read the current stats.
+    Stats(Sender<(DispatcherStats, Vec<ConsumerStats>)>),
+    /// Stop the dispatcher thread.
+    Shutdown,
+}
+
+struct ChannelWaker {
+    events: Sender<Event>,
+    pending: AtomicBool,
+}
+
+impl Waker for ChannelWaker {
+    fn wake(&self) {
+        // Coalesce: one Wake in the channel at a time.
+        if !self.pending.swap(true, StdOrdering::SeqCst) {
+            let _ = self.events.send(Event::Wake);
+        }
+    }
+}
+
+/// A running subscription: the dispatcher thread and the handles to talk to it.
+pub struct Runtime {
+    events: Sender<Event>,
+    ack: AckHandle,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// One connected consumer: receives entries, acks on the caller's thread.
+pub struct ConsumerHandle {
+    /// The consumer's id.
+    pub id: ConsumerId,
+    /// Entries the dispatcher sent to this consumer, in order.
+    pub deliveries: Receiver<Vec<Entry>>,
+    ack: AckHandle,
+    events: Sender<Event>,
+}
+
+impl ConsumerHandle {
+    /// Acknowledges `position` on this thread (see [`AckHandle::ack`]).
+    pub fn ack(&self, position: Position) -> Result<AckOutcome, AckError> {
+        self.ack.ack(self.id, position)
+    }
+
+    /// Grants `permits` more messages.
+    pub fn flow(&self, permits: u32) {
+        let _ = self.events.send(Event::Flow(self.id, permits));
+    }
+
+    /// Asks for these positions again.
+    pub fn redeliver(&self, positions: Vec<Position>) {
+        let _ = self.events.send(Event::Redeliver(self.id, positions));
+    }
+
+    /// Leaves the subscription; undelivered and unacked entries go to the others.
+    pub fn close(self) {
+        let _ = self.events.send(Event::ConsumerRemoved(self.id));
+    }
+}
+
+impl Runtime {
+    /// Starts the dispatcher thread for `cursor` over `ledger`.
+    pub fn start<S, L>(cfg: DispatcherConfig, cursor: ManagedCursor<S>, ledger: L) -> Runtime
+    where
+        S: CursorStore + Send + 'static,
+        L: Ledger + Send + 'static,
+    {
+        let (tx, rx) = unbounded::<Event>();
+        let waker = StdArc::new(ChannelWaker {
+            events: tx.clone(),
+            pending: AtomicBool::new(false),
+        });
+        let cell = StdArc::new(StdMutex::new(CursorCell { cursor, ledger }));
+        let core = Dispatcher::new(cfg, waker.clone());
+        let ack = core.ack_handle(cell.clone());
+        let thread = std::thread::Builder::new()
+            .name("dispatcher".into())
+            .spawn(move || {
+                Loop {
+                    core,
+                    cell,
+                    waker,
+                    consumers: Vec::new(),
+                    start: Instant::now(),
+                }
+                .run(rx)
+            })
+            .ok();
+        if thread.is_none() {
+            warn!("could not spawn the dispatcher thread");
+        }
+        Runtime {
+            events: tx,
+            ack,
+            thread,
+        }
+    }
+
+    /// Connects a consumer; waits for the dispatcher thread's answer.
+    pub fn add_consumer(&self, spec: ConsumerSpec) -> Result<ConsumerHandle, AddConsumerError> {
+        let id = spec.id;
+        let (dtx, drx) = unbounded();
+        let (rtx, rrx) = unbounded();
+        let _ = self.events.send(Event::ConsumerAdded {
+            spec,
+            deliveries: dtx,
+            reply: rtx,
+        });
+        match rrx.recv() {
+            Ok(Ok(())) => Ok(ConsumerHandle {
+                id,
+                deliveries: drx,
+                ack: self.ack.clone(),
+                events: self.events.clone(),
+            }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(AddConsumerError::DuplicateConsumer(id)),
+        }
+    }
+
+    /// Appends entries to the ledger.
+    pub fn publish(&self, entries: Vec<EntryMeta>) {
+        let _ = self.events.send(Event::Publish(entries));
+    }
+
+    /// Runs an admin operation on the cursor.
+    pub fn admin(&self, op: AdminOp) {
+        let _ = self.events.send(Event::Admin(op));
+    }
+
+    /// The core's stats, read on the dispatcher thread.
+    pub fn stats(&self) -> Option<(DispatcherStats, Vec<ConsumerStats>)> {
+        let (tx, rx) = unbounded();
+        let _ = self.events.send(Event::Stats(tx));
+        rx.recv().ok()
+    }
+
+    /// A clone of the event sender, for custom producers of events.
+    pub fn events(&self) -> Sender<Event> {
+        self.events.clone()
+    }
+
+    /// Stops the dispatcher thread and waits for it.
+    pub fn shutdown(mut self) {
+        self.stop();
+    }
+
+    fn stop(&mut self) {
+        let _ = self.events.send(Event::Shutdown);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct Loop<S: CursorStore, L: Ledger> {
+    core: Dispatcher,
+    cell: StdArc<StdMutex<CursorCell<S, L>>>,
+    waker: StdArc<ChannelWaker>,
+    consumers: Vec<(ConsumerId, Sender<Vec<Entry>>)>,
+    start: Instant,
+}
+
+impl<S: CursorStore, L: Ledger> Loop<S, L> {
+    fn now(&self) -> u64 {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, CursorCell<S, L>> {
+        match self.cell.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Event>) {
+        debug!("dispatcher thread started");
+        loop {
+            let timer = match self.core.poll_timeout() {
+                Some(at) => after(Duration::from_millis(at.saturating_sub(self.now()))),
+                None => never(),
+            };
+            select! {
+                recv(rx) -> ev => {
+                    let Ok(ev) = ev else { break };
+                    if !self.on_event(ev) {
+                        break;
+                    }
+                }
+                recv(timer) -> _ => {
+                    let now = self.now();
+                    self.core.handle_timeout(now);
+                }
+            }
+            self.execute();
+        }
+        debug!("dispatcher thread stopped");
+    }
+
+    fn on_event(&mut self, ev: Event) -> bool {
+        let now = self.now();
+        match ev {
+            Event::ConsumerAdded {
+                spec,
+                deliveries,
+                reply,
+            } => {
+                let id = spec.id;
+                let r = self.core.handle_consumer_added(now, spec);
+                if r.is_ok() {
+                    self.consumers.push((id, deliveries));
+                }
+                let _ = reply.send(r);
+            }
+            Event::ConsumerRemoved(id) => {
+                self.core.handle_consumer_removed(now, id);
+                self.consumers.retain(|(c, _)| *c != id);
+            }
+            Event::Flow(id, n) => {
+                self.core.handle_flow(now, id, n);
+            }
+            Event::Redeliver(id, ps) => {
+                self.core.handle_redeliver(now, id, &ps);
+            }
+            Event::RedeliverAll(id) => {
+                self.core.handle_redeliver_all(now, id);
+            }
+            Event::Publish(metas) => {
+                {
+                    let mut g = self.lock();
+                    for m in metas {
+                        g.ledger.append(m);
+                    }
+                }
+                self.core.handle_entries_appended(now);
+            }
+            Event::Admin(op) => {
+                let mv = {
+                    let mut g = self.lock();
+                    let CursorCell { cursor, ledger } = &mut *g;
+                    match op {
+                        AdminOp::Skip(n) => cursor.skip(ledger, n),
+                        AdminOp::ClearBacklog => cursor.clear_backlog(ledger),
+                        AdminOp::Expire(t) => cursor.expire(ledger, t),
+                        AdminOp::EvictToCount(n) => cursor.evict_to_count(ledger, n),
+                        AdminOp::EvictToSize(n) => cursor.evict_to_size(ledger, n),
+                    }
+                };
+                if let Some(mv) = mv {
+                    self.core.handle_mark_delete_moved(now, &mv);
+                }
+            }
+            Event::Wake => {
+                self.waker.pending.store(false, StdOrdering::SeqCst);
+                self.core.handle_wake(now);
+            }
+            Event::Stats(reply) => {
+                let _ = reply.send((self.core.stats(), self.core.consumer_stats()));
+            }
+            Event::Shutdown => return false,
+        }
+        true
+    }
+
+    /// Executes the core's commands until it has none.
+    fn execute(&mut self) {
+        while let Some(cmd) = self.core.poll_command() {
+            let now = self.now();
+            match cmd {
+                Command::Rewind => {
+                    let mut g = self.lock();
+                    let CursorCell { cursor, ledger } = &mut *g;
+                    cursor.rewind(ledger);
+                }
+                Command::Read { max_entries } => {
+                    let (entries, more) = {
+                        let mut g = self.lock();
+                        let CursorCell { cursor, ledger } = &mut *g;
+                        let e = cursor.read(ledger, max_entries);
+                        let more = cursor.has_more_entries(ledger);
+                        (e, more)
+                    };
+                    self.core.handle_read_complete(now, entries, more);
+                }
+                Command::Replay { positions } => {
+                    let r = {
+                        let g = self.lock();
+                        g.cursor.replay(&g.ledger, &positions)
+                    };
+                    self.core
+                        .handle_replay_complete(now, r.entries, &r.already_acked);
+                }
+                Command::Send { consumer, entries } => {
+                    if let Some((_, tx)) = self.consumers.iter().find(|(c, _)| *c == consumer) {
+                        if tx.send(entries).is_err() {
+                            debug!(consumer = %consumer, "consumer channel closed");
+                        }
+                    }
+                }
+                Command::SetTimer { .. } => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,138 @@
+//! The threaded runtime end to end: consumers ack on their own threads while others join and
+//! leave; every message is acked exactly once and no key is ever held by two consumers.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use cursor::{EntryMeta, InMemoryLedger, ManagedCursor, MemoryStore};
+use dispatcher::{ConsumerHandle, ConsumerSpec, DispatcherConfig, Runtime};
+
+fn meta(key: &str) -> EntryMeta {
+    let mut m = EntryMeta::simple(0, 10);
+    m.ordering_key = Some(key.as_bytes().to_vec());
+    m
+}
+
+type Holds = Arc<Mutex<HashMap<Vec<u8>, (u64, u32)>>>;
+
+/// Receives, checks the key is not held elsewhere, "processes", releases the hold, acks.
+fn consume(
+    c: ConsumerHandle,
+    holds: Holds,
+    acked: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+    violations: Arc<AtomicU64>,
+) {
+    c.flow(50);
+    let mut since_flow = 0;
+    while !stop.load(Ordering::SeqCst) {
+        let Ok(batch) = c.deliveries.recv_timeout(Duration::from_millis(20)) else {
+            continue;
+        };
+        for e in batch {
+            let key = e.meta.ordering_key.clone().unwrap_or_default();
+            {
+                let mut h = holds.lock().unwrap();
+                let slot = h.entry(key.clone()).or_insert((c.id.0, 0));
+                if slot.1 > 0 && slot.0 != c.id.0 {
+                    violations.fetch_add(1, Ordering::SeqCst);
+                }
+                *slot = (c.id.0, slot.1 + 1);
+            }
+            {
+                let mut h = holds.lock().unwrap();
+                if let Some(slot) = h.get_mut(&key) {
+                    slot.1 -= 1;
+                }
+            }
+            c.ack(e.position).unwrap();
+            acked.fetch_add(1, Ordering::SeqCst);
+            since_flow += 1;
+            if since_flow >= 25 {
+                c.flow(since_flow);
+                since_flow = 0;
+            }
+        }
+    }
+    c.close();
+}
+
+#[test]
+fn key_shared_runtime_acks_everything_and_never_splits_a_key() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start(DispatcherConfig::key_shared(), cursor, ledger);
+    let holds: Holds = Arc::default();
+    let acked = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let violations = Arc::new(AtomicU64::new(0));
+    let mut threads = Vec::new();
+    let spawn = |rt: &Runtime, id: u64, threads: &mut Vec<thread::JoinHandle<()>>| {
+        let c = rt
+            .add_consumer(ConsumerSpec::new(id, format!("c{id}")))
+            .unwrap();
+        let (h, a, s, v) = (
+            holds.clone(),
+            acked.clone(),
+            stop.clone(),
+            violations.clone(),
+        );
+        threads.push(thread::spawn(move || consume(c, h, a, s, v)));
+    };
+    spawn(&rt, 1, &mut threads);
+    spawn(&rt, 2, &mut threads);
+    let total = 3_000u64;
+    for round in 0..3 {
+        rt.publish(
+            (0..1_000)
+                .map(|i| meta(&format!("k{}", (i * 7 + round) % 37)))
+                .collect(),
+        );
+        // Churn while messages flow: every join moves keys (draining on the old owners).
+        spawn(&rt, 3 + round, &mut threads);
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while acked.load(Ordering::SeqCst) < total && Instant::now() < deadline {
+        thread::sleep(Duration::from_millis(5));
+    }
+    stop.store(true, Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(acked.load(Ordering::SeqCst), total);
+    assert_eq!(violations.load(Ordering::SeqCst), 0);
+    rt.shutdown();
+}
+
+#[test]
+fn shared_runtime_redelivers_a_closed_consumers_entries() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start(DispatcherConfig::shared(), cursor, ledger);
+    let a = rt.add_consumer(ConsumerSpec::new(1, "a")).unwrap();
+    let b = rt.add_consumer(ConsumerSpec::new(2, "b")).unwrap();
+    rt.publish((0..10).map(|_| meta("x")).collect());
+    a.flow(5);
+    let got_a: Vec<_> = a.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+    // A leaves without acking: its entries go to B.
+    a.close();
+    b.flow(100);
+    let mut got_b = Vec::new();
+    while got_b.len() < 10 {
+        let batch = b.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+        got_b.extend(batch.into_iter().map(|e| e.position));
+    }
+    for e in &got_a {
+        assert!(got_b.contains(&e.position));
+    }
+    for p in &got_b {
+        b.ack(*p).unwrap();
+    }
+    let (stats, consumers) = rt.stats().unwrap();
+    assert_eq!(stats.unacked, 0);
+    assert_eq!(consumers.len(), 1);
+    rt.shutdown();
+}
