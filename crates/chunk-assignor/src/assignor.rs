@@ -65,12 +65,29 @@ struct Batch<'a, C> {
     order: &'a [u32],
     permits: &'a mut [i64],
     available: usize,
+    /// Priority of the first consumer in priority order (the top level).
+    top: i32,
 }
 
 impl<C: Copy> Batch<'_, C> {
     /// Next round-robin consumer with permits, as an index into `consumers`.
-    #[inline]
+    #[inline(always)]
     fn next_default(&self, rr: &mut PriorityRoundRobin) -> Option<usize> {
+        // Fast path (same answer as `pick`): the consumer at the cursor is on the top level and
+        // has permits, so nothing can precede it.
+        let c = rr.cursor;
+        if let Some(&i) = self.order.get(c) {
+            let i = i as usize;
+            if self.consumers[i].priority == self.top && self.permits[i] > 0 {
+                rr.cursor = c + 1;
+                return Some(i);
+            }
+        }
+        self.next_default_slow(rr)
+    }
+
+    #[inline(never)]
+    fn next_default_slow(&self, rr: &mut PriorityRoundRobin) -> Option<usize> {
         let consumers = self.consumers;
         let order = self.order;
         let permits = &*self.permits;
@@ -157,6 +174,7 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
             order: &order,
             permits: &mut permits,
             available,
+            top: order.first().map_or(0, |&i| consumers[i as usize].priority),
         };
 
         let mut entries = entries.into_iter();
@@ -209,82 +227,104 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
         self.evict_over_count();
     }
 
+    /// Routes a well-formed chunk: `Some(consumer index)` or `None` for replay. The common cases
+    /// (pin, follow, release) stay here; the rare ones are out of line.
     fn route_chunk(
         &mut self,
         now: u64,
         ch: ChunkRef<'_>,
         batch: &mut Batch<'_, C>,
     ) -> Option<usize> {
-        let hash = self.pins.hash(ch.uuid);
-        let found = self.pins.find(ch.uuid, hash);
+        let (found, hash) = self.pins.lookup(ch.uuid);
 
         if ch.chunk_id == 0 {
             let i = batch.next_default(&mut self.rr)?;
             let consumer = batch.consumers[i].id;
-            if ch.is_last() {
-                // A single-chunk message needs no pin; a leftover one for the uuid is released.
-                if let Some(p) = found {
-                    self.pins.remove(p);
-                    self.stats.pins_released += 1;
-                    debug!(uuid = %ch.uuid, "pin released by a single-chunk message");
-                }
-                return Some(i);
-            }
             match found {
-                Some(p) => {
-                    let pin = self.pins.get_mut(p);
-                    let previous = pin.consumer;
-                    pin.consumer = consumer;
-                    pin.hint = i as u32;
-                    self.pins.touch(p, now);
-                    self.stats.pins_repinned += 1;
-                    debug!(uuid = %ch.uuid, previous = ?previous, consumer = ?consumer, "first chunk redelivered; uuid re-pinned");
-                }
-                None => {
+                None if !ch.is_last() => {
                     self.pins.insert(ch.uuid, hash, consumer, i as u32, now);
                     self.stats.pins_created += 1;
                     debug!(uuid = %ch.uuid, num_chunks = ch.num_chunks, consumer = ?consumer, "uuid pinned");
                 }
+                None => {} // a single-chunk message needs no pin
+                Some(p) => self.first_chunk_of_pinned(now, ch, p, i, consumer),
             }
             return Some(i);
         }
 
         if let Some(p) = found {
             self.pins.touch(p, now);
-            let (pinned, hint, held_epoch) = {
-                let pin = self.pins.get(p);
-                (pin.consumer, pin.hint, pin.held_epoch)
-            };
-            if held_epoch == self.epoch {
-                self.stats.chunks_held_for_pin += 1;
-                trace!(uuid = %ch.uuid, chunk_id = ch.chunk_id, "chunk follows an earlier chunk back to replay");
+            let pin = self.pins.get(p);
+            let (pinned, hint, held_epoch) = (pin.consumer, pin.hint, pin.held_epoch);
+            if held_epoch != self.epoch {
+                if let Some(i) = self.locate(batch.consumers, pinned, hint) {
+                    if batch.permits[i] > 0 {
+                        if ch.is_last() {
+                            self.pins.remove(p);
+                            self.stats.pins_released += 1;
+                            debug!(uuid = %ch.uuid, consumer = ?pinned, "last chunk; pin released");
+                        } else {
+                            self.pins.get_mut(p).hint = i as u32;
+                        }
+                        return Some(i);
+                    }
+                }
+            }
+            if !self.pinned_unavailable(ch, p, batch) {
                 return None;
             }
-            match self.locate(batch.consumers, pinned, hint) {
-                Some(i) if batch.permits[i] > 0 => {
-                    if ch.is_last() {
-                        self.pins.remove(p);
-                        self.stats.pins_released += 1;
-                        debug!(uuid = %ch.uuid, consumer = ?pinned, "last chunk; pin released");
-                    } else {
-                        self.pins.get_mut(p).hint = i as u32;
-                    }
-                    return Some(i);
-                }
-                Some(_) => {
-                    self.pins.get_mut(p).held_epoch = self.epoch;
-                    self.stats.chunks_held_for_pin += 1;
-                    debug!(uuid = %ch.uuid, chunk_id = ch.chunk_id, consumer = ?pinned, "pinned consumer has no permits; chunk put back for replay");
-                    return None;
-                }
-                None => {
-                    warn!(uuid = %ch.uuid, chunk_id = ch.chunk_id, consumer = ?pinned, "pin points at a consumer that is not connected; pin dropped");
-                    self.pins.remove(p);
-                    self.stats.stale_pins += 1;
-                }
-            }
         }
+        self.orphan(ch, batch)
+    }
 
+    /// Chunk 0 of a uuid that is already pinned: a redelivery. A multi-chunk message re-pins to
+    /// the chosen consumer; a single-chunk message releases the leftover pin.
+    #[cold]
+    #[inline(never)]
+    fn first_chunk_of_pinned(&mut self, now: u64, ch: ChunkRef<'_>, p: u32, i: usize, consumer: C) {
+        if ch.is_last() {
+            self.pins.remove(p);
+            self.stats.pins_released += 1;
+            debug!(uuid = %ch.uuid, "pin released by a single-chunk message");
+            return;
+        }
+        let pin = self.pins.get_mut(p);
+        let previous = pin.consumer;
+        pin.consumer = consumer;
+        pin.hint = i as u32;
+        self.pins.touch(p, now);
+        self.stats.pins_repinned += 1;
+        debug!(uuid = %ch.uuid, previous = ?previous, consumer = ?consumer, "first chunk redelivered; uuid re-pinned");
+    }
+
+    /// A later chunk whose pin cannot take it now. Returns `true` when the pin was stale (dropped;
+    /// the chunk is then an orphan), `false` when the chunk goes to replay behind its message.
+    #[cold]
+    #[inline(never)]
+    fn pinned_unavailable(&mut self, ch: ChunkRef<'_>, p: u32, batch: &Batch<'_, C>) -> bool {
+        let pin = self.pins.get(p);
+        let (pinned, hint) = (pin.consumer, pin.hint);
+        if pin.held_epoch == self.epoch {
+            self.stats.chunks_held_for_pin += 1;
+            trace!(uuid = %ch.uuid, chunk_id = ch.chunk_id, "chunk follows an earlier chunk back to replay");
+            return false;
+        }
+        if self.locate(batch.consumers, pinned, hint).is_some() {
+            self.pins.get_mut(p).held_epoch = self.epoch;
+            self.stats.chunks_held_for_pin += 1;
+            debug!(uuid = %ch.uuid, chunk_id = ch.chunk_id, consumer = ?pinned, "pinned consumer has no permits; chunk put back for replay");
+            return false;
+        }
+        warn!(uuid = %ch.uuid, chunk_id = ch.chunk_id, consumer = ?pinned, "pin points at a consumer that is not connected; pin dropped");
+        self.pins.remove(p);
+        self.stats.stale_pins += 1;
+        true
+    }
+
+    /// A chunk with id > 0 and no (usable) pin.
+    #[cold]
+    #[inline(never)]
+    fn orphan(&mut self, ch: ChunkRef<'_>, batch: &Batch<'_, C>) -> Option<usize> {
         match self.config.orphan_policy {
             OrphanPolicy::DispatchToDefault => {
                 let i = batch.next_default(&mut self.rr)?;
@@ -313,12 +353,17 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
 
     /// Index of consumer `id` in `consumers`: the hint when it still matches, else a lookup in a
     /// per-call index built on first need.
+    #[inline]
     fn locate(&mut self, consumers: &[ConsumerSlot<C>], id: C, hint: u32) -> Option<usize> {
-        if let Some(c) = consumers.get(hint as usize) {
-            if c.id == id {
-                return Some(hint as usize);
-            }
+        match consumers.get(hint as usize) {
+            Some(c) if c.id == id => Some(hint as usize),
+            _ => self.locate_slow(consumers, id),
         }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn locate_slow(&mut self, consumers: &[ConsumerSlot<C>], id: C) -> Option<usize> {
         if !self.id_index_built {
             self.id_index.clear();
             for (i, c) in consumers.iter().enumerate() {

@@ -1,12 +1,11 @@
-//! The uuid → consumer pin table: a slab of pins, a hash index and a recency list.
+//! The uuid → consumer pin table: a slab of pins, an open-addressing hash index and a recency
+//! list.
 //!
-//! * Lookups hash the uuid once (ahash, fixed seeds so runs are reproducible) and walk a short
-//!   collision chain comparing the stored uuid.
+//! * The index is a power-of-two array of slab indices with linear probing and backward-shift
+//!   deletion (no tombstones), kept at most half full. A lookup hashes the uuid once (ahash,
+//!   fixed seeds so runs are reproducible), compares the stored 64-bit hash and then the uuid.
 //! * The recency list (least recently seen first) gives O(1) eviction by count and by age.
 //! * Freed slots keep their `String` buffer, so steady-state pinning does not allocate.
-
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 
 const NIL: u32 = u32::MAX;
 
@@ -23,35 +22,16 @@ pub(crate) struct Pin<C> {
     /// of the uuid in the same call must follow it there.
     pub(crate) held_epoch: u64,
     hash: u64,
-    chain: u32,
     older: u32,
     newer: u32,
-    live: bool,
-}
-
-/// The hash index is keyed by an already mixed 64-bit hash: pass it through.
-#[derive(Default)]
-struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
 }
 
 #[derive(Debug)]
 pub(crate) struct PinTable<C> {
     slots: Vec<Pin<C>>,
     free: Vec<u32>,
-    index: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
+    /// Open-addressing index: slab indices or `NIL`; the length is 0 or a power of two.
+    index: Vec<u32>,
     hasher: ahash::RandomState,
     oldest: u32,
     newest: u32,
@@ -63,7 +43,7 @@ impl<C: Copy + Eq> PinTable<C> {
         PinTable {
             slots: Vec::new(),
             free: Vec::new(),
-            index: HashMap::default(),
+            index: Vec::new(),
             hasher: ahash::RandomState::with_seeds(
                 0x243F_6A88_85A3_08D3,
                 0x1319_8A2E_0370_7344,
@@ -86,16 +66,59 @@ impl<C: Copy + Eq> PinTable<C> {
     }
 
     #[inline]
+    fn mask(&self) -> usize {
+        self.index.len().wrapping_sub(1)
+    }
+
+    #[inline]
     pub(crate) fn find(&self, uuid: &str, hash: u64) -> Option<u32> {
-        let mut i = *self.index.get(&hash)?;
-        while i != NIL {
+        if self.index.is_empty() {
+            return None;
+        }
+        let mask = self.mask();
+        let mut b = hash as usize & mask;
+        loop {
+            let i = self.index[b];
+            if i == NIL {
+                return None;
+            }
             let p = &self.slots[i as usize];
-            if p.uuid == uuid {
+            if p.hash == hash && same_bytes(p.uuid.as_bytes(), uuid.as_bytes()) {
                 return Some(i);
             }
-            i = p.chain;
+            b = (b + 1) & mask;
         }
-        None
+    }
+
+    /// Looks `uuid` up: first against the most recently seen pin (consecutive chunks of one
+    /// message hit it without hashing), then through the index. Returns the pin and the hash.
+    #[inline]
+    pub(crate) fn lookup(&self, uuid: &str) -> (Option<u32>, u64) {
+        if let Some(p) = self.slots.get(self.newest as usize) {
+            if same_bytes(p.uuid.as_bytes(), uuid.as_bytes()) {
+                return (Some(self.newest), p.hash);
+            }
+        }
+        let hash = self.hash(uuid);
+        (self.find(uuid, hash), hash)
+    }
+
+    /// Doubles the index (or creates it) and re-inserts every live pin.
+    fn grow(&mut self) {
+        let cap = (self.index.len() * 2).max(16);
+        self.index.clear();
+        self.index.resize(cap, NIL);
+        let mask = cap - 1;
+        let mut i = self.oldest;
+        while i != NIL {
+            let p = &self.slots[i as usize];
+            let mut b = p.hash as usize & mask;
+            while self.index[b] != NIL {
+                b = (b + 1) & mask;
+            }
+            self.index[b] = i;
+            i = p.newer;
+        }
     }
 
     pub(crate) fn get(&self, i: u32) -> &Pin<C> {
@@ -115,7 +138,9 @@ impl<C: Copy + Eq> PinTable<C> {
         hint: u32,
         now: u64,
     ) -> u32 {
-        let chain = self.index.get(&hash).copied().unwrap_or(NIL);
+        if (self.len + 1) * 2 > self.index.len() {
+            self.grow();
+        }
         let i = match self.free.pop() {
             Some(i) => {
                 let p = &mut self.slots[i as usize];
@@ -126,8 +151,6 @@ impl<C: Copy + Eq> PinTable<C> {
                 p.last_seen = now;
                 p.held_epoch = 0;
                 p.hash = hash;
-                p.chain = chain;
-                p.live = true;
                 i
             }
             None => {
@@ -139,15 +162,18 @@ impl<C: Copy + Eq> PinTable<C> {
                     last_seen: now,
                     held_epoch: 0,
                     hash,
-                    chain,
                     older: NIL,
                     newer: NIL,
-                    live: true,
                 });
                 i
             }
         };
-        self.index.insert(hash, i);
+        let mask = self.mask();
+        let mut b = hash as usize & mask;
+        while self.index[b] != NIL {
+            b = (b + 1) & mask;
+        }
+        self.index[b] = i;
         self.link_newest(i);
         self.len += 1;
         i
@@ -165,37 +191,31 @@ impl<C: Copy + Eq> PinTable<C> {
 
     /// Drops a live pin.
     pub(crate) fn remove(&mut self, i: u32) {
-        let (hash, chain) = {
-            let p = &self.slots[i as usize];
-            debug_assert!(p.live);
-            (p.hash, p.chain)
-        };
-        // Unlink from the collision chain.
-        match self.index.get(&hash).copied() {
-            Some(head) if head == i => {
-                if chain == NIL {
-                    self.index.remove(&hash);
-                } else {
-                    self.index.insert(hash, chain);
-                }
-            }
-            Some(head) => {
-                let mut j = head;
-                while j != NIL {
-                    let next = self.slots[j as usize].chain;
-                    if next == i {
-                        self.slots[j as usize].chain = chain;
-                        break;
-                    }
-                    j = next;
-                }
-            }
-            None => {}
+        let mask = self.mask();
+        let mut b = self.slots[i as usize].hash as usize & mask;
+        // The pin is in the index: probe to its bucket.
+        while self.index[b] != i {
+            b = (b + 1) & mask;
         }
+        // Backward-shift deletion: pull later entries of the run into the hole when their home
+        // bucket allows it, so lookups never need tombstones.
+        let mut hole = b;
+        let mut k = (hole + 1) & mask;
+        loop {
+            let j = self.index[k];
+            if j == NIL {
+                break;
+            }
+            let home = self.slots[j as usize].hash as usize & mask;
+            // Move j into the hole unless its home lies cyclically in (hole, k].
+            if (k.wrapping_sub(home) & mask) >= (k.wrapping_sub(hole) & mask) {
+                self.index[hole] = j;
+                hole = k;
+            }
+            k = (k + 1) & mask;
+        }
+        self.index[hole] = NIL;
         self.unlink(i);
-        let p = &mut self.slots[i as usize];
-        p.live = false;
-        p.chain = NIL;
         self.free.push(i);
         self.len -= 1;
     }
@@ -263,4 +283,22 @@ impl<C: Copy + Eq> PinTable<C> {
         p.older = NIL;
         p.newer = NIL;
     }
+}
+
+/// Byte equality inlined for short keys (uuids are a few dozen bytes): word compares instead of
+/// a library `memcmp` call.
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let word = |s: &[u8]| u64::from_ne_bytes(s.try_into().unwrap_or([0; 8]));
+    let mut x = a.chunks_exact(8);
+    let mut y = b.chunks_exact(8);
+    for (p, q) in x.by_ref().zip(y.by_ref()) {
+        if word(p) != word(q) {
+            return false;
+        }
+    }
+    x.remainder().iter().zip(y.remainder()).all(|(p, q)| p == q)
 }

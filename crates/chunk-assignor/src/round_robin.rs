@@ -35,7 +35,7 @@ use crate::types::ConsumerSlot;
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct PriorityRoundRobin {
-    cursor: usize,
+    pub(crate) cursor: usize,
     order: Vec<u32>,
 }
 
@@ -82,7 +82,6 @@ impl PriorityRoundRobin {
     }
 
     /// The selection over positions `0..n` of a priority-sorted view; returns a position.
-    #[inline]
     pub(crate) fn pick(
         &mut self,
         n: usize,

@@ -235,7 +235,7 @@ fn interleaved_messages_with_tight_permits_each_stay_on_one_consumer() {
     while !pending.is_empty() {
         rounds += 1;
         assert!(rounds < 50, "no progress: {pending:?}");
-        let batch: Vec<E> = pending.drain(..).collect();
+        let batch = std::mem::take(&mut pending);
         let out = a.assign(rounds, batch, &cs(&[(1, 2, 0), (2, 2, 0), (3, 1, 0)]));
         for (c, es) in out.per_consumer {
             delivered.extend(es.into_iter().map(|e| (c, e)));
