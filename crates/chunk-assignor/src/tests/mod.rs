@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use crate::{AssignEntry, Assignment, AssignorStats, ChunkRef, ConsumerSlot};
 
 mod model;
+mod pins;
 mod round_robin;
 mod snapshot;
 mod unit;
