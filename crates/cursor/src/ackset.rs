@@ -1,7 +1,7 @@
 //! A compact set of positions: blocks of 4096 entry ids, each stored as sorted runs or as a
 //! bitmap, whichever is smaller (a roaring-style hybrid with run containers).
 
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::entry::Position;
@@ -244,8 +244,17 @@ impl Container {
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AckSet {
-    blocks: BTreeMap<(u64, u64), Container>,
+    /// Per ledger, sorted by ledger id; never an empty `Blocks`.
+    ledgers: Vec<Blocks>,
     len: u64,
+}
+
+/// One ledger's non-empty blocks, sorted by block number (binary search on contiguous keys is
+/// much faster than a tree walk on the ack path; blocks are created and dropped rarely).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Blocks {
+    ledger_id: u64,
+    blocks: VecDeque<(u64, Container)>,
 }
 
 fn split(p: Position) -> ((u64, u64), u32) {
@@ -256,6 +265,26 @@ fn split(p: Position) -> ((u64, u64), u32) {
 }
 
 impl AckSet {
+    fn ledger_idx(&self, l: u64) -> Result<usize, usize> {
+        // Usually one or two ledgers: check the last one first.
+        match self.ledgers.last() {
+            Some(b) if b.ledger_id == l => Ok(self.ledgers.len() - 1),
+            _ => self.ledgers.binary_search_by_key(&l, |b| b.ledger_id),
+        }
+    }
+
+    fn block(&self, k: (u64, u64)) -> Option<&Container> {
+        let lb = &self.ledgers[self.ledger_idx(k.0).ok()?];
+        let i = lb.blocks.binary_search_by_key(&k.1, |(b, _)| *b).ok()?;
+        Some(&lb.blocks[i].1)
+    }
+
+    fn iter_blocks(&self) -> impl Iterator<Item = ((u64, u64), &Container)> + '_ {
+        self.ledgers
+            .iter()
+            .flat_map(|lb| lb.blocks.iter().map(move |(b, c)| ((lb.ledger_id, *b), c)))
+    }
+
     /// An empty set.
     pub fn new() -> Self {
         AckSet::default()
@@ -274,24 +303,41 @@ impl AckSet {
     /// Whether `p` is in the set.
     pub fn contains(&self, p: Position) -> bool {
         let (k, i) = split(p);
-        self.blocks.get(&k).is_some_and(|c| c.contains(i))
+        self.block(k).is_some_and(|c| c.contains(i))
     }
 
     /// Adds `p`; returns whether it was not there before.
     pub fn insert(&mut self, p: Position) -> bool {
         let (k, i) = split(p);
-        let new = self
-            .blocks
-            .entry(k)
-            .or_insert_with(|| Container::Runs(Vec::new()))
-            .insert(i);
+        let li = match self.ledger_idx(k.0) {
+            Ok(li) => li,
+            Err(li) => {
+                self.ledgers.insert(
+                    li,
+                    Blocks {
+                        ledger_id: k.0,
+                        blocks: VecDeque::new(),
+                    },
+                );
+                li
+            }
+        };
+        let blocks = &mut self.ledgers[li].blocks;
+        let bi = match blocks.binary_search_by_key(&k.1, |(b, _)| *b) {
+            Ok(bi) => bi,
+            Err(bi) => {
+                blocks.insert(bi, (k.1, Container::Runs(Vec::new())));
+                bi
+            }
+        };
+        let new = blocks[bi].1.insert(i);
         self.len += u64::from(new);
         new
     }
 
     /// The smallest position in the set.
     pub fn first(&self) -> Option<Position> {
-        let (&(l, b), c) = self.blocks.iter().next()?;
+        let ((l, b), c) = self.iter_blocks().next()?;
         let i = match c {
             Container::Runs(r) => u64::from(r.first()?.0),
             Container::Bitmap(bm) => {
@@ -306,7 +352,7 @@ impl AckSet {
     /// id from `p` to `q` is in the set. `None` when `p` is not in the set.
     pub fn run_end(&self, p: Position) -> Option<Position> {
         let (mut k, i) = split(p);
-        let c = self.blocks.get(&k)?;
+        let c = self.block(k)?;
         if !c.contains(i) {
             return None;
         }
@@ -318,7 +364,7 @@ impl AckSet {
             let Some(nk) = k.1.checked_add(1).map(|b| (k.0, b)) else {
                 return Some(Position::new(k.0, (k.1 << BLOCK_SHIFT) + u64::from(end)));
             };
-            match self.blocks.get(&nk) {
+            match self.block(nk) {
                 Some(nc) if nc.contains(0) => {
                     k = nk;
                     end = nc.run_end(0);
@@ -332,21 +378,32 @@ impl AckSet {
     pub fn remove_through(&mut self, p: Position) -> u64 {
         let (pk, pi) = split(p);
         let mut removed = 0;
-        while let Some(mut entry) = self.blocks.first_entry() {
-            let k = *entry.key();
-            if k > pk {
+        while let Some(lb) = self.ledgers.first_mut() {
+            if lb.ledger_id > pk.0 {
                 break;
             }
-            if k < pk {
-                removed += entry.get().len();
-                entry.remove();
-                continue;
+            let whole_ledger = lb.ledger_id < pk.0;
+            while let Some((b, c)) = lb.blocks.front_mut() {
+                if !whole_ledger && *b > pk.1 {
+                    break;
+                }
+                if whole_ledger || *b < pk.1 {
+                    removed += c.len();
+                    lb.blocks.pop_front();
+                    continue;
+                }
+                removed += c.remove_through(pi);
+                if c.is_empty() {
+                    lb.blocks.pop_front();
+                }
+                break;
             }
-            removed += entry.get_mut().remove_through(pi);
-            if entry.get().is_empty() {
-                entry.remove();
+            if lb.blocks.is_empty() {
+                self.ledgers.remove(0);
             }
-            break;
+            if !whole_ledger {
+                break;
+            }
         }
         self.len -= removed;
         removed
@@ -354,14 +411,14 @@ impl AckSet {
 
     /// Removes everything.
     pub fn clear(&mut self) {
-        self.blocks.clear();
+        self.ledgers.clear();
         self.len = 0;
     }
 
     /// The set as inclusive ranges `(first, last)`, in order; a range never spans two ledgers.
     pub fn ranges(&self) -> Vec<(Position, Position)> {
         let mut out: Vec<(Position, Position)> = Vec::new();
-        for (&(l, b), c) in &self.blocks {
+        for ((l, b), c) in self.iter_blocks() {
             let base = b << BLOCK_SHIFT;
             for (s, e) in c.runs() {
                 let s = Position::new(l, base + u64::from(s));
@@ -381,7 +438,7 @@ impl AckSet {
     pub(crate) fn ranges_through(&self, through: Position) -> Vec<(Position, Position)> {
         let (tk, _) = split(through);
         let mut out: Vec<(Position, Position)> = Vec::new();
-        for (&(l, b), c) in self.blocks.range(..=tk) {
+        for ((l, b), c) in self.iter_blocks().take_while(|(k, _)| *k <= tk) {
             let base = b << BLOCK_SHIFT;
             for (s, e) in c.runs() {
                 let s = Position::new(l, base + u64::from(s));
@@ -397,13 +454,13 @@ impl AckSet {
 
     /// Number of runs plus bitmap blocks: a rough measure of the in-memory size.
     pub fn containers(&self) -> usize {
-        self.blocks.len()
+        self.ledgers.iter().map(|lb| lb.blocks.len()).sum()
     }
 
     pub(crate) fn encode(&self, w: &mut Writer) {
         // Per ledger: ledger id delta, block count; per block: block delta, kind, contents.
         let mut ledgers: Vec<(u64, Vec<(u64, &Container)>)> = Vec::new();
-        for (&(l, b), c) in &self.blocks {
+        for ((l, b), c) in self.iter_blocks() {
             match ledgers.last_mut() {
                 Some((ll, v)) if *ll == l => v.push((b, c)),
                 _ => ledgers.push((l, vec![(b, c)])),
@@ -454,6 +511,9 @@ impl AckSet {
                 .checked_add(d)
                 .ok_or_else(|| r.error("ledger id overflow"))?;
             let n_blocks = r.varint()?;
+            if n_blocks == 0 {
+                return Err(r.error("ledger without blocks"));
+            }
             let mut b = 0u64;
             for bi in 0..n_blocks {
                 let d = r.varint()?;
@@ -518,7 +578,13 @@ impl AckSet {
                     _ => return Err(r.error("unknown block kind")),
                 };
                 set.len += c.len();
-                set.blocks.insert((l, b), c);
+                match set.ledgers.last_mut() {
+                    Some(lb) if lb.ledger_id == l => lb.blocks.push_back((b, c)),
+                    _ => set.ledgers.push(Blocks {
+                        ledger_id: l,
+                        blocks: VecDeque::from([(b, c)]),
+                    }),
+                }
             }
         }
         Ok(set)
@@ -532,6 +598,15 @@ mod tests {
 
     fn p(e: u64) -> Position {
         Position::new(1, e)
+    }
+
+    /// Spreads ids over three ledgers (odd seeds) to exercise the per-ledger block lists.
+    fn q(seed: u64, e: u64) -> Position {
+        if seed % 2 == 1 {
+            Position::new(1 + e % 3, e / 3)
+        } else {
+            p(e)
+        }
     }
 
     struct Rng(u64);
@@ -566,32 +641,41 @@ mod tests {
                 let op = rng.next() % 10;
                 let e = rng.next() % span;
                 if op < 8 {
-                    assert_eq!(s.insert(p(e)), m.insert(p(e)), "seed {seed} step {step}");
+                    assert_eq!(
+                        s.insert(q(seed, e)),
+                        m.insert(q(seed, e)),
+                        "seed {seed} step {step}"
+                    );
                 } else if op == 8 {
-                    let removed = s.remove_through(p(e));
+                    let removed = s.remove_through(q(seed, e));
                     let before = m.len();
-                    m.retain(|&q| q > p(e));
+                    let cut = q(seed, e);
+                    m.retain(|&x| x > cut);
                     assert_eq!(
                         removed as usize,
                         before - m.len(),
                         "seed {seed} step {step}"
                     );
                 } else {
-                    let q = p(e);
-                    let want = m.contains(&q).then(|| {
-                        let mut end = q;
+                    let x = q(seed, e);
+                    let want = m.contains(&x).then(|| {
+                        let mut end = x;
                         while m.contains(&end.next()) {
                             end = end.next();
                         }
                         end
                     });
-                    assert_eq!(s.run_end(q), want, "seed {seed} step {step} e {e}");
+                    assert_eq!(s.run_end(x), want, "seed {seed} step {step} e {e}");
                 }
                 assert_eq!(s.len(), m.len() as u64);
             }
             assert_eq!(s.first(), m.iter().next().copied());
             for e in 0..span {
-                assert_eq!(s.contains(p(e)), m.contains(&p(e)), "seed {seed} e {e}");
+                assert_eq!(
+                    s.contains(q(seed, e)),
+                    m.contains(&q(seed, e)),
+                    "seed {seed} e {e}"
+                );
             }
             let d = roundtrip(&s);
             assert_eq!(d.ranges(), s.ranges(), "seed {seed}");
@@ -599,7 +683,9 @@ mod tests {
             let flat: Vec<Position> = s
                 .ranges()
                 .into_iter()
-                .flat_map(|(a, b)| (a.entry_id..=b.entry_id).map(p))
+                .flat_map(|(a, b)| {
+                    (a.entry_id..=b.entry_id).map(move |e| Position::new(a.ledger_id, e))
+                })
                 .collect();
             assert_eq!(flat, m.iter().copied().collect::<Vec<_>>(), "seed {seed}");
         }

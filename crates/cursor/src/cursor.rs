@@ -1,6 +1,7 @@
 //! The managed cursor: mark-delete, acked set, batch bitsets, read position and every
 //! operation that moves them.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 
 use tracing::{debug, trace, warn};
@@ -91,18 +92,20 @@ pub struct ManagedCursor<S: CursorStore> {
     read: Position,
     acked: AckSet,
     batches: BTreeMap<Position, BatchAcks>,
-    /// Totals of the fully acked entries in `acked`.
-    acked_totals: Backlog,
+    /// Totals of the fully acked entries in `acked`: computed on the first `backlog` call, then
+    /// maintained incrementally; `None` while nobody asked (keeps the ack path free of
+    /// per-entry metadata lookups).
+    acked_totals: Cell<Option<Backlog>>,
     /// Sum of acked indexes over `batches`.
     partial_msgs: u64,
     last_active: u64,
     dirty: bool,
 }
 
-/// Checks `p` against the ledger and returns its metadata.
-fn lookup<L: Ledger + ?Sized>(ledger: &L, p: Position) -> Result<&EntryMeta, CursorError> {
-    if let Some(m) = ledger.meta(p) {
-        return Ok(m);
+/// Checks that the entry at `p` exists, with a typed error saying why not.
+fn lookup<L: Ledger + ?Sized>(ledger: &L, p: Position) -> Result<(), CursorError> {
+    if ledger.exists(p) {
+        return Ok(());
     }
     match ledger.entry_count(p.ledger_id) {
         None => Err(CursorError::UnknownLedger { position: p }),
@@ -128,7 +131,7 @@ impl<S: CursorStore> ManagedCursor<S> {
             read: md.next(),
             acked: AckSet::new(),
             batches: BTreeMap::new(),
-            acked_totals: Backlog::default(),
+            acked_totals: Cell::new(None),
             partial_msgs: 0,
             last_active: 0,
             dirty: true,
@@ -152,7 +155,6 @@ impl<S: CursorStore> ManagedCursor<S> {
                 what: "mark-delete past the end of the ledger",
             });
         }
-        let mut acked_totals = Backlog::default();
         for (a, b) in st.acked.ranges() {
             if lookup(ledger, a).is_err() || lookup(ledger, b).is_err() {
                 return Err(CursorError::StateMismatch {
@@ -160,7 +162,6 @@ impl<S: CursorStore> ManagedCursor<S> {
                     what: "acked position not in the ledger",
                 });
             }
-            acked_totals.add(ledger.totals_in(a.before(), b));
         }
         let mut partial_msgs = 0;
         for (p, b) in &st.batch_acks {
@@ -179,7 +180,7 @@ impl<S: CursorStore> ManagedCursor<S> {
             read: st.mark_delete.next(),
             acked: st.acked,
             batches: st.batch_acks,
-            acked_totals,
+            acked_totals: Cell::new(None),
             partial_msgs,
             last_active: st.last_active,
             dirty: false,
@@ -280,9 +281,8 @@ impl<S: CursorStore> ManagedCursor<S> {
                 md_move: None,
             });
         }
-        let meta = lookup(ledger, p)?;
-        let t = Backlog::of(meta);
-        if self.acked.contains(p) {
+        lookup(ledger, p)?;
+        if !self.acked.insert(p) {
             trace!(cursor = %self.name, position = %p, "duplicate ack");
             return Ok(AckOutcome {
                 newly_acked: false,
@@ -291,21 +291,26 @@ impl<S: CursorStore> ManagedCursor<S> {
         }
         Ok(AckOutcome {
             newly_acked: true,
-            md_move: self.mark_acked(ledger, p, t),
+            md_move: self.after_insert(ledger, p),
         })
     }
 
-    fn mark_acked<L: Ledger + ?Sized>(
+    /// Bookkeeping after `p` entered the acked set: drop its batch bitset, count it, and move
+    /// md if `p` closed the gap after it.
+    fn after_insert<L: Ledger + ?Sized>(
         &mut self,
         ledger: &L,
         p: Position,
-        t: Backlog,
     ) -> Option<MarkDeleteMove> {
-        if let Some(b) = self.batches.remove(&p) {
-            self.partial_msgs -= u64::from(b.acked_count());
+        if !self.batches.is_empty() {
+            if let Some(b) = self.batches.remove(&p) {
+                self.partial_msgs -= u64::from(b.acked_count());
+            }
         }
-        self.acked.insert(p);
-        self.acked_totals.add(t);
+        if let Some(mut t) = self.acked_totals.get() {
+            t.add(ledger.stats(p).unwrap_or_default());
+            self.acked_totals.set(Some(t));
+        }
         self.dirty = true;
         trace!(cursor = %self.name, position = %p, "acked");
         if ledger.next_position(self.md) == Some(p) {
@@ -334,8 +339,8 @@ impl<S: CursorStore> ManagedCursor<S> {
                 md_move: None,
             });
         }
-        let meta = lookup(ledger, p)?;
-        let actual = meta.messages();
+        lookup(ledger, p)?;
+        let actual = ledger.meta(p).map_or(1, EntryMeta::messages);
         if batch_size != actual {
             return Err(CursorError::BatchSizeMismatch {
                 position: p,
@@ -356,7 +361,6 @@ impl<S: CursorStore> ManagedCursor<S> {
                 md_move: None,
             });
         }
-        let t = Backlog::of(meta);
         let b = self
             .batches
             .entry(p)
@@ -374,9 +378,10 @@ impl<S: CursorStore> ManagedCursor<S> {
             self.dirty = true;
         }
         if complete {
+            self.acked.insert(p);
             return Ok(AckOutcome {
                 newly_acked: true,
-                md_move: self.mark_acked(ledger, p, t),
+                md_move: self.after_insert(ledger, p),
             });
         }
         trace!(cursor = %self.name, position = %p, newly, "batch indexes acked");
@@ -569,7 +574,7 @@ impl<S: CursorStore> ManagedCursor<S> {
         };
         self.acked.clear();
         self.batches.clear();
-        self.acked_totals = Backlog::default();
+        self.acked_totals.set(None);
         self.partial_msgs = 0;
         self.md = to;
         self.read = p;
@@ -647,7 +652,7 @@ impl<S: CursorStore> ManagedCursor<S> {
             return Backlog::default();
         };
         let mut t = ledger.totals_in(self.md, last);
-        t.sub(self.acked_totals);
+        t.sub(self.acked_totals(ledger));
         t.messages = t.messages.saturating_sub(self.partial_msgs);
         t
     }
@@ -681,11 +686,10 @@ impl<S: CursorStore> ManagedCursor<S> {
             }
             totals.add(ledger.totals_in(a.before(), b));
         }
-        if totals != self.acked_totals {
-            return Err(format!(
-                "acked totals {:?} != recomputed {totals:?}",
-                self.acked_totals
-            ));
+        if let Some(cached) = self.acked_totals.get() {
+            if totals != cached {
+                return Err(format!("acked totals {cached:?} != recomputed {totals:?}"));
+            }
         }
         let mut partial = 0;
         for (p, b) in &self.batches {
@@ -698,6 +702,19 @@ impl<S: CursorStore> ManagedCursor<S> {
             return Err(format!("partial count {} != {partial}", self.partial_msgs));
         }
         Ok(())
+    }
+
+    /// Totals of the acked set, computed once from its ranges and cached.
+    fn acked_totals<L: Ledger + ?Sized>(&self, ledger: &L) -> Backlog {
+        if let Some(t) = self.acked_totals.get() {
+            return t;
+        }
+        let mut t = Backlog::default();
+        for (a, b) in self.acked.ranges() {
+            t.add(ledger.totals_in(a.before(), b));
+        }
+        self.acked_totals.set(Some(t));
+        t
     }
 
     /// The first existing, not fully acked entry strictly after `p` (and after md).
@@ -735,8 +752,11 @@ impl<S: CursorStore> ManagedCursor<S> {
         dropped: Vec<Position>,
     ) -> MarkDeleteMove {
         let from = self.md;
-        for (a, b) in self.acked.ranges_through(target) {
-            self.acked_totals.sub(ledger.totals_in(a.before(), b));
+        if let Some(mut t) = self.acked_totals.get() {
+            for (a, b) in self.acked.ranges_through(target) {
+                t.sub(ledger.totals_in(a.before(), b));
+            }
+            self.acked_totals.set(Some(t));
         }
         self.acked.remove_through(target);
         let rest = self.batches.split_off(&target.next());
@@ -754,7 +774,10 @@ impl<S: CursorStore> ManagedCursor<S> {
             let Some(end) = self.acked.run_end(n) else {
                 break;
             };
-            self.acked_totals.sub(ledger.totals_in(self.md, end));
+            if let Some(mut t) = self.acked_totals.get() {
+                t.sub(ledger.totals_in(self.md, end));
+                self.acked_totals.set(Some(t));
+            }
             self.acked.remove_through(end);
             self.md = end;
         }

@@ -33,6 +33,19 @@ pub trait Ledger {
     /// The entry at `p`, if it exists.
     fn get(&self, p: Position) -> Option<Entry>;
 
+    /// Whether the entry at `p` exists. The cursor's ack path calls this for every ack, so
+    /// implementations should answer it without touching the entry's metadata.
+    fn exists(&self, p: Position) -> bool {
+        self.meta(p).is_some()
+    }
+
+    /// `{ entries: 1, messages, bytes }` of the entry at `p`, if it exists. The cursor's ack
+    /// path uses this; implementations can serve it from compact arrays without touching the
+    /// full metadata.
+    fn stats(&self, p: Position) -> Option<Backlog> {
+        self.meta(p).map(Backlog::of)
+    }
+
     /// How many entries were ever appended to ledger `ledger_id` (trimmed ones included), or
     /// `None` when the ledger is unknown (never created, or trimmed away entirely).
     fn entry_count(&self, ledger_id: u64) -> Option<u64>;
@@ -89,9 +102,9 @@ struct Segment {
     /// Entry id of `metas[0]` (entries below were trimmed).
     base: u64,
     metas: VecDeque<Arc<EntryMeta>>,
-    /// `cum_*[i]` = totals of this ledger's entries with id `< base + i` (one more than `metas`).
-    cum_msgs: VecDeque<u64>,
-    cum_bytes: VecDeque<u64>,
+    /// `cum[i]` = (messages, bytes) of this ledger's entries with id `< base + i` (one more
+    /// element than `metas`); adjacent pairs give one entry's stats in one cache line.
+    cum: VecDeque<(u64, u64)>,
 }
 
 impl Segment {
@@ -101,8 +114,7 @@ impl Segment {
             count: 0,
             base: 0,
             metas: VecDeque::new(),
-            cum_msgs: VecDeque::from([0]),
-            cum_bytes: VecDeque::from([0]),
+            cum: VecDeque::from([(0, 0)]),
         }
     }
 
@@ -125,8 +137,8 @@ impl Segment {
         let b = (hi - self.base) as usize + 1;
         Backlog {
             entries: hi - lo + 1,
-            messages: self.cum_msgs[b] - self.cum_msgs[a],
-            bytes: self.cum_bytes[b] - self.cum_bytes[a],
+            messages: self.cum[b].0 - self.cum[a].0,
+            bytes: self.cum[b].1 - self.cum[a].1,
         }
     }
 }
@@ -208,10 +220,9 @@ impl Ledger for InMemoryLedger {
         }
         let seg = self.segs.back_mut().expect("a segment was just ensured");
         let pos = Position::new(seg.id, seg.count);
-        let m = *seg.cum_msgs.back().unwrap_or(&0) + u64::from(meta.messages());
-        let b = *seg.cum_bytes.back().unwrap_or(&0) + u64::from(meta.size);
-        seg.cum_msgs.push_back(m);
-        seg.cum_bytes.push_back(b);
+        let (m, b) = seg.cum.back().copied().unwrap_or((0, 0));
+        seg.cum
+            .push_back((m + u64::from(meta.messages()), b + u64::from(meta.size)));
         seg.metas.push_back(Arc::new(meta));
         seg.count += 1;
         self.last_appended = Some(pos);
@@ -271,6 +282,25 @@ impl Ledger for InMemoryLedger {
         self.seg(ledger_id).map(|s| s.count)
     }
 
+    fn exists(&self, p: Position) -> bool {
+        self.seg(p.ledger_id)
+            .is_some_and(|s| p.entry_id >= s.base && p.entry_id < s.end())
+    }
+
+    fn stats(&self, p: Position) -> Option<Backlog> {
+        let seg = self.seg(p.ledger_id)?;
+        let i = usize::try_from(p.entry_id.checked_sub(seg.base)?).ok()?;
+        if i >= seg.metas.len() {
+            return None;
+        }
+        let (a, b) = (seg.cum[i], seg.cum[i + 1]);
+        Some(Backlog {
+            entries: 1,
+            messages: b.0 - a.0,
+            bytes: b.1 - a.1,
+        })
+    }
+
     fn totals_in(&self, after: Position, through: Position) -> Backlog {
         let mut t = Backlog::default();
         if through <= after {
@@ -307,8 +337,7 @@ impl Ledger for InMemoryLedger {
             if s.id == p.ledger_id {
                 while s.base < p.entry_id && !s.metas.is_empty() {
                     s.metas.pop_front();
-                    s.cum_msgs.pop_front();
-                    s.cum_bytes.pop_front();
+                    s.cum.pop_front();
                     s.base += 1;
                 }
             }

@@ -356,7 +356,7 @@ fn run(seed: u64, steps: usize) {
                 }
                 moves.extend(got);
             }
-            53..=56 | 57..=58 => {
+            53..=58 => {
                 let quota = op >= 57;
                 let t = if quota {
                     time
