@@ -10,6 +10,7 @@
 
 use std::fmt::Write as _;
 
+pub mod chunk_assignor;
 pub mod draining_hashes;
 pub mod pending_acks;
 pub mod rng;
@@ -142,6 +143,7 @@ pub fn all() -> Vec<Workload> {
     w.extend(pending_acks::workloads());
     w.extend(draining_hashes::workloads());
     w.extend(selectors::workloads());
+    w.extend(chunk_assignor::workloads());
     let _ = &mut w;
     w
 }
