@@ -92,6 +92,7 @@ impl Segment {
     }
 
     #[inline]
+    #[inline]
     fn get(&self, off: u64) -> Option<u64> {
         match &self.body {
             Body::Dense { base, slots } => {
@@ -123,6 +124,7 @@ impl Segment {
     }
 
     /// Inserts or overwrites; returns the previous value.
+    #[inline]
     fn insert(&mut self, off: u64, v: u64) -> Option<u64> {
         self.churn = self.churn.saturating_add(1);
         let Body::Dense { base, slots } = &mut self.body else {
@@ -191,6 +193,7 @@ impl Segment {
     }
 
     /// Removes `off`; returns its value.
+    #[inline]
     fn remove(&mut self, off: u64) -> Option<u64> {
         self.churn = self.churn.saturating_add(1);
         match &mut self.body {
@@ -230,6 +233,7 @@ impl Segment {
     }
 
     /// Pops the smallest entry if its offset is `<= limit` (any offset when `limit` is None).
+    /// Popping from the front never lowers density; the caller shrinks the buffer once at the end.
     #[inline]
     fn pop_first_up_to(&mut self, limit: Option<u64>) -> Option<(u64, u64)> {
         match &mut self.body {
@@ -242,9 +246,7 @@ impl Segment {
                 *base = base.wrapping_add(1);
                 self.live -= 1;
                 trim_front(base, slots);
-                if self.live != 0 {
-                    self.after_dense_removal();
-                }
+                // No shrink check per pop: the caller checks once when it stops.
                 Some((off, v))
             }
             Body::Sparse(m) => {
@@ -420,12 +422,14 @@ impl Store {
         self.segs.binary_search_by_key(&id, |s| s.id)
     }
 
+    #[inline]
     pub(crate) fn get(&self, seg: u64, off: u64) -> Option<PendingAck> {
         let i = self.find(seg).ok()?;
         self.segs[i].get(off).map(unpack)
     }
 
     /// Inserts or overwrites; returns the previous value.
+    #[inline]
     pub(crate) fn insert(&mut self, seg: u64, off: u64, ack: PendingAck) -> Option<PendingAck> {
         let v = pack(ack);
         match self.find(seg) {
@@ -456,6 +460,7 @@ impl Store {
     }
 
     /// Lowers `remaining` by `delta` (saturating at 0); returns the new remaining count.
+    #[inline]
     pub(crate) fn update_remaining(&mut self, seg: u64, off: u64, delta: u32) -> Option<u32> {
         let i = self.find(seg).ok()?;
         let slot = self.segs[i].get_mut(off)?;
@@ -467,6 +472,7 @@ impl Store {
         Some(ack.remaining)
     }
 
+    #[inline]
     pub(crate) fn remove(&mut self, seg: u64, off: u64) -> Option<PendingAck> {
         let i = self.find(seg).ok()?;
         let s = &mut self.segs[i];
@@ -513,6 +519,8 @@ impl Store {
                 if s.is_sparse() {
                     s.churn = s.churn.saturating_add(1);
                     s.maybe_densify();
+                } else {
+                    s.after_dense_removal();
                 }
                 break;
             }
