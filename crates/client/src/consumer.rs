@@ -1,7 +1,7 @@
 //! The consumer state machine: broker input (`connect`, `on_message`), application input
 //! (`receive`, `ack`, `nack`), time (`on_timer`) and the command queue (`poll_command`).
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 
 use crate::hash::{HashMap, HashSet};
 
@@ -82,8 +82,7 @@ struct BatchAcks {
 pub struct Consumer {
     cfg: ConsumerConfig,
     epoch: u64,
-    queue: BTreeMap<u64, Queued>,
-    next_seq: u64,
+    queue: VecDeque<Queued>,
     permits_to_return: u32,
     zero_queue_permit_out: bool,
     chunks: Chunks,
@@ -106,8 +105,7 @@ impl Consumer {
             ack_timeouts: AckTimeouts::new(config.ack_timeout, config.ack_timeout_tick),
             cfg: config,
             epoch: 0,
-            queue: BTreeMap::new(),
-            next_seq: 0,
+            queue: VecDeque::new(),
             permits_to_return: 0,
             zero_queue_permit_out: false,
             chunks: Chunks::default(),
@@ -359,15 +357,28 @@ impl Consumer {
                 }
             }
         }
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        self.queue.insert(
-            seq,
-            Queued {
-                msg: d,
-                epoch: self.epoch,
-            },
-        );
+        self.queue.push_back(Queued {
+            msg: d,
+            epoch: self.epoch,
+        });
+    }
+
+    /// Removes the queued messages matching `pred`, in queue order.
+    fn take_queued(&mut self, pred: impl Fn(&Delivered) -> bool) -> Vec<Queued> {
+        if !self.queue.iter().any(|q| pred(&q.msg)) {
+            return Vec::new();
+        }
+        let mut taken = Vec::new();
+        let mut kept = VecDeque::with_capacity(self.queue.len());
+        for q in std::mem::take(&mut self.queue) {
+            if pred(&q.msg) {
+                taken.push(q);
+            } else {
+                kept.push_back(q);
+            }
+        }
+        self.queue = kept;
+        taken
     }
 
     /// Sends one `Release` for these messages' entries and returns `permits` permits.
@@ -394,15 +405,11 @@ impl Consumer {
         let gated = self.gated();
         let q = loop {
             let max = self.cfg.max_unacked_per_key;
-            let seq = self
-                .queue
-                .iter()
-                .find(|(_, q)| match &q.msg.key {
-                    Some(k) if gated => self.gate.eligible(k, q.msg.id, max),
-                    _ => true,
-                })
-                .map(|(&s, _)| s);
-            let q = seq.and_then(|s| self.queue.remove(&s));
+            let pos = self.queue.iter().position(|q| match &q.msg.key {
+                Some(k) if gated => self.gate.eligible(k, q.msg.id, max),
+                _ => true,
+            });
+            let q = pos.and_then(|i| self.queue.remove(i));
             match q {
                 // A copy queued before the application acked the original.
                 Some(q) if self.recent_acks.contains(&q.msg.id) => {
@@ -576,24 +583,17 @@ impl Consumer {
         let mut permits = 0;
         if let Some(k) = key {
             self.gate.block(k, id);
-            let later: Vec<u64> = self
-                .queue
-                .iter()
-                .filter(|(_, q)| q.msg.key.as_deref() == Some(k) && q.msg.id > id)
-                .map(|(&s, _)| s)
-                .collect();
-            for s in later {
-                if let Some(q) = self.queue.remove(&s) {
-                    if q.epoch == self.epoch {
-                        permits += 1;
-                    }
-                    // Messages of the nacked entries come back with the nack itself.
-                    let es: Vec<_> = entries_of(&q.msg)
-                        .into_iter()
-                        .filter(|e| !entries.contains(e))
-                        .collect();
-                    released.push(es);
+            let later = self.take_queued(|m| m.key.as_deref() == Some(k) && m.id > id);
+            for q in later {
+                if q.epoch == self.epoch {
+                    permits += 1;
                 }
+                // Messages of the nacked entries come back with the nack itself.
+                let es: Vec<_> = entries_of(&q.msg)
+                    .into_iter()
+                    .filter(|e| !entries.contains(e))
+                    .collect();
+                released.push(es);
             }
         }
         self.schedule_nack(now, entries, delay);
@@ -637,18 +637,12 @@ impl Consumer {
                 None => (None, vec![id.entry()]),
             };
             // Copies already back in the queue are dropped; the redelivery replaces them.
-            let dup: Vec<u64> = self
-                .queue
+            let epoch = self.epoch;
+            let permits = self
+                .take_queued(|m| m.id == id)
                 .iter()
-                .filter(|(_, q)| q.msg.id == id)
-                .map(|(&s, _)| s)
-                .collect();
-            let mut permits = 0;
-            for s in dup {
-                if self.queue.remove(&s).is_some_and(|q| q.epoch == self.epoch) {
-                    permits += 1;
-                }
-            }
+                .filter(|q| q.epoch == epoch)
+                .count() as u32;
             self.return_permits(permits);
             match key {
                 Some(k) if self.cfg.ordered_nack && self.outstanding.contains_key(&id) => {
@@ -684,19 +678,10 @@ impl Consumer {
         if self.ack_timeouts.enabled() && !self.outstanding.contains_key(&id) {
             self.ack_timeouts.remove(id);
         }
-        let copies: Vec<u64> = self
-            .queue
-            .iter()
-            .filter(|(_, q)| q.msg.id == id)
-            .map(|(&s, _)| s)
-            .collect();
-        let mut permits = 0;
-        for s in copies {
-            known = true;
-            if self.queue.remove(&s).is_some_and(|q| q.epoch == self.epoch) {
-                permits += 1;
-            }
-        }
+        let copies = self.take_queued(|m| m.id == id);
+        known |= !copies.is_empty();
+        let epoch = self.epoch;
+        let permits = copies.iter().filter(|q| q.epoch == epoch).count() as u32;
         self.return_permits(permits);
         known |= self.outstanding.contains_key(&id);
         if known {
