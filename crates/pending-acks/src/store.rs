@@ -92,7 +92,6 @@ impl Segment {
     }
 
     #[inline]
-    #[inline]
     fn get(&self, off: u64) -> Option<u64> {
         match &self.body {
             Body::Dense { base, slots } => {
