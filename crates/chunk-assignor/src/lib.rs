@@ -74,3 +74,8 @@ pub use crate::round_robin::PriorityRoundRobin;
 pub use crate::types::{
     AssignEntry, Assignment, AssignorConfig, AssignorStats, ChunkRef, ConsumerSlot, OrphanPolicy,
 };
+
+/// The README's example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctest;
