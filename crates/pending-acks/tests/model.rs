@@ -305,6 +305,13 @@ fn run(seed: u64, steps: usize) -> Result<(), String> {
             if model.is_empty() && mem > 4_096 {
                 return Err(fail(format!("empty map retains {mem} bytes"), &ops));
             }
+            // Never a buffer sized by offsets rather than entries (sparse offsets reach 2^44).
+            if mem > 1_024 * model.len() + 4_096 {
+                return Err(fail(
+                    format!("{mem} bytes for {} entries", model.len()),
+                    &ops,
+                ));
+            }
         }
     }
     Ok(())
