@@ -11,6 +11,7 @@
 use std::fmt::Write as _;
 
 pub mod chunk_assignor;
+pub mod cursor;
 pub mod draining_hashes;
 pub mod pending_acks;
 pub mod rng;
@@ -144,6 +145,7 @@ pub fn all() -> Vec<Workload> {
     w.extend(draining_hashes::workloads());
     w.extend(selectors::workloads());
     w.extend(chunk_assignor::workloads());
+    w.extend(cursor::workloads());
     let _ = &mut w;
     w
 }
