@@ -62,3 +62,8 @@ pub use crate::entry::{Backlog, ChunkMeta, Entry, EntryMeta, Position};
 pub use crate::error::{CursorError, StoreError};
 pub use crate::ledger::{InMemoryLedger, Ledger};
 pub use crate::store::{CursorStore, FileStore, MemoryStore, PersistedState};
+
+/// The README's example, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
