@@ -235,7 +235,8 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
         ch: ChunkRef<'_>,
         batch: &mut Batch<'_, C>,
     ) -> Option<usize> {
-        let (found, hash) = self.pins.lookup(ch.uuid);
+        // A first chunk is rarely for the most recently seen uuid: skip that shortcut for it.
+        let (found, hash) = self.pins.lookup(ch.uuid, ch.chunk_id != 0);
 
         if ch.chunk_id == 0 {
             let i = batch.next_default(&mut self.rr)?;

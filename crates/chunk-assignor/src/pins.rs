@@ -90,13 +90,16 @@ impl<C: Copy + Eq> PinTable<C> {
         }
     }
 
-    /// Looks `uuid` up: first against the most recently seen pin (consecutive chunks of one
-    /// message hit it without hashing), then through the index. Returns the pin and the hash.
+    /// Looks `uuid` up: first (when `try_newest`) against the most recently seen pin
+    /// (consecutive chunks of one message hit it without hashing), then through the index.
+    /// Returns the pin and the uuid's hash.
     #[inline]
-    pub(crate) fn lookup(&self, uuid: &str) -> (Option<u32>, u64) {
-        if let Some(p) = self.slots.get(self.newest as usize) {
-            if same_bytes(p.uuid.as_bytes(), uuid.as_bytes()) {
-                return (Some(self.newest), p.hash);
+    pub(crate) fn lookup(&self, uuid: &str, try_newest: bool) -> (Option<u32>, u64) {
+        if try_newest {
+            if let Some(p) = self.slots.get(self.newest as usize) {
+                if same_bytes(p.uuid.as_bytes(), uuid.as_bytes()) {
+                    return (Some(self.newest), p.hash);
+                }
             }
         }
         let hash = self.hash(uuid);

@@ -21,7 +21,7 @@ fn pin_table_matches_a_hash_map() {
         let keys = 1 + next() % 3000;
         for step in 0..20_000u64 {
             let k = format!("producer-{}-{}", next() % 3, next() % keys);
-            let (found, hash) = t.lookup(&k);
+            let (found, hash) = t.lookup(&k, step % 2 == 0);
             assert_eq!(
                 found.is_some(),
                 m.contains_key(&k),
@@ -54,6 +54,6 @@ fn pin_table_matches_a_hash_map() {
         assert_eq!(seen, want, "seed {seed}");
         t.clear();
         assert_eq!(t.len(), 0);
-        assert!(t.lookup("producer-0-0").0.is_none());
+        assert!(t.lookup("producer-0-0", true).0.is_none());
     }
 }
