@@ -5,6 +5,7 @@ use std::fmt::Write as _;
 
 use crate::{AssignEntry, Assignment, AssignorStats, ChunkRef, ConsumerSlot};
 
+mod logs;
 mod model;
 mod pins;
 mod round_robin;
