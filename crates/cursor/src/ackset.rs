@@ -452,7 +452,7 @@ impl AckSet {
         out
     }
 
-    /// Number of runs plus bitmap blocks: a rough measure of the in-memory size.
+    /// Number of 4096-id blocks held (each a run list or a bitmap): a rough measure of size.
     pub fn containers(&self) -> usize {
         self.ledgers.iter().map(|lb| lb.blocks.len()).sum()
     }

@@ -80,7 +80,8 @@ pub struct ReplayResult {
 /// * **Read position**: a lower bound for the next [`read`](ManagedCursor::read); always `> md`.
 ///
 /// Every md move is returned as a [`MarkDeleteMove`] with its reason and the positions dropped
-/// without an ack. The cursor is single-threaded (`&mut self`); wrap it in a lock to share it.
+/// without an ack. The cursor is single-threaded (`&mut self`); it is `Send` but not `Sync` (a
+/// cached total sits in a `Cell`), so share it behind a `Mutex`.
 /// State changes stay in memory until [`persist`](ManagedCursor::persist) is called; the caller
 /// chooses the cadence (after every change, or throttled as Pulsar does). Recovery restores the
 /// last persisted state, so acks after the last persist are redelivered, never lost.
@@ -169,6 +170,12 @@ impl<S: CursorStore> ManagedCursor<S> {
                 return Err(CursorError::StateMismatch {
                     position: *p,
                     what: "batch bitset for a position not in the ledger",
+                });
+            }
+            if ledger.meta(*p).map(EntryMeta::messages) != Some(b.batch_size()) {
+                return Err(CursorError::StateMismatch {
+                    position: *p,
+                    what: "batch bitset size differs from the entry's message count",
                 });
             }
             partial_msgs += u64::from(b.acked_count());

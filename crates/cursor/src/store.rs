@@ -406,7 +406,14 @@ fn write_new_file(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
 
 impl CursorStore for FileStore {
     fn save(&mut self, state: &PersistedState) -> Result<(), StoreError> {
-        let rec = record(&state.encode());
+        let payload = state.encode();
+        if payload.len() as u64 > MAX_RECORD {
+            return Err(StoreError::Unavailable(format!(
+                "state of {} bytes exceeds the {MAX_RECORD}-byte record limit",
+                payload.len()
+            )));
+        }
+        let rec = record(&payload);
         if self.file_len != self.valid_len {
             // Drop a damaged tail (from a torn write or an earlier failed save) first.
             self.file

@@ -643,3 +643,25 @@ fn trim_below_the_slowest_cursor_keeps_cursors_working() {
     assert_eq!(mv.to, ps[5]);
     ok(&c, &l);
 }
+
+#[test]
+fn recover_rejects_batch_bitsets_that_do_not_fit_the_entry() {
+    let mut a = InMemoryLedger::new(10);
+    a.append(EntryMeta::simple(1, 1));
+    let p = a.append(EntryMeta::simple(1, 1).with_messages(3));
+    let mut c = cursor(&a);
+    c.ack_batch_index(&a, p, 3, &[1]).unwrap();
+    c.persist().unwrap();
+    let (b, _) = ledger(2, 10); // same positions, single-message entries
+    assert!(matches!(
+        ManagedCursor::recover(&b, c.store().clone()),
+        Err(CursorError::StateMismatch { position, .. }) if position == p
+    ));
+}
+
+#[test]
+fn the_cursor_can_move_between_threads() {
+    fn assert_send<T: Send>() {}
+    assert_send::<ManagedCursor<MemoryStore>>();
+    assert_send::<ManagedCursor<crate::FileStore>>();
+}
