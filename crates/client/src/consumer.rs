@@ -204,8 +204,9 @@ impl Consumer {
     /// earlier message was nacked and not re-sent yet is released straight back.
     ///
     /// A copy of a message the application acked recently (one of the last
-    /// `max(1000, 2 × receiver_queue_size)` acks) is dropped with its permit returned, like
-    /// Pulsar's ack-grouping duplicate check: the broker sent it before it processed the ack.
+    /// `max(1000, 2 × receiver_queue_size)` acks) is dropped when it reaches the head of the
+    /// queue, with its permit returned, like Pulsar's ack-grouping duplicate check: the broker
+    /// sent it before it processed the ack.
     /// Without this, nacking such a copy would hold its key for a message the broker no longer
     /// has.
     pub fn on_message(&mut self, now: u64, mut msg: IncomingMessage) -> Result<(), MessageError> {
@@ -331,12 +332,6 @@ impl Consumer {
     }
 
     fn enqueue(&mut self, d: Delivered) {
-        if self.recent_acks.contains(&d.id) {
-            self.stats.dropped_already_acked += 1;
-            trace!(id = %d.id, "copy of an acked message dropped");
-            self.return_permits(1);
-            return;
-        }
         if let Some(i) = d.batch.map(|b| b.index) {
             if let Some(b) = self.batches.get(&d.id.entry()) {
                 if b.acked.contains(&i) {
@@ -430,22 +425,24 @@ impl Consumer {
             return None;
         };
         let d = q.msg;
-        let fresh = !self.outstanding.contains_key(&d.id);
         let gated = self.gated();
+        let fresh = self
+            .outstanding
+            .insert(
+                d.id,
+                Outstanding {
+                    // Only the gate needs the key back at ack/nack time.
+                    key: if gated { d.key.clone() } else { None },
+                    chunk_ids: d.chunk_ids.clone(),
+                    batch: d.batch,
+                    redelivery_count: d.redelivery_count,
+                },
+            )
+            .is_none();
         if let (true, Some(k)) = (gated, &d.key) {
             self.gate
                 .on_handed(k, d.id, fresh, self.cfg.max_unacked_per_key.is_some());
         }
-        self.outstanding.insert(
-            d.id,
-            Outstanding {
-                // Only the gate needs the key back at ack/nack time.
-                key: if gated { d.key.clone() } else { None },
-                chunk_ids: d.chunk_ids.clone(),
-                batch: d.batch,
-                redelivery_count: d.redelivery_count,
-            },
-        );
         self.ack_timeouts.add(now, d.id);
         self.stats.delivered += 1;
         trace!(id = %d.id, "message handed to the application");

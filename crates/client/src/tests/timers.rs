@@ -289,8 +289,10 @@ fn copies_of_recently_acked_messages_are_dropped() {
          ack 1
          push 2
          recv*
-         # a copy arriving after the ack is dropped at once
+         # a copy arriving after the ack is dropped too
          push 1
+         push 3
+         recv*
          stats",
     );
     insta::assert_snapshot!(out);
