@@ -131,7 +131,7 @@ fn without_ordered_nack_later_messages_overtake_the_nacked_one() {
 
 #[test]
 fn unrelated_keys_keep_flowing_while_a_key_is_held() {
-    // A hot key "h" interleaved with 40 other keys; the queue holds 10.
+    // A hot key "h" interleaved with 20 other keys; the queue holds 10.
     let mut msgs = Vec::new();
     for e in 0..200u64 {
         let k = if e % 2 == 0 {
