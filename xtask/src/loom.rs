@@ -8,7 +8,7 @@
 use crate::cmd::{cargo, sh};
 
 /// Packages with loom models, and the feature that turns them on.
-const LOOM_PACKAGES: &[&str] = &["pending-acks", "draining-hashes", "tests"];
+const LOOM_PACKAGES: &[&str] = &["pending-acks", "draining-hashes", "dispatcher", "tests"];
 
 pub(crate) fn run_with(package: Option<&str>, preemptions: u32) -> anyhow::Result<()> {
     let packages: Vec<&str> = match package {
