@@ -205,10 +205,10 @@ impl Consumer {
     ///
     /// A copy of a message the application acked recently (one of the last
     /// `max(1000, 2 × receiver_queue_size)` acks) is dropped when it reaches the head of the
-    /// queue, with its permit returned, like Pulsar's ack-grouping duplicate check: the broker
-    /// sent it before it processed the ack.
-    /// Without this, nacking such a copy would hold its key for a message the broker no longer
-    /// has.
+    /// queue, with its permit returned and its ack sent again (the first may have died with a
+    /// connection), like Pulsar's ack-grouping duplicate check. Without this, nacking such a
+    /// copy would hold its key for a message the broker no longer has. Copies of acked batch
+    /// indexes are dropped (and re-acked) the same way.
     pub fn on_message(&mut self, now: u64, mut msg: IncomingMessage) -> Result<(), MessageError> {
         if self.epoch == 0 || msg.epoch != self.epoch {
             self.stats.dropped_old_epoch += 1;
@@ -336,7 +336,9 @@ impl Consumer {
             if let Some(b) = self.batches.get(&d.id.entry()) {
                 if b.acked.contains(&i) {
                     self.stats.dropped_already_acked += 1;
-                    trace!(id = %d.id, "batch index already acked; dropped");
+                    trace!(id = %d.id, "batch index already acked; dropped and acked again");
+                    // The earlier ack may have died with a connection; acks are idempotent.
+                    self.send_ack(vec![d.id]);
                     self.return_permits(1);
                     return;
                 }
@@ -409,7 +411,14 @@ impl Consumer {
                 // A copy queued before the application acked the original.
                 Some(q) if self.recent_acks.contains(&q.msg.id) => {
                     self.stats.dropped_already_acked += 1;
-                    trace!(id = %q.msg.id, "copy of an acked message dropped");
+                    trace!(id = %q.msg.id, "copy of an acked message dropped and acked again");
+                    // The earlier ack may have died with a connection; acks are idempotent.
+                    let ids = if q.msg.chunk_ids.is_empty() {
+                        vec![q.msg.id]
+                    } else {
+                        q.msg.chunk_ids
+                    };
+                    self.send_ack(ids);
                     if q.epoch == self.epoch {
                         self.return_permits(1);
                     }
