@@ -720,6 +720,16 @@ impl Consumer {
     }
 }
 
+impl std::fmt::Debug for Consumer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("config", &self.cfg)
+            .field("stats", &self.stats())
+            .field("pending_commands", &self.commands.len())
+            .finish_non_exhaustive()
+    }
+}
+
 fn entries_of(d: &Delivered) -> Vec<EntryId> {
     if d.chunk_ids.is_empty() {
         vec![d.id.entry()]

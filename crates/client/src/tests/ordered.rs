@@ -422,3 +422,25 @@ fn a_message_dropped_by_the_broker_ends_the_hold() {
     );
     insta::assert_snapshot!(out);
 }
+
+#[test]
+fn a_reconnect_during_a_hold_waits_for_the_nacked_message_again() {
+    let out = check(
+        cfg(true),
+        "connect
+         push 0 key=k
+         recv
+         nack 0
+         # the redelivery is queued, then the connection drops and the queue is cleared
+         push 0 key=k redel=1
+         connect
+         # the new connection sends a later message first: released, 0 is still awaited
+         push 1 key=k epoch=2
+         push 0 key=k redel=1 epoch=2
+         recv*
+         ack 0
+         push 1 key=k epoch=2
+         recv*",
+    );
+    insta::assert_snapshot!(out);
+}

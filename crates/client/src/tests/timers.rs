@@ -297,3 +297,30 @@ fn copies_of_recently_acked_messages_are_dropped() {
     );
     insta::assert_snapshot!(out);
 }
+
+#[test]
+fn due_nacks_are_redelivered_in_groups_of_at_most_1000() {
+    let mut c = consumer(ConsumerConfig {
+        receiver_queue_size: 2000,
+        nack_delay: 1000,
+        ..cfg()
+    });
+    let e = c.connect(0);
+    for i in 0..1500 {
+        c.on_message(0, msg(e, i, None)).ok();
+    }
+    while let Some(d) = c.receive(0) {
+        assert_eq!(c.nack(0, d.id), Ok(()));
+    }
+    drain(&mut c);
+    c.on_timer(1000);
+    let sizes: Vec<usize> = drain(&mut c)
+        .iter()
+        .map(|cmd| match cmd {
+            Command::RedeliverUnacked(es) => es.len(),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(sizes, vec![1000, 500]);
+    assert_eq!(c.stats().redeliveries_requested, 1500);
+}
