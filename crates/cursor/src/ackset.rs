@@ -257,6 +257,21 @@ struct Blocks {
     blocks: VecDeque<(u64, Container)>,
 }
 
+/// Index of block `b` (or where it would go). Blocks are usually dense, so the slot at
+/// `b - first` is tried before a binary search.
+fn find_block(blocks: &VecDeque<(u64, Container)>, b: u64) -> Result<usize, usize> {
+    if let Some((first, _)) = blocks.front() {
+        if let Some(guess) = b.checked_sub(*first) {
+            if let Some((gb, _)) = usize::try_from(guess).ok().and_then(|g| blocks.get(g)) {
+                if *gb == b {
+                    return Ok(guess as usize);
+                }
+            }
+        }
+    }
+    blocks.binary_search_by_key(&b, |(x, _)| *x)
+}
+
 fn split(p: Position) -> ((u64, u64), u32) {
     (
         (p.ledger_id, p.entry_id >> BLOCK_SHIFT),
@@ -275,7 +290,7 @@ impl AckSet {
 
     fn block(&self, k: (u64, u64)) -> Option<&Container> {
         let lb = &self.ledgers[self.ledger_idx(k.0).ok()?];
-        let i = lb.blocks.binary_search_by_key(&k.1, |(b, _)| *b).ok()?;
+        let i = find_block(&lb.blocks, k.1).ok()?;
         Some(&lb.blocks[i].1)
     }
 
@@ -323,7 +338,7 @@ impl AckSet {
             }
         };
         let blocks = &mut self.ledgers[li].blocks;
-        let bi = match blocks.binary_search_by_key(&k.1, |(b, _)| *b) {
+        let bi = match find_block(blocks, k.1) {
             Ok(bi) => bi,
             Err(bi) => {
                 blocks.insert(bi, (k.1, Container::Runs(Vec::new())));
