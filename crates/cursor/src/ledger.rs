@@ -345,3 +345,143 @@ impl Ledger for InMemoryLedger {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pos(l: u64, e: u64) -> Position {
+        Position::new(l, e)
+    }
+
+    fn positions(es: &[Entry]) -> Vec<Position> {
+        es.iter().map(|e| e.position).collect()
+    }
+
+    #[test]
+    fn rolls_over_by_count_and_on_demand() {
+        let mut l = InMemoryLedger::new(2);
+        assert_eq!(l.before_first(), pos(0, u64::MAX));
+        assert_eq!((l.first_position(), l.last_position()), (None, None));
+        let a = l.append(EntryMeta::simple(1, 1));
+        let b = l.append(EntryMeta::simple(2, 1));
+        l.roll_over();
+        let c = l.append(EntryMeta::simple(3, 1));
+        l.roll_over();
+        let d = l.append(EntryMeta::simple(4, 1));
+        assert_eq!(
+            vec![a, b, c, d],
+            vec![pos(1, 0), pos(1, 1), pos(2, 0), pos(3, 0)]
+        );
+        assert_eq!(l.entry_count(1), Some(2));
+        assert_eq!(l.entry_count(2), Some(1));
+        assert_eq!(l.entry_count(4), None);
+        assert_eq!(l.entry_count(0), None);
+        assert_eq!((l.len(), l.is_empty()), (4, false));
+    }
+
+    #[test]
+    fn navigation_reads_and_totals() {
+        let mut l = InMemoryLedger::new(3);
+        for i in 0..7u32 {
+            l.append(EntryMeta::simple(u64::from(i), 10 * (i + 1)).with_messages(i + 1));
+        }
+        assert_eq!(l.next_position(pos(0, u64::MAX)), Some(pos(1, 0)));
+        assert_eq!(l.next_position(pos(1, 2)), Some(pos(2, 0)));
+        assert_eq!(l.next_position(pos(1, 99)), Some(pos(2, 0)));
+        assert_eq!(l.next_position(pos(1, u64::MAX)), Some(pos(2, 0)));
+        assert_eq!(l.next_position(pos(3, 0)), None);
+        assert_eq!(l.next_position(pos(9, 0)), None);
+        assert_eq!(
+            positions(&l.read_range(pos(1, 2), 3)),
+            vec![pos(1, 2), pos(2, 0), pos(2, 1)]
+        );
+        assert_eq!(positions(&l.read_range(pos(1, 3), 1)), vec![pos(2, 0)]);
+        assert!(l.read_range(pos(3, 1), 5).is_empty());
+        assert_eq!(
+            positions(&l.read_positions(&[pos(2, 1), pos(1, 0), pos(2, 1), pos(5, 5)])),
+            vec![pos(1, 0), pos(2, 1)]
+        );
+        // (1:1, 2:1] = entries 3, 4, 5 (1-based): messages 3+4+5, bytes 30+40+50.
+        let t = l.totals_in(pos(1, 1), pos(2, 1));
+        assert_eq!(
+            t,
+            Backlog {
+                entries: 3,
+                messages: 12,
+                bytes: 120
+            }
+        );
+        assert_eq!(l.totals_in(pos(2, 1), pos(1, 1)), Backlog::default());
+        assert_eq!(l.totals_in(pos(0, 0), pos(9, 9)).entries, 7);
+        assert_eq!(
+            l.stats(pos(2, 0)),
+            Some(Backlog {
+                entries: 1,
+                messages: 4,
+                bytes: 40
+            })
+        );
+        assert_eq!(l.stats(pos(2, 3)), None);
+        assert!(l.exists(pos(3, 0)) && !l.exists(pos(3, 1)) && !l.exists(pos(0, 0)));
+        // The trait's default totals agree with the prefix sums.
+        struct Plain<'a>(&'a InMemoryLedger);
+        impl Ledger for Plain<'_> {
+            fn append(&mut self, _: EntryMeta) -> Position {
+                Position::new(0, 0)
+            }
+            fn first_position(&self) -> Option<Position> {
+                self.0.first_position()
+            }
+            fn last_position(&self) -> Option<Position> {
+                self.0.last_position()
+            }
+            fn before_first(&self) -> Position {
+                self.0.before_first()
+            }
+            fn next_position(&self, p: Position) -> Option<Position> {
+                self.0.next_position(p)
+            }
+            fn meta(&self, p: Position) -> Option<&EntryMeta> {
+                self.0.meta(p)
+            }
+            fn get(&self, p: Position) -> Option<Entry> {
+                self.0.get(p)
+            }
+            fn entry_count(&self, id: u64) -> Option<u64> {
+                self.0.entry_count(id)
+            }
+            fn trim_below(&mut self, _: Position) {}
+        }
+        let plain = Plain(&l);
+        let all: Vec<Position> = positions(&l.read_range(pos(0, 0), 100));
+        for a in &all {
+            for b in &all {
+                assert_eq!(plain.totals_in(*a, *b), l.totals_in(*a, *b), "{a} {b}");
+            }
+            assert_eq!(plain.stats(*a), l.stats(*a));
+            assert!(plain.exists(*a));
+        }
+    }
+
+    #[test]
+    fn trimming_drops_a_prefix_and_keeps_ids() {
+        let mut l = InMemoryLedger::new(3);
+        for i in 0..7 {
+            l.append(EntryMeta::simple(i, 1));
+        }
+        l.trim_below(pos(2, 1));
+        assert_eq!(l.first_position(), Some(pos(2, 1)));
+        assert_eq!(l.before_first(), pos(2, 0));
+        assert_eq!(l.entry_count(1), None, "ledger 1 is gone");
+        assert_eq!(l.entry_count(2), Some(3), "trimmed entries still count");
+        assert!(l.meta(pos(2, 0)).is_none());
+        assert_eq!(l.next_position(pos(1, 0)), Some(pos(2, 1)));
+        assert_eq!(l.totals_in(pos(0, 0), pos(9, 0)).entries, 3);
+        l.trim_below(pos(9, 0));
+        assert!(l.is_empty());
+        assert_eq!(l.before_first(), pos(3, 0), "the last appended entry");
+        assert_eq!(l.append(EntryMeta::simple(9, 1)), pos(4, 0));
+        assert_eq!(l.before_first(), pos(3, u64::MAX));
+    }
+}
