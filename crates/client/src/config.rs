@@ -28,6 +28,8 @@ impl Backoff {
     /// use client::Backoff;
     /// let b = Backoff::Exponential { min: 100, max: 1000, multiplier: 2 };
     /// assert_eq!([0, 1, 2, 3, 4, 60].map(|n| b.delay(n)), [100, 200, 400, 800, 1000, 1000]);
+    /// let flat = Backoff::Exponential { min: 100, max: 1000, multiplier: 1 };
+    /// assert_eq!(flat.delay(u32::MAX), 100);
     /// ```
     pub fn delay(&self, redelivery_count: u32) -> u64 {
         match *self {
@@ -39,7 +41,9 @@ impl Backoff {
             } => {
                 let mut d = min;
                 for _ in 0..redelivery_count {
-                    if d >= max {
+                    // Bounded: with a multiplier of at least 2 this reaches `max` (or saturates)
+                    // within 64 steps, whatever count the broker sent.
+                    if d >= max || multiplier <= 1 {
                         break;
                     }
                     d = d.saturating_mul(u64::from(multiplier));

@@ -674,24 +674,29 @@ impl Consumer {
             .min()
     }
 
-    /// The broker dropped `id` without an ack (admin skip, expiry, backlog eviction): stop
-    /// waiting for it. A key held by its nack is released, pending nack and ack-timeout
-    /// redeliveries of it are cancelled and queued copies are removed. Returns whether the
-    /// consumer knew the message. It stays in the application's hands if it was there.
-    pub fn on_dropped_by_broker(&mut self, _now: u64, id: MessageId) -> bool {
-        let mut known = self.gate.unblock(id);
-        known |= self.nacks.remove(id.entry());
-        if self.ack_timeouts.enabled() && !self.outstanding.contains_key(&id) {
-            self.ack_timeouts.remove(id);
-        }
-        let copies = self.take_queued(|m| m.id == id);
+    /// The broker dropped `entry` without an ack (admin skip, clear-backlog, expiry, backlog
+    /// eviction) and will never send it again; an adapter that learns this calls it so the
+    /// client stops waiting. A key held by a nack of a message of that entry is released,
+    /// pending nack redeliveries and tracked orphan chunks of it are cancelled, queued copies
+    /// are removed (permits returned) and its batch-ack state is forgotten. Messages of it in
+    /// the application's hands stay there. Returns whether the consumer knew the entry.
+    pub fn on_dropped_by_broker(&mut self, _now: u64, entry: EntryId) -> bool {
+        let mut known = self.gate.unblock_entry(entry);
+        known |= self.nacks.remove(entry);
+        known |= self.batches.remove(&entry).is_some();
+        let outstanding = &self.outstanding;
+        self.ack_timeouts
+            .remove_entry(entry, |id| outstanding.contains_key(id));
+        let copies = self.take_queued(|m| {
+            m.id.entry() == entry || m.chunk_ids.iter().any(|c| c.entry() == entry)
+        });
         known |= !copies.is_empty();
         let epoch = self.epoch;
         let permits = copies.iter().filter(|q| q.epoch == epoch).count() as u32;
         self.return_permits(permits);
-        known |= self.outstanding.contains_key(&id);
+        known |= self.outstanding.keys().any(|id| id.entry() == entry);
         if known {
-            debug!(id = %id, "message dropped by the broker");
+            debug!(entry = %entry, "entry dropped by the broker");
         }
         known
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use crate::hash::HashMap;
 
-use crate::types::MessageId;
+use crate::types::{EntryId, MessageId};
 
 /// Where a nacked (blocking) message is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,22 +144,20 @@ impl Gate {
             .insert(id, Blocker::Awaiting);
     }
 
-    /// Stops waiting for `id` (the broker dropped it). Returns whether it was blocking.
-    pub(crate) fn unblock(&mut self, id: MessageId) -> bool {
-        let mut hit = None;
-        for (k, st) in self.keys.iter_mut() {
-            if st.blockers.remove(&id).is_some() {
-                hit = Some(k.clone());
-                break;
-            }
+    /// Stops waiting for every nacked message of `entry` (the broker dropped it). Returns
+    /// whether one was blocking.
+    pub(crate) fn unblock_entry(&mut self, entry: EntryId) -> bool {
+        let mut hit = false;
+        for st in self.keys.values_mut() {
+            let before = st.blockers.len();
+            st.blockers.retain(|id, _| id.entry() != entry);
+            hit |= st.blockers.len() != before;
         }
-        match hit {
-            Some(k) => {
-                self.gc(&k);
-                true
-            }
-            None => false,
+        if hit {
+            self.keys
+                .retain(|_, st| st.in_hands > 0 || !st.blockers.is_empty());
         }
+        hit
     }
 
     /// A new connection: redelivered blockers in the (cleared) queue are awaited again.

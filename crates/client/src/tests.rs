@@ -197,7 +197,7 @@ pub(crate) fn check(cfg: ConsumerConfig, script: &str) -> String {
                 c.on_timer(now);
             }
             "dropped" => {
-                let known = c.on_dropped_by_broker(now, parse_id(args[0]));
+                let known = c.on_dropped_by_broker(now, parse_id(args[0]).entry());
                 let _ = writeln!(out, "  known {known}");
             }
             "stats" => {

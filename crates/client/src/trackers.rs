@@ -106,6 +106,19 @@ impl AckTimeouts {
         }
     }
 
+    /// Stops tracking the ids of `entry` that `keep` rejects.
+    pub(crate) fn remove_entry(&mut self, entry: EntryId, keep: impl Fn(&MessageId) -> bool) {
+        let ids: Vec<MessageId> = self
+            .bucket_of
+            .keys()
+            .filter(|id| id.entry() == entry && !keep(id))
+            .copied()
+            .collect();
+        for id in ids {
+            self.remove(id);
+        }
+    }
+
     /// Removes and returns every id whose bucket expired at or before `now`, in id order.
     pub(crate) fn take_expired(&mut self, now: u64) -> Vec<MessageId> {
         let mut out = Vec::new();

@@ -421,6 +421,27 @@ fn a_message_dropped_by_the_broker_ends_the_hold() {
          dropped 9",
     );
     insta::assert_snapshot!(out);
+    // A batch entry: the nacked index holds the key; dropping the entry ends the hold, removes
+    // its queued copies (permits back) and forgets its batch-ack state.
+    let out = check(
+        ConsumerConfig {
+            receiver_queue_size: 4,
+            ..cfg(true)
+        },
+        "connect
+         push 5#0 key=k batch=0/2
+         push 5#1 key=k batch=1/2
+         recv*
+         ack 5#0
+         nack 5#1
+         push 5#1 key=k batch=1/2
+         push 6 key=k
+         stats
+         dropped 5
+         stats
+         recv*",
+    );
+    insta::assert_snapshot!("dropped_batch_entry", out);
 }
 
 #[test]
