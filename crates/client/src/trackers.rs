@@ -77,10 +77,6 @@ impl AckTimeouts {
         }
     }
 
-    pub(crate) fn enabled(&self) -> bool {
-        self.timeout.is_some()
-    }
-
     /// Tracks `id` (no-op when the ack timeout is off or `id` is already tracked).
     pub(crate) fn add(&mut self, now: u64, id: MessageId) {
         let Some(t) = self.timeout else { return };
