@@ -2,9 +2,11 @@
 //!
 //! * [`bench`]: the benchmark workloads of `shared/bench/workloads.md` and a small harness
 //!   (warm-up, rounds, medians) run by `cargo xtask bench`.
+//! * [`sim`]: the deterministic simulator run by `cargo xtask sim` (`docs/SIMULATOR.md`).
 //! * `tests/loom_*.rs`: loom models that cross `pending-acks` and `draining-hashes`
 //!   (`cargo xtask loom`).
 //!
 //! Does not: ship anything a broker would link; it only drives the product crates.
 
 pub mod bench;
+pub mod sim;

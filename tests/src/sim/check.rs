@@ -1,0 +1,294 @@
+//! Violations and the per-key order checker.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use cursor::Position;
+
+/// Which invariant broke.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ViolationKind {
+    /// Per-key order (Key_Shared): a message started while an earlier one of its key was in an
+    /// application's hands, or a message was first started after a later one of its key.
+    Order,
+    /// At the end a published message was neither acked nor dropped by a recorded operation.
+    Loss,
+    /// The backlog did not drain within the bound after the last scripted step.
+    Stall,
+    /// The cursor's mark-delete passed a position that was neither acked nor dropped.
+    CursorPassed,
+    /// The dispatcher's structures disagree with the simulator's reference model.
+    Model,
+    /// A scenario `expect` line did not hold.
+    Expectation,
+    /// The dispatcher kept issuing commands without settling.
+    Livelock,
+}
+
+impl ViolationKind {
+    /// Lowercase name, as printed and in the JSON report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ViolationKind::Order => "order",
+            ViolationKind::Loss => "loss",
+            ViolationKind::Stall => "stall",
+            ViolationKind::CursorPassed => "cursor-passed",
+            ViolationKind::Model => "model",
+            ViolationKind::Expectation => "expectation",
+            ViolationKind::Livelock => "livelock",
+        }
+    }
+}
+
+impl fmt::Display for ViolationKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One broken invariant, with what is needed to understand and reproduce it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// Which invariant.
+    pub kind: ViolationKind,
+    /// Simulated time, ms.
+    pub at: u64,
+    /// The key involved, if any.
+    pub key: Option<String>,
+    /// Positions involved.
+    pub positions: Vec<String>,
+    /// Consumers involved.
+    pub consumers: Vec<String>,
+    /// Human explanation.
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} violation at t={}ms", self.kind, self.at)?;
+        if let Some(k) = &self.key {
+            write!(f, " key={k}")?;
+        }
+        if !self.positions.is_empty() {
+            write!(f, " positions=[{}]", self.positions.join(" "))?;
+        }
+        if !self.consumers.is_empty() {
+            write!(f, " consumers=[{}]", self.consumers.join(" "))?;
+        }
+        write!(f, ": {}", self.detail)
+    }
+}
+
+/// A message: entry position and batch index (`None` for a non-batched entry; the first chunk's
+/// position for a chunked message).
+pub type MsgRef = (Position, Option<u32>);
+
+/// Formats a message reference.
+pub fn msg_str(m: MsgRef) -> String {
+    match m.1 {
+        Some(i) => format!("{}#{i}", m.0),
+        None => m.0.to_string(),
+    }
+}
+
+/// Key bytes as printed.
+pub fn key_str(k: &[u8]) -> String {
+    String::from_utf8_lossy(k).into_owned()
+}
+
+/// Tracks what every application holds and checks per-key order when one starts a message.
+#[derive(Debug, Default)]
+pub struct OrderChecker {
+    enabled: bool,
+    /// key → message → consumers holding it (started, not finished).
+    in_hand: BTreeMap<Vec<u8>, BTreeMap<MsgRef, BTreeSet<String>>>,
+    /// consumer → what it holds.
+    held: BTreeMap<String, (Option<Vec<u8>>, MsgRef)>,
+    /// Every message ever started.
+    started: BTreeSet<MsgRef>,
+    /// key → the highest message started so far.
+    max_started: BTreeMap<Vec<u8>, MsgRef>,
+    /// Entry position → time of its first start (any consumer).
+    first_start: BTreeMap<Position, u64>,
+    /// Entry position → time of its last finish.
+    last_finish: BTreeMap<Position, u64>,
+    /// (consumer, entry) pairs that started.
+    started_by: BTreeSet<(String, Position)>,
+    /// Starts of messages.
+    pub starts: u64,
+}
+
+impl OrderChecker {
+    /// A checker; `enabled` = the subscription promises per-key order (Key_Shared).
+    pub fn new(enabled: bool) -> Self {
+        OrderChecker {
+            enabled,
+            ..OrderChecker::default()
+        }
+    }
+
+    /// `consumer`'s application starts message `m` of `key`. Returns the violations it causes.
+    pub fn start(
+        &mut self,
+        now: u64,
+        consumer: &str,
+        key: Option<&[u8]>,
+        m: MsgRef,
+    ) -> Vec<Violation> {
+        self.starts += 1;
+        let mut out = Vec::new();
+        self.first_start.entry(m.0).or_insert(now);
+        self.started_by.insert((consumer.to_string(), m.0));
+        let first = self.started.insert(m);
+        if let (true, Some(k)) = (self.enabled, key) {
+            if let Some(held) = self.in_hand.get(k) {
+                if let Some((earlier, who)) = held.range(..m).next() {
+                    let mut consumers: Vec<String> = who.iter().cloned().collect();
+                    consumers.push(consumer.to_string());
+                    out.push(Violation {
+                        kind: ViolationKind::Order,
+                        at: now,
+                        key: Some(key_str(k)),
+                        positions: vec![msg_str(*earlier), msg_str(m)],
+                        consumers,
+                        detail: format!(
+                            "{consumer} started {} while the earlier {} of the same key is still being processed by {}",
+                            msg_str(m),
+                            msg_str(*earlier),
+                            who.iter().cloned().collect::<Vec<_>>().join(",")
+                        ),
+                    });
+                }
+            }
+            if first {
+                if let Some(max) = self.max_started.get(k) {
+                    if *max > m {
+                        out.push(Violation {
+                            kind: ViolationKind::Order,
+                            at: now,
+                            key: Some(key_str(k)),
+                            positions: vec![msg_str(m), msg_str(*max)],
+                            consumers: vec![consumer.to_string()],
+                            detail: format!(
+                                "{consumer} started {} for the first time after the later {} of the same key was already started",
+                                msg_str(m),
+                                msg_str(*max)
+                            ),
+                        });
+                    }
+                }
+            }
+            let e = self.max_started.entry(k.to_vec()).or_insert(m);
+            if *e < m {
+                *e = m;
+            }
+        }
+        if let Some(k) = key {
+            self.in_hand
+                .entry(k.to_vec())
+                .or_default()
+                .entry(m)
+                .or_default()
+                .insert(consumer.to_string());
+        }
+        self.held
+            .insert(consumer.to_string(), (key.map(<[u8]>::to_vec), m));
+        out
+    }
+
+    /// `consumer`'s application finished what it held (acked or nacked it).
+    pub fn finish(&mut self, now: u64, consumer: &str) {
+        if let Some((_, m)) = self.held.get(consumer) {
+            self.last_finish.insert(m.0, now);
+        }
+        self.abandon(consumer);
+    }
+
+    /// `consumer`'s application lost what it held (crash, broker restart).
+    pub fn abandon(&mut self, consumer: &str) {
+        let Some((key, m)) = self.held.remove(consumer) else {
+            return;
+        };
+        if let Some(k) = key {
+            if let Some(held) = self.in_hand.get_mut(&k) {
+                if let Some(who) = held.get_mut(&m) {
+                    who.remove(consumer);
+                    if who.is_empty() {
+                        held.remove(&m);
+                    }
+                }
+                if held.is_empty() {
+                    self.in_hand.remove(&k);
+                }
+            }
+        }
+    }
+
+    /// Whether `consumer` ever started the entry at `p`.
+    pub fn started_by(&self, consumer: &str, p: Position) -> bool {
+        self.started_by.contains(&(consumer.to_string(), p))
+    }
+
+    /// When the entry at `p` was first started.
+    pub fn first_start(&self, p: Position) -> Option<u64> {
+        self.first_start.get(&p).copied()
+    }
+
+    /// When the entry at `p` was last finished.
+    pub fn last_finish(&self, p: Position) -> Option<u64> {
+        self.last_finish.get(&p).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(e: u64) -> MsgRef {
+        (Position::new(1, e), None)
+    }
+
+    #[test]
+    fn overlap_with_an_earlier_message_is_a_violation() {
+        let mut c = OrderChecker::new(true);
+        assert!(c.start(0, "a", Some(b"k"), m(0)).is_empty());
+        let v = c.start(1, "b", Some(b"k"), m(1));
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].kind, ViolationKind::Order);
+        assert_eq!(v[0].consumers, vec!["a".to_string(), "b".to_string()]);
+        // Another key, or a keyless message, is not ordered.
+        assert!(c.start(2, "c", Some(b"j"), m(2)).is_empty());
+        assert!(c.start(3, "d", None, m(3)).is_empty());
+    }
+
+    #[test]
+    fn finish_and_abandon_release_the_key() {
+        let mut c = OrderChecker::new(true);
+        c.start(0, "a", Some(b"k"), m(0));
+        c.finish(5, "a");
+        assert!(c.start(6, "b", Some(b"k"), m(1)).is_empty());
+        c.abandon("b");
+        assert!(c.held.is_empty());
+        // A redelivery of an earlier, already started message is fine.
+        assert!(c.start(7, "a", Some(b"k"), m(0)).is_empty());
+        assert_eq!(c.last_finish(Position::new(1, 0)), Some(5));
+        assert_eq!(c.first_start(Position::new(1, 1)), Some(6));
+    }
+
+    #[test]
+    fn first_start_after_a_later_one_is_a_violation() {
+        let mut c = OrderChecker::new(true);
+        c.start(0, "a", Some(b"k"), m(5));
+        c.finish(1, "a");
+        let v = c.start(2, "b", Some(b"k"), m(3));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].detail.contains("first time"));
+    }
+
+    #[test]
+    fn shared_subscriptions_are_not_ordered() {
+        let mut c = OrderChecker::new(false);
+        c.start(0, "a", Some(b"k"), m(1));
+        assert!(c.start(1, "b", Some(b"k"), m(0)).is_empty());
+    }
+}
