@@ -30,7 +30,7 @@
 //! assert_eq!((mv.to, mv.reason), (ps[1], MarkDeleteReason::Ack));
 //! assert!(!c.ack(&ledger, ps[0]).unwrap().newly_acked); // at or below mark-delete: a no-op
 //!
-//! // Expire what was published before t = 103: entries 2 is dropped without an ack.
+//! // Expire what was published before t = 103: entry 2 is dropped without an ack.
 //! c.ack(&ledger, ps[3]).unwrap();
 //! let mv = c.expire(&ledger, 103).unwrap();
 //! assert_eq!((mv.reason, mv.dropped.clone(), mv.to), (MarkDeleteReason::Expiry, vec![ps[2]], ps[3]));
