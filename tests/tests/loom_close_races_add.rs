@@ -26,7 +26,11 @@ fn loom_close_races_add() {
         }
         leave.join().unwrap();
 
-        assert_eq!(w.replay.sorted(), vec![1, 2], "every entry refused or drained, once");
+        assert_eq!(
+            w.replay.sorted(),
+            vec![1, 2],
+            "every entry refused or drained, once"
+        );
         assert!(a.is_empty() && a.is_closed());
         assert_eq!(w.tracker.get(7), None);
         assert_eq!(w.notifications(), 0, "releases while closing do not notify");

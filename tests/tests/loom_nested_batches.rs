@@ -37,7 +37,10 @@ fn loom_nested_batches_on_two_threads() {
         assert_eq!(cleared, 1);
 
         let n = w.notifications();
-        assert!((1..=2).contains(&n), "{n} notifications for two batched releases");
+        assert!(
+            (1..=2).contains(&n),
+            "{n} notifications for two batched releases"
+        );
         assert!(w.tracker.is_empty());
         // Nothing stays armed: an empty batch is silent, a lone release notifies once.
         w.tracker.start_batch();

@@ -25,7 +25,11 @@ fn loom_registration_races_one_ack() {
 
         let pending = pending_with(&a, 7);
         assert_eq!(pending, 1);
-        assert_eq!(w.refcount(7), pending, "refcount must equal A's pending entries of 7");
+        assert_eq!(
+            w.refcount(7),
+            pending,
+            "refcount must equal A's pending entries of 7"
+        );
         assert_eq!(w.tracker.get(8), None, "hash 8 did not move");
         assert!(w.tracker.should_block(B, 7));
     });
@@ -49,7 +53,11 @@ fn loom_registration_races_two_acks() {
         join.join().unwrap();
 
         assert_eq!(pending_with(&a, 7), 0);
-        assert_eq!(w.tracker.get(7), None, "no pending entry of 7 left: nothing may drain");
+        assert_eq!(
+            w.tracker.get(7),
+            None,
+            "no pending entry of 7 left: nothing may drain"
+        );
         assert!(!w.tracker.should_block(B, 7));
     });
 }

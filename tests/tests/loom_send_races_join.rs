@@ -49,7 +49,14 @@ fn loom_send_races_join() {
             "entry 2 must be pending on one consumer or replayed (sent={sent} a={on_a} b={on_b})"
         );
         let a7 = pending_with(&a, 7);
-        assert!(!(on_b && a7 > 0), "hash 7 pending on B while A still drains it");
-        assert_eq!(w.refcount(7), a7, "refcount must equal A's pending entries of 7");
+        assert!(
+            !(on_b && a7 > 0),
+            "hash 7 pending on B while A still drains it"
+        );
+        assert_eq!(
+            w.refcount(7),
+            a7,
+            "refcount must equal A's pending entries of 7"
+        );
     });
 }

@@ -35,7 +35,7 @@
 //! # Example
 //!
 //! ```
-//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use core::sync::atomic::{AtomicUsize, Ordering};
 //! use draining_hashes::{AddEntryError, Arc, DrainingHashes, Reduced, UnblockListener};
 //!
 //! #[derive(Default)]

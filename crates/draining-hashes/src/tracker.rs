@@ -473,5 +473,6 @@ impl<C: Copy + Eq + Debug> Debug for DrainingHashes<C> {
     }
 }
 
-#[cfg(test)]
+// The unit tests use the std primitives; under `loom` only the loom models run.
+#[cfg(all(test, not(feature = "loom")))]
 mod tests;

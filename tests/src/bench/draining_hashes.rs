@@ -53,7 +53,8 @@ mod imp {
     fn adds(t: &DrainingHashes<u32>) -> Result<(), String> {
         for _ in 0..PASSES {
             for j in 0..HASHES {
-                t.add_entry(A, h(j)).map_err(|e| format!("add_entry: {e}"))?;
+                t.add_entry(A, h(j))
+                    .map_err(|e| format!("add_entry: {e}"))?;
             }
         }
         Ok(())
@@ -90,7 +91,9 @@ mod imp {
         let n = blocks(&t, xs);
         let ns = start.elapsed().as_nanos() as f64;
         if n != EXPECTED_BLOCKED {
-            return Err(format!("should_block answered true {n} times, want {EXPECTED_BLOCKED}"));
+            return Err(format!(
+                "should_block answered true {n} times, want {EXPECTED_BLOCKED}"
+            ));
         }
         Ok(ns / QUERIES as f64)
     }
@@ -100,7 +103,9 @@ mod imp {
         adds(&t)?;
         let n = blocks(&t, xs);
         if n != EXPECTED_BLOCKED {
-            return Err(format!("should_block answered true {n} times, want {EXPECTED_BLOCKED}"));
+            return Err(format!(
+                "should_block answered true {n} times, want {EXPECTED_BLOCKED}"
+            ));
         }
         let mut released = 0u32;
         let start = Instant::now();

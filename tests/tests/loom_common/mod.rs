@@ -89,7 +89,14 @@ pub struct Drain {
 }
 
 impl RemoveHandler<Pos, Cid> for Drain {
-    fn on_removed(&self, consumer: Cid, _pos: Pos, ack: PendingAck, _c: RemovalCause, closing: bool) {
+    fn on_removed(
+        &self,
+        consumer: Cid,
+        _pos: Pos,
+        ack: PendingAck,
+        _c: RemovalCause,
+        closing: bool,
+    ) {
         // In these models every reduce names the owner: an error is a bug in the glue.
         if let Err(e) = self.tracker.reduce_ref_count(consumer, ack.hash, closing) {
             panic!("reduce_ref_count: {e}");

@@ -1,9 +1,10 @@
 use super::*;
 
+use core::sync::atomic::AtomicUsize;
 use std::collections::HashMap as StdMap;
 use std::fmt::Write as _;
-use std::sync::atomic::AtomicUsize;
-use std::sync::Mutex as StdMutex;
+// The unit tests only build without `loom`, where the facade's primitives are std's.
+use crate::sync::Mutex as StdMutex;
 
 /// Counts notifications and records them in an optional shared log.
 #[derive(Default)]
@@ -14,7 +15,10 @@ struct Recorder {
 
 impl UnblockListener for Recorder {
     fn hashes_unblocked(&self) {
-        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        let n = self
+            .calls
+            .fetch_add(1, core::sync::atomic::Ordering::SeqCst)
+            + 1;
         if let Ok(mut l) = self.log.lock() {
             l.push(format!("  >> listener: hashes_unblocked (#{n})"));
         }
@@ -23,12 +27,12 @@ impl UnblockListener for Recorder {
 
 impl Recorder {
     fn calls(&self) -> usize {
-        self.calls.load(std::sync::atomic::Ordering::SeqCst)
+        self.calls.load(core::sync::atomic::Ordering::SeqCst)
     }
 }
 
-fn tracker() -> (std::sync::Arc<Recorder>, DrainingHashes<u32>) {
-    let r = std::sync::Arc::new(Recorder::default());
+fn tracker() -> (Arc<Recorder>, DrainingHashes<u32>) {
+    let r = Arc::new(Recorder::default());
     let t = DrainingHashes::new(r.clone());
     (r, t)
 }
@@ -290,42 +294,39 @@ fn unbalanced_end_batch_is_a_no_op() {
 #[test]
 fn listener_may_call_back_into_the_tracker() {
     struct Reentrant {
-        tracker: StdMutex<Option<std::sync::Weak<DrainingHashes<u32>>>>,
+        // A strong reference (a cycle), taken out at the end of the test.
+        tracker: StdMutex<Option<Arc<DrainingHashes<u32>>>>,
         seen_len: AtomicUsize,
     }
     impl UnblockListener for Reentrant {
         fn hashes_unblocked(&self) {
-            let t = self
-                .tracker
-                .lock()
-                .unwrap()
-                .as_ref()
-                .and_then(|w| w.upgrade());
+            let t = self.tracker.lock().unwrap().clone();
             if let Some(t) = t {
                 // Would deadlock if the tracker still held its lock.
                 self.seen_len
-                    .store(t.len() + 100, std::sync::atomic::Ordering::SeqCst);
+                    .store(t.len() + 100, core::sync::atomic::Ordering::SeqCst);
                 assert!(!t.should_block(B, 5));
             }
         }
     }
-    let l = std::sync::Arc::new(Reentrant {
+    let l = Arc::new(Reentrant {
         tracker: StdMutex::new(None),
         seen_len: AtomicUsize::new(0),
     });
-    let t = std::sync::Arc::new(DrainingHashes::new(l.clone()));
-    *l.tracker.lock().unwrap() = Some(std::sync::Arc::downgrade(&t));
+    let t = Arc::new(DrainingHashes::new(l.clone()));
+    *l.tracker.lock().unwrap() = Some(t.clone());
     t.add_entry(A, 5).unwrap();
     assert!(t.should_block(B, 5));
     t.reduce_ref_count(A, 5, false).unwrap();
-    assert_eq!(l.seen_len.load(std::sync::atomic::Ordering::SeqCst), 100);
+    assert_eq!(l.seen_len.load(core::sync::atomic::Ordering::SeqCst), 100);
     // Same from end_batch.
     t.add_entry(A, 6).unwrap();
     assert!(t.should_block(B, 6));
     t.start_batch();
     t.reduce_ref_count(A, 6, false).unwrap();
     t.end_batch();
-    assert_eq!(l.seen_len.load(std::sync::atomic::Ordering::SeqCst), 100);
+    assert_eq!(l.seen_len.load(core::sync::atomic::Ordering::SeqCst), 100);
+    l.tracker.lock().unwrap().take();
 }
 
 #[test]
@@ -677,7 +678,7 @@ fn model_check_can_fail() {
 // Scripted scenario, snapshotted as an event log.
 
 fn check(script: &str) -> String {
-    let rec = std::sync::Arc::new(Recorder::default());
+    let rec = Arc::new(Recorder::default());
     let t: DrainingHashes<u32> = DrainingHashes::new(rec.clone());
     let mut out = String::new();
     let name = |c: u32| ["?", "A", "B", "C"].get(c as usize).copied().unwrap_or("?");
