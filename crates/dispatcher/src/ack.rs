@@ -3,7 +3,6 @@
 use std::sync::Mutex as StdMutex;
 
 use cursor::{CursorStore, Ledger, ManagedCursor, Position};
-use pending_acks::RemovalCause;
 use tracing::trace;
 
 use crate::config::ConsumerId;
@@ -118,12 +117,10 @@ impl AckHandle {
             cleared_on: None,
             messages: 0,
         };
-        if let Some(owner) = self.shared.owner_of(consumer, pos) {
-            if let Some(ack) = owner.pending.remove(pos, RemovalCause::Acked) {
-                owner.debit(&self.shared, i64::from(ack.remaining));
-                out.cleared_on = Some(owner.id);
-                out.messages = ack.remaining;
-            }
+        if let Some((owner, ack)) = self.shared.remove_acked(consumer, pos) {
+            owner.debit(&self.shared, i64::from(ack.remaining));
+            out.cleared_on = Some(owner.id);
+            out.messages = ack.remaining;
         }
         trace!(consumer = %consumer, ledger = position.ledger_id, entry = position.entry_id, newly_acked, cleared = out.cleared_on.is_some(), "ack");
         out

@@ -922,9 +922,8 @@ impl Dispatcher {
             .collect();
         let mut blocked: AHashSet<u32> = AHashSet::new();
         let mut out = Vec::new();
-        let items: Vec<_> = self.replay.iter().collect();
         let ordered = self.ks.as_ref().is_some_and(|k| k.ordered());
-        for (p, e) in items {
+        for (p, e) in self.replay.iter() {
             if out.len() >= n {
                 break;
             }
@@ -1233,15 +1232,16 @@ impl Dispatcher {
     fn next_round_robin(&self) -> Option<usize> {
         let avail = |c: &Consumer| self.available_permits(c) > 0;
         let level = self.consumers.iter().find(|c| avail(c))?.priority;
-        let in_level: Vec<usize> = (0..self.consumers.len())
-            .filter(|&i| self.consumers[i].priority == level)
-            .collect();
+        // Consumers are sorted by priority: the level is one contiguous run.
+        let lo = self.consumers.partition_point(|c| c.priority < level);
+        let hi = self.consumers.partition_point(|c| c.priority <= level);
+        let len = hi - lo;
         let start = self
             .rr_last
-            .and_then(|l| in_level.iter().position(|&i| self.consumers[i].id == l))
+            .and_then(|l| self.consumers[lo..hi].iter().position(|c| c.id == l))
             .map_or(0, |p| p + 1);
-        (0..in_level.len())
-            .map(|k| in_level[(start + k) % in_level.len()])
+        (0..len)
+            .map(|k| lo + (start + k) % len)
             .find(|&i| avail(&self.consumers[i]))
     }
 

@@ -119,17 +119,35 @@ impl SubShared {
         }
     }
 
-    /// The consumer that has `pos` pending, trying `first` before the others (Shared clients may
-    /// ack through another consumer).
-    pub fn owner_of(&self, first: ConsumerId, pos: PaPos) -> Option<Arc<ConsumerShared>> {
-        let all = self.consumers();
-        if let Some(c) = all.iter().find(|c| c.id == first) {
-            if c.pending.contains(pos) {
-                return Some(c.clone());
+    /// Removes `pos` (cause: acked) from the pending acks of `first`, or else of whichever other
+    /// consumer has it (Shared clients may ack through another consumer). The registry lock is
+    /// held only to clone the candidates' `Arc`s.
+    pub fn remove_acked(
+        &self,
+        first: ConsumerId,
+        pos: PaPos,
+    ) -> Option<(Arc<ConsumerShared>, PendingAck)> {
+        let mine = {
+            let g = match self.consumers.read() {
+                Ok(g) => g,
+                Err(p) => p.into_inner(),
+            };
+            g.iter().find(|c| c.id == first).cloned()
+        };
+        if let Some(c) = mine {
+            if let Some(ack) = c.pending.remove(pos, RemovalCause::Acked) {
+                return Some((c, ack));
             }
         }
-        all.into_iter()
-            .find(|c| c.id != first && c.pending.contains(pos))
+        for c in self.consumers() {
+            if c.id == first {
+                continue;
+            }
+            if let Some(ack) = c.pending.remove(pos, RemovalCause::Acked) {
+                return Some((c, ack));
+            }
+        }
+        None
     }
 
     pub fn set_consumers(&self, list: Vec<Arc<ConsumerShared>>) {

@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 pub mod chunk_assignor;
 pub mod client;
 pub mod cursor;
+pub mod dispatcher;
 pub mod draining_hashes;
 pub mod pending_acks;
 pub mod rng;
@@ -147,6 +148,7 @@ pub fn all() -> Vec<Workload> {
     w.extend(selectors::workloads());
     w.extend(chunk_assignor::workloads());
     w.extend(cursor::workloads());
+    w.extend(dispatcher::workloads());
     w.extend(client::workloads());
     let _ = &mut w;
     w

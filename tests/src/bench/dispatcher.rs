@@ -1,0 +1,369 @@
+//! W8, W9, W8/W9, W11, W12: the dispatcher core end to end, and the threaded runtime.
+//!
+//! * W8 (Key_Shared) / W9 (Shared): an in-memory ledger of 1,000,000 entries whose ordering
+//!   keys are drawn from 10,000 keys with a Zipf(s = 1.1) law (SplitMix64 seed 8; built once,
+//!   untimed). Per round (timed): a fresh cursor and dispatcher, 10 consumers with 1,000 permits
+//!   each; the driver executes the core's reads (batches up to 100) and replays, every sent
+//!   entry is acked at once through the `AckHandle` (cursor ack + pending-ack removal, real
+//!   locks, uncontended) and its permit is given back with a Flow per send, like a client. One
+//!   thread. Figure: ns per message. Checks: every message acked, cursor backlog empty.
+//! * W8/W9: both in the same round, the ratio.
+//! * W11: Key_Shared at 10 consumers holding 100,000 pending acks over the hashes of 10,000
+//!   keys (setup untimed per round); timed: one more consumer joins (selector update, impacted
+//!   ranges, draining registration over the pending acks). Figure: ms.
+//! * W12: the threaded runtime, Key_Shared, 1,000,000 messages (the W8 ledger), one dispatcher
+//!   thread, 4 consumer threads that ack each message on their own thread and send a Flow after
+//!   every 500 acks (receiver queue 1,000). Figure: messages per second (higher is better).
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use cursor::{
+    Backlog, CursorError, Entry, EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore,
+    Position,
+};
+use dispatcher::{
+    AckHandle, Command, ConsumerId, ConsumerSpec, CursorAck, Dispatcher, DispatcherConfig, Runtime,
+    Waker,
+};
+
+use super::rng::SplitMix64;
+use super::Workload;
+
+const MESSAGES: usize = 1_000_000;
+const KEYS: usize = 10_000;
+const CONSUMERS: u64 = 10;
+const PERMITS: u32 = 1_000;
+
+/// A read-only view of a shared ledger, so the 1,000,000-entry ledger is built once.
+/// `append` only works while the ledger is not shared (never in these benchmarks).
+struct SharedLedger(Arc<InMemoryLedger>);
+
+impl Ledger for SharedLedger {
+    fn append(&mut self, meta: EntryMeta) -> Position {
+        match Arc::get_mut(&mut self.0) {
+            Some(l) => l.append(meta),
+            None => self.0.before_first(),
+        }
+    }
+    fn first_position(&self) -> Option<Position> {
+        self.0.first_position()
+    }
+    fn last_position(&self) -> Option<Position> {
+        self.0.last_position()
+    }
+    fn before_first(&self) -> Position {
+        self.0.before_first()
+    }
+    fn next_position(&self, p: Position) -> Option<Position> {
+        self.0.next_position(p)
+    }
+    fn meta(&self, p: Position) -> Option<&EntryMeta> {
+        self.0.meta(p)
+    }
+    fn get(&self, p: Position) -> Option<Entry> {
+        self.0.get(p)
+    }
+    fn exists(&self, p: Position) -> bool {
+        self.0.exists(p)
+    }
+    fn stats(&self, p: Position) -> Option<Backlog> {
+        self.0.stats(p)
+    }
+    fn entry_count(&self, ledger_id: u64) -> Option<u64> {
+        self.0.entry_count(ledger_id)
+    }
+    fn read_range(&self, from: Position, max: usize) -> Vec<Entry> {
+        self.0.read_range(from, max)
+    }
+    fn trim_below(&mut self, p: Position) {
+        if let Some(l) = Arc::get_mut(&mut self.0) {
+            l.trim_below(p);
+        }
+    }
+}
+
+/// Zipf(s) over ranks 1..=n by inverse CDF (binary search).
+struct Zipf {
+    cdf: Vec<f64>,
+}
+
+impl Zipf {
+    fn new(n: usize, s: f64) -> Self {
+        let mut cdf = Vec::with_capacity(n);
+        let mut acc = 0.0;
+        for k in 1..=n {
+            acc += 1.0 / (k as f64).powf(s);
+            cdf.push(acc);
+        }
+        for c in &mut cdf {
+            *c /= acc;
+        }
+        Zipf { cdf }
+    }
+
+    /// A rank in 0..n.
+    fn sample(&self, rng: &mut SplitMix64) -> usize {
+        let u = (rng.next() >> 11) as f64 / (1u64 << 53) as f64;
+        self.cdf.partition_point(|c| *c < u).min(self.cdf.len() - 1)
+    }
+}
+
+fn keyed(key: &[u8]) -> EntryMeta {
+    let mut m = EntryMeta::simple(0, 100);
+    m.ordering_key = Some(key.to_vec());
+    m
+}
+
+/// The W8/W9/W12 ledger: 1,000,000 entries, Zipf keys (built once).
+fn zipf_ledger() -> Arc<InMemoryLedger> {
+    static L: OnceLock<Arc<InMemoryLedger>> = OnceLock::new();
+    L.get_or_init(|| {
+        let keys: Vec<Vec<u8>> = (0..KEYS).map(|i| format!("key-{i}").into_bytes()).collect();
+        let z = Zipf::new(KEYS, 1.1);
+        let mut rng = SplitMix64::new(8);
+        let mut l = InMemoryLedger::new(50_000);
+        for _ in 0..MESSAGES {
+            l.append(keyed(&keys[z.sample(&mut rng)]));
+        }
+        Arc::new(l)
+    })
+    .clone()
+}
+
+/// The cursor behind a mutex plus the shared ledger: the ack path's `CursorAck`.
+struct Cell {
+    cursor: Mutex<ManagedCursor<MemoryStore>>,
+    ledger: Arc<InMemoryLedger>,
+}
+
+impl CursorAck for Cell {
+    fn ack(&self, position: Position) -> Result<bool, CursorError> {
+        let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        c.ack(&*self.ledger, position).map(|o| o.newly_acked)
+    }
+}
+
+#[derive(Default)]
+struct Flag(AtomicBool);
+
+impl Waker for Flag {
+    fn wake(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// One full single-threaded cycle over the ledger; returns ns/message.
+fn full_cycle(cfg: DispatcherConfig, ledger: &Arc<InMemoryLedger>) -> Result<f64, String> {
+    let cell = Arc::new(Cell {
+        cursor: Mutex::new(ManagedCursor::new("bench", &**ledger, MemoryStore::new())),
+        ledger: ledger.clone(),
+    });
+    let flag = Arc::new(Flag::default());
+    let t = Instant::now();
+    let mut d = Dispatcher::new(cfg, flag.clone());
+    let ack: AckHandle = d.ack_handle(cell.clone());
+    let mut now = 0u64;
+    for i in 0..CONSUMERS {
+        d.handle_consumer_added(now, ConsumerSpec::new(i, format!("consumer-{i}")))
+            .map_err(|e| e.to_string())?;
+        d.handle_flow(now, ConsumerId(i), PERMITS);
+    }
+    let mut acked = 0usize;
+    let mut idle = 0;
+    while acked < MESSAGES {
+        let mut progressed = false;
+        while let Some(cmd) = d.poll_command() {
+            match cmd {
+                Command::Read { max_entries } => {
+                    let (entries, more) = {
+                        let mut c = cell.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                        let e = c.read(&**ledger, max_entries);
+                        let more = c.has_more_entries(&**ledger);
+                        (e, more)
+                    };
+                    d.handle_read_complete(now, entries, more);
+                }
+                Command::Replay { positions } => {
+                    let r = {
+                        let c = cell.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                        c.replay(&**ledger, &positions)
+                    };
+                    d.handle_replay_complete(now, r.entries, &r.already_acked);
+                }
+                Command::Send { consumer, entries } => {
+                    let mut n = 0u32;
+                    for e in &entries {
+                        ack.ack(consumer, e.position).map_err(|e| e.to_string())?;
+                        n += e.meta.messages();
+                    }
+                    acked += entries.len();
+                    progressed = true;
+                    d.handle_flow(now, consumer, n);
+                }
+                Command::Rewind => {
+                    let mut c = cell.cursor.lock().unwrap_or_else(|p| p.into_inner());
+                    c.rewind(&**ledger);
+                }
+                Command::SetTimer { .. } => {}
+            }
+            if flag.0.swap(false, Ordering::SeqCst) {
+                d.handle_wake(now);
+            }
+        }
+        if !progressed {
+            // Only timers can move things now (retry backoff, unblock coalescing).
+            idle += 1;
+            if idle > 1_000_000 {
+                return Err(format!("stalled after {acked} messages"));
+            }
+            now = d.poll_timeout().unwrap_or(now + 1).max(now + 1);
+            d.handle_timeout(now);
+        }
+    }
+    let ns = t.elapsed().as_nanos() as f64 / MESSAGES as f64;
+    let c = cell.cursor.lock().unwrap_or_else(|p| p.into_inner());
+    let backlog = c.backlog(&**ledger);
+    if backlog.entries != 0 {
+        return Err(format!("backlog not empty: {backlog:?}"));
+    }
+    Ok(ns)
+}
+
+fn w8() -> impl FnMut() -> Result<f64, String> {
+    move || full_cycle(DispatcherConfig::key_shared(), &zipf_ledger())
+}
+
+fn w9() -> impl FnMut() -> Result<f64, String> {
+    move || full_cycle(DispatcherConfig::shared(), &zipf_ledger())
+}
+
+fn w8_w9_ratio() -> impl FnMut() -> Result<f64, String> {
+    move || {
+        let ledger = zipf_ledger();
+        let ks = full_cycle(DispatcherConfig::key_shared(), &ledger)?;
+        let sh = full_cycle(DispatcherConfig::shared(), &ledger)?;
+        Ok(ks / sh)
+    }
+}
+
+/// W11: time one join at 10 consumers with 100,000 pending acks over 10,000 keys.
+fn w11() -> impl FnMut() -> Result<f64, String> {
+    const PENDING: usize = 100_000;
+    let mut built: Option<Arc<InMemoryLedger>> = None;
+    move || {
+        let ledger = built
+            .get_or_insert_with(|| {
+                let mut l = InMemoryLedger::new(50_000);
+                for i in 0..PENDING {
+                    l.append(keyed(format!("key-{}", i % KEYS).as_bytes()));
+                }
+                Arc::new(l)
+            })
+            .clone();
+        let mut cfg = DispatcherConfig::key_shared();
+        cfg.max_unacked_per_consumer = 0;
+        cfg.max_unacked_per_subscription = 0;
+        cfg.max_read_batch = 1_000;
+        let mut d = Dispatcher::new(cfg, Arc::new(Flag::default()));
+        let mut cursor = ManagedCursor::new("bench", &*ledger, MemoryStore::new());
+        for i in 0..CONSUMERS {
+            d.handle_consumer_added(0, ConsumerSpec::new(i, format!("consumer-{i}")))
+                .map_err(|e| e.to_string())?;
+            d.handle_flow(0, ConsumerId(i), u32::MAX / 16);
+        }
+        while let Some(cmd) = d.poll_command() {
+            if let Command::Read { max_entries } = cmd {
+                let e = cursor.read(&*ledger, max_entries);
+                let more = cursor.has_more_entries(&*ledger);
+                d.handle_read_complete(0, e, more);
+            }
+        }
+        let pending: usize = d.consumer_stats().iter().map(|c| c.pending_entries).sum();
+        if pending != PENDING {
+            return Err(format!("setup: {pending} pending, expected {PENDING}"));
+        }
+        let t = Instant::now();
+        d.handle_consumer_added(0, ConsumerSpec::new(CONSUMERS, "consumer-new"))
+            .map_err(|e| e.to_string())?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        if d.stats().draining_hashes == 0 {
+            return Err("the join registered no draining hash".into());
+        }
+        Ok(ms)
+    }
+}
+
+/// W12: threaded runtime, 4 consumer threads acking on their own threads.
+fn w12() -> impl FnMut() -> Result<f64, String> {
+    move || {
+        let ledger = zipf_ledger();
+        let cursor = ManagedCursor::new("bench", &*ledger, MemoryStore::new());
+        let t = Instant::now();
+        let rt = Runtime::start(
+            DispatcherConfig::key_shared(),
+            cursor,
+            SharedLedger(ledger.clone()),
+        );
+        let acked = Arc::new(AtomicU64::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut threads = Vec::new();
+        for i in 0..4u64 {
+            let c = rt
+                .add_consumer(ConsumerSpec::new(i, format!("consumer-{i}")))
+                .map_err(|e| e.to_string())?;
+            let (acked, stop) = (acked.clone(), stop.clone());
+            threads.push(thread::spawn(move || -> Result<(), String> {
+                c.flow(1_000);
+                let mut since = 0u32;
+                while !stop.load(Ordering::Relaxed) {
+                    let Ok(batch) = c.deliveries.recv_timeout(Duration::from_millis(5)) else {
+                        continue;
+                    };
+                    for e in &batch {
+                        c.ack(e.position).map_err(|e| e.to_string())?;
+                    }
+                    since += batch.len() as u32;
+                    acked.fetch_add(batch.len() as u64, Ordering::Relaxed);
+                    if since >= 500 {
+                        c.flow(since);
+                        since = 0;
+                    }
+                }
+                Ok(())
+            }));
+        }
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while acked.load(Ordering::Relaxed) < MESSAGES as u64 {
+            if Instant::now() > deadline {
+                stop.store(true, Ordering::Relaxed);
+                return Err(format!(
+                    "W12 stalled at {} acks",
+                    acked.load(Ordering::Relaxed)
+                ));
+            }
+            thread::sleep(Duration::from_micros(200));
+        }
+        let secs = t.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        for th in threads {
+            th.join()
+                .map_err(|_| "consumer thread panicked".to_string())??;
+        }
+        rt.shutdown();
+        Ok(MESSAGES as f64 / secs)
+    }
+}
+
+/// The dispatcher rows.
+pub fn workloads() -> Vec<Workload> {
+    vec![
+        Workload::lower("W8", "ns/message", None, Some(250.0), w8()),
+        Workload::lower("W9", "ns/message", None, Some(200.0), w9()),
+        Workload::lower("W8/W9", "ratio", None, Some(1.3), w8_w9_ratio()),
+        Workload::lower("W11", "ms", None, Some(5.0), w11()),
+        Workload::higher("W12", "messages/s", None, None, w12()),
+    ]
+}
