@@ -1,5 +1,25 @@
-//! Key_Shared dispatch building blocks: the sticky-key hash and the consumer selectors.
+//! Shared and Key_Shared (PIP-379) dispatch for one subscription: a sans-IO core, a thin threaded
+//! runtime, the sticky-key hash and the consumer selectors.
 //!
+//! * **Core** ([`Dispatcher`]): single-threaded state machine. Feed it inputs with the current
+//!   time (`handle_consumer_added`, `handle_flow`, `handle_read_complete`, `handle_replay_complete`,
+//!   `handle_mark_delete_moved`, `handle_redeliver`, `handle_wake`, `handle_timeout`, …) and
+//!   execute the [`Command`]s it returns (`Read`, `Replay`, `Send`, `Rewind`, `SetTimer`) against
+//!   your cursor and ledger. Shared: replay first, adaptive read batch, round robin by priority,
+//!   unacked limits, chunked messages through the chunk assignor. Key_Shared: selector per mode,
+//!   draining registration on every join and leave, one dispatch predicate ([`Dispatcher::can_dispatch`])
+//!   at the read, replay and send gates, look-ahead, chunked messages that follow their first
+//!   chunk's consumer, and the mark-delete hook per reason that keeps draining hashes blocked
+//!   (the fix for Pulsar bug B-1; [`DispatcherConfig::legacy_mark_delete_cleanup`] restores the bug
+//!   for demonstrations).
+//! * **Ack path** ([`AckHandle`]): `Send + Sync`, called on the consumer's thread: cursor ack,
+//!   then pending-ack removal (even for a position already at or below mark-delete), which may
+//!   release a draining hash and call your [`Waker`]. Lock order: cursor (released first) →
+//!   pending-acks → draining-hashes.
+//! * **Runtime** ([`Runtime`]): one dispatcher thread with a `crossbeam-channel` `select!` loop,
+//!   per-consumer delivery channels, acks on the consumers' threads ([`ConsumerHandle`]).
+//! * **Explain** ([`Dispatcher::why_blocked`]) and stats ([`Dispatcher::stats`],
+//!   [`Dispatcher::consumer_stats`]).
 //! * **Sticky key and hash** ([`sticky_key_bytes`], [`key_hash31`], [`slot`]): the key bytes of an
 //!   entry in Pulsar's order (ordering key, partition key — base64-decoded when flagged —,
 //!   `producer-sequence`, `NONE_KEY`), MurmurHash3 x86_32 with seed 0 masked to 31 bits, and the
@@ -11,9 +31,59 @@
 //!   consumer, the hash ranges it lost and gained, which drives draining. [`Assignment`] is a
 //!   snapshot for stats; [`diff`] compares two snapshots.
 //!
-//! Does not: dispatch messages, track pending acks or draining hashes, read the clock or spawn
-//! threads. Selectors are plain single-threaded values (`Send` when the consumer id is); the
-//! dispatcher owns and serialises them.
+//! Does not: own the cursor or the ledger (the driver does), persist anything, read the clock or
+//! spawn threads outside [`Runtime`], implement delayed delivery, nack backoff or dead-lettering
+//! (the client crate models the consumer side). Selectors are plain single-threaded values (`Send`
+//! when the consumer id is); the dispatcher owns and serialises them.
+//!
+//! Driving the core by hand (what [`Runtime`] and the simulator do):
+//!
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use cursor::{EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore};
+//! use dispatcher::{
+//!     Command, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig, NoopWaker,
+//! };
+//!
+//! let mut ledger = InMemoryLedger::new(1_000);
+//! for key in ["a", "b", "a"] {
+//!     let mut m = EntryMeta::simple(0, 10);
+//!     m.ordering_key = Some(key.as_bytes().to_vec());
+//!     ledger.append(m);
+//! }
+//! let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+//! let cell = Arc::new(Mutex::new(CursorCell { cursor, ledger }));
+//!
+//! let mut d = Dispatcher::new(DispatcherConfig::key_shared(), Arc::new(NoopWaker));
+//! let acks = d.ack_handle(cell.clone()); // cloneable, usable from consumer threads
+//! d.handle_consumer_added(0, ConsumerSpec::new(1, "consumer-1")).unwrap();
+//! d.handle_flow(0, ConsumerId(1), 10);
+//!
+//! let mut delivered = Vec::new();
+//! while let Some(cmd) = d.poll_command() {
+//!     match cmd {
+//!         Command::Read { max_entries } => {
+//!             let mut g = cell.lock().unwrap();
+//!             let CursorCell { cursor, ledger } = &mut *g;
+//!             let entries = cursor.read(ledger, max_entries);
+//!             let more = cursor.has_more_entries(ledger);
+//!             drop(g);
+//!             d.handle_read_complete(0, entries, more);
+//!         }
+//!         Command::Send { consumer, entries } => {
+//!             for e in entries {
+//!                 acks.ack(consumer, e.position).unwrap(); // the consumer processed it
+//!                 delivered.push(e.position);
+//!             }
+//!         }
+//!         _ => {}
+//!     }
+//! }
+//! assert_eq!(delivered.len(), 3);
+//! assert_eq!(d.stats().unacked, 0);
+//! ```
+//!
+//! Selectors on their own:
 //!
 //! ```
 //! use dispatcher::{
