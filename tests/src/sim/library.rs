@@ -5,24 +5,60 @@ use crate::sim::scenario::Scenario;
 
 /// (name, text) of every shipped scenario.
 const SHIPPED: &[(&str, &str)] = &[
-    ("mix-key-shared", include_str!("../../scenarios/mix-key-shared.sim")),
-    ("mix-key-shared-admin", include_str!("../../scenarios/mix-key-shared-admin.sim")),
-    ("mix-autosplit", include_str!("../../scenarios/mix-autosplit.sim")),
+    (
+        "mix-key-shared",
+        include_str!("../../scenarios/mix-key-shared.sim"),
+    ),
+    (
+        "mix-key-shared-admin",
+        include_str!("../../scenarios/mix-key-shared-admin.sim"),
+    ),
+    (
+        "mix-autosplit",
+        include_str!("../../scenarios/mix-autosplit.sim"),
+    ),
     ("mix-shared", include_str!("../../scenarios/mix-shared.sim")),
-    ("mix-shared-chunks", include_str!("../../scenarios/mix-shared-chunks.sim")),
+    (
+        "mix-shared-chunks",
+        include_str!("../../scenarios/mix-shared-chunks.sim"),
+    ),
     ("f01-join", include_str!("../../scenarios/f01-join.sim")),
     ("f02-leave", include_str!("../../scenarios/f02-leave.sim")),
     ("f03-ack", include_str!("../../scenarios/f03-ack.sim")),
     ("f04-nack", include_str!("../../scenarios/f04-nack.sim")),
-    ("f05-redeliver-all", include_str!("../../scenarios/f05-redeliver-all.sim")),
-    ("f06-read-loop", include_str!("../../scenarios/f06-read-loop.sim")),
-    ("f07-replay-order", include_str!("../../scenarios/f07-replay-order.sim")),
-    ("f08-mark-delete", include_str!("../../scenarios/f08-mark-delete.sim")),
+    (
+        "f05-redeliver-all",
+        include_str!("../../scenarios/f05-redeliver-all.sim"),
+    ),
+    (
+        "f06-read-loop",
+        include_str!("../../scenarios/f06-read-loop.sim"),
+    ),
+    (
+        "f07-replay-order",
+        include_str!("../../scenarios/f07-replay-order.sim"),
+    ),
+    (
+        "f08-mark-delete",
+        include_str!("../../scenarios/f08-mark-delete.sim"),
+    ),
     ("f09-chunks", include_str!("../../scenarios/f09-chunks.sim")),
-    ("f10-restart", include_str!("../../scenarios/f10-restart.sim")),
-    ("seed-000-draining-skip", include_str!("../../scenarios/seed-000-draining-skip.sim")),
-    ("seed-001-orphan-chunk", include_str!("../../scenarios/seed-001-orphan-chunk.sim")),
-    ("seed-002-nack", include_str!("../../scenarios/seed-002-nack.sim")),
+    (
+        "f10-restart",
+        include_str!("../../scenarios/f10-restart.sim"),
+    ),
+    (
+        "seed-000-draining-skip",
+        include_str!("../../scenarios/seed-000-draining-skip.sim"),
+    ),
+    (
+        "seed-001-orphan-chunk",
+        include_str!("../../scenarios/seed-001-orphan-chunk.sim"),
+    ),
+    (
+        "seed-002-nack",
+        include_str!("../../scenarios/seed-002-nack.sim"),
+    ),
 ];
 
 /// Names of the shipped scenarios.

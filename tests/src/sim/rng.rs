@@ -100,7 +100,9 @@ mod tests {
 
     #[test]
     fn streams_differ_by_purpose_and_repeat_by_seed() {
-        let a: Vec<u64> = (0..4).map(|_| Rng::new(7, Purpose::Workload).next_u64()).collect();
+        let a: Vec<u64> = (0..4)
+            .map(|_| Rng::new(7, Purpose::Workload).next_u64())
+            .collect();
         assert!(a.windows(2).all(|w| w[0] == w[1]));
         let mut w = Rng::new(7, Purpose::Workload);
         let mut n = Rng::new(7, Purpose::Network);

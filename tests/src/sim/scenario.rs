@@ -514,7 +514,9 @@ fn parse_action(words: &[&str]) -> Result<Action, String> {
         "clear" => Action::Clear,
         "expire" => Action::Expire(num(rest.first().ok_or("expire needs an age")?, "expire")?),
         "evict" => {
-            let (k, v) = kv(rest.first().ok_or("evict needs count=N, size=B or age=MS")?)?;
+            let (k, v) = kv(rest
+                .first()
+                .ok_or("evict needs count=N, size=B or age=MS")?)?;
             Action::Evict(match k {
                 "count" => Evict::Count(num(v, k)?),
                 "size" => Evict::Size(num(v, k)?),
@@ -613,7 +615,9 @@ mod tests {
             vec![FaultKind::Skip, FaultKind::Crash]
         );
         assert_eq!(s.steps.len(), 8);
-        assert!(matches!(&s.steps[0].action, Action::Join(n, o) if n == "c1" && o.manual && o.queue == 0));
+        assert!(
+            matches!(&s.steps[0].action, Action::Join(n, o) if n == "c1" && o.manual && o.queue == 0)
+        );
         assert_eq!(
             s.steps[5].action,
             Action::Ack("c1".into(), Some(Position::new(1, 0)))

@@ -167,6 +167,8 @@ enum Wire {
 enum Ev {
     Step(usize),
     Append(Box<EntryMeta>),
+    /// The persistence interval passed: the main loop persists a dirty cursor.
+    Persist,
     ToClient {
         name: String,
         conn: u64,
@@ -315,6 +317,7 @@ pub struct World {
     producer_seq: BTreeMap<u32, u64>,
     last_activity: u64,
     last_persist: u64,
+    persist_scheduled: bool,
     log_hash: u64,
     log_lines: u64,
     tail: VecDeque<String>,
@@ -351,10 +354,12 @@ impl World {
                 dcfg.assignor.orphan_policy = chunk_assignor::OrphanPolicy::Replay
             }
             Some(Legacy::UnorderedNack) => {
-                return Err("--legacy unordered-nack needs the dispatcher's ordered-nack hold \
+                return Err(
+                    "--legacy unordered-nack needs the dispatcher's ordered-nack hold \
                      (issue 8), which has not landed: the dispatcher has no nack/release input, \
                      so there is no ordered mode to switch off"
-                    .into())
+                        .into(),
+                )
             }
             None => {}
         }
@@ -424,6 +429,7 @@ impl World {
             producer_seq: BTreeMap::new(),
             last_activity: 0,
             last_persist: 0,
+            persist_scheduled: false,
             log_hash: FNV_OFFSET,
             log_lines: 0,
             tail: VecDeque::new(),
@@ -660,16 +666,18 @@ impl World {
     /// Persists the cursor when it changed and the persistence interval passed (Pulsar
     /// throttles mark-delete persistence the same way); a restart loses what was not persisted.
     fn maybe_persist(&mut self) {
-        if self.now < self.last_persist.saturating_add(self.cfg.persist_interval) {
+        if !lock(&self.cell).cursor.is_dirty() {
             return;
         }
-        let r = {
-            let mut g = lock(&self.cell);
-            if !g.cursor.is_dirty() {
-                return;
+        let due = self.last_persist.saturating_add(self.cfg.persist_interval);
+        if self.now < due {
+            if !self.persist_scheduled {
+                self.persist_scheduled = true;
+                self.schedule(due, Ev::Persist);
             }
-            g.cursor.persist()
-        };
+            return;
+        }
+        let r = lock(&self.cell).cursor.persist();
         self.last_persist = self.now;
         if let Err(e) = r {
             self.log(format!("cursor persist failed: {e}"));
@@ -684,6 +692,7 @@ impl World {
                 self.run_step(step);
             }
             Ev::Append(meta) => self.append(*meta),
+            Ev::Persist => self.persist_scheduled = false,
             Ev::ToClient {
                 name,
                 conn,
@@ -691,9 +700,10 @@ impl World {
             } => self.to_client(&name, conn, entries),
             Ev::ToBroker { name, conn, cmd } => self.to_broker(&name, conn, cmd),
             Ev::AppDone { name, conn, task } => {
-                let ok = self.consumers.get(&name).is_some_and(|c| {
-                    c.conn == conn && c.busy.is_some_and(|t| t.seq == task)
-                });
+                let ok = self
+                    .consumers
+                    .get(&name)
+                    .is_some_and(|c| c.conn == conn && c.busy.is_some_and(|t| t.seq == task));
                 if ok {
                     let nack = {
                         let p = self.consumers.get(&name).map_or(0, |c| c.opts.nack);
@@ -822,7 +832,10 @@ impl World {
             FaultKind::Leave | FaultKind::Crash => {
                 let live = self.connected();
                 if live.len() < 2 {
-                    self.log(format!("{kind:?} skipped: only {} consumer(s) left", live.len()));
+                    self.log(format!(
+                        "{kind:?} skipped: only {} consumer(s) left",
+                        live.len()
+                    ));
                     return;
                 }
                 let i = self.rng_fault.below(live.len() as u64) as usize;
@@ -1008,7 +1021,12 @@ impl World {
                 .map_err(|e| e.to_string())
                 .and_then(|s| ManagedCursor::recover(ledger, s).map_err(|e| e.to_string()));
             match recovered {
-                Ok(c) => *cursor = c,
+                Ok(c) => {
+                    let (before, after) = (cursor.mark_delete_position(), c.mark_delete_position());
+                    *cursor = c;
+                    drop(g);
+                    self.log(format!("cursor recovered: mark-delete {before} -> {after}"));
+                }
                 Err(e) => {
                     drop(g);
                     self.simple_violation(
@@ -1135,7 +1153,8 @@ impl World {
             dropped.join(" ")
         ));
         self.dropped.extend(mv.dropped.iter().copied());
-        let cleans = matches!(self.cfg.sub, SubKind::Shared) || self.dcfg.legacy_mark_delete_cleanup;
+        let cleans =
+            matches!(self.cfg.sub, SubKind::Shared) || self.dcfg.legacy_mark_delete_cleanup;
         if cleans {
             for set in self.model.values_mut() {
                 let keep = set.split_off(&mv.to.next());
@@ -1224,7 +1243,9 @@ impl World {
                 if n != expected {
                     self.simple_violation(
                         ViolationKind::Model,
-                        format!("redelivery for {name} requeued {n}, the model expected {expected}"),
+                        format!(
+                            "redelivery for {name} requeued {n}, the model expected {expected}"
+                        ),
                     );
                 }
             }
@@ -1403,15 +1424,11 @@ impl World {
                 .unwrap_or_else(|| "-".into());
             let _ = write!(line, " {p}({k})");
             let redeliveries = self.d.redelivery_count(p);
-            let acked_idx = if e.meta.messages() > 1 {
-                lock(&self.cell)
-                    .cursor
-                    .batch_acked_indexes(p)
-                    .unwrap_or_default()
-            } else {
-                Vec::new()
-            };
-            out.push((e, redeliveries, acked_idx));
+            // Every index of a batch entry goes out, acked ones included: the dispatcher charges
+            // the entry's whole message count in permits, and the client returns one permit per
+            // message (dropping copies of indexes it knows are acked). Filtering here would leak
+            // permits.
+            out.push((e, redeliveries, Vec::new()));
         }
         self.log(line);
         let delay = self.net_delay();
@@ -1538,10 +1555,11 @@ impl World {
             }
         };
         if let Some(d) = delivered {
-            let first = d.chunk_ids.first().copied().unwrap_or(d.id);
+            // A chunked message is ordered by its last chunk: it exists once that is appended
+            // (the id the client hands out is the last chunk's, as Pulsar's chunk ids compare).
             let msg: MsgRef = (
-                Position::new(first.ledger_id, first.entry_id),
-                first.batch_index,
+                Position::new(d.id.ledger_id, d.id.entry_id),
+                d.id.batch_index,
             );
             let k = d.key.as_deref().map(key_str).unwrap_or_else(|| "-".into());
             self.log(format!(
@@ -1600,7 +1618,10 @@ impl World {
         let verb = if nack { "nacks" } else { "acks" };
         match r {
             Ok(()) => self.log(format!("app {name} {verb} {}", msg_str(t.msg))),
-            Err(e) => self.log(format!("app {name} {verb} {}: refused: {e}", msg_str(t.msg))),
+            Err(e) => self.log(format!(
+                "app {name} {verb} {}: refused: {e}",
+                msg_str(t.msg)
+            )),
         }
         self.pump_client(name);
         self.maybe_close(name);
@@ -1763,6 +1784,15 @@ impl World {
         }
         if let Some(k) = &key {
             let _ = write!(detail, "; why blocked: {:?}", self.d.why_blocked_key(k));
+        }
+        if let Some(q) = first {
+            let in_replay = self.d.replay_positions().iter().any(|(p, _)| *p == q);
+            let owner = self.model_owner(q).map(|c| self.name_of(c));
+            let _ = write!(
+                detail,
+                "; in replay: {in_replay}; pending on: {}",
+                owner.as_deref().unwrap_or("nobody")
+            );
         }
         let st = self.d.stats();
         let _ = write!(
