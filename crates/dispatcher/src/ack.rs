@@ -19,6 +19,23 @@ pub trait CursorAck: Send + Sync {
     /// Acknowledges `position` on the cursor. `Ok(true)` if newly acked, `Ok(false)` if it was
     /// already acked or at or below the mark-delete position.
     fn ack(&self, position: Position) -> Result<bool, cursor::CursorError>;
+
+    /// Acknowledges `indexes` of the batch entry at `position` (of `batch_size` messages).
+    fn ack_batch_index(
+        &self,
+        position: Position,
+        batch_size: u32,
+        indexes: &[u32],
+    ) -> Result<BatchAck, cursor::CursorError>;
+}
+
+/// What a batch-index ack did on the cursor.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchAck {
+    /// Indexes that were not acked before.
+    pub newly_acked_indexes: u32,
+    /// The ack completed the entry (every index acked now, and not before).
+    pub entry_complete: bool,
 }
 
 /// A cursor and its ledger behind one std mutex: the shape the runtime and simple drivers use.
@@ -42,6 +59,35 @@ where
         let CursorCell { cursor, ledger } = &mut *g;
         cursor.ack(ledger, position).map(|o| o.newly_acked)
     }
+
+    fn ack_batch_index(
+        &self,
+        position: Position,
+        batch_size: u32,
+        indexes: &[u32],
+    ) -> Result<BatchAck, cursor::CursorError> {
+        let mut g = match self.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let CursorCell { cursor, ledger } = &mut *g;
+        let was_acked = cursor.is_acked(position);
+        let before = cursor
+            .batch_acked_indexes(position)
+            .map_or(0, |v| v.len() as u32);
+        cursor.ack_batch_index(ledger, position, batch_size, indexes)?;
+        let complete = !was_acked && cursor.is_acked(position);
+        let after = match complete {
+            true => batch_size,
+            false => cursor
+                .batch_acked_indexes(position)
+                .map_or(before, |v| v.len() as u32),
+        };
+        Ok(BatchAck {
+            newly_acked_indexes: after.saturating_sub(before),
+            entry_complete: complete,
+        })
+    }
 }
 
 /// What an ack did.
@@ -49,10 +95,11 @@ where
 pub struct AckOutcome {
     /// The cursor newly recorded the ack (false: already acked or at or below mark-delete).
     pub newly_acked: bool,
-    /// The consumer whose pending ack was cleared (the acking one, or another one: Shared
-    /// clients may ack through any consumer), if the position was pending anywhere.
+    /// The consumer whose pending ack was cleared or reduced (the acking one, or another one:
+    /// Shared clients may ack through any consumer), if the position was pending anywhere.
     pub cleared_on: Option<ConsumerId>,
-    /// The unacked messages that were debited.
+    /// The unacked messages that were debited. `newly_acked` stays false for a batch-index ack
+    /// that did not complete its entry.
     pub messages: u32,
 }
 
@@ -103,6 +150,39 @@ impl AckHandle {
         Ok(self.clear_pending(consumer, position, newly_acked))
     }
 
+    /// `consumer` acknowledges some messages (`indexes`) of the batch entry at `position`, which
+    /// holds `batch_size` messages (batch-index ack). The pending ack's remaining count drops by
+    /// the newly acked indexes; the ack that completes the entry removes it like [`ack`](Self::ack).
+    pub fn ack_batch_index(
+        &self,
+        consumer: ConsumerId,
+        position: Position,
+        batch_size: u32,
+        indexes: &[u32],
+    ) -> Result<AckOutcome, AckError> {
+        let r = self
+            .cursor
+            .ack_batch_index(position, batch_size, indexes)
+            .map_err(|source| AckError::Cursor { position, source })?;
+        if r.entry_complete {
+            return Ok(self.clear_pending(consumer, position, true));
+        }
+        let pos = (position.ledger_id, position.entry_id);
+        let cleared_on = match r.newly_acked_indexes {
+            0 => None,
+            n => self.shared.partial_ack(consumer, pos, n),
+        };
+        Ok(AckOutcome {
+            newly_acked: false,
+            cleared_on,
+            messages: if cleared_on.is_some() {
+                r.newly_acked_indexes
+            } else {
+                0
+            },
+        })
+    }
+
     /// The pending-acks half of an ack alone, for drivers that already acked the cursor
     /// themselves (for example inside a larger cursor transaction).
     pub fn clear_pending(
@@ -118,8 +198,7 @@ impl AckHandle {
             messages: 0,
         };
         if let Some((owner, ack)) = self.shared.remove_acked(consumer, pos) {
-            owner.debit(&self.shared, i64::from(ack.remaining));
-            out.cleared_on = Some(owner.id);
+            out.cleared_on = Some(owner);
             out.messages = ack.remaining;
         }
         trace!(consumer = %consumer, ledger = position.ledger_id, entry = position.entry_id, newly_acked, cleared = out.cleared_on.is_some(), "ack");

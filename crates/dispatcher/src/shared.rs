@@ -111,40 +111,43 @@ impl SubShared {
         }
     }
 
-    /// A snapshot of the registered consumers' shared halves.
-    pub fn consumers(&self) -> Vec<Arc<ConsumerShared>> {
+    fn read_registry(&self) -> crate::sync::RwLockReadGuard<'_, Vec<Arc<ConsumerShared>>> {
         match self.consumers.read() {
-            Ok(g) => g.clone(),
-            Err(p) => p.into_inner().clone(),
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
         }
     }
 
     /// Removes `pos` (cause: acked) from the pending acks of `first`, or else of whichever other
-    /// consumer has it (Shared clients may ack through another consumer). The registry lock is
-    /// held only to clone the candidates' `Arc`s.
-    pub fn remove_acked(
-        &self,
-        first: ConsumerId,
-        pos: PaPos,
-    ) -> Option<(Arc<ConsumerShared>, PendingAck)> {
-        let mine = {
-            let g = match self.consumers.read() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            g.iter().find(|c| c.id == first).cloned()
-        };
-        if let Some(c) = mine {
+    /// consumer has it (Shared clients may ack through another consumer), and debits its unacked
+    /// messages. Lock order: registry (read) → pending-acks → draining-hashes; the core takes
+    /// the registry's write lock only to publish a new list, never while holding a map lock.
+    pub fn remove_acked(&self, first: ConsumerId, pos: PaPos) -> Option<(ConsumerId, PendingAck)> {
+        let g = self.read_registry();
+        let mine = g.iter().filter(|c| c.id == first);
+        let others = g.iter().filter(|c| c.id != first);
+        for c in mine.chain(others) {
             if let Some(ack) = c.pending.remove(pos, RemovalCause::Acked) {
-                return Some((c, ack));
+                c.debit(self, i64::from(ack.remaining));
+                return Some((c.id, ack));
             }
         }
-        for c in self.consumers() {
-            if c.id == first {
-                continue;
-            }
-            if let Some(ack) = c.pending.remove(pos, RemovalCause::Acked) {
-                return Some((c, ack));
+        None
+    }
+
+    /// A partial batch-index ack: lowers the remaining count of `pos` on `first` (or the
+    /// consumer that has it) by `delta` and debits that many unacked messages.
+    pub fn partial_ack(&self, first: ConsumerId, pos: PaPos, delta: u32) -> Option<ConsumerId> {
+        let g = self.read_registry();
+        let mine = g.iter().filter(|c| c.id == first);
+        let others = g.iter().filter(|c| c.id != first);
+        for c in mine.chain(others) {
+            if let Some(ack) = c.pending.get(pos) {
+                let d = delta.min(ack.remaining);
+                if c.pending.update_remaining(pos, d).is_some() {
+                    c.debit(self, i64::from(d));
+                    return Some(c.id);
+                }
             }
         }
         None

@@ -8,11 +8,11 @@
 #[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::{
     atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
-    Arc, RwLock,
+    Arc, RwLock, RwLockReadGuard,
 };
 
 #[cfg(feature = "loom")]
 pub(crate) use loom::sync::{
     atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering},
-    Arc, RwLock,
+    Arc, RwLock, RwLockReadGuard,
 };

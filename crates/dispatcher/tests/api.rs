@@ -225,3 +225,29 @@ fn unblock_notifications_are_coalesced_into_one_timer() {
     w.step("advance 10");
     assert_eq!(w.received["B"].len(), 2);
 }
+
+#[test]
+fn batch_index_acks_reduce_then_clear_the_pending_ack() {
+    let mut w = run("key_shared\njoin A\nflow A 10\nbatch k1 3\n");
+    let a = w.id("A");
+    let p = Position::new(1, 0);
+    assert_eq!(w.d.stats().unacked, 3);
+    let e = w.ack.ack_batch_index(a, p, 3, &[3]).unwrap_err();
+    assert!(matches!(e, AckError::Cursor { .. }));
+    let o = w.ack.ack_batch_index(a, p, 3, &[0]).unwrap();
+    assert_eq!(
+        (o.newly_acked, o.cleared_on, o.messages),
+        (false, Some(a), 1)
+    );
+    assert_eq!(w.d.stats().unacked, 2);
+    // A duplicate index changes nothing.
+    let o = w.ack.ack_batch_index(a, p, 3, &[0]).unwrap();
+    assert_eq!(o.messages, 0);
+    assert_eq!(w.d.stats().unacked, 2);
+    let o = w.ack.ack_batch_index(a, p, 3, &[1, 2]).unwrap();
+    assert!(o.newly_acked);
+    assert_eq!(o.cleared_on, Some(a));
+    assert_eq!(w.d.stats().unacked, 0);
+    assert!(w.d.pending_positions(a).is_empty());
+    w.step("state");
+}

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use cursor::{EntryMeta, InMemoryLedger, Ledger, Position};
 use dispatcher::{
-    AutoSplitSelector, Command, ConsumerId, ConsumerInfo, ConsumerSpec, CursorAck, Dispatcher,
-    DispatcherConfig, KeySharedConfig, KeySharedMode, StickyKeySelector, SubscriptionType, Waker,
+    AutoSplitSelector, BatchAck, Command, ConsumerId, ConsumerInfo, ConsumerSpec, CursorAck,
+    Dispatcher, DispatcherConfig, KeySharedConfig, KeySharedMode, StickyKeySelector,
+    SubscriptionType, Waker,
 };
 
 /// The cursor half of the ack: not what the model is about, so it always succeeds.
@@ -20,6 +21,18 @@ struct NoCursor;
 impl CursorAck for NoCursor {
     fn ack(&self, _position: Position) -> Result<bool, cursor::CursorError> {
         Ok(true)
+    }
+
+    fn ack_batch_index(
+        &self,
+        _position: Position,
+        batch_size: u32,
+        _indexes: &[u32],
+    ) -> Result<BatchAck, cursor::CursorError> {
+        Ok(BatchAck {
+            newly_acked_indexes: batch_size,
+            entry_complete: true,
+        })
     }
 }
 

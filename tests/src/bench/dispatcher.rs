@@ -25,7 +25,7 @@ use cursor::{
     Position,
 };
 use dispatcher::{
-    AckHandle, Command, ConsumerId, ConsumerSpec, CursorAck, Dispatcher, DispatcherConfig, Runtime,
+    AckHandle, BatchAck, Command, ConsumerId, ConsumerSpec, CursorAck, Dispatcher, DispatcherConfig, Runtime,
     Waker,
 };
 
@@ -143,6 +143,21 @@ impl CursorAck for Cell {
     fn ack(&self, position: Position) -> Result<bool, CursorError> {
         let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
         c.ack(&*self.ledger, position).map(|o| o.newly_acked)
+    }
+
+    fn ack_batch_index(
+        &self,
+        position: Position,
+        batch_size: u32,
+        indexes: &[u32],
+    ) -> Result<BatchAck, CursorError> {
+        // Not used by these workloads (every entry is one message).
+        let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
+        let o = c.ack_batch_index(&*self.ledger, position, batch_size, indexes)?;
+        Ok(BatchAck {
+            newly_acked_indexes: if o.newly_acked { batch_size } else { 0 },
+            entry_complete: o.newly_acked,
+        })
     }
 }
 
