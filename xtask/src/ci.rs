@@ -4,7 +4,8 @@
 //! 2. `cargo clippy` on every target with warnings denied
 //! 3. `cargo test` for the workspace (unit, integration and doc tests) with insta updates off
 //! 4. a quick loom run (preemption bound 2)
-//! 5. tidy checks
+//! 5. the simulator (release): a smoke seed range, both legacy detections, a determinism check
+//! 6. tidy checks
 
 use crate::cmd::{cargo, sh};
 
@@ -35,6 +36,8 @@ pub(crate) fn run_all(_args: &[String]) -> anyhow::Result<()> {
     sh(test)?;
 
     crate::loom::run_with(None, 2)?;
+
+    crate::sim::ci_steps()?;
 
     crate::tidy::run()?;
 

@@ -1,18 +1,14 @@
-//! `cargo xtask sim [args…]`: the deterministic simulator, in release mode.
+//! `cargo xtask sim [args…]`: the deterministic simulator, in release mode (docs/SIMULATOR.md).
 
 use crate::cmd::{cargo, sh};
 
-pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    let sim = std::path::Path::new("tests/src/bin/sim.rs");
-    anyhow::ensure!(
-        sim.exists(),
-        "the simulator has not landed yet (issue 7); `cargo xtask ci` runs the tests meanwhile"
-    );
+fn sim(args: &[&str]) -> std::process::Command {
     let mut c = cargo();
     c.args([
         "run",
         "--release",
         "--quiet",
+        "--locked",
         "--package",
         "tests",
         "--bin",
@@ -20,5 +16,55 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "--",
     ])
     .args(args);
-    sh(c)
+    c
+}
+
+pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    sh(sim(&args))
+}
+
+/// The simulator steps of `cargo xtask ci` (each well under a minute in release):
+/// a smoke seed range of the default mix, both legacy detections (the checker must fail), and a
+/// determinism check (every run twice, identical event-log hash).
+pub(crate) fn ci_steps() -> anyhow::Result<()> {
+    sh(sim(&[
+        "--seeds",
+        "10",
+        "--json",
+        "target/sim/ci-smoke.json",
+    ]))?;
+    sh(sim(&[
+        "--legacy",
+        "mark-delete-cleanup",
+        "--expect-violation",
+        "--seeds",
+        "4",
+        "--scenario",
+        "seed-000-draining-skip",
+        "--scenario",
+        "mix-key-shared-admin",
+        "--json",
+        "target/sim/ci-legacy-mark-delete.json",
+    ]))?;
+    sh(sim(&[
+        "--legacy",
+        "orphan-chunk-replay",
+        "--expect-violation",
+        "--seeds",
+        "4",
+        "--scenario",
+        "seed-001-orphan-chunk",
+        "--scenario",
+        "mix-shared-chunks",
+        "--json",
+        "target/sim/ci-legacy-orphan.json",
+    ]))?;
+    sh(sim(&[
+        "--check-determinism",
+        "--seeds",
+        "3",
+        "--json",
+        "target/sim/ci-determinism.json",
+    ]))
 }

@@ -9,12 +9,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use tests::sim::{
-    default_mix, json_report, load, repro_command, run_scenario, summary_table, Legacy,
-    RunOptions, RunResult, Scenario, Summary,
+    default_mix, json_report, load, repro_command, run_scenario, summary_table, Legacy, RunOptions,
+    RunResult, Scenario, Summary,
 };
 
 const DEFAULT_SEED: u64 = 1;
-const DEFAULT_SEEDS: u64 = 6;
+const DEFAULT_SEEDS: u64 = 40;
 
 struct Args {
     seed: u64,
@@ -56,9 +56,7 @@ fn parse_args() -> Result<Args, String> {
         let mut val = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
         match arg.as_str() {
             "--seed" => {
-                a.seed = val("--seed")?
-                    .parse()
-                    .map_err(|_| "--seed: not a number")?;
+                a.seed = val("--seed")?.parse().map_err(|_| "--seed: not a number")?;
                 if !seeds_given {
                     a.seeds = 1;
                 }
@@ -72,9 +70,10 @@ fn parse_args() -> Result<Args, String> {
             "--scenario" => a.scenarios.push(val("--scenario")?),
             "--legacy" => {
                 let v = val("--legacy")?;
-                a.legacy = Some(Legacy::parse(&v).ok_or_else(|| {
-                    format!("unknown legacy switch `{v}`\n{}", usage())
-                })?);
+                a.legacy = Some(
+                    Legacy::parse(&v)
+                        .ok_or_else(|| format!("unknown legacy switch `{v}`\n{}", usage()))?,
+                );
             }
             "--expect-violation" => a.expect_violation = true,
             "--check-determinism" => a.check_determinism = true,
@@ -106,7 +105,15 @@ fn print_violations(r: &RunResult, legacy: Option<Legacy>) {
     }
     if !r.violations.is_empty() {
         println!("  last events before it:");
-        for l in r.log_tail.iter().rev().take(15).collect::<Vec<_>>().into_iter().rev() {
+        for l in r
+            .log_tail
+            .iter()
+            .rev()
+            .take(15)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+        {
             println!("    {l}");
         }
     }
@@ -220,7 +227,10 @@ fn main() -> ExitCode {
         println!("determinism: every run repeated with an identical event-log hash");
     }
     if let Some(h) = results.first().filter(|_| results.len() == 1) {
-        println!("event-log hash: {:016x} ({} lines)", h.log_hash, h.log_lines);
+        println!(
+            "event-log hash: {:016x} ({} lines)",
+            h.log_hash, h.log_lines
+        );
     }
     if let Some(path) = &args.log {
         if let Err(e) = std::fs::write(path, full_logs) {

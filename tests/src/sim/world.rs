@@ -832,6 +832,7 @@ impl World {
             FaultKind::Leave | FaultKind::Crash => {
                 let live = self.connected();
                 if live.len() < 2 {
+                    self.faults -= 1; // not executed, not counted
                     self.log(format!(
                         "{kind:?} skipped: only {} consumer(s) left",
                         live.len()
