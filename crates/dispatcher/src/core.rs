@@ -180,6 +180,20 @@ impl KeyShared {
     }
 }
 
+/// Key_Shared chunk pins: chunk 0 of a multi-chunk message pins its uuid to the consumer, the
+/// last chunk unpins it.
+fn note_chunk_sent(ks: &mut KeyShared, e: &Entry, c: ConsumerId) {
+    let Some(ch) = &e.meta.chunk else { return };
+    if ch.num_chunks <= 1 || ch.chunk_id >= ch.num_chunks || ch.uuid.is_empty() {
+        return;
+    }
+    if ch.chunk_id == 0 {
+        ks.pins.insert(ch.uuid.clone(), c);
+    } else if ch.chunk_id + 1 == ch.num_chunks {
+        ks.pins.remove(&ch.uuid);
+    }
+}
+
 /// The sans-IO dispatcher of one subscription (Shared or Key_Shared).
 ///
 /// Single-threaded (`&mut self`), no clock, no threads: every input is a `handle_*` call with
@@ -1078,40 +1092,54 @@ impl Dispatcher {
     /// Adds `entries` to the consumer's pending acks and emits the send. Entries refused at send
     /// time (draining conflict, closed map) go back to replay with their hash. Returns the
     /// number of entries sent.
-    fn send_to(&mut self, i: usize, entries: Vec<(Entry, u32)>, pinned: &[bool]) -> usize {
-        let mut out = Vec::with_capacity(entries.len());
+    fn send_to(&mut self, i: usize, mut out: Vec<Entry>, hashes: &[u32], pinned: &[bool]) -> usize {
         let mut messages = 0i64;
         let id = self.consumers[i].id;
-        for (k, (e, hash)) in entries.into_iter().enumerate() {
-            let is_pinned = pinned.get(k).copied().unwrap_or(false);
+        let mut refused_n = 0u64;
+        {
             let c = &self.consumers[i];
-            let n = e.meta.messages();
-            if is_pinned {
-                c.count_next.store(true, Ordering::SeqCst);
-            }
-            let r = c.shared.pending.add_if_allowed(pa(e.position), n, hash);
-            if is_pinned {
-                c.count_next.store(false, Ordering::SeqCst);
-            }
-            match r {
-                Ok(_) => {
-                    self.replay.remove(e.position);
-                    self.note_chunk_sent(&e, id);
-                    messages += i64::from(n);
-                    out.push(e);
+            let replay = &mut self.replay;
+            let ks = &mut self.ks;
+            let last_md = self.last_md;
+            let mut k = 0usize;
+            out.retain(|e| {
+                let hash = hashes.get(k).copied().unwrap_or(0);
+                let is_pinned = pinned.get(k).copied().unwrap_or(false);
+                k += 1;
+                let n = e.meta.messages();
+                if is_pinned {
+                    c.count_next.store(true, Ordering::SeqCst);
                 }
-                Err(refused) => {
-                    self.counters.send_time_refusals += 1;
-                    debug!(consumer = %id, ledger = e.position.ledger_id, entry = e.position.entry_id, hash, reason = ?refused, "send-time add refused, entry back to replay");
-                    let pin = if is_pinned { Some(id) } else { None };
-                    if !matches!(refused, AddRefused::Closed)
-                        || self.last_md.is_none_or(|md| e.position > md)
-                    {
-                        self.replay.add(e.position, hash, pin);
+                let r = c.shared.pending.add_if_allowed(pa(e.position), n, hash);
+                if is_pinned {
+                    c.count_next.store(false, Ordering::SeqCst);
+                }
+                match r {
+                    Ok(_) => {
+                        if !replay.is_empty() {
+                            replay.remove(e.position);
+                        }
+                        if let Some(ks) = ks.as_mut() {
+                            note_chunk_sent(ks, e, id);
+                        }
+                        messages += i64::from(n);
+                        true
+                    }
+                    Err(refused) => {
+                        refused_n += 1;
+                        debug!(consumer = %id, ledger = e.position.ledger_id, entry = e.position.entry_id, hash, reason = ?refused, "send-time add refused, entry back to replay");
+                        let pin = if is_pinned { Some(id) } else { None };
+                        if !matches!(refused, AddRefused::Closed)
+                            || last_md.is_none_or(|md| e.position > md)
+                        {
+                            replay.add(e.position, hash, pin);
+                        }
+                        false
                     }
                 }
-            }
+            });
         }
+        self.counters.send_time_refusals += refused_n;
         if out.is_empty() {
             return 0;
         }
@@ -1152,19 +1180,6 @@ impl Dispatcher {
         sent
     }
 
-    fn note_chunk_sent(&mut self, e: &Entry, c: ConsumerId) {
-        let Some(ks) = &mut self.ks else { return };
-        let Some(ch) = &e.meta.chunk else { return };
-        if ch.num_chunks <= 1 || ch.chunk_id >= ch.num_chunks || ch.uuid.is_empty() {
-            return;
-        }
-        if ch.chunk_id == 0 {
-            ks.pins.insert(ch.uuid.clone(), c);
-        } else if ch.chunk_id + 1 == ch.num_chunks {
-            ks.pins.remove(&ch.uuid);
-        }
-    }
-
     fn dispatch_shared(&mut self, now: u64, entries: Vec<Entry>, from_replay: bool) {
         if entries.iter().any(|e| e.meta.chunk.is_some()) {
             let slots: Vec<ConsumerSlot<ConsumerId>> = self
@@ -1185,8 +1200,8 @@ impl Dispatcher {
                     continue;
                 }
                 if let Some(i) = self.find(cid) {
-                    let v: Vec<(Entry, u32)> = list.into_iter().map(|it| (it.0, 0)).collect();
-                    self.send_to(i, v, &[]);
+                    let v: Vec<Entry> = list.into_iter().map(|it| it.0).collect();
+                    self.send_to(i, v, &[], &[]);
                 } else {
                     for it in list {
                         self.replay.add(it.0.position, 0, None);
@@ -1198,28 +1213,31 @@ impl Dispatcher {
             }
             return;
         }
-        let mut rest: VecDeque<Entry> = entries.into();
-        while !rest.is_empty() {
+        let total = entries.len();
+        let mut consumed = 0usize;
+        let mut rest = entries.into_iter().peekable();
+        while rest.peek().is_some() {
             let Some(i) = self.next_round_robin() else {
                 break;
             };
             let avail = self.available_permits(&self.consumers[i]);
-            let cap = self.cfg.max_round_robin_batch.max(1) as i64;
+            let cap = self.cfg.max_round_robin_batch.max(1);
             let limit = avail.max(1);
-            let mut take = Vec::new();
+            let mut take = Vec::with_capacity(cap.min(total - consumed));
             let mut msgs = 0i64;
-            while let Some(e) = rest.front() {
+            while let Some(e) = rest.peek() {
                 let n = i64::from(e.meta.messages());
-                if !take.is_empty() && (msgs + n > limit || take.len() as i64 >= cap) {
+                if !take.is_empty() && (msgs + n > limit || take.len() >= cap) {
                     break;
                 }
                 msgs += n;
-                if let Some(e) = rest.pop_front() {
-                    take.push((e, 0));
+                if let Some(e) = rest.next() {
+                    take.push(e);
                 }
             }
+            consumed += take.len();
             self.rr_last = Some(self.consumers[i].id);
-            self.send_to(i, take, &[]);
+            self.send_to(i, take, &[], &[]);
         }
         let _ = from_replay;
         for e in rest {
@@ -1284,23 +1302,33 @@ impl Dispatcher {
         for c in &mut self.consumers {
             c.blocked_by_hash = false;
         }
-        let mut targets: Vec<bool> = vec![false; self.consumers.len()];
-        let mut groups: Vec<Vec<(Entry, u32)>> = vec![Vec::new(); self.consumers.len()];
-        let mut group_pins: Vec<Vec<bool>> = vec![Vec::new(); self.consumers.len()];
+        let n = entries.len();
+        let nc = self.consumers.len();
+        const HELD: u32 = u32::MAX;
+        let mut targets: Vec<bool> = vec![false; nc];
+        let mut counts: Vec<usize> = vec![0; nc];
+        let mut decision: Vec<u32> = Vec::with_capacity(n);
+        let mut hashes: Vec<u32> = Vec::with_capacity(n);
+        let mut pins: Vec<bool> = Vec::new();
         let mut blocked: AHashSet<u32> = AHashSet::new();
         let mut dispatched = 0usize;
-        for e in entries {
-            let hash = self.entry_hash(&e);
+        let draining_on = self.ks.as_ref().is_some_and(|k| k.draining.is_some());
+        // Pass 1: decide per entry (entries held back go to replay with their hash).
+        for (k, e) in entries.iter().enumerate() {
+            let hash = self.entry_hash(e);
+            hashes.push(hash);
             if blocked.contains(&hash) {
                 self.replay.add(e.position, hash, None);
+                decision.push(HELD);
                 continue;
             }
             // A continuation chunk follows the consumer that received chunk 0.
-            let pin = self.chunk_pin(&e, now);
-            let target = pin.or_else(|| self.ks.as_ref().and_then(|k| k.selector.select(hash)));
-            let Some(t) = target.and_then(|t| self.find(t)) else {
+            let pin = self.chunk_pin(e, now);
+            let selected = self.ks.as_ref().and_then(|k| k.selector.select(hash));
+            let Some(t) = pin.or(selected).and_then(|t| self.find(t)) else {
                 blocked.insert(hash);
                 self.replay.add(e.position, hash, None);
+                decision.push(HELD);
                 continue;
             };
             targets[t] = true;
@@ -1326,12 +1354,14 @@ impl Dispatcher {
             match verdict {
                 Some(Verdict::Allow) => {
                     snapshot[t] -= i64::from(e.meta.messages());
-                    let pinned_elsewhere = pin.is_some()
-                        && self.ks.as_ref().and_then(|k| k.selector.select(hash)) != pin;
-                    group_pins[t].push(
-                        pinned_elsewhere && self.ks.as_ref().is_some_and(|k| k.draining.is_some()),
-                    );
-                    groups[t].push((e, hash));
+                    if pin.is_some() && selected != pin && draining_on {
+                        if pins.is_empty() {
+                            pins = vec![false; n];
+                        }
+                        pins[k] = true;
+                    }
+                    decision.push(t as u32);
+                    counts[t] += 1;
                     dispatched += 1;
                 }
                 other => {
@@ -1344,15 +1374,31 @@ impl Dispatcher {
                     if other.is_some() && !from_replay {
                         self.consumers[t].blocked_by_hash = true;
                     }
-                    let p = pin.filter(|_| true);
-                    self.replay.add(e.position, hash, p);
+                    self.replay.add(e.position, hash, pin);
+                    decision.push(HELD);
                 }
             }
         }
-        for (i, g) in groups.into_iter().enumerate() {
-            if !g.is_empty() {
-                let pins = std::mem::take(&mut group_pins[i]);
-                self.send_to(i, g, &pins);
+        // Pass 2: group per consumer (exact capacities) and send.
+        let mut groups: Vec<(Vec<Entry>, Vec<u32>, Vec<bool>)> = counts
+            .iter()
+            .map(|&c| (Vec::with_capacity(c), Vec::with_capacity(c), Vec::new()))
+            .collect();
+        for (k, e) in entries.into_iter().enumerate() {
+            let t = decision[k];
+            if t == HELD {
+                continue;
+            }
+            let g = &mut groups[t as usize];
+            g.0.push(e);
+            g.1.push(hashes[k]);
+            if !pins.is_empty() {
+                g.2.push(pins[k]);
+            }
+        }
+        for (i, (es, hs, ps)) in groups.into_iter().enumerate() {
+            if !es.is_empty() {
+                self.send_to(i, es, &hs, &ps);
             }
         }
         // Look-ahead (Pulsar §9.3): nothing went out, yet someone could take more.

@@ -4,7 +4,7 @@
 //! consumer's pending-acks lock, then the draining-hashes lock. The consumer registry lock is
 //! only held to clone an `Arc` out of it, never while calling into the maps.
 
-use draining_hashes::{DrainingHashes, UnblockListener};
+use draining_hashes::{DrainingHashes, SendCheck, UnblockListener};
 use pending_acks::{AddHandler, PendingAck, PendingAcks, RemovalCause, RemoveHandler};
 use tracing::warn;
 
@@ -175,21 +175,20 @@ impl AddHandler<PaPos, ConsumerId> for DrainAddHandler {
         if hash == 0 {
             return true;
         }
-        match self.draining.get(hash) {
-            Some(e) if e.owner != consumer => {
-                tracing::debug!(consumer = %consumer, owner = %e.owner, ledger = pos.0, entry = pos.1, hash, "send-time add refused: hash drains on another consumer");
+        // One atomic step in the tracker: refuse if another consumer drains the hash; count
+        // one more reference if this very consumer drains it (a continuation chunk pinned to
+        // the old owner: the new owner must wait for it too).
+        match self.draining.check_send(consumer, hash) {
+            SendCheck::Blocked { owner } => {
+                tracing::debug!(consumer = %consumer, owner = %owner, ledger = pos.0, entry = pos.1, hash, "send-time add refused: hash drains on another consumer");
                 false
             }
-            // Draining on this very consumer (a continuation chunk pinned to the old owner):
-            // the new owner must wait for this entry too. Or not draining, but the core marked
-            // the entry as a pinned chunk whose hash maps elsewhere: start draining it.
-            // Only the core adds entries, so nothing can register between the look-up and the
-            // count; a concurrent ack that releases the entry in between just makes add_entry
-            // create a fresh one for this send, which is what the new owner must wait for.
-            found => {
-                if found.is_some() || self.count_next.load(Ordering::SeqCst) {
+            SendCheck::Counted { .. } => true,
+            SendCheck::NotDraining => {
+                // A pinned chunk whose hash maps elsewhere starts draining on this consumer.
+                if self.count_next.load(Ordering::SeqCst) {
                     if let Err(e) = self.draining.add_entry(consumer, hash) {
-                        warn!(consumer = %consumer, hash, error = %e, "could not count a send in draining");
+                        warn!(consumer = %consumer, hash, error = %e, "could not count a pinned chunk in draining");
                     }
                 }
                 true
