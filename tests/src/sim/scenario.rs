@@ -85,6 +85,9 @@ pub struct ConsumerOpts {
     pub prio: i32,
     /// Client: drop (and ack) incomplete chunked messages after this many ms.
     pub chunk_expiry: Option<u64>,
+    /// Client: ack (drop) the oldest incomplete chunked message when too many are pending,
+    /// instead of redelivering it.
+    pub chunk_auto_ack: bool,
 }
 
 impl Default for ConsumerOpts {
@@ -96,6 +99,7 @@ impl Default for ConsumerOpts {
             manual: false,
             prio: 0,
             chunk_expiry: Some(60_000),
+            chunk_auto_ack: false,
         }
     }
 }
@@ -265,6 +269,8 @@ pub struct Mix {
     pub zero: u32,
     /// Client chunk expiry, ms.
     pub chunk_expiry: u64,
+    /// Client: ack the oldest incomplete chunked message on overflow (see [`ConsumerOpts`]).
+    pub chunk_auto_ack: bool,
     /// Publishing lasts this long, ms.
     pub duration: u64,
     /// Number of faults.
@@ -290,6 +296,7 @@ impl Default for Mix {
             slow: 200,
             zero: 100,
             chunk_expiry: 60_000,
+            chunk_auto_ack: false,
             duration: 10_000,
             faults: 10,
             kinds: vec![
@@ -424,6 +431,7 @@ fn parse_mix(words: &[&str]) -> Result<Mix, String> {
             "slow" => m.slow = num(v, k)?,
             "zero" => m.zero = num(v, k)?,
             "chunk_expiry" => m.chunk_expiry = num(v, k)?,
+            "chunk_auto_ack" => m.chunk_auto_ack = num::<u8>(v, k)? != 0,
             "duration" => m.duration = num(v, k)?,
             "faults" => m.faults = num(v, k)?,
             "kinds" => {
@@ -457,6 +465,7 @@ fn parse_join(words: &[&str]) -> Result<Action, String> {
             "nack" => o.nack = num(v, k)?,
             "prio" => o.prio = num(v, k)?,
             "chunk_expiry" => o.chunk_expiry = Some(num(v, k)?),
+            "chunk_auto_ack" => o.chunk_auto_ack = num::<u8>(v, k)? != 0,
             _ => return Err(format!("unknown join option `{k}`")),
         }
     }

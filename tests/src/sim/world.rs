@@ -259,6 +259,7 @@ fn client_config(o: &ConsumerOpts) -> ConsumerConfig {
     ConsumerConfig {
         receiver_queue_size: o.queue,
         expire_incomplete_chunked_after: o.chunk_expiry,
+        auto_ack_oldest_chunked_on_queue_full: o.chunk_auto_ack,
         nack_delay: 200,
         ..ConsumerConfig::default()
     }
@@ -472,6 +473,7 @@ impl World {
             manual: false,
             prio: 0,
             chunk_expiry: Some(mix.chunk_expiry),
+            chunk_auto_ack: mix.chunk_auto_ack,
         }
     }
 
@@ -1268,12 +1270,16 @@ impl World {
                 let mut g = lock(&self.cell);
                 let CursorCell { cursor, ledger } = &mut *g;
                 let size = ledger.meta(p).map_or(1, EntryMeta::messages);
-                cursor.ack_batch_index(ledger, p, size, &[i])
+                let open = p > cursor.mark_delete_position() && !cursor.is_acked(p);
+                cursor
+                    .ack_batch_index(ledger, p, size, &[i])
+                    .map(|o| (o, open && cursor.is_acked(p)))
             };
             match r {
-                Ok(o) => {
+                Ok((o, complete)) => {
                     self.log(format!("broker: ack {name} {mid} newly={}", o.newly_acked));
-                    let complete = lock(&self.cell).cursor.is_acked(p);
+                    // Only when this index completed an entry still above mark-delete; a
+                    // dropped entry's pending ack goes with the client's whole-entry ack.
                     if complete {
                         // The last batch index completed the entry: its pending ack goes too.
                         self.acked.insert(p);
