@@ -9,6 +9,8 @@
 //!   consumers, and nothing is sent while an earlier entry of its hash waits in replay;
 //! * no loss: every published position is acked (or at/below mark-delete), pending, in replay
 //!   or not yet read;
+//! * chunks: the first delivery of every chunk of a message goes to the consumer that got its
+//!   chunk 0 while that consumer is connected;
 //! * accounting: per consumer, permits + parked = granted − sent messages, unacked = sum of its
 //!   pending messages; the subscription's unacked is the sum.
 //!
@@ -46,6 +48,10 @@ struct Model {
     sent: BTreeMap<String, i64>,
     published: BTreeSet<Position>,
     sends_seen: usize,
+    /// uuid → consumer that received its chunk 0 last.
+    chunk_owner: BTreeMap<String, String>,
+    /// Positions sent at least once.
+    sent_once: BTreeSet<Position>,
 }
 
 fn ordered_key_shared(cfg: &DispatcherConfig) -> bool {
@@ -81,7 +87,15 @@ fn random_op(r: &mut Rng, w: &World, joined: &mut u32) -> Option<String> {
             let keys: Vec<String> = (0..n).map(|_| format!("k{}", r.below(8))).collect();
             format!("pub {}", keys.join(" "))
         }
-        45..=48 => format!("batch k{} {}", r.below(8), 2 + r.below(3)),
+        45..=46 => format!("batch k{} {}", r.below(8), 2 + r.below(3)),
+        47..=48 => {
+            format!(
+                "chunks u{} k{} {}",
+                r.next() % 1_000_000,
+                r.below(8),
+                2 + r.below(3)
+            )
+        }
         49..=74 => {
             if names.is_empty() {
                 return None;
@@ -167,7 +181,7 @@ fn run_seed(cfg: DispatcherConfig, seed: u64, steps: usize) -> Result<(), String
         let before_pub = w.cell.lock().unwrap().ledger.last_position();
         w.step(&op);
         let g = w.cell.lock().unwrap();
-        if words[0] == "pub" || words[0] == "batch" {
+        if words[0] == "pub" || words[0] == "batch" || words[0] == "chunks" {
             let last = g.ledger.last_position().unwrap();
             let mut p = before_pub.map_or(Position::new(1, 0), |b| b.next());
             while p <= last {
@@ -217,6 +231,19 @@ fn run_seed(cfg: DispatcherConfig, seed: u64, steps: usize) -> Result<(), String
                     );
                 }
             }
+            if let Some(ch) = &e.meta.chunk {
+                if ch.chunk_id == 0 {
+                    m.chunk_owner.insert(ch.uuid.clone(), name.clone());
+                } else if let Some(owner) = m.chunk_owner.get(&ch.uuid) {
+                    // First deliveries only: a redelivered chunk whose pin was already released
+                    // by the last chunk is routed like an orphan (as in Pulsar).
+                    let first = !m.sent_once.contains(&e.position);
+                    if first && *owner != name && w.names.contains_key(owner) {
+                        return fail(&ops, format!("chunk {} of {} sent to {name}, chunk 0 went to {owner} (still connected)", ch.chunk_id, ch.uuid));
+                    }
+                }
+            }
+            m.sent_once.insert(e.position);
             let n = e.meta.messages();
             m.pending.insert(e.position, (name.clone(), hash, n));
             *m.sent.entry(name.clone()).or_default() += i64::from(n);

@@ -280,6 +280,7 @@ impl World {
             "leave" => {
                 let id = self.id(args[0]);
                 self.d.handle_consumer_removed(self.now, id);
+                self.names.remove(args[0]);
             }
             "flow" => {
                 let id = self.id(args[0]);
