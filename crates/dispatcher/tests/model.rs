@@ -68,6 +68,16 @@ fn random_op(r: &mut Rng, w: &World, joined: &mut u32) -> Option<String> {
                 return None;
             }
             *joined += 1;
+            if w.cfg.subscription
+                == SubscriptionType::KeyShared(KeySharedConfig {
+                    mode: KeySharedMode::Exclusive,
+                    allow_out_of_order: false,
+                })
+            {
+                // One quarter of the hash space each; a taken quarter is refused (typed error).
+                let q = u64::from(*joined % 4) * 16_384;
+                return Some(format!("join C{joined} ranges={}-{}", q, q + 16_383));
+            }
             format!("join C{joined}")
         }
         8..=10 => {
@@ -348,6 +358,25 @@ fn key_shared_ring_matches_the_model() {
 fn key_shared_auto_split_matches_the_model() {
     for seed in 0..100 {
         run_seed(key_shared(KeySharedMode::AutoSplit), seed, 250).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn key_shared_exclusive_matches_the_model() {
+    for seed in 0..100 {
+        run_seed(key_shared(KeySharedMode::Exclusive), seed, 250).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn key_shared_out_of_order_keeps_accounting_and_loses_nothing() {
+    for seed in 0..100 {
+        let mut c = key_shared(KeySharedMode::ConsistentHashing { points: 20 });
+        c.subscription = SubscriptionType::KeyShared(KeySharedConfig {
+            mode: KeySharedMode::ConsistentHashing { points: 20 },
+            allow_out_of_order: true,
+        });
+        run_seed(c, seed, 250).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 
