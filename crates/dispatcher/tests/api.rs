@@ -251,3 +251,19 @@ fn batch_index_acks_reduce_then_clear_the_pending_ack() {
     assert!(w.d.pending_positions(a).is_empty());
     w.step("state");
 }
+
+#[test]
+fn normal_read_gate_refuses_a_hash_waiting_in_replay() {
+    // A nacks a k3 entry while it has no permits: the entry waits in replay with its hash.
+    let w = run("key_shared\njoin A\nflow A 1\npub k3\nnack A 1:0\n");
+    let a = w.id("A");
+    let (p, h) = w.d.replay_positions()[0];
+    assert_eq!(p, Position::new(1, 0));
+    assert_eq!(w.d.can_dispatch(Gate::NormalRead, a, h), Verdict::BehindReplay);
+    assert_eq!(w.d.can_dispatch(Gate::ReplayPick, a, h), Verdict::Allow);
+    assert_eq!(w.d.can_dispatch(Gate::SendTime, a, h), Verdict::Allow);
+    // Out-of-order mode does not count replay hashes.
+    let w = run("key_shared ooo\njoin A\nflow A 1\npub k3\nnack A 1:0\n");
+    let (_, h) = w.d.replay_positions()[0];
+    assert_eq!(w.d.can_dispatch(Gate::NormalRead, w.id("A"), h), Verdict::Allow);
+}
