@@ -25,8 +25,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// The simulator steps of `cargo xtask ci` (each well under a minute in release):
-/// a smoke seed range of the default mix, both legacy detections (the checker must fail), and a
-/// determinism check (every run twice, identical event-log hash).
+/// a smoke seed range of the default mix, both legacy detections (the checker must fail), a
+/// determinism check (every run twice, identical event-log hash) and the randomised mixes on the
+/// dispatcher's threaded runtime.
 pub(crate) fn ci_steps() -> anyhow::Result<()> {
     sh(sim(&[
         "--seeds",
@@ -66,5 +67,13 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
         "3",
         "--json",
         "target/sim/ci-determinism.json",
+    ]))?;
+    sh(sim(&[
+        "--runtime",
+        "threads",
+        "--seeds",
+        "2",
+        "--json",
+        "target/sim/ci-threads.json",
     ]))
 }

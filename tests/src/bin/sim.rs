@@ -119,6 +119,76 @@ fn print_violations(r: &RunResult, legacy: Option<Legacy>) {
     }
 }
 
+/// `--runtime threads`: the randomised scenarios (or the given ones) on the dispatcher's
+/// threaded runtime, consumers acking on their own threads, checked from the event log.
+fn run_threads(args: &Args, scenarios: Vec<Scenario>) -> ExitCode {
+    let scenarios: Vec<Scenario> = if args.scenarios.is_empty() {
+        scenarios.into_iter().filter(|s| s.mix.is_some()).collect()
+    } else {
+        scenarios
+    };
+    if args.legacy.is_some() || args.check_determinism {
+        eprintln!(
+            "sim: --runtime threads runs the product configuration only and is not              deterministic (threads decide the interleaving); drop --legacy / --check-determinism"
+        );
+        return ExitCode::from(2);
+    }
+    let started = Instant::now();
+    let mut results = Vec::new();
+    let mut walls = Vec::new();
+    for s in &scenarios {
+        for seed in args.seed..args.seed.saturating_add(args.seeds) {
+            let t = Instant::now();
+            match tests::sim::run_threaded(s, seed) {
+                Ok((r, skipped)) => {
+                    walls.push(t.elapsed().as_secs_f64());
+                    if skipped > 0 {
+                        eprintln!(
+                            "sim: [{} seed={seed}] threads: {skipped} fault(s) other than join/leave skipped",
+                            s.name
+                        );
+                    }
+                    for v in &r.violations {
+                        println!("VIOLATION [{} seed={seed} runtime=threads] {v}", r.scenario);
+                        println!(
+                            "  reproduce (the workload; threads decide the interleaving): {} --runtime threads",
+                            repro_command(&r.scenario, seed, None)
+                        );
+                    }
+                    results.push(r);
+                }
+                Err(e) => {
+                    eprintln!("sim: {}: {e}", s.name);
+                    return ExitCode::from(2);
+                }
+            }
+        }
+    }
+    let rows = Summary::group(&results, &walls);
+    print!("{}", summary_table(&rows, true));
+    let json = json_report(&results, &walls, None, |r| {
+        format!(
+            "{} --runtime threads",
+            repro_command(&r.scenario, r.seed, None)
+        )
+    });
+    if let Some(dir) = std::path::Path::new(&args.json).parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let _ = std::fs::write(&args.json, json);
+    let violations: usize = results.iter().map(|r| r.violations.len()).sum();
+    println!(
+        "{} threaded runs in {:.1?}, {violations} violation(s)",
+        results.len(),
+        started.elapsed()
+    );
+    if violations == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
@@ -132,15 +202,6 @@ fn main() -> ExitCode {
             println!("{}", s.name);
         }
         return ExitCode::SUCCESS;
-    }
-    if args.runtime_threads {
-        eprintln!(
-            "sim: --runtime threads is not available: the dispatcher's threaded runtime \
-             (a `runtime` module in crates/dispatcher with its crossbeam-channel loop and \
-             consumer-thread acks) has not landed yet, so there is nothing to drive. The \
-             deterministic run (`--runtime sim`, the default) checks the same invariants."
-        );
-        return ExitCode::from(3);
     }
     let scenarios: Vec<Scenario> = if args.scenarios.is_empty() {
         default_mix()
@@ -157,6 +218,9 @@ fn main() -> ExitCode {
         }
         v
     };
+    if args.runtime_threads {
+        return run_threads(&args, scenarios);
+    }
     let keep_log = args.log.is_some();
     let started = Instant::now();
     let mut last_progress = Instant::now();

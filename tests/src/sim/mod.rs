@@ -14,8 +14,9 @@
 //! un-acked and un-dropped position, and pending acks / draining refcounts equal a reference
 //! model. See [`ViolationKind`].
 //!
-//! Does not: re-implement any product crate (it drives them), read the clock (the CLI measures
-//! wall time), or run the dispatcher's threaded runtime (not landed yet).
+//! Does not: re-implement any product crate (it drives them), or read the clock — except
+//! [`run_threaded`], which runs the same workload on the dispatcher's threaded runtime with real
+//! consumer threads and is checked afterwards from its event log.
 //!
 //! ```
 //! use tests::sim::{builtin, run_scenario, RunOptions};
@@ -31,6 +32,7 @@ mod library;
 mod report;
 mod rng;
 mod scenario;
+mod threads;
 mod world;
 
 pub use check::{Violation, ViolationKind};
@@ -38,6 +40,7 @@ pub use library::{builtin, builtin_names, default_mix, load};
 pub use report::{json_report, summary_table, Summary};
 pub use rng::{Purpose, Rng, Zipf};
 pub use scenario::{ParseError, Scenario};
+pub use threads::run_threaded;
 pub use world::{Legacy, RunOptions, RunResult, World};
 
 /// Builds and runs one scenario for one seed.

@@ -255,7 +255,7 @@ struct SimConsumer {
     close_sent: bool,
 }
 
-fn client_config(o: &ConsumerOpts) -> ConsumerConfig {
+pub(crate) fn client_config(o: &ConsumerOpts) -> ConsumerConfig {
     ConsumerConfig {
         receiver_queue_size: o.queue,
         expire_incomplete_chunked_after: o.chunk_expiry,
@@ -276,6 +276,22 @@ fn fnv1a(mut h: u64, bytes: &[u8]) -> u64 {
 const FNV_OFFSET: u64 = 0xCBF2_9CE4_8422_2325;
 const TAIL: usize = 60;
 const MAX_COMMANDS_PER_PUMP: u64 = 200_000;
+
+/// The dispatcher configuration a world config asks for (no legacy switch).
+pub(crate) fn dispatcher_config(cfg: &WorldConfig) -> DispatcherConfig {
+    let mut d = match cfg.sub {
+        SubKind::Shared => DispatcherConfig::shared(),
+        SubKind::KeySharedRing => DispatcherConfig::key_shared(),
+        SubKind::KeySharedAutoSplit => {
+            DispatcherConfig::new(SubscriptionType::KeyShared(KeySharedConfig {
+                mode: KeySharedMode::AutoSplit,
+                allow_out_of_order: false,
+            }))
+        }
+    };
+    d.unblocking_interval = cfg.unblocking_interval;
+    d
+}
 
 /// One simulated world. Build it with [`World::new`], run it with [`World::run`].
 pub struct World {
@@ -338,17 +354,7 @@ impl World {
     /// Errors when the scenario asks for something this build cannot do.
     pub fn new(scenario: &Scenario, opts: &RunOptions) -> Result<World, String> {
         let cfg = scenario.config.clone();
-        let mut dcfg = match cfg.sub {
-            SubKind::Shared => DispatcherConfig::shared(),
-            SubKind::KeySharedRing => DispatcherConfig::key_shared(),
-            SubKind::KeySharedAutoSplit => {
-                DispatcherConfig::new(SubscriptionType::KeyShared(KeySharedConfig {
-                    mode: KeySharedMode::AutoSplit,
-                    allow_out_of_order: false,
-                }))
-            }
-        };
-        dcfg.unblocking_interval = cfg.unblocking_interval;
+        let mut dcfg = dispatcher_config(&cfg);
         match opts.legacy {
             Some(Legacy::MarkDeleteCleanup) => dcfg.legacy_mark_delete_cleanup = true,
             Some(Legacy::OrphanChunkReplay) => {
@@ -454,6 +460,11 @@ impl World {
             w.name
         ));
         Ok(w)
+    }
+
+    /// The scripted steps with the mix expanded, in time order.
+    pub(crate) fn expanded_steps(&self) -> Vec<Step> {
+        self.steps.clone()
     }
 
     fn mix_consumer_opts(&mut self, mix: &Mix) -> ConsumerOpts {
@@ -644,9 +655,6 @@ impl World {
             self.entries,
             self.faults
         ));
-        if let Some(dir) = self.temp_dir.take() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
         RunResult {
             scenario: self.name.clone(),
             seed: self.seed,
@@ -1870,6 +1878,14 @@ impl World {
             if let Some(detail) = failed {
                 self.simple_violation(ViolationKind::Expectation, detail);
             }
+        }
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some(dir) = self.temp_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
         }
     }
 }
