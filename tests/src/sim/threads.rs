@@ -202,7 +202,7 @@ pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), 
         + 1;
     let steps: Vec<Step> = steps
         .into_iter()
-        .filter_map(|s| match s.action {
+        .map(|s| match s.action {
             Action::RandomFault(FaultKind::Join) => {
                 let name = format!("c{next_join}");
                 next_join += 1;
@@ -215,16 +215,16 @@ pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), 
                     chunk_expiry: Some(mix.chunk_expiry),
                     chunk_auto_ack: mix.chunk_auto_ack,
                 };
-                Some(Step {
+                Step {
                     at: s.at,
                     action: Action::Join(name, o),
-                })
+                }
             }
-            Action::RandomFault(FaultKind::Leave) => Some(Step {
+            Action::RandomFault(FaultKind::Leave) => Step {
                 at: s.at,
                 action: Action::Leave(String::new()),
-            }),
-            _ => Some(s),
+            },
+            _ => s,
         })
         .collect();
     for step in &steps {
@@ -296,7 +296,7 @@ pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), 
                 }
                 published += batch.len() as u64;
                 rt.publish(batch);
-                if published % 16 == 0 {
+                if published.is_multiple_of(16) {
                     std::thread::sleep(Duration::from_micros(300));
                 }
             }

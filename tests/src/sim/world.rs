@@ -172,7 +172,7 @@ enum Ev {
     ToClient {
         name: String,
         conn: u64,
-        entries: Vec<(Entry, u32, Vec<u32>)>,
+        entries: Vec<(Entry, u32)>,
     },
     ToBroker {
         name: String,
@@ -707,8 +707,8 @@ impl World {
                 name,
                 conn,
                 entries,
-            } => self.to_client(&name, conn, entries),
-            Ev::ToBroker { name, conn, cmd } => self.to_broker(&name, conn, cmd),
+            } => self.client_receives(&name, conn, entries),
+            Ev::ToBroker { name, conn, cmd } => self.broker_receives(&name, conn, cmd),
             Ev::AppDone { name, conn, task } => {
                 let ok = self
                     .consumers
@@ -1201,7 +1201,7 @@ impl World {
         );
     }
 
-    fn to_broker(&mut self, name: &str, conn: u64, cmd: Wire) {
+    fn broker_receives(&mut self, name: &str, conn: u64, cmd: Wire) {
         let Some(c) = self.consumers.get(name) else {
             return;
         };
@@ -1443,7 +1443,7 @@ impl World {
             // the entry's whole message count in permits, and the client returns one permit per
             // message (dropping copies of indexes it knows are acked). Filtering here would leak
             // permits.
-            out.push((e, redeliveries, Vec::new()));
+            out.push((e, redeliveries));
         }
         self.log(line);
         let delay = self.net_delay();
@@ -1469,7 +1469,7 @@ impl World {
 
     // ------------------------------------------------------------------ client side
 
-    fn to_client(&mut self, name: &str, conn: u64, entries: Vec<(Entry, u32, Vec<u32>)>) {
+    fn client_receives(&mut self, name: &str, conn: u64, entries: Vec<(Entry, u32)>) {
         let now = self.now;
         let mut errors = Vec::new();
         {
@@ -1479,7 +1479,7 @@ impl World {
             if c.conn != conn || conn == 0 {
                 return;
             }
-            for (e, redelivery_count, acked_idx) in entries {
+            for (e, redelivery_count) in entries {
                 let m = &e.meta;
                 let (l, en) = (e.position.ledger_id, e.position.entry_id);
                 let key = Self::key_of(m);
@@ -1501,9 +1501,6 @@ impl World {
                 let n = m.messages();
                 if n > 1 && m.chunk.is_none() {
                     for i in 0..n {
-                        if acked_idx.contains(&i) {
-                            continue;
-                        }
                         let msg = IncomingMessage {
                             id: MessageId::batched(l, en, i),
                             batch: Some(BatchInfo { index: i, size: n }),
