@@ -224,6 +224,10 @@ pub struct Dispatcher {
     retry_timer: Option<u64>,
     retry_backoff: u64,
     skip_backoff: bool,
+    /// Key_Shared: the last replay pick found nothing dispatchable and nothing relevant changed
+    /// since (the pick scans the replay set, so it is not repeated for nothing).
+    replay_settled: bool,
+    scratch_blocked: AHashSet<u32>,
     last_timer_sent: Option<u64>,
     last_md: Option<Position>,
     redelivery_counts: BTreeMap<Position, u32>,
@@ -331,6 +335,8 @@ impl Dispatcher {
             retry_timer: None,
             retry_backoff: 0,
             skip_backoff: false,
+            replay_settled: false,
+            scratch_blocked: AHashSet::new(),
             last_timer_sent: None,
             last_md: None,
             redelivery_counts: BTreeMap::new(),
@@ -605,6 +611,7 @@ impl Dispatcher {
 
     /// A timer armed through [`Command::SetTimer`] is due.
     pub fn handle_timeout(&mut self, now: u64) {
+        self.replay_settled = false;
         if self.unblock_timer.is_some_and(|t| t <= now) {
             self.unblock_timer = None;
             self.skip_next_replay = false;
@@ -631,6 +638,7 @@ impl Dispatcher {
     /// New input may allow progress: cancel the retry backoff.
     fn input_arrived(&mut self) {
         self.retry_timer = None;
+        self.replay_settled = false;
     }
 
     /// New entries were appended to the ledger: a read parked at the end of the topic resumes.
@@ -645,6 +653,7 @@ impl Dispatcher {
             if c.shared.max_unacked > 0 && c.blocked() && c.unacked() <= c.shared.max_unacked / 2 {
                 c.shared.blocked.store(false, Ordering::SeqCst);
                 c.permits += std::mem::take(&mut c.parked_permits);
+                self.replay_settled = false;
                 debug!(consumer = %c.id, permits = c.permits, "consumer resumed below half its unacked limit");
             }
         }
@@ -893,7 +902,8 @@ impl Dispatcher {
             .unwrap_or(usize::MAX)
             .min(self.read_batch)
             .max(1);
-        if !self.replay.is_empty() && !std::mem::take(&mut self.skip_next_replay) {
+        let settled = self.ks.is_some() && self.replay_settled;
+        if !self.replay.is_empty() && !std::mem::take(&mut self.skip_next_replay) && !settled {
             let positions = self.pick_replay(n);
             if !positions.is_empty() {
                 trace!(count = positions.len(), "replay read");
@@ -929,16 +939,18 @@ impl Dispatcher {
         if self.ks.is_none() {
             return self.replay.iter().take(n).map(|(p, _)| p).collect();
         }
-        let mut snapshot: AHashMap<ConsumerId, i64> = self
+        let mut snapshot: Vec<(ConsumerId, i64)> = self
             .consumers
             .iter()
             .map(|c| (c.id, self.available_permits(c)))
             .collect();
-        let mut blocked: AHashSet<u32> = AHashSet::new();
+        let mut capacity: i64 = snapshot.iter().map(|(_, p)| *p).sum();
+        let mut blocked = std::mem::replace(&mut self.scratch_blocked, AHashSet::new());
+        blocked.clear();
         let mut out = Vec::new();
         let ordered = self.ks.as_ref().is_some_and(|k| k.ordered());
         for (p, e) in self.replay.iter() {
-            if out.len() >= n {
+            if out.len() >= n || capacity <= 0 {
                 break;
             }
             if e.hash == 0 {
@@ -952,25 +964,30 @@ impl Dispatcher {
                 Some(c) => Some(c),
                 None => self.ks.as_ref().and_then(|k| k.selector.select(e.hash)),
             };
-            let ok = match target {
-                None => false,
-                Some(t) => {
-                    let permits = snapshot.get(&t).copied().unwrap_or(0);
-                    permits > 0
+            let slot = target.and_then(|t| snapshot.iter().position(|(c, _)| *c == t));
+            let ok = match (target, slot) {
+                (Some(t), Some(i)) => {
+                    snapshot[i].1 > 0
                         && (e.pinned.is_some()
                             || self.can_dispatch(Gate::ReplayPick, t, e.hash) == Verdict::Allow)
                 }
+                _ => false,
             };
             if ok {
-                if let Some(t) = target {
-                    if let Some(v) = snapshot.get_mut(&t) {
-                        *v -= 1;
-                    }
+                if let Some(i) = slot {
+                    snapshot[i].1 -= 1;
+                    capacity -= 1;
                 }
                 out.push(p);
             } else if ordered {
                 blocked.insert(e.hash);
             }
+        }
+        self.scratch_blocked = blocked;
+        if out.is_empty() {
+            // Nothing in replay can go now; only new permits, an unblock, a membership change or
+            // new redeliveries can change that (entries a dispatch pass holds back cannot).
+            self.replay_settled = true;
         }
         out
     }
@@ -1053,6 +1070,7 @@ impl Dispatcher {
         if self.pending_read == Some(ReadKind::Replay) {
             self.pending_read = None;
         }
+        self.replay_settled = false;
         for p in already_acked {
             self.replay.remove(*p);
         }

@@ -259,11 +259,17 @@ fn normal_read_gate_refuses_a_hash_waiting_in_replay() {
     let a = w.id("A");
     let (p, h) = w.d.replay_positions()[0];
     assert_eq!(p, Position::new(1, 0));
-    assert_eq!(w.d.can_dispatch(Gate::NormalRead, a, h), Verdict::BehindReplay);
+    assert_eq!(
+        w.d.can_dispatch(Gate::NormalRead, a, h),
+        Verdict::BehindReplay
+    );
     assert_eq!(w.d.can_dispatch(Gate::ReplayPick, a, h), Verdict::Allow);
     assert_eq!(w.d.can_dispatch(Gate::SendTime, a, h), Verdict::Allow);
     // Out-of-order mode does not count replay hashes.
     let w = run("key_shared ooo\njoin A\nflow A 1\npub k3\nnack A 1:0\n");
     let (_, h) = w.d.replay_positions()[0];
-    assert_eq!(w.d.can_dispatch(Gate::NormalRead, w.id("A"), h), Verdict::Allow);
+    assert_eq!(
+        w.d.can_dispatch(Gate::NormalRead, w.id("A"), h),
+        Verdict::Allow
+    );
 }

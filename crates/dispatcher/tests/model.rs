@@ -14,7 +14,8 @@
 //! * accounting: per consumer, permits + parked = granted − sent messages, unacked = sum of its
 //!   pending messages; the subscription's unacked is the sum.
 //!
-//! On failure the seed and the operations are printed. The legacy mark-delete switch must make
+//! At the end every run quiesces (consumers for the whole hash space, permits, acks, time) and
+//! the backlog must drain: no stall. On failure the seed and the operations are printed. The legacy mark-delete switch must make
 //! the hash-exclusivity check fail on some seed: the checker can fail.
 
 mod common;
@@ -324,7 +325,50 @@ fn run_seed(cfg: DispatcherConfig, seed: u64, steps: usize) -> Result<(), String
             );
         }
     }
-    Ok(())
+    // Liveness: once faults stop and consumers keep acking, the backlog drains.
+    let exclusive = w.cfg.subscription
+        == SubscriptionType::KeyShared(KeySharedConfig {
+            mode: KeySharedMode::Exclusive,
+            allow_out_of_order: false,
+        });
+    for q in 0..4u64 {
+        let line = if exclusive {
+            format!("join Q{q} ranges={}-{}", q * 16_384, q * 16_384 + 16_383)
+        } else {
+            format!("join Q{q}")
+        };
+        if w.names.len() < 4 || exclusive {
+            ops.push(line.clone());
+            w.step(&line);
+        }
+    }
+    for _ in 0..100 {
+        let names: Vec<String> = w.names.keys().cloned().collect();
+        for n in names {
+            let line = format!("flow {n} 50");
+            w.step(&line);
+            let id = w.id(&n);
+            for (p, _) in w.d.pending_positions(id) {
+                let _ = w.ack.ack(id, p);
+            }
+        }
+        w.step("advance 20");
+        let g = w.cell.lock().unwrap();
+        if g.cursor.backlog(&g.ledger).entries == 0 {
+            return Ok(());
+        }
+    }
+    let g = w.cell.lock().unwrap();
+    let backlog = g.cursor.backlog(&g.ledger);
+    drop(g);
+    fail(
+        &ops,
+        format!(
+            "stall: backlog {backlog:?} after the quiesce phase; replay {:?}; draining {:?}",
+            w.d.replay_positions(),
+            w.d.draining_hashes()
+        ),
+    )
 }
 
 fn parse(s: &str) -> Position {
