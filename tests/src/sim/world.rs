@@ -324,6 +324,8 @@ pub struct World {
     dropped: BTreeSet<Position>,
     checked_md: Position,
     model: BTreeMap<ConsumerId, BTreeSet<Position>>,
+    /// Shared: uuid → consumer its chunk 0 went to, until its last chunk is sent.
+    pins: BTreeMap<String, ConsumerId>,
     order: OrderChecker,
     violations: Vec<Violation>,
     messages: u64,
@@ -426,6 +428,7 @@ impl World {
             dropped: BTreeSet::new(),
             checked_md,
             model: BTreeMap::new(),
+            pins: BTreeMap::new(),
             order: OrderChecker::new(ordered),
             violations: Vec::new(),
             messages: 0,
@@ -1014,6 +1017,7 @@ impl World {
         let now = self.now;
         if self.d.handle_consumer_removed(now, id) {
             self.model.remove(&id);
+            self.pins.retain(|_, c| *c != id);
         }
         self.by_id.remove(&id);
         self.pump_broker();
@@ -1053,6 +1057,7 @@ impl World {
         self.ack = self.d.ack_handle(self.cell.clone());
         self.waker = waker;
         self.model.clear();
+        self.pins.clear();
         self.by_id.clear();
         let names: Vec<String> = self.consumers.keys().cloned().collect();
         let epoch = self.broker_epoch;
@@ -1434,6 +1439,13 @@ impl World {
             if let Some(s) = self.model.get_mut(&id) {
                 s.insert(p);
             }
+            if let (SubKind::Shared, Some(c)) = (self.cfg.sub, e.meta.chunk.as_ref()) {
+                if c.chunk_id + 1 == c.num_chunks {
+                    self.pins.remove(&c.uuid);
+                } else if c.chunk_id == 0 {
+                    self.pins.insert(c.uuid.clone(), id);
+                }
+            }
             let k = Self::key_of(&e.meta)
                 .map(|k| key_str(&k))
                 .unwrap_or_else(|| "-".into());
@@ -1709,7 +1721,29 @@ impl World {
             return;
         }
         let mut per_hash: BTreeMap<(ConsumerId, u32), u32> = BTreeMap::new();
+        let unacked: BTreeMap<ConsumerId, i64> = self
+            .d
+            .consumer_stats()
+            .into_iter()
+            .map(|c| (c.id, c.unacked))
+            .collect();
         for id in ids {
+            let expected_unacked: i64 = {
+                let g = lock(&self.cell);
+                self.model[&id]
+                    .iter()
+                    .map(|p| i64::from(g.ledger.meta(*p).map_or(1, EntryMeta::messages)))
+                    .sum()
+            };
+            let real_unacked = unacked.get(&id).copied().unwrap_or(0);
+            if real_unacked != expected_unacked {
+                let name = self.name_of(id);
+                self.simple_violation(
+                    ViolationKind::Model,
+                    format!("{name} is charged {real_unacked} unacked messages, its pending entries hold {expected_unacked}"),
+                );
+                return;
+            }
             let real = self.d.pending_positions(id);
             let expected = &self.model[&id];
             let same = real.len() == expected.len()
@@ -1744,6 +1778,18 @@ impl World {
             }
             for (_, h) in real {
                 *per_hash.entry((id, h)).or_insert(0) += 1;
+            }
+        }
+        if self.cfg.sub == SubKind::Shared {
+            let real = self.d.stats().chunk_pins;
+            if real != self.pins.len() {
+                let detail = format!(
+                    "the chunk assignor holds {real} pins, the model {} ({:?})",
+                    self.pins.len(),
+                    self.pins.keys().take(5).collect::<Vec<_>>()
+                );
+                self.simple_violation(ViolationKind::Model, detail);
+                return;
             }
         }
         for (hash, owner, refs) in self.d.draining_hashes() {
