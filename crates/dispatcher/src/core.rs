@@ -1335,7 +1335,7 @@ impl Dispatcher {
         for (k, e) in entries.iter().enumerate() {
             let hash = self.entry_hash(e);
             hashes.push(hash);
-            if blocked.contains(&hash) {
+            if !blocked.is_empty() && blocked.contains(&hash) {
                 self.replay.add(e.position, hash, None);
                 decision.push(HELD);
                 continue;

@@ -107,7 +107,10 @@ impl<P: Ord + Copy, C: Copy> ReplaySet<P, C> {
 
     /// Whether an entry with this hash waits (only when hashes are counted; hash 0 never).
     pub fn contains_hash(&self, hash: u32) -> bool {
-        self.count_hashes && hash != 0 && self.hash_counts.contains_key(&hash)
+        self.count_hashes
+            && hash != 0
+            && !self.hash_counts.is_empty()
+            && self.hash_counts.contains_key(&hash)
     }
 
     /// First (smallest) position.
