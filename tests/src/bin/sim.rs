@@ -6,6 +6,8 @@
 //! ```
 
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 use tests::sim::{
@@ -14,7 +16,7 @@ use tests::sim::{
 };
 
 const DEFAULT_SEED: u64 = 1;
-const DEFAULT_SEEDS: u64 = 40;
+const DEFAULT_SEEDS: u64 = 150;
 
 struct Args {
     seed: u64,
@@ -93,6 +95,45 @@ fn parse_args() -> Result<Args, String> {
         return Err("--seeds must be at least 1".into());
     }
     Ok(a)
+}
+
+/// What one job produced.
+enum Outcome {
+    Ran(RunResult, f64),
+    NonDeterministic(String),
+    Error(String),
+}
+
+fn run_one(s: &Scenario, seed: u64, args: &Args, keep_log: bool) -> Outcome {
+    let opts = RunOptions {
+        seed,
+        legacy: args.legacy,
+        keep_log,
+    };
+    let t = Instant::now();
+    let r = match run_scenario(s, &opts) {
+        Ok(r) => r,
+        Err(e) => return Outcome::Error(format!("{}: {e}", s.name)),
+    };
+    let wall = t.elapsed().as_secs_f64();
+    if args.check_determinism {
+        let again = match run_scenario(s, &opts) {
+            Ok(r) => r,
+            Err(e) => return Outcome::Error(format!("{}: {e}", s.name)),
+        };
+        if again.log_hash != r.log_hash || again.log_lines != r.log_lines {
+            return Outcome::NonDeterministic(format!(
+                "NON-DETERMINISTIC [{} seed={seed}] event-log hash {:016x} ({} lines) then {:016x} ({} lines)\n  reproduce: {} --check-determinism",
+                s.name,
+                r.log_hash,
+                r.log_lines,
+                again.log_hash,
+                again.log_lines,
+                repro_command(&s.name, seed, args.legacy)
+            ));
+        }
+    }
+    Outcome::Ran(r, wall)
 }
 
 fn print_violations(r: &RunResult, legacy: Option<Legacy>) {
@@ -223,65 +264,70 @@ fn main() -> ExitCode {
     }
     let keep_log = args.log.is_some();
     let started = Instant::now();
-    let mut last_progress = Instant::now();
-    let total = scenarios.len() as u64 * args.seeds;
+    let jobs: Vec<(usize, u64)> = (0..scenarios.len())
+        .flat_map(|i| (args.seed..args.seed.saturating_add(args.seeds)).map(move |s| (i, s)))
+        .collect();
+    let total = jobs.len();
+    // Runs are independent worlds: spread them over the machine's cores, print and report in
+    // job order so the output does not depend on scheduling.
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .clamp(1, 4)
+        .min(total.max(1));
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let last_progress = Mutex::new(Instant::now());
+    let slots: Vec<Mutex<Option<Outcome>>> = (0..total).map(|_| Mutex::new(None)).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                let j = next.fetch_add(1, Ordering::SeqCst);
+                let Some(&(i, seed)) = jobs.get(j) else { break };
+                let out = run_one(&scenarios[i], seed, &args, keep_log);
+                let failed = !matches!(out, Outcome::Ran(..));
+                if let Ok(mut slot) = slots[j].lock() {
+                    *slot = Some(out);
+                }
+                let n = done.fetch_add(1, Ordering::SeqCst) + 1;
+                if let Ok(mut last) = last_progress.lock() {
+                    if last.elapsed().as_secs() >= 3 {
+                        eprintln!("sim: {n}/{total} runs, {:.0?} elapsed", started.elapsed());
+                        *last = Instant::now();
+                    }
+                }
+                if failed {
+                    // Stop handing out work; the others finish their current run.
+                    next.store(total, Ordering::SeqCst);
+                }
+            });
+        }
+    });
     let mut results = Vec::new();
     let mut walls = Vec::new();
-    let mut done = 0u64;
     let mut full_logs = String::new();
-    for s in &scenarios {
-        for seed in args.seed..args.seed.saturating_add(args.seeds) {
-            let opts = RunOptions {
-                seed,
-                legacy: args.legacy,
-                keep_log,
-            };
-            let t = Instant::now();
-            let r = match run_scenario(s, &opts) {
-                Ok(r) => r,
-                Err(e) => {
-                    eprintln!("sim: {}: {e}", s.name);
-                    return ExitCode::from(2);
-                }
-            };
-            walls.push(t.elapsed().as_secs_f64());
-            if args.check_determinism {
-                let again = match run_scenario(s, &opts) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        eprintln!("sim: {}: {e}", s.name);
-                        return ExitCode::from(2);
+    for slot in slots {
+        match slot.into_inner().ok().flatten() {
+            None => {}
+            Some(Outcome::Error(e)) => {
+                eprintln!("sim: {e}");
+                return ExitCode::from(2);
+            }
+            Some(Outcome::NonDeterministic(msg)) => {
+                println!("{msg}");
+                return ExitCode::from(1);
+            }
+            Some(Outcome::Ran(r, wall)) => {
+                if let Some(log) = &r.log {
+                    full_logs.push_str(&format!("# {} seed={}\n", r.scenario, r.seed));
+                    for l in log {
+                        full_logs.push_str(l);
+                        full_logs.push('\n');
                     }
-                };
-                if again.log_hash != r.log_hash || again.log_lines != r.log_lines {
-                    println!(
-                        "NON-DETERMINISTIC [{} seed={seed}] event-log hash {:016x} ({} lines) then {:016x} ({} lines)",
-                        s.name, r.log_hash, r.log_lines, again.log_hash, again.log_lines
-                    );
-                    println!(
-                        "  reproduce: {} --check-determinism",
-                        repro_command(&s.name, seed, args.legacy)
-                    );
-                    return ExitCode::from(1);
                 }
-            }
-            if let Some(log) = &r.log {
-                full_logs.push_str(&format!("# {} seed={seed}\n", s.name));
-                for l in log {
-                    full_logs.push_str(l);
-                    full_logs.push('\n');
-                }
-            }
-            print_violations(&r, args.legacy);
-            results.push(r);
-            done += 1;
-            if last_progress.elapsed().as_secs() >= 3 {
-                eprintln!(
-                    "sim: {done}/{total} runs, {:.0?} elapsed, {} violations so far",
-                    started.elapsed(),
-                    results.iter().map(|r| r.violations.len()).sum::<usize>()
-                );
-                last_progress = Instant::now();
+                print_violations(&r, args.legacy);
+                results.push(r);
+                walls.push(wall);
             }
         }
     }
