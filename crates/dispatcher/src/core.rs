@@ -576,9 +576,9 @@ impl Dispatcher {
         };
         let c = &mut self.consumers[i];
         if c.blocked() {
-            c.parked_permits += i64::from(permits);
+            c.parked_permits = c.parked_permits.saturating_add(i64::from(permits));
         } else {
-            c.permits += i64::from(permits);
+            c.permits = c.permits.saturating_add(i64::from(permits));
         }
         trace!(consumer = %id, permits, total = c.permits, "flow");
         self.input_arrived();
@@ -652,7 +652,9 @@ impl Dispatcher {
         for c in &mut self.consumers {
             if c.shared.max_unacked > 0 && c.blocked() && c.unacked() <= c.shared.max_unacked / 2 {
                 c.shared.blocked.store(false, Ordering::SeqCst);
-                c.permits += std::mem::take(&mut c.parked_permits);
+                c.permits = c
+                    .permits
+                    .saturating_add(std::mem::take(&mut c.parked_permits));
                 self.replay_settled = false;
                 debug!(consumer = %c.id, permits = c.permits, "consumer resumed below half its unacked limit");
             }
@@ -759,7 +761,9 @@ impl Dispatcher {
     fn after_redelivery(&mut self, i: usize) {
         // Pulsar unblocks the consumer's parked permits unconditionally on redelivery.
         let c = &mut self.consumers[i];
-        c.permits += std::mem::take(&mut c.parked_permits);
+        c.permits = c
+            .permits
+            .saturating_add(std::mem::take(&mut c.parked_permits));
         self.recheck_unacked_blocks();
     }
 
@@ -1162,7 +1166,7 @@ impl Dispatcher {
             return 0;
         }
         let c = &mut self.consumers[i];
-        c.permits -= messages;
+        c.permits = c.permits.saturating_sub(messages);
         c.shared.unacked.fetch_add(messages, Ordering::SeqCst);
         let unacked_sub = self.shared.unacked.fetch_add(messages, Ordering::SeqCst) + messages;
         if c.shared.max_unacked > 0 && c.unacked() >= c.shared.max_unacked && !c.blocked() {
