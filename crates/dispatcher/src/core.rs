@@ -208,6 +208,8 @@ pub struct Dispatcher {
     wake: Arc<WakeState>,
     /// Sorted by priority (stable: join order within a level).
     consumers: Vec<Consumer>,
+    /// `consumers[i].id`, densely, for fast look-ups.
+    ids: Vec<ConsumerId>,
     replay: ReplaySet<Position, ConsumerId>,
     assignor: ChunkAssignor<ConsumerId>,
     rr_last: Option<ConsumerId>,
@@ -320,6 +322,7 @@ impl Dispatcher {
             shared,
             wake,
             consumers: Vec::new(),
+            ids: Vec::new(),
             replay: ReplaySet::new(count_hashes),
             assignor,
             rr_last: None,
@@ -381,7 +384,7 @@ impl Dispatcher {
     // ------------------------------------------------------------------ consumers
 
     fn find(&self, id: ConsumerId) -> Option<usize> {
-        self.consumers.iter().position(|c| c.id == id)
+        self.ids.iter().position(|c| *c == id)
     }
 
     fn publish_registry(&self) {
@@ -451,6 +454,7 @@ impl Dispatcher {
         let at = self.consumers.partition_point(|x| x.priority <= c.priority);
         debug!(consumer = %c.id, name = %c.name, priority = c.priority, "consumer added");
         self.consumers.insert(at, c);
+        self.ids.insert(at, spec.id);
         self.publish_registry();
         if let Some(imp) = impacted {
             self.register_draining(&imp, spec.id);
@@ -515,6 +519,7 @@ impl Dispatcher {
         };
         let impacted = self.ks.as_mut().map(|ks| ks.selector.remove_consumer(id));
         let c = self.consumers.remove(i);
+        self.ids.remove(i);
         self.publish_registry();
         let last = self.consumers.is_empty();
         let mut requeued = Vec::new();
