@@ -14,7 +14,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{after, never, select, unbounded, Receiver, Sender};
-use cursor::{CursorStore, Entry, EntryMeta, Ledger, ManagedCursor, Position};
+use cursor::{CursorStore, Entry, EntryMeta, Ledger, ManagedCursor, MarkDeleteMove, Position};
 use tracing::{debug, warn};
 
 use crate::ack::{AckHandle, AckOutcome, CursorCell};
@@ -61,8 +61,9 @@ pub enum Event {
     RedeliverAll(ConsumerId),
     /// Append entries to the ledger (a producer).
     Publish(Vec<EntryMeta>),
-    /// Run an admin operation on the cursor.
-    Admin(AdminOp),
+    /// Run an admin operation on the cursor; the resulting mark-delete move (if any) is sent
+    /// back, after the core's hook ran.
+    Admin(AdminOp, Sender<Option<MarkDeleteMove>>),
     /// The ack path unblocked something.
     Wake,
     /// Read the current stats.
@@ -189,9 +190,13 @@ impl Runtime {
         let _ = self.events.send(Event::Publish(entries));
     }
 
-    /// Runs an admin operation on the cursor.
-    pub fn admin(&self, op: AdminOp) {
-        let _ = self.events.send(Event::Admin(op));
+    /// Runs an admin operation on the cursor and returns the mark-delete move it caused (with
+    /// the positions it dropped), after the dispatcher's hook handled it. `None` when nothing
+    /// moved (or the dispatcher thread is gone).
+    pub fn admin(&self, op: AdminOp) -> Option<MarkDeleteMove> {
+        let (tx, rx) = unbounded();
+        let _ = self.events.send(Event::Admin(op, tx));
+        rx.recv().ok().flatten()
     }
 
     /// The core's stats, read on the dispatcher thread.
@@ -306,7 +311,7 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 }
                 self.core.handle_entries_appended(now);
             }
-            Event::Admin(op) => {
+            Event::Admin(op, reply) => {
                 let mv = {
                     let mut g = self.lock();
                     let CursorCell { cursor, ledger } = &mut *g;
@@ -318,9 +323,10 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                         AdminOp::EvictToSize(n) => cursor.evict_to_size(ledger, n),
                     }
                 };
-                if let Some(mv) = mv {
-                    self.core.handle_mark_delete_moved(now, &mv);
+                if let Some(mv) = &mv {
+                    self.core.handle_mark_delete_moved(now, mv);
                 }
+                let _ = reply.send(mv);
             }
             Event::Wake => {
                 self.waker.pending.store(false, StdOrdering::SeqCst);

@@ -136,3 +136,25 @@ fn shared_runtime_redelivers_a_closed_consumers_entries() {
     assert_eq!(consumers.len(), 1);
     rt.shutdown();
 }
+
+#[test]
+fn admin_ops_report_their_mark_delete_move() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start(DispatcherConfig::shared(), cursor, ledger);
+    let a = rt.add_consumer(ConsumerSpec::new(1, "a")).unwrap();
+    rt.publish((0..4).map(|_| meta("x")).collect());
+    a.flow(2);
+    let got = a.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(!got.is_empty());
+    let mv = rt
+        .admin(dispatcher::AdminOp::Skip(2))
+        .expect("skip moved mark-delete");
+    assert_eq!(mv.dropped.len(), 2);
+    // Shared: the pending acks at or below the new mark-delete are gone.
+    let (stats, _) = rt.stats().unwrap();
+    let below = got.iter().filter(|e| e.position <= mv.to).count() as i64;
+    assert_eq!(stats.unacked, got.len() as i64 - below);
+    assert!(rt.admin(dispatcher::AdminOp::Skip(0)).is_none());
+    rt.shutdown();
+}
