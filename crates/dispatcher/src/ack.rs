@@ -7,8 +7,9 @@ use tracing::trace;
 
 use crate::config::ConsumerId;
 use crate::error::AckError;
-use crate::shared::SubShared;
+use crate::shared::{ConsumerShared, SubShared};
 use crate::sync::Arc;
+use pending_acks::RemovalCause;
 
 /// The durable half of an ack: what an [`AckHandle`] calls first.
 ///
@@ -126,6 +127,63 @@ impl std::fmt::Debug for AckHandle {
     }
 }
 
+/// An [`AckHandle`] bound to one consumer: skips the consumer look-up on the common path (the
+/// position is pending on the acking consumer). Same semantics as [`AckHandle::ack`]; falls back
+/// to the other consumers when the position is not pending on this one. Get it from
+/// [`AckHandle::for_consumer`].
+#[derive(Clone)]
+pub struct ConsumerAckHandle {
+    id: ConsumerId,
+    consumer: Arc<ConsumerShared>,
+    inner: AckHandle,
+}
+
+impl std::fmt::Debug for ConsumerAckHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerAckHandle")
+            .field("consumer", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ConsumerAckHandle {
+    /// The consumer this handle acks for.
+    pub fn consumer(&self) -> ConsumerId {
+        self.id
+    }
+
+    /// Acknowledges the whole entry at `position` (see [`AckHandle::ack`]).
+    pub fn ack(&self, position: Position) -> Result<AckOutcome, AckError> {
+        let newly_acked = self
+            .inner
+            .cursor
+            .ack(position)
+            .map_err(|source| AckError::Cursor { position, source })?;
+        let pos = (position.ledger_id, position.entry_id);
+        if let Some(ack) = self.consumer.pending.remove(pos, RemovalCause::Acked) {
+            self.consumer
+                .debit(&self.inner.shared, i64::from(ack.remaining));
+            return Ok(AckOutcome {
+                newly_acked,
+                cleared_on: Some(self.id),
+                messages: ack.remaining,
+            });
+        }
+        Ok(self.inner.clear_pending(self.id, position, newly_acked))
+    }
+
+    /// A batch-index ack (see [`AckHandle::ack_batch_index`]).
+    pub fn ack_batch_index(
+        &self,
+        position: Position,
+        batch_size: u32,
+        indexes: &[u32],
+    ) -> Result<AckOutcome, AckError> {
+        self.inner
+            .ack_batch_index(self.id, position, batch_size, indexes)
+    }
+}
+
 impl crate::Dispatcher {
     /// An ack handle for this subscription, acking through `cursor`.
     pub fn ack_handle(&self, cursor: std::sync::Arc<dyn CursorAck>) -> AckHandle {
@@ -137,6 +195,16 @@ impl crate::Dispatcher {
 }
 
 impl AckHandle {
+    /// A handle bound to `consumer` (faster acks for it), or `None` if it is not connected.
+    pub fn for_consumer(&self, consumer: ConsumerId) -> Option<ConsumerAckHandle> {
+        let c = self.shared.consumer(consumer)?;
+        Some(ConsumerAckHandle {
+            id: consumer,
+            consumer: c,
+            inner: self.clone(),
+        })
+    }
+
     /// `consumer` acknowledges the whole entry at `position`.
     ///
     /// Errors only when the cursor refuses the ack (nothing changed then). Acking a position

@@ -129,7 +129,7 @@ pub use crate::selector::{
     DEFAULT_POINTS_PER_CONSUMER,
 };
 
-pub use crate::ack::{AckHandle, AckOutcome, BatchAck, CursorAck, CursorCell};
+pub use crate::ack::{AckHandle, AckOutcome, BatchAck, ConsumerAckHandle, CursorAck, CursorCell};
 pub use crate::config::{
     ConsumerId, ConsumerSpec, DispatcherConfig, KeySharedConfig, KeySharedMode, SubscriptionType,
 };

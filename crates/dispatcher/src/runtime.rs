@@ -17,7 +17,7 @@ use crossbeam_channel::{after, never, select, unbounded, Receiver, Sender};
 use cursor::{CursorStore, Entry, EntryMeta, Ledger, ManagedCursor, MarkDeleteMove, Position};
 use tracing::{debug, warn};
 
-use crate::ack::{AckHandle, AckOutcome, CursorCell};
+use crate::ack::{AckHandle, AckOutcome, ConsumerAckHandle, CursorCell};
 use crate::config::{ConsumerId, ConsumerSpec, DispatcherConfig};
 use crate::core::{Command, Dispatcher};
 use crate::error::{AckError, AddConsumerError};
@@ -100,13 +100,29 @@ pub struct ConsumerHandle {
     /// Entries the dispatcher sent to this consumer, in order.
     pub deliveries: Receiver<Vec<Entry>>,
     ack: AckHandle,
+    fast: Option<ConsumerAckHandle>,
     events: Sender<Event>,
 }
 
 impl ConsumerHandle {
     /// Acknowledges `position` on this thread (see [`AckHandle::ack`]).
     pub fn ack(&self, position: Position) -> Result<AckOutcome, AckError> {
-        self.ack.ack(self.id, position)
+        match &self.fast {
+            Some(f) => f.ack(position),
+            None => self.ack.ack(self.id, position),
+        }
+    }
+
+    /// Acknowledges `indexes` of the batch entry at `position` (see
+    /// [`AckHandle::ack_batch_index`]).
+    pub fn ack_batch_index(
+        &self,
+        position: Position,
+        batch_size: u32,
+        indexes: &[u32],
+    ) -> Result<AckOutcome, AckError> {
+        self.ack
+            .ack_batch_index(self.id, position, batch_size, indexes)
     }
 
     /// Grants `permits` more messages.
@@ -178,6 +194,7 @@ impl Runtime {
                 id,
                 deliveries: drx,
                 ack: self.ack.clone(),
+                fast: self.ack.for_consumer(id),
                 events: self.events.clone(),
             }),
             Ok(Err(e)) => Err(e),

@@ -111,6 +111,11 @@ impl SubShared {
         }
     }
 
+    /// The shared half of a connected consumer.
+    pub fn consumer(&self, id: ConsumerId) -> Option<Arc<ConsumerShared>> {
+        self.read_registry().iter().find(|c| c.id == id).cloned()
+    }
+
     fn read_registry(&self) -> crate::sync::RwLockReadGuard<'_, Vec<Arc<ConsumerShared>>> {
         match self.consumers.read() {
             Ok(g) => g,

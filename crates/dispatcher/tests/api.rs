@@ -273,3 +273,21 @@ fn normal_read_gate_refuses_a_hash_waiting_in_replay() {
         Verdict::Allow
     );
 }
+
+#[test]
+fn consumer_bound_ack_handle_falls_back_to_the_owner() {
+    let w = run("shared\njoin A\njoin B\nflow A 1\nflow B 1\npub a b\n");
+    let (a, b) = (w.id("A"), w.id("B"));
+    assert!(w.ack.for_consumer(ConsumerId(99)).is_none());
+    let ha = w.ack.for_consumer(a).unwrap();
+    assert_eq!(ha.consumer(), a);
+    let on_a = w.d.pending_positions(a)[0].0;
+    let on_b = w.d.pending_positions(b)[0].0;
+    let o = ha.ack(on_a).unwrap();
+    assert_eq!((o.newly_acked, o.cleared_on, o.messages), (true, Some(a), 1));
+    // Not pending on A: the owner's pending ack is cleared (Shared clients may do this).
+    let o = ha.ack(on_b).unwrap();
+    assert_eq!(o.cleared_on, Some(b));
+    assert_eq!(w.d.stats().unacked, 0);
+    assert!(ha.ack(Position::new(1, 50)).is_err());
+}

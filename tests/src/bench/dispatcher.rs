@@ -4,7 +4,7 @@
 //!   keys are drawn from 10,000 keys with a Zipf(s = 1.1) law (SplitMix64 seed 8; built once,
 //!   untimed). Per round (timed): a fresh cursor and dispatcher, 10 consumers with 1,000 permits
 //!   each; the driver executes the core's reads (batches up to 100) and replays, every sent
-//!   entry is acked at once through the `AckHandle` (cursor ack + pending-ack removal, real
+//!   entry is acked at once through the consumer's `ConsumerAckHandle` (cursor ack + pending-ack removal, real
 //!   locks, uncontended) and its permit is given back with a Flow per send, like a client. One
 //!   thread. Figure: ns per message. Checks: every message acked, cursor backlog empty.
 //! * W8/W9: both in the same round, the ratio.
@@ -25,8 +25,8 @@ use cursor::{
     Position,
 };
 use dispatcher::{
-    AckHandle, BatchAck, Command, ConsumerId, ConsumerSpec, CursorAck, Dispatcher, DispatcherConfig, Runtime,
-    Waker,
+    AckHandle, BatchAck, Command, ConsumerAckHandle, ConsumerId, ConsumerSpec, CursorAck,
+    Dispatcher, DispatcherConfig, Runtime, Waker,
 };
 
 use super::rng::SplitMix64;
@@ -186,6 +186,9 @@ fn full_cycle(cfg: DispatcherConfig, ledger: &Arc<InMemoryLedger>) -> Result<f64
             .map_err(|e| e.to_string())?;
         d.handle_flow(now, ConsumerId(i), PERMITS);
     }
+    let handles: Vec<ConsumerAckHandle> = (0..CONSUMERS)
+        .filter_map(|i| ack.for_consumer(ConsumerId(i)))
+        .collect();
     let mut acked = 0usize;
     let mut idle = 0;
     while acked < MESSAGES {
@@ -210,8 +213,9 @@ fn full_cycle(cfg: DispatcherConfig, ledger: &Arc<InMemoryLedger>) -> Result<f64
                 }
                 Command::Send { consumer, entries } => {
                     let mut n = 0u32;
+                    let h = handles.get(consumer.0 as usize).ok_or("unknown consumer")?;
                     for e in &entries {
-                        ack.ack(consumer, e.position).map_err(|e| e.to_string())?;
+                        h.ack(e.position).map_err(|e| e.to_string())?;
                         n += e.meta.messages();
                     }
                     acked += entries.len();
