@@ -50,6 +50,9 @@ pub struct WorldConfig {
     pub notice: u64,
     /// After the last scripted step, the backlog must drain within this many ms.
     pub drain_bound: u64,
+    /// After the last scripted step, some entry must be acked or dropped at least this often
+    /// (ms) while a backlog is left; otherwise the run stalled.
+    pub stall_window: u64,
     /// Dispatcher unblocking interval, ms.
     pub unblocking_interval: u64,
     /// The cursor persists its state at most this often, ms (admin operations persist at once).
@@ -63,7 +66,8 @@ impl Default for WorldConfig {
             store: StoreKind::Memory,
             net: (1, 5),
             notice: 200,
-            drain_bound: 120_000,
+            drain_bound: 600_000,
+            stall_window: 90_000,
             unblocking_interval: 10,
             persist_interval: 50,
         }
@@ -401,6 +405,7 @@ fn parse_config(words: &[&str], c: &mut WorldConfig) -> Result<(), String> {
             "net" => c.net = range(v, "net")?,
             "notice" => c.notice = num(v, "notice")?,
             "drain" => c.drain_bound = num(v, "drain")?,
+            "stall" => c.stall_window = num(v, "stall")?,
             "interval" => c.unblocking_interval = num(v, "interval")?,
             "persist" => c.persist_interval = num(v, "persist")?,
             _ => return Err(format!("unknown config key `{k}`")),

@@ -336,6 +336,8 @@ pub struct World {
     producer_seq: BTreeMap<u32, u64>,
     last_activity: u64,
     last_persist: u64,
+    /// When an entry was last acked or dropped for the first time.
+    last_progress: u64,
     persist_scheduled: bool,
     log_hash: u64,
     log_lines: u64,
@@ -439,6 +441,7 @@ impl World {
             producer_seq: BTreeMap::new(),
             last_activity: 0,
             last_persist: 0,
+            last_progress: 0,
             persist_scheduled: false,
             log_hash: FNV_OFFSET,
             log_lines: 0,
@@ -634,6 +637,15 @@ impl World {
                 }
                 if self.now > self.last_activity.saturating_add(self.cfg.drain_bound) {
                     self.stall("the backlog did not drain within the bound");
+                    break;
+                }
+                let quiet_since = self.last_activity.max(self.last_progress);
+                if self.now > quiet_since.saturating_add(self.cfg.stall_window) {
+                    let why = format!(
+                        "no entry was acked or dropped for {} ms",
+                        self.now - quiet_since
+                    );
+                    self.stall(&why);
                     break;
                 }
             }
@@ -1168,7 +1180,11 @@ impl World {
             mv.to,
             dropped.join(" ")
         ));
-        self.dropped.extend(mv.dropped.iter().copied());
+        for p in &mv.dropped {
+            if self.dropped.insert(*p) {
+                self.last_progress = self.now;
+            }
+        }
         let cleans =
             matches!(self.cfg.sub, SubKind::Shared) || self.dcfg.legacy_mark_delete_cleanup;
         if cleans {
@@ -1295,7 +1311,9 @@ impl World {
                     // dropped entry's pending ack goes with the client's whole-entry ack.
                     if complete {
                         // The last batch index completed the entry: its pending ack goes too.
-                        self.acked.insert(p);
+                        if self.acked.insert(p) {
+                            self.last_progress = self.now;
+                        }
                         let expected = self.model_owner(p);
                         let out = self.ack.clear_pending(id, p, o.newly_acked);
                         self.after_ack(name, p, out, expected);
@@ -1308,7 +1326,9 @@ impl World {
         let expected = self.model_owner(p);
         match self.ack.ack(id, p) {
             Ok(o) => {
-                self.acked.insert(p);
+                if self.acked.insert(p) {
+                    self.last_progress = self.now;
+                }
                 self.after_ack(name, p, o, expected);
             }
             Err(e) => self.log(format!("broker: ack {name} {p} refused: {e}")),
