@@ -1193,7 +1193,9 @@ impl Dispatcher {
                 self.wake.unacked_unblocked.store(true, Ordering::SeqCst);
             }
         }
-        if self.wake.unacked_unblocked.swap(false, Ordering::SeqCst) {
+        if self.wake.unacked_unblocked.load(Ordering::SeqCst)
+            && self.wake.unacked_unblocked.swap(false, Ordering::SeqCst)
+        {
             self.recheck_unacked_blocks();
         }
         self.counters.entries_sent += out.len() as u64;

@@ -284,7 +284,10 @@ fn consumer_bound_ack_handle_falls_back_to_the_owner() {
     let on_a = w.d.pending_positions(a)[0].0;
     let on_b = w.d.pending_positions(b)[0].0;
     let o = ha.ack(on_a).unwrap();
-    assert_eq!((o.newly_acked, o.cleared_on, o.messages), (true, Some(a), 1));
+    assert_eq!(
+        (o.newly_acked, o.cleared_on, o.messages),
+        (true, Some(a), 1)
+    );
     // Not pending on A: the owner's pending ack is cleared (Shared clients may do this).
     let o = ha.ack(on_b).unwrap();
     assert_eq!(o.cleared_on, Some(b));
