@@ -93,11 +93,7 @@ pub fn load(name_or_file: &str) -> Result<Scenario, String> {
             builtin_names().join(", ")
         )
     })?;
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| name_or_file.to_string());
-    Scenario::parse(&stem, &text).map_err(|e| format!("{name_or_file}: {e}"))
+    Scenario::parse(name_or_file, &text).map_err(|e| format!("{name_or_file}: {e}"))
 }
 
 /// The default mix `cargo xtask sim` runs: every shipped scenario.

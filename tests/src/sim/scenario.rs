@@ -320,7 +320,8 @@ impl Default for Mix {
 /// A parsed scenario.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Scenario {
-    /// Name (the file stem unless a `name` line says otherwise).
+    /// Name: a shipped scenario's name, or the path of a file (what `--scenario` takes, so a
+    /// repro line works).
     pub name: String,
     /// World settings.
     pub config: WorldConfig,
@@ -561,7 +562,7 @@ fn parse_expect(words: &[&str]) -> Result<Expect, String> {
 }
 
 impl Scenario {
-    /// Parses a scenario; `name` is used unless the file has a `name` line.
+    /// Parses a scenario named `name`.
     pub fn parse(name: &str, text: &str) -> Result<Scenario, ParseError> {
         let mut s = Scenario {
             name: name.to_string(),
@@ -581,12 +582,6 @@ impl Scenario {
                 message,
             };
             match words[0] {
-                "name" => {
-                    s.name = words
-                        .get(1)
-                        .ok_or_else(|| err("name needs a value".into()))?
-                        .to_string()
-                }
                 "config" => parse_config(&words[1..], &mut s.config).map_err(err)?,
                 "mix" => s.mix = Some(parse_mix(&words[1..]).map_err(err)?),
                 "at" => {
