@@ -236,6 +236,18 @@ pub struct Dispatcher {
     counters: Counters,
 }
 
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("subscription", &self.cfg.subscription)
+            .field("consumers", &self.ids)
+            .field("replay", &self.replay.len())
+            .field("pending_read", &self.pending_read)
+            .field("commands", &self.commands.len())
+            .finish_non_exhaustive()
+    }
+}
+
 fn pa(p: Position) -> PaPos {
     (p.ledger_id, p.entry_id)
 }

@@ -72,6 +72,39 @@ pub enum Event {
     Shutdown,
 }
 
+impl std::fmt::Debug for Event {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Event::ConsumerAdded { spec, .. } => write!(f, "ConsumerAdded({})", spec.id),
+            Event::ConsumerRemoved(c) => write!(f, "ConsumerRemoved({c})"),
+            Event::Flow(c, n) => write!(f, "Flow({c}, {n})"),
+            Event::Redeliver(c, ps) => write!(f, "Redeliver({c}, {} positions)", ps.len()),
+            Event::RedeliverAll(c) => write!(f, "RedeliverAll({c})"),
+            Event::Publish(m) => write!(f, "Publish({} entries)", m.len()),
+            Event::Admin(op, _) => write!(f, "Admin({op:?})"),
+            Event::Wake => f.write_str("Wake"),
+            Event::Stats(_) => f.write_str("Stats"),
+            Event::Shutdown => f.write_str("Shutdown"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("running", &self.thread.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl std::fmt::Debug for ConsumerHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ConsumerHandle")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
 struct ChannelWaker {
     events: Sender<Event>,
     pending: AtomicBool,
