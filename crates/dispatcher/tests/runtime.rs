@@ -25,14 +25,21 @@ fn consume(
     acked: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     violations: Arc<AtomicU64>,
+    leave_after: Option<u64>,
 ) {
     c.flow(50);
     let mut since_flow = 0;
-    while !stop.load(Ordering::SeqCst) {
+    let mut mine = 0u64;
+    'outer: while !stop.load(Ordering::SeqCst) {
         let Ok(batch) = c.deliveries.recv_timeout(Duration::from_millis(20)) else {
             continue;
         };
         for e in batch {
+            if leave_after.is_some_and(|n| mine >= n) {
+                // Leave with entries unprocessed: they go to the others.
+                break 'outer;
+            }
+            mine += 1;
             let key = e.meta.ordering_key.clone().unwrap_or_default();
             {
                 let mut h = holds.lock().unwrap();
@@ -70,20 +77,22 @@ fn key_shared_runtime_acks_everything_and_never_splits_a_key() {
     let stop = Arc::new(AtomicBool::new(false));
     let violations = Arc::new(AtomicU64::new(0));
     let mut threads = Vec::new();
-    let spawn = |rt: &Runtime, id: u64, threads: &mut Vec<thread::JoinHandle<()>>| {
-        let c = rt
-            .add_consumer(ConsumerSpec::new(id, format!("c{id}")))
-            .unwrap();
-        let (h, a, s, v) = (
-            holds.clone(),
-            acked.clone(),
-            stop.clone(),
-            violations.clone(),
-        );
-        threads.push(thread::spawn(move || consume(c, h, a, s, v)));
-    };
-    spawn(&rt, 1, &mut threads);
-    spawn(&rt, 2, &mut threads);
+    let spawn =
+        |rt: &Runtime, id: u64, leave: Option<u64>, threads: &mut Vec<thread::JoinHandle<()>>| {
+            let c = rt
+                .add_consumer(ConsumerSpec::new(id, format!("c{id}")))
+                .unwrap();
+            let (h, a, s, v) = (
+                holds.clone(),
+                acked.clone(),
+                stop.clone(),
+                violations.clone(),
+            );
+            threads.push(thread::spawn(move || consume(c, h, a, s, v, leave)));
+        };
+    spawn(&rt, 1, None, &mut threads);
+    // Consumer 2 leaves mid-way with entries still unprocessed (they move to the others).
+    spawn(&rt, 2, Some(400), &mut threads);
     let total = 3_000u64;
     for round in 0..3 {
         rt.publish(
@@ -92,7 +101,7 @@ fn key_shared_runtime_acks_everything_and_never_splits_a_key() {
                 .collect(),
         );
         // Churn while messages flow: every join moves keys (draining on the old owners).
-        spawn(&rt, 3 + round, &mut threads);
+        spawn(&rt, 3 + round, None, &mut threads);
     }
     let deadline = Instant::now() + Duration::from_secs(30);
     while acked.load(Ordering::SeqCst) < total && Instant::now() < deadline {
