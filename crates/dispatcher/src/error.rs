@@ -15,6 +15,9 @@ pub enum AddConsumerError {
     /// The Key_Shared selector refused it (exclusive range conflict, no range left, …).
     #[error("selector refused the consumer: {0}")]
     Selector(#[from] SelectorError<ConsumerId>),
+    /// The runtime's dispatcher thread is not running (shut down, or could not start).
+    #[error("the dispatcher thread is not running")]
+    DispatcherStopped,
 }
 
 /// Why an ack through an [`AckHandle`](crate::AckHandle) failed. Nothing changed: the pending

@@ -231,7 +231,7 @@ impl Runtime {
                 events: self.events.clone(),
             }),
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(AddConsumerError::DuplicateConsumer(id)),
+            Err(_) => Err(AddConsumerError::DispatcherStopped),
         }
     }
 

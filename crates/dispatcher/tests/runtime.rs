@@ -167,3 +167,21 @@ fn admin_ops_report_their_mark_delete_move() {
     assert!(rt.admin(dispatcher::AdminOp::Skip(0)).is_none());
     rt.shutdown();
 }
+
+#[test]
+fn a_stopped_runtime_answers_with_errors_not_hangs() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start(DispatcherConfig::shared(), cursor, ledger);
+    let events = rt.events();
+    events.send(dispatcher::Event::Shutdown).unwrap();
+    // The thread stops at the Shutdown (events are FIFO) and drops the queue, so later
+    // requests fail instead of blocking.
+    assert_eq!(
+        rt.add_consumer(ConsumerSpec::new(1, "a")).unwrap_err(),
+        dispatcher::AddConsumerError::DispatcherStopped
+    );
+    assert!(rt.stats().is_none());
+    assert!(rt.admin(dispatcher::AdminOp::ClearBacklog).is_none());
+    rt.shutdown();
+}
