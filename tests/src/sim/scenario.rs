@@ -57,6 +57,12 @@ pub struct WorldConfig {
     pub unblocking_interval: u64,
     /// The cursor persists its state at most this often, ms (admin operations persist at once).
     pub persist_interval: u64,
+    /// Dispatcher: block a consumer at this many unacked messages (`None`: the default).
+    pub max_unacked_consumer: Option<u32>,
+    /// Dispatcher: block the subscription's reads at this many unacked messages.
+    pub max_unacked_sub: Option<u64>,
+    /// Dispatcher (Key_Shared): look-ahead replay entries per consumer.
+    pub look_ahead: Option<i64>,
 }
 
 impl Default for WorldConfig {
@@ -70,6 +76,9 @@ impl Default for WorldConfig {
             stall_window: 90_000,
             unblocking_interval: 10,
             persist_interval: 50,
+            max_unacked_consumer: None,
+            max_unacked_sub: None,
+            look_ahead: None,
         }
     }
 }
@@ -409,6 +418,9 @@ fn parse_config(words: &[&str], c: &mut WorldConfig) -> Result<(), String> {
             "stall" => c.stall_window = num(v, "stall")?,
             "interval" => c.unblocking_interval = num(v, "interval")?,
             "persist" => c.persist_interval = num(v, "persist")?,
+            "max_unacked" => c.max_unacked_consumer = Some(num(v, k)?),
+            "max_unacked_sub" => c.max_unacked_sub = Some(num(v, k)?),
+            "look_ahead" => c.look_ahead = Some(num(v, k)?),
             _ => return Err(format!("unknown config key `{k}`")),
         }
     }

@@ -290,6 +290,16 @@ pub(crate) fn dispatcher_config(cfg: &WorldConfig) -> DispatcherConfig {
         }
     };
     d.unblocking_interval = cfg.unblocking_interval;
+    if let Some(n) = cfg.max_unacked_consumer {
+        d.max_unacked_per_consumer = n;
+    }
+    if let Some(n) = cfg.max_unacked_sub {
+        d.max_unacked_per_subscription = n;
+    }
+    if let Some(n) = cfg.look_ahead {
+        d.look_ahead_per_consumer = n;
+        d.look_ahead_per_subscription = n.saturating_mul(10);
+    }
     d
 }
 
