@@ -37,7 +37,8 @@ enum Rec {
 
 struct Shared {
     seq: AtomicU64,
-    log: Mutex<Vec<(u64, Rec)>>,
+    /// (sequence number, wall ms since the start, record).
+    log: Mutex<Vec<(u64, u64, Rec)>>,
     acked: Mutex<BTreeSet<Position>>,
     stop: AtomicBool,
     started: Instant,
@@ -45,9 +46,10 @@ struct Shared {
 
 impl Shared {
     fn record(&self, r: Rec) {
+        let ms = self.now();
         let s = self.seq.fetch_add(1, Ordering::SeqCst);
         if let Ok(mut g) = self.log.lock() {
-            g.push((s, r));
+            g.push((s, ms, r));
         }
     }
 
@@ -326,11 +328,12 @@ pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), 
 
     // Check the event log in sequence order.
     let mut log = shared.log.lock().map(|g| g.clone()).unwrap_or_default();
-    log.sort_by_key(|(s, _)| *s);
+    log.sort_by_key(|(s, _, _)| *s);
     let mut order = OrderChecker::new(ordered);
     let mut violations: Vec<Violation> = Vec::new();
     let mut hash = 0xCBF2_9CE4_8422_2325u64;
-    for (s, r) in &log {
+    // Checked in sequence order; the times in a report are wall ms since the start.
+    for (s, ms, r) in &log {
         let line = format!("{s} {r:?}");
         for b in line.bytes() {
             hash ^= u64::from(b);
@@ -338,9 +341,9 @@ pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), 
         }
         match r {
             Rec::Start { consumer, key, msg } => {
-                violations.extend(order.start(*s, consumer, key.as_deref(), *msg));
+                violations.extend(order.start(*ms, consumer, key.as_deref(), *msg));
             }
-            Rec::Finish { consumer } => order.finish(*s, consumer),
+            Rec::Finish { consumer } => order.finish(*ms, consumer),
         }
     }
     let acked = shared.acked.lock().map(|g| g.clone()).unwrap_or_default();
