@@ -968,6 +968,7 @@ impl Dispatcher {
         let mut capacity: i64 = snapshot.iter().map(|(_, p)| *p).sum();
         let mut blocked = std::mem::replace(&mut self.scratch_blocked, AHashSet::new());
         blocked.clear();
+        let mut pinned_blocked: AHashSet<(ConsumerId, u32)> = AHashSet::new();
         let mut out = Vec::new();
         let ordered = self.ks.as_ref().is_some_and(|k| k.ordered());
         for (p, e) in self.replay.iter() {
@@ -978,7 +979,13 @@ impl Dispatcher {
                 out.push(p);
                 continue;
             }
-            if blocked.contains(&e.hash) {
+            // Pinned continuation chunks are ordered per (consumer, hash) only: their message
+            // started before the hash's other waiting entries (which may wait for it).
+            let held = match e.pinned {
+                Some(c) => pinned_blocked.contains(&(c, e.hash)),
+                None => blocked.contains(&e.hash),
+            };
+            if held {
                 continue;
             }
             let target = match e.pinned {
@@ -1000,8 +1007,15 @@ impl Dispatcher {
                     capacity -= 1;
                 }
                 out.push(p);
-            } else if ordered {
-                blocked.insert(e.hash);
+            } else {
+                // A held-back chunk also holds back later entries of its hash (they may be
+                // later chunks of the same message), even in out-of-order mode.
+                if ordered || e.pinned.is_some() {
+                    blocked.insert(e.hash);
+                }
+                if let Some(c) = e.pinned {
+                    pinned_blocked.insert((c, e.hash));
+                }
             }
         }
         self.scratch_blocked = blocked;
@@ -1141,10 +1155,19 @@ impl Dispatcher {
             let ks = &mut self.ks;
             let last_md = self.last_md;
             let mut k = 0usize;
+            // A message whose chunk 0 was refused here must not get its later chunks.
+            let mut refused_uuids: Vec<String> = Vec::new();
             out.retain(|e| {
                 let hash = hashes.get(k).copied().unwrap_or(0);
                 let is_pinned = pinned.get(k).copied().unwrap_or(false);
                 k += 1;
+                if let Some(ch) = &e.meta.chunk {
+                    if ch.chunk_id > 0 && refused_uuids.contains(&ch.uuid) {
+                        refused_n += 1;
+                        replay.add(e.position, hash, None);
+                        return false;
+                    }
+                }
                 let n = e.meta.messages();
                 if is_pinned {
                     c.count_next.store(true, Ordering::SeqCst);
@@ -1166,6 +1189,9 @@ impl Dispatcher {
                     }
                     Err(refused) => {
                         refused_n += 1;
+                        if let Some(ch) = e.meta.chunk.as_ref().filter(|c| c.chunk_id == 0) {
+                            refused_uuids.push(ch.uuid.clone());
+                        }
                         debug!(consumer = %id, ledger = e.position.ledger_id, entry = e.position.entry_id, hash, reason = ?refused, "send-time add refused, entry back to replay");
                         let pin = if is_pinned { Some(id) } else { None };
                         if !matches!(refused, AddRefused::Closed)
@@ -1355,20 +1381,54 @@ impl Dispatcher {
         let mut dispatched = 0usize;
         let draining_on = self.ks.as_ref().is_some_and(|k| k.draining.is_some());
         // Pass 1: decide per entry (entries held back go to replay with their hash).
+        // Chunk pins decided in this batch (chunk 0 accepted into a send group) and messages
+        // whose chunk 0 was held back in this batch.
+        let mut batch_pins: AHashMap<&str, ConsumerId> = AHashMap::new();
+        let mut held_uuids: AHashSet<&str> = AHashSet::new();
+        // Pinned continuation chunks are ordered per (consumer, hash), not behind the hash's
+        // other entries: their message started before them, on that consumer.
+        let mut pinned_blocked: AHashSet<(ConsumerId, u32)> = AHashSet::new();
         for (k, e) in entries.iter().enumerate() {
             let hash = self.entry_hash(e);
             hashes.push(hash);
-            if !blocked.is_empty() && blocked.contains(&hash) {
+            let chunk =
+                e.meta.chunk.as_ref().filter(|c| {
+                    c.num_chunks > 1 && c.chunk_id < c.num_chunks && !c.uuid.is_empty()
+                });
+            if chunk.is_some_and(|c| c.chunk_id > 0 && held_uuids.contains(c.uuid.as_str())) {
+                // Its chunk 0 was held back in this batch: follow it to replay.
                 self.replay.add(e.position, hash, None);
                 decision.push(HELD);
                 continue;
             }
             // A continuation chunk follows the consumer that received chunk 0.
-            let pin = self.chunk_pin(e, now);
+            let pin = match chunk {
+                Some(c) if c.chunk_id > 0 => match batch_pins.get(c.uuid.as_str()) {
+                    Some(p) => Some(*p),
+                    None => self.chunk_pin(e, now),
+                },
+                _ => None,
+            };
+            fn hold<'a>(held: &mut AHashSet<&'a str>, chunk: Option<&'a cursor::ChunkMeta>) {
+                if let Some(c) = chunk.filter(|c| c.chunk_id == 0) {
+                    held.insert(c.uuid.as_str());
+                }
+            }
+            let blocked_here = match pin {
+                Some(pc) => pinned_blocked.contains(&(pc, hash)),
+                None => !blocked.is_empty() && blocked.contains(&hash),
+            };
+            if blocked_here {
+                self.replay.add(e.position, hash, pin);
+                hold(&mut held_uuids, chunk);
+                decision.push(HELD);
+                continue;
+            }
             let selected = self.ks.as_ref().and_then(|k| k.selector.select(hash));
             let Some(t) = pin.or(selected).and_then(|t| self.find(t)) else {
                 blocked.insert(hash);
                 self.replay.add(e.position, hash, None);
+                hold(&mut held_uuids, chunk);
                 decision.push(HELD);
                 continue;
             };
@@ -1381,14 +1441,15 @@ impl Dispatcher {
                 } else {
                     Gate::NormalRead
                 };
-                let v = if pin.is_some() {
-                    if gate == Gate::NormalRead && self.replay.contains_hash(hash) {
-                        Verdict::BehindReplay
-                    } else {
-                        Verdict::Allow
+                let v = match pin {
+                    Some(pc) => {
+                        if gate == Gate::NormalRead && self.replay.contains_pinned(pc, hash) {
+                            Verdict::BehindReplay
+                        } else {
+                            Verdict::Allow
+                        }
                     }
-                } else {
-                    self.can_dispatch(gate, self.consumers[t].id, hash)
+                    None => self.can_dispatch(gate, self.consumers[t].id, hash),
                 };
                 Some(v)
             };
@@ -1401,13 +1462,19 @@ impl Dispatcher {
                         }
                         pins[k] = true;
                     }
+                    if let Some(c) = chunk.filter(|c| c.chunk_id == 0) {
+                        batch_pins.insert(c.uuid.as_str(), self.consumers[t].id);
+                    }
                     decision.push(t as u32);
                     counts[t] += 1;
                     dispatched += 1;
                 }
                 other => {
-                    if ordered {
+                    if ordered || chunk.is_some() {
                         blocked.insert(hash);
+                    }
+                    if let Some(pc) = pin {
+                        pinned_blocked.insert((pc, hash));
                     }
                     if matches!(other, Some(Verdict::Draining)) {
                         self.note_draining_block(now, hash);
@@ -1416,6 +1483,7 @@ impl Dispatcher {
                         self.consumers[t].blocked_by_hash = true;
                     }
                     self.replay.add(e.position, hash, pin);
+                    hold(&mut held_uuids, chunk);
                     decision.push(HELD);
                 }
             }

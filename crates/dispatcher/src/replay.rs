@@ -25,15 +25,19 @@ pub(crate) struct ReplayEntry<C> {
 pub(crate) struct ReplaySet<P, C> {
     entries: BTreeMap<P, ReplayEntry<C>>,
     hash_counts: AHashMap<u32, u32>,
+    /// Pinned entries per (consumer, hash): a pinned continuation chunk must not overtake an
+    /// earlier pinned chunk of its key on the same consumer.
+    pinned_counts: AHashMap<(C, u32), u32>,
     count_hashes: bool,
 }
 
-impl<P: Ord + Copy, C: Copy> ReplaySet<P, C> {
+impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
     /// A set that ref-counts hashes iff `count_hashes` (ordering enforced).
     pub fn new(count_hashes: bool) -> Self {
         ReplaySet {
             entries: BTreeMap::new(),
             hash_counts: AHashMap::new(),
+            pinned_counts: AHashMap::new(),
             count_hashes,
         }
     }
@@ -41,6 +45,23 @@ impl<P: Ord + Copy, C: Copy> ReplaySet<P, C> {
     fn inc(&mut self, hash: u32) {
         if self.count_hashes && hash != 0 {
             *self.hash_counts.entry(hash).or_insert(0) += 1;
+        }
+    }
+
+    fn pin_inc(&mut self, e: ReplayEntry<C>) {
+        if let Some(c) = e.pinned {
+            *self.pinned_counts.entry((c, e.hash)).or_insert(0) += 1;
+        }
+    }
+
+    fn pin_dec(&mut self, e: ReplayEntry<C>) {
+        if let Some(c) = e.pinned {
+            if let Some(n) = self.pinned_counts.get_mut(&(c, e.hash)) {
+                *n -= 1;
+                if *n == 0 {
+                    self.pinned_counts.remove(&(c, e.hash));
+                }
+            }
         }
     }
 
@@ -60,20 +81,26 @@ impl<P: Ord + Copy, C: Copy> ReplaySet<P, C> {
     pub fn add(&mut self, pos: P, hash: u32, pinned: Option<C>) -> bool {
         match self.entries.entry(pos) {
             MapEntry::Vacant(v) => {
-                v.insert(ReplayEntry { hash, pinned });
+                let e = ReplayEntry { hash, pinned };
+                v.insert(e);
                 self.inc(hash);
+                self.pin_inc(e);
                 true
             }
             MapEntry::Occupied(mut o) => {
                 let old = *o.get();
-                let new_hash = if hash != 0 { hash } else { old.hash };
-                o.insert(ReplayEntry {
-                    hash: new_hash,
+                let new = ReplayEntry {
+                    hash: if hash != 0 { hash } else { old.hash },
                     pinned: pinned.or(old.pinned),
-                });
-                if new_hash != old.hash {
+                };
+                o.insert(new);
+                if new.hash != old.hash {
                     self.dec(old.hash);
-                    self.inc(new_hash);
+                    self.inc(new.hash);
+                }
+                if new != old {
+                    self.pin_dec(old);
+                    self.pin_inc(new);
                 }
                 false
             }
@@ -84,6 +111,7 @@ impl<P: Ord + Copy, C: Copy> ReplaySet<P, C> {
     pub fn remove(&mut self, pos: P) -> Option<ReplayEntry<C>> {
         let e = self.entries.remove(&pos)?;
         self.dec(e.hash);
+        self.pin_dec(e);
         Some(e)
     }
 
@@ -101,6 +129,7 @@ impl<P: Ord + Copy, C: Copy> ReplaySet<P, C> {
         let dropped = std::mem::replace(&mut self.entries, keep);
         for e in dropped.values() {
             self.dec(e.hash);
+            self.pin_dec(*e);
         }
         dropped.len()
     }
@@ -111,6 +140,11 @@ impl<P: Ord + Copy, C: Copy> ReplaySet<P, C> {
             && hash != 0
             && !self.hash_counts.is_empty()
             && self.hash_counts.contains_key(&hash)
+    }
+
+    /// Whether a continuation chunk pinned to `c` with this hash waits.
+    pub fn contains_pinned(&self, c: C, hash: u32) -> bool {
+        !self.pinned_counts.is_empty() && self.pinned_counts.contains_key(&(c, hash))
     }
 
     /// First (smallest) position.
@@ -142,6 +176,7 @@ impl<P: Ord + Copy, C: Copy> ReplaySet<P, C> {
     pub fn clear(&mut self) {
         self.entries.clear();
         self.hash_counts.clear();
+        self.pinned_counts.clear();
     }
 
     /// Drops the pin of every entry pinned to `c`.
@@ -151,6 +186,7 @@ impl<P: Ord + Copy, C: Copy> ReplaySet<P, C> {
                 e.pinned = None;
             }
         }
+        self.pinned_counts.retain(|(c, _), _| !is_c(*c));
     }
 
     /// Count of positions with this hash (tests and explain).
@@ -233,12 +269,35 @@ mod tests {
         let mut s = Set::new(true);
         s.add(1, 4, Some(1));
         s.add(2, 4, Some(2));
+        assert!(s.contains_pinned(1, 4));
+        assert!(!s.contains_pinned(1, 5));
         s.unpin(|c| c == 1);
+        assert!(!s.contains_pinned(1, 4));
+        assert!(s.contains_pinned(2, 4));
         let pins: Vec<_> = s.iter().map(|(_, e)| e.pinned).collect();
         assert_eq!(pins, vec![None, Some(2)]);
         s.clear();
         assert!(s.is_empty());
         assert!(!s.contains_hash(4));
+        assert!(!s.contains_pinned(2, 4));
+    }
+
+    #[test]
+    fn pinned_counts_follow_removals() {
+        let mut s = Set::new(true);
+        s.add(1, 4, Some(1));
+        s.add(2, 4, Some(1));
+        s.remove(1);
+        assert!(s.contains_pinned(1, 4));
+        s.remove_all_up_to(5);
+        assert!(!s.contains_pinned(1, 4));
+        // A re-add that only adds the pin counts once.
+        s.add(3, 4, None);
+        s.add(3, 4, Some(2));
+        s.add(3, 4, Some(2));
+        assert!(s.contains_pinned(2, 4));
+        s.remove(3);
+        assert!(!s.contains_pinned(2, 4));
     }
 
     /// Reference model: a plain BTreeMap recomputing the counts.

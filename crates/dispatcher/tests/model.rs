@@ -232,7 +232,16 @@ fn run_seed(cfg: DispatcherConfig, seed: u64, steps: usize) -> Result<(), String
                         ),
                     );
                 }
-                if let Some((q, _)) = replay.iter().find(|(q, h)| **h == hash && **q < e.position) {
+                // A continuation chunk following its chunk 0 to the same consumer may pass
+                // the hash's other waiting entries: its message started first (and those
+                // entries may be waiting for it to complete).
+                let pinned_follow = e.meta.chunk.as_ref().is_some_and(|c| {
+                    c.chunk_id > 0 && m.chunk_owner.get(&c.uuid).is_some_and(|o| *o == name)
+                });
+                if let Some((q, _)) = replay
+                    .iter()
+                    .find(|(q, h)| **h == hash && **q < e.position && !pinned_follow)
+                {
                     return fail(
                         &ops,
                         format!(
@@ -249,6 +258,21 @@ fn run_seed(cfg: DispatcherConfig, seed: u64, steps: usize) -> Result<(), String
                     // First deliveries only: a redelivered chunk whose pin was already released
                     // by the last chunk is routed like an orphan (as in Pulsar).
                     let first = !m.sent_once.contains(&e.position);
+                    // The chunks of one message are published back to back: the previous
+                    // chunk must have gone out first (or been dropped by a skip).
+                    let prev = Position::new(e.position.ledger_id, e.position.entry_id - 1);
+                    if first && !m.sent_once.contains(&prev) && prev > md {
+                        return fail(
+                            &ops,
+                            format!(
+                                "chunk {} of {} ({}) sent before chunk {}",
+                                ch.chunk_id,
+                                ch.uuid,
+                                e.position,
+                                ch.chunk_id - 1
+                            ),
+                        );
+                    }
                     if first && *owner != name && w.names.contains_key(owner) {
                         return fail(&ops, format!("chunk {} of {} sent to {name}, chunk 0 went to {owner} (still connected)", ch.chunk_id, ch.uuid));
                     }

@@ -345,3 +345,30 @@ fn why_blocked_reports_each_reason() {
     );
     assert_snapshot!(log);
 }
+
+#[test]
+fn chunk_pin_decided_within_the_read_batch() {
+    // Found by the simulator: chunk 0 and chunk 1 of u1 (k1, owned by B) arrive in one read and
+    // B has one permit. Chunk 1 must wait in replay pinned to B (not count as an orphan) and
+    // follow B after C joins and k1 moves to C (draining on B), instead of waiting for C.
+    let script = "key_shared\njoin A\njoin B\nflow A 10\npub k0 k0 k0\nflow B 1\nchunks u1 k1 2\nstate\njoin C\nflow C 5\nflow B 1\nstate\n";
+    let log = check(script);
+    assert!(log.contains("1:3 1:4"), "both chunks in one read: {log}");
+    assert!(log.contains("send B: 1:4(k1[u1#1/2])"), "{log}");
+    assert_eq!(run(script).d.stats().orphan_chunks, 0);
+    assert_snapshot!(log);
+}
+
+#[test]
+fn pinned_chunk_passes_a_later_message_of_its_key_waiting_in_replay() {
+    // Found by the simulator: chunk 0 of u1 (k1) on A; B joins (k1 drains on A); message X of
+    // k1 waits in replay for that drain; chunk 1 of u1 must still reach A (X waits for u1 to be
+    // acked), otherwise X and u1 wait for each other.
+    let log = check(
+        "key_shared\njoin A\nflow A 10\nchunk u1 k1 0/2\njoin B\nflow B 10\npub k1\nchunk u1 k1 1/2\nstate\nack A 1:0 1:2\nadvance 10\nstate\n",
+    );
+    assert!(log.contains("send A: 1:2(k1[u1#1/2])"), "{log}");
+    let x = log.find("send B: 1:1(k1)").expect("X reaches B");
+    assert!(x > log.find("> ack A 1:0 1:2").unwrap(), "{log}");
+    assert_snapshot!(log);
+}
