@@ -169,7 +169,12 @@ struct KeyShared {
     selector: BoxedSelector,
     draining: Option<Arc<DrainingHashes<ConsumerId>>>,
     /// uuid → consumer that received chunk 0 of a half-delivered chunked message.
-    pins: AHashMap<String, ConsumerId>,
+    pins: AHashMap<String, (ConsumerId, u32)>,
+    /// hash → (consumer, open chunked messages of that hash on it): while a chunked message of
+    /// a key is half-delivered, every later entry of the key follows it to that consumer, so
+    /// the client completes the messages in position order (a chunked message counts at its
+    /// last chunk) and nothing waits for something queued behind it.
+    hash_pins: AHashMap<u32, (ConsumerId, u32)>,
     /// Hash → time it was first refused by a draining rule (draining timeout only).
     blocked_since: AHashMap<u32, u64>,
 }
@@ -180,17 +185,40 @@ impl KeyShared {
     }
 }
 
-/// Key_Shared chunk pins: chunk 0 of a multi-chunk message pins its uuid to the consumer, the
-/// last chunk unpins it.
-fn note_chunk_sent(ks: &mut KeyShared, e: &Entry, c: ConsumerId) {
+/// Key_Shared chunk pins: chunk 0 of a multi-chunk message pins its uuid (and its hash) to the
+/// consumer, the last chunk unpins them.
+fn note_chunk_sent(ks: &mut KeyShared, e: &Entry, c: ConsumerId, hash: u32) {
     let Some(ch) = &e.meta.chunk else { return };
     if ch.num_chunks <= 1 || ch.chunk_id >= ch.num_chunks || ch.uuid.is_empty() {
         return;
     }
     if ch.chunk_id == 0 {
-        ks.pins.insert(ch.uuid.clone(), c);
+        match ks.pins.insert(ch.uuid.clone(), (c, hash)) {
+            None => {
+                let p = ks.hash_pins.entry(hash).or_insert((c, 0));
+                p.0 = c;
+                p.1 += 1;
+            }
+            // A re-sent chunk 0 re-pins the message (and its hash) to the new consumer.
+            Some(_) => {
+                if let Some(p) = ks.hash_pins.get_mut(&hash) {
+                    p.0 = c;
+                }
+            }
+        }
     } else if ch.chunk_id + 1 == ch.num_chunks {
-        ks.pins.remove(&ch.uuid);
+        if let Some((_, h)) = ks.pins.remove(&ch.uuid) {
+            unpin_hash(ks, h);
+        }
+    }
+}
+
+fn unpin_hash(ks: &mut KeyShared, h: u32) {
+    if let Some(p) = ks.hash_pins.get_mut(&h) {
+        p.1 = p.1.saturating_sub(1);
+        if p.1 == 0 {
+            ks.hash_pins.remove(&h);
+        }
     }
 }
 
@@ -312,6 +340,7 @@ impl Dispatcher {
                         selector,
                         draining,
                         pins: AHashMap::new(),
+                        hash_pins: AHashMap::new(),
                         blocked_since: AHashMap::new(),
                     }),
                     !k.allow_out_of_order,
@@ -544,7 +573,8 @@ impl Dispatcher {
         self.shared.debit(debit);
         self.assignor.remove_consumer(id);
         if let Some(ks) = &mut self.ks {
-            ks.pins.retain(|_, c| *c != id);
+            ks.pins.retain(|_, (c, _)| *c != id);
+            ks.hash_pins.retain(|_, (c, _)| *c != id);
         }
         self.replay.unpin(|p| p == id);
         if self.rr_last == Some(id) {
@@ -556,6 +586,7 @@ impl Dispatcher {
             self.assignor.clear();
             if let Some(ks) = &mut self.ks {
                 ks.pins.clear();
+                ks.hash_pins.clear();
                 ks.blocked_since.clear();
                 if let Some(dr) = &ks.draining {
                     dr.clear();
@@ -979,16 +1010,18 @@ impl Dispatcher {
                 out.push(p);
                 continue;
             }
-            // Pinned continuation chunks are ordered per (consumer, hash) only: their message
-            // started before the hash's other waiting entries (which may wait for it).
-            let held = match e.pinned {
+            // Pinned entries (a chunked message's continuation, or any entry of a key whose
+            // chunked message is half-delivered) are ordered per (consumer, hash) only: that
+            // message started before the hash's other waiting entries (which may wait for it).
+            let pin = e.pinned.or_else(|| self.hash_pin(e.hash));
+            let held = match pin {
                 Some(c) => pinned_blocked.contains(&(c, e.hash)),
                 None => blocked.contains(&e.hash),
             };
             if held {
                 continue;
             }
-            let target = match e.pinned {
+            let target = match pin {
                 Some(c) => Some(c),
                 None => self.ks.as_ref().and_then(|k| k.selector.select(e.hash)),
             };
@@ -996,7 +1029,7 @@ impl Dispatcher {
             let ok = match (target, slot) {
                 (Some(t), Some(i)) => {
                     snapshot[i].1 > 0
-                        && (e.pinned.is_some()
+                        && (pin.is_some()
                             || self.can_dispatch(Gate::ReplayPick, t, e.hash) == Verdict::Allow)
                 }
                 _ => false,
@@ -1008,12 +1041,12 @@ impl Dispatcher {
                 }
                 out.push(p);
             } else {
-                // A held-back chunk also holds back later entries of its hash (they may be
-                // later chunks of the same message), even in out-of-order mode.
-                if ordered || e.pinned.is_some() {
+                // A held-back pinned entry also holds back later entries of its hash (they may
+                // be later chunks of the same message), even in out-of-order mode.
+                if ordered || pin.is_some() {
                     blocked.insert(e.hash);
                 }
-                if let Some(c) = e.pinned {
+                if let Some(c) = pin {
                     pinned_blocked.insert((c, e.hash));
                 }
             }
@@ -1182,7 +1215,7 @@ impl Dispatcher {
                             replay.remove(e.position);
                         }
                         if let Some(ks) = ks.as_mut() {
-                            note_chunk_sent(ks, e, id);
+                            note_chunk_sent(ks, e, id, hash);
                         }
                         messages += i64::from(n);
                         true
@@ -1384,6 +1417,7 @@ impl Dispatcher {
         // Chunk pins decided in this batch (chunk 0 accepted into a send group) and messages
         // whose chunk 0 was held back in this batch.
         let mut batch_pins: AHashMap<&str, ConsumerId> = AHashMap::new();
+        let mut batch_hash_pins: AHashMap<u32, ConsumerId> = AHashMap::new();
         let mut held_uuids: AHashSet<&str> = AHashSet::new();
         // Pinned continuation chunks are ordered per (consumer, hash), not behind the hash's
         // other entries: their message started before them, on that consumer.
@@ -1401,13 +1435,17 @@ impl Dispatcher {
                 decision.push(HELD);
                 continue;
             }
-            // A continuation chunk follows the consumer that received chunk 0.
+            // A continuation chunk follows the consumer that received chunk 0; any other entry
+            // of a key with a half-delivered chunked message follows that message.
             let pin = match chunk {
                 Some(c) if c.chunk_id > 0 => match batch_pins.get(c.uuid.as_str()) {
                     Some(p) => Some(*p),
                     None => self.chunk_pin(e, now),
                 },
-                _ => None,
+                _ => batch_hash_pins
+                    .get(&hash)
+                    .copied()
+                    .or_else(|| self.hash_pin(hash)),
             };
             fn hold<'a>(held: &mut AHashSet<&'a str>, chunk: Option<&'a cursor::ChunkMeta>) {
                 if let Some(c) = chunk.filter(|c| c.chunk_id == 0) {
@@ -1464,6 +1502,7 @@ impl Dispatcher {
                     }
                     if let Some(c) = chunk.filter(|c| c.chunk_id == 0) {
                         batch_pins.insert(c.uuid.as_str(), self.consumers[t].id);
+                        batch_hash_pins.insert(hash, self.consumers[t].id);
                     }
                     decision.push(t as u32);
                     counts[t] += 1;
@@ -1540,6 +1579,16 @@ impl Dispatcher {
         }
     }
 
+    /// The consumer holding a half-delivered chunked message of this hash, if connected.
+    fn hash_pin(&self, hash: u32) -> Option<ConsumerId> {
+        let ks = self.ks.as_ref()?;
+        if ks.hash_pins.is_empty() {
+            return None;
+        }
+        let (c, _) = ks.hash_pins.get(&hash)?;
+        self.find(*c).map(|_| *c)
+    }
+
     /// Key_Shared chunk routing: the consumer a continuation chunk must follow, if its chunk 0
     /// was sent and that consumer is still connected. A continuation without a pin (an orphan,
     /// e.g. after a restart) is routed by its hash like any entry, with a WARN and a counter.
@@ -1550,7 +1599,7 @@ impl Dispatcher {
         }
         let ks = self.ks.as_ref()?;
         match ks.pins.get(ch.uuid.as_str()) {
-            Some(c) if self.find(*c).is_some() => Some(*c),
+            Some((c, _)) if self.find(*c).is_some() => Some(*c),
             _ => {
                 self.counters.orphan_chunks += 1;
                 warn!(uuid = %ch.uuid, chunk_id = ch.chunk_id, num_chunks = ch.num_chunks, "orphan chunk on Key_Shared routed by its key");

@@ -360,15 +360,18 @@ fn chunk_pin_decided_within_the_read_batch() {
 }
 
 #[test]
-fn pinned_chunk_passes_a_later_message_of_its_key_waiting_in_replay() {
+fn a_half_delivered_chunked_message_keeps_its_key_on_its_consumer() {
     // Found by the simulator: chunk 0 of u1 (k1) on A; B joins (k1 drains on A); message X of
-    // k1 waits in replay for that drain; chunk 1 of u1 must still reach A (X waits for u1 to be
-    // acked), otherwise X and u1 wait for each other.
+    // k1 (published between the chunks) and chunk 1 follow u1 to A, so A's client completes X
+    // and then u1 in position order (a chunked message counts at its last chunk) and nothing
+    // waits for something queued behind it. Once u1's last chunk is out, k1 is B's again and
+    // waits for A's acks.
     let log = check(
-        "key_shared\njoin A\nflow A 10\nchunk u1 k1 0/2\njoin B\nflow B 10\npub k1\nchunk u1 k1 1/2\nstate\nack A 1:0 1:2\nadvance 10\nstate\n",
+        "key_shared\njoin A\nflow A 10\nchunk u1 k1 0/2\njoin B\nflow B 10\npub k1\nchunk u1 k1 1/2\npub k1\nstate\nack A 1:0 1:1 1:2\nadvance 10\nstate\n",
     );
+    assert!(log.contains("send A: 1:1(k1)"), "{log}");
     assert!(log.contains("send A: 1:2(k1[u1#1/2])"), "{log}");
-    let x = log.find("send B: 1:1(k1)").expect("X reaches B");
-    assert!(x > log.find("> ack A 1:0 1:2").unwrap(), "{log}");
+    let later = log.find("send B: 1:3(k1)").expect("the next k1 reaches B");
+    assert!(later > log.find("> ack A 1:0 1:1 1:2").unwrap(), "{log}");
     assert_snapshot!(log);
 }
