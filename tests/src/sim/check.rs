@@ -100,14 +100,14 @@ pub fn key_str(k: &[u8]) -> String {
 #[derive(Debug, Default)]
 pub struct OrderChecker {
     enabled: bool,
-    /// key → message → consumers holding it (started, not finished).
+    /// key → message (by its last entry) → consumers holding it (started, not finished).
     in_hand: BTreeMap<Vec<u8>, BTreeMap<MsgRef, BTreeSet<String>>>,
     /// consumer → what it holds.
     held: BTreeMap<String, (Option<Vec<u8>>, MsgRef)>,
     /// Every message ever started.
     started: BTreeSet<MsgRef>,
-    /// key → the highest message started so far.
-    max_started: BTreeMap<Vec<u8>, MsgRef>,
+    /// key → (first, last) of the started message whose first entry is the highest so far.
+    max_started: BTreeMap<Vec<u8>, (MsgRef, MsgRef)>,
     /// Entry position → time of its first start (any consumer).
     first_start: BTreeMap<Position, u64>,
     /// Entry position → time of its last finish.
@@ -128,6 +128,7 @@ impl OrderChecker {
     }
 
     /// `consumer`'s application starts message `m` of `key`. Returns the violations it causes.
+    #[cfg(test)]
     pub fn start(
         &mut self,
         now: u64,
@@ -135,14 +136,30 @@ impl OrderChecker {
         key: Option<&[u8]>,
         m: MsgRef,
     ) -> Vec<Violation> {
+        self.start_span(now, consumer, key, m, m)
+    }
+
+    /// Like [`start`](Self::start) for a message that spans entries `first..=last` (a chunked
+    /// message). A message is *earlier* than another when its last entry precedes the other's
+    /// first entry; messages whose spans overlap (another producer's message published between
+    /// two chunks) are not ordered against each other: the client hands a chunked message out
+    /// when its last chunk arrives, the broker pins it by its first.
+    pub fn start_span(
+        &mut self,
+        now: u64,
+        consumer: &str,
+        key: Option<&[u8]>,
+        first: MsgRef,
+        m: MsgRef,
+    ) -> Vec<Violation> {
         self.starts += 1;
         let mut out = Vec::new();
         self.first_start.entry(m.0).or_insert(now);
         self.started_by.insert((consumer.to_string(), m.0));
-        let first = self.started.insert(m);
+        let first_time = self.started.insert(m);
         if let (true, Some(k)) = (self.enabled, key) {
             if let Some(held) = self.in_hand.get(k) {
-                if let Some((earlier, who)) = held.range(..m).next() {
+                if let Some((earlier, who)) = held.range(..first).next() {
                     let mut consumers: Vec<String> = who.iter().cloned().collect();
                     consumers.push(consumer.to_string());
                     out.push(Violation {
@@ -160,27 +177,27 @@ impl OrderChecker {
                     });
                 }
             }
-            if first {
-                if let Some(max) = self.max_started.get(k) {
-                    if *max > m {
+            if first_time {
+                if let Some((later_first, later)) = self.max_started.get(k) {
+                    if *later_first > m {
                         out.push(Violation {
                             kind: ViolationKind::Order,
                             at: now,
                             key: Some(key_str(k)),
-                            positions: vec![msg_str(m), msg_str(*max)],
+                            positions: vec![msg_str(m), msg_str(*later)],
                             consumers: vec![consumer.to_string()],
                             detail: format!(
                                 "{consumer} started {} for the first time after the later {} of the same key was already started",
                                 msg_str(m),
-                                msg_str(*max)
+                                msg_str(*later)
                             ),
                         });
                     }
                 }
             }
-            let e = self.max_started.entry(k.to_vec()).or_insert(m);
-            if *e < m {
-                *e = m;
+            let e = self.max_started.entry(k.to_vec()).or_insert((first, m));
+            if e.0 < first {
+                *e = (first, m);
             }
         }
         if let Some(k) = key {
@@ -283,6 +300,22 @@ mod tests {
         let v = c.start(2, "b", Some(b"k"), m(3));
         assert_eq!(v.len(), 1, "{v:?}");
         assert!(v[0].detail.contains("first time"));
+    }
+
+    #[test]
+    fn a_chunked_message_is_unordered_against_messages_inside_its_span() {
+        let mut c = OrderChecker::new(true);
+        // Chunked message spanning 1:1..=1:5; 1:3 of another producer was published between.
+        assert!(c.start(0, "b", Some(b"k"), m(3)).is_empty());
+        c.finish(1, "b");
+        assert!(c.start_span(2, "a", Some(b"k"), m(1), m(5)).is_empty());
+        // Held by a; 1:4 (inside the span) may start, 1:6 (after it) may not.
+        assert!(c.start(3, "c", Some(b"k"), m(4)).is_empty());
+        let v = c.start(4, "d", Some(b"k"), m(6));
+        assert_eq!(v.len(), 1, "{v:?}");
+        // A message entirely before the span, first started after it, is out of order.
+        let v = c.start(5, "e", Some(b"k"), m(0));
+        assert!(v.iter().any(|v| v.detail.contains("first time")), "{v:?}");
     }
 
     #[test]

@@ -28,6 +28,7 @@ enum Rec {
     Start {
         consumer: String,
         key: Option<Vec<u8>>,
+        first: MsgRef,
         msg: MsgRef,
     },
     Finish {
@@ -148,9 +149,13 @@ fn consumer_loop(
                     Position::new(d.id.ledger_id, d.id.entry_id),
                     d.id.batch_index,
                 );
+                let first = d.chunk_ids.first().map_or(msg, |c| {
+                    (Position::new(c.ledger_id, c.entry_id), c.batch_index)
+                });
                 shared.record(Rec::Start {
                     consumer: name.clone(),
                     key: d.key.clone(),
+                    first,
                     msg,
                 });
                 // Processing: the scenario's ms become µs, so runs stay short.
@@ -340,8 +345,13 @@ pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), 
             hash = hash.wrapping_mul(0x0000_0100_0000_01B3);
         }
         match r {
-            Rec::Start { consumer, key, msg } => {
-                violations.extend(order.start(*ms, consumer, key.as_deref(), *msg));
+            Rec::Start {
+                consumer,
+                key,
+                first,
+                msg,
+            } => {
+                violations.extend(order.start_span(*ms, consumer, key.as_deref(), *first, *msg));
             }
             Rec::Finish { consumer } => order.finish(*ms, consumer),
         }

@@ -334,7 +334,8 @@ pub struct World {
     dropped: BTreeSet<Position>,
     checked_md: Position,
     model: BTreeMap<ConsumerId, BTreeSet<Position>>,
-    /// Shared: uuid → consumer its chunk 0 went to, until its last chunk is sent.
+    /// uuid → consumer its chunk 0 went to, until its last chunk is sent (the chunk assignor's
+    /// pins on Shared, the dispatcher's uuid pins on Key_Shared).
     pins: BTreeMap<String, ConsumerId>,
     order: OrderChecker,
     violations: Vec<Violation>,
@@ -1469,7 +1470,7 @@ impl World {
             if let Some(s) = self.model.get_mut(&id) {
                 s.insert(p);
             }
-            if let (SubKind::Shared, Some(c)) = (self.cfg.sub, e.meta.chunk.as_ref()) {
+            if let Some(c) = e.meta.chunk.as_ref().filter(|c| c.num_chunks > 1) {
                 if c.chunk_id + 1 == c.num_chunks {
                     self.pins.remove(&c.uuid);
                 } else if c.chunk_id == 0 {
@@ -1609,8 +1610,8 @@ impl World {
             }
         };
         if let Some(d) = delivered {
-            // A chunked message is ordered by its last chunk: it exists once that is appended
-            // (the id the client hands out is the last chunk's, as Pulsar's chunk ids compare).
+            // A chunked message spans its first..=last chunk (the client hands it out under its
+            // last chunk's id); see OrderChecker::start_span for how spans are ordered.
             let msg: MsgRef = (
                 Position::new(d.id.ledger_id, d.id.entry_id),
                 d.id.batch_index,
@@ -1621,7 +1622,12 @@ impl World {
                 msg_str(msg),
                 d.redelivery_count
             ));
-            let vs = self.order.start(now, name, d.key.as_deref(), msg);
+            let first = d.chunk_ids.first().map_or(msg, |c| {
+                (Position::new(c.ledger_id, c.entry_id), c.batch_index)
+            });
+            let vs = self
+                .order
+                .start_span(now, name, d.key.as_deref(), first, msg);
             for v in vs {
                 self.violate(v);
             }
@@ -1810,7 +1816,7 @@ impl World {
                 *per_hash.entry((id, h)).or_insert(0) += 1;
             }
         }
-        if self.cfg.sub == SubKind::Shared {
+        {
             let real = self.d.stats().chunk_pins;
             if real != self.pins.len() {
                 let detail = format!(
