@@ -22,6 +22,10 @@ const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../scenarios/mix-key-shared-chunks.sim"),
     ),
     (
+        "mix-key-shared-limits",
+        include_str!("../../scenarios/mix-key-shared-limits.sim"),
+    ),
+    (
         "mix-autosplit",
         include_str!("../../scenarios/mix-autosplit.sim"),
     ),

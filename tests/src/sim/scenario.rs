@@ -73,7 +73,7 @@ impl Default for WorldConfig {
             net: (1, 5),
             notice: 200,
             drain_bound: 600_000,
-            stall_window: 90_000,
+            stall_window: 30_000,
             unblocking_interval: 10,
             persist_interval: 50,
             max_unacked_consumer: None,
