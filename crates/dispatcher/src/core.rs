@@ -1226,7 +1226,13 @@ impl Dispatcher {
                             refused_uuids.push(ch.uuid.clone());
                         }
                         debug!(consumer = %id, ledger = e.position.ledger_id, entry = e.position.entry_id, hash, reason = ?refused, "send-time add refused, entry back to replay");
-                        let pin = if is_pinned { Some(id) } else { None };
+                        let continuation =
+                            e.meta.chunk.as_ref().is_some_and(|c| c.chunk_id > 0);
+                        let pin = if is_pinned && continuation {
+                            Some(id)
+                        } else {
+                            None
+                        };
                         if !matches!(refused, AddRefused::Closed)
                             || last_md.is_none_or(|md| e.position > md)
                         {
@@ -1429,6 +1435,7 @@ impl Dispatcher {
                 e.meta.chunk.as_ref().filter(|c| {
                     c.num_chunks > 1 && c.chunk_id < c.num_chunks && !c.uuid.is_empty()
                 });
+            let continuation = chunk.is_some_and(|c| c.chunk_id > 0);
             if chunk.is_some_and(|c| c.chunk_id > 0 && held_uuids.contains(c.uuid.as_str())) {
                 // Its chunk 0 was held back in this batch: follow it to replay.
                 self.replay.add(e.position, hash, None);
@@ -1437,15 +1444,27 @@ impl Dispatcher {
             }
             // A continuation chunk follows the consumer that received chunk 0; any other entry
             // of a key with a half-delivered chunked message follows that message.
-            let pin = match chunk {
-                Some(c) if c.chunk_id > 0 => match batch_pins.get(c.uuid.as_str()) {
-                    Some(p) => Some(*p),
-                    None => self.chunk_pin(e, now),
+            // An entry held back under a pin keeps it (the replay pick chose it for that
+            // consumer, and that consumer still holds the key).
+            let stored = if from_replay {
+                self.replay
+                    .pinned_of(e.position)
+                    .filter(|c| self.find(*c).is_some())
+            } else {
+                None
+            };
+            let pin = match stored {
+                Some(c) => Some(c),
+                None => match chunk {
+                    Some(c) if c.chunk_id > 0 => match batch_pins.get(c.uuid.as_str()) {
+                        Some(p) => Some(*p),
+                        None => self.chunk_pin(e, now),
+                    },
+                    _ => batch_hash_pins
+                        .get(&hash)
+                        .copied()
+                        .or_else(|| self.hash_pin(hash)),
                 },
-                _ => batch_hash_pins
-                    .get(&hash)
-                    .copied()
-                    .or_else(|| self.hash_pin(hash)),
             };
             fn hold<'a>(held: &mut AHashSet<&'a str>, chunk: Option<&'a cursor::ChunkMeta>) {
                 if let Some(c) = chunk.filter(|c| c.chunk_id == 0) {
@@ -1457,7 +1476,10 @@ impl Dispatcher {
                 None => !blocked.is_empty() && blocked.contains(&hash),
             };
             if blocked_here {
-                self.replay.add(e.position, hash, pin);
+                // Only a continuation chunk keeps its pin in replay; other entries re-resolve
+                // the key's live pin (it ends with the half-delivered message).
+                self.replay
+                    .add(e.position, hash, pin.filter(|_| continuation));
                 hold(&mut held_uuids, chunk);
                 decision.push(HELD);
                 continue;
@@ -1480,8 +1502,16 @@ impl Dispatcher {
                     Gate::NormalRead
                 };
                 let v = match pin {
+                    // A continuation chunk only waits for earlier pinned entries of its key on
+                    // its consumer (its message started first); any other pinned entry waits
+                    // for every earlier entry of its key (e.g. a nacked one).
                     Some(pc) => {
-                        if gate == Gate::NormalRead && self.replay.contains_pinned(pc, hash) {
+                        let behind = if continuation {
+                            self.replay.contains_pinned(pc, hash)
+                        } else {
+                            self.replay.contains_hash(hash)
+                        };
+                        if gate == Gate::NormalRead && behind {
                             Verdict::BehindReplay
                         } else {
                             Verdict::Allow
@@ -1521,7 +1551,8 @@ impl Dispatcher {
                     if other.is_some() && !from_replay {
                         self.consumers[t].blocked_by_hash = true;
                     }
-                    self.replay.add(e.position, hash, pin);
+                    self.replay
+                        .add(e.position, hash, pin.filter(|_| continuation));
                     hold(&mut held_uuids, chunk);
                     decision.push(HELD);
                 }

@@ -142,6 +142,11 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
             && self.hash_counts.contains_key(&hash)
     }
 
+    /// The consumer the entry at `pos` is pinned to, if any.
+    pub fn pinned_of(&self, pos: P) -> Option<C> {
+        self.entries.get(&pos).and_then(|e| e.pinned)
+    }
+
     /// Whether a continuation chunk pinned to `c` with this hash waits.
     pub fn contains_pinned(&self, c: C, hash: u32) -> bool {
         !self.pinned_counts.is_empty() && self.pinned_counts.contains_key(&(c, hash))
