@@ -1,0 +1,306 @@
+//! The broker side of the world: commands from clients, the dispatcher's commands, acks.
+
+use super::*;
+
+impl World {
+    // ------------------------------------------------------------------ broker side
+
+    pub(super) fn send_to_broker(&mut self, name: &str, cmd: Wire) {
+        let delay = self.net_delay();
+        let now = self.now;
+        let Some(c) = self.consumers.get_mut(name) else {
+            return;
+        };
+        if c.conn == 0 {
+            return;
+        }
+        let at = (now + delay).max(c.to_broker_last);
+        c.to_broker_last = at;
+        let conn = c.conn;
+        self.schedule(
+            at,
+            Ev::ToBroker {
+                name: name.to_string(),
+                conn,
+                cmd,
+            },
+        );
+    }
+
+    pub(super) fn broker_receives(&mut self, name: &str, conn: u64, cmd: Wire) {
+        let Some(c) = self.consumers.get(name) else {
+            return;
+        };
+        if c.conn != conn || conn == 0 {
+            return; // the connection is gone: lost on the wire
+        }
+        let Some(id) = c.id else { return };
+        let now = self.now;
+        match cmd {
+            Wire::Close => {
+                self.log(format!("broker: {name} closes"));
+                if let Some(c) = self.consumers.get_mut(name) {
+                    c.state = CState::Gone;
+                    c.conn = 0;
+                    c.id = None;
+                }
+                self.remove_from_broker(id);
+                return;
+            }
+            Wire::Cmd(client::Command::Flow(n)) => {
+                self.log(format!("broker: flow {name} {n}"));
+                self.d.handle_flow(now, id, n);
+            }
+            Wire::Cmd(client::Command::Ack(ids)) => {
+                for mid in ids {
+                    self.broker_ack(name, id, mid);
+                }
+            }
+            Wire::Cmd(client::Command::RedeliverUnacked(es))
+            | Wire::Cmd(client::Command::Release(es))
+            | Wire::Cmd(client::Command::Nack { entries: es, .. }) => {
+                let ps: Vec<Position> = es
+                    .iter()
+                    .map(|e| Position::new(e.entry.ledger_id, e.entry.entry_id))
+                    .collect();
+                let mut expected = 0;
+                if let Some(set) = self.model.get_mut(&id) {
+                    for p in &ps {
+                        if set.remove(p) {
+                            expected += 1;
+                        }
+                    }
+                }
+                let n = self.d.handle_redeliver(now, id, &ps);
+                let list: Vec<String> = ps.iter().map(|p| p.to_string()).collect();
+                self.log(format!(
+                    "broker: redeliver {name} [{}] requeued={n}",
+                    list.join(" ")
+                ));
+                if n != expected {
+                    self.simple_violation(
+                        ViolationKind::Model,
+                        format!(
+                            "redelivery for {name} requeued {n}, the model expected {expected}"
+                        ),
+                    );
+                }
+            }
+        }
+        self.pump_broker();
+    }
+
+    pub(super) fn model_owner(&self, p: Position) -> Option<ConsumerId> {
+        self.model
+            .iter()
+            .find(|(_, s)| s.contains(&p))
+            .map(|(id, _)| *id)
+    }
+
+    pub(super) fn broker_ack(&mut self, name: &str, id: ConsumerId, mid: MessageId) {
+        let p = Position::new(mid.ledger_id, mid.entry_id);
+        if let Some(i) = mid.batch_index {
+            let r = {
+                let mut g = lock(&self.cell);
+                let CursorCell { cursor, ledger } = &mut *g;
+                let size = ledger.meta(p).map_or(1, EntryMeta::messages);
+                let open = p > cursor.mark_delete_position() && !cursor.is_acked(p);
+                cursor
+                    .ack_batch_index(ledger, p, size, &[i])
+                    .map(|o| (o, open && cursor.is_acked(p)))
+            };
+            match r {
+                Ok((o, complete)) => {
+                    self.log(format!("broker: ack {name} {mid} newly={}", o.newly_acked));
+                    // Only when this index completed an entry still above mark-delete; a
+                    // dropped entry's pending ack goes with the client's whole-entry ack.
+                    if complete {
+                        // The last batch index completed the entry: its pending ack goes too.
+                        if self.acked.insert(p) {
+                            self.last_progress = self.now;
+                        }
+                        let expected = self.model_owner(p);
+                        let out = self.ack.clear_pending(id, p, o.newly_acked);
+                        self.after_ack(name, p, out, expected);
+                    }
+                }
+                Err(e) => self.log(format!("broker: ack {name} {mid} refused: {e}")),
+            }
+            return;
+        }
+        let expected = self.model_owner(p);
+        match self.ack.ack(id, p) {
+            Ok(o) => {
+                if self.acked.insert(p) {
+                    self.last_progress = self.now;
+                }
+                self.after_ack(name, p, o, expected);
+            }
+            Err(e) => self.log(format!("broker: ack {name} {p} refused: {e}")),
+        }
+    }
+
+    pub(super) fn after_ack(
+        &mut self,
+        name: &str,
+        p: Position,
+        o: dispatcher::AckOutcome,
+        expected: Option<ConsumerId>,
+    ) {
+        {
+            {
+                self.log(format!(
+                    "broker: ack {name} {p} newly={} cleared_on={}",
+                    o.newly_acked,
+                    o.cleared_on.map(|c| c.to_string()).unwrap_or("-".into())
+                ));
+                if let Some(e) = expected {
+                    if let Some(s) = self.model.get_mut(&e) {
+                        s.remove(&p);
+                    }
+                }
+                if o.cleared_on != expected {
+                    let v = Violation {
+                        kind: ViolationKind::Model,
+                        at: self.now,
+                        key: None,
+                        positions: vec![p.to_string()],
+                        consumers: vec![name.to_string()],
+                        detail: format!(
+                            "ack cleared the pending ack on {:?}, the model has it pending on {:?}",
+                            o.cleared_on, expected
+                        ),
+                    };
+                    self.violate(v);
+                }
+            }
+        }
+    }
+
+    /// Executes the dispatcher's commands until it has none left.
+    pub(super) fn pump_broker(&mut self) {
+        let mut n = 0u64;
+        loop {
+            if self.waker.0.swap(false, Ordering::SeqCst) {
+                self.log("broker: wake".into());
+                self.d.handle_wake(self.now);
+            }
+            let Some(cmd) = self.d.poll_command() else {
+                if self.waker.0.load(Ordering::SeqCst) {
+                    continue;
+                }
+                break;
+            };
+            n += 1;
+            if n > MAX_COMMANDS_PER_PUMP {
+                self.simple_violation(
+                    ViolationKind::Livelock,
+                    format!("the dispatcher issued more than {MAX_COMMANDS_PER_PUMP} commands without settling"),
+                );
+                return;
+            }
+            let now = self.now;
+            match cmd {
+                Command::Rewind => {
+                    let mut g = lock(&self.cell);
+                    let CursorCell { cursor, ledger } = &mut *g;
+                    cursor.rewind(ledger);
+                }
+                Command::Read { max_entries } => {
+                    let (entries, more) = {
+                        let mut g = lock(&self.cell);
+                        let CursorCell { cursor, ledger } = &mut *g;
+                        let e = cursor.read(ledger, max_entries);
+                        (e, cursor.has_more_entries(ledger))
+                    };
+                    self.d.handle_read_complete(now, entries, more);
+                }
+                Command::Replay { positions } => {
+                    let r = {
+                        let g = lock(&self.cell);
+                        g.cursor.replay(&g.ledger, &positions)
+                    };
+                    self.d
+                        .handle_replay_complete(now, r.entries, &r.already_acked);
+                }
+                Command::Send { consumer, entries } => self.on_send(consumer, entries),
+                Command::SetTimer { at } => {
+                    self.log(format!("broker: timer at {at}"));
+                    let epoch = self.broker_epoch;
+                    self.schedule(at, Ev::BrokerTimer { epoch });
+                }
+            }
+        }
+        self.check_model();
+    }
+
+    pub(super) fn on_send(&mut self, id: ConsumerId, entries: Vec<Entry>) {
+        let Some(name) = self.by_id.get(&id).cloned() else {
+            self.simple_violation(
+                ViolationKind::Model,
+                format!("the dispatcher sent to {id}, which is not connected"),
+            );
+            return;
+        };
+        let mut line = format!("send {name}:");
+        let mut out = Vec::with_capacity(entries.len());
+        for e in entries {
+            let p = e.position;
+            if let Some(other) = self.model_owner(p) {
+                let v = Violation {
+                    kind: ViolationKind::Model,
+                    at: self.now,
+                    key: Self::key_of(&e.meta).map(|k| key_str(&k)),
+                    positions: vec![p.to_string()],
+                    consumers: vec![self.name_of(other), name.clone()],
+                    detail: format!(
+                        "{p} sent to {name} while still pending on {}",
+                        self.name_of(other)
+                    ),
+                };
+                self.violate(v);
+                return;
+            }
+            if let Some(s) = self.model.get_mut(&id) {
+                s.insert(p);
+            }
+            if let Some(c) = e.meta.chunk.as_ref().filter(|c| c.num_chunks > 1) {
+                if c.chunk_id + 1 == c.num_chunks {
+                    self.pins.remove(&c.uuid);
+                } else if c.chunk_id == 0 {
+                    self.pins.insert(c.uuid.clone(), id);
+                }
+            }
+            let k = Self::key_of(&e.meta)
+                .map(|k| key_str(&k))
+                .unwrap_or_else(|| "-".into());
+            let _ = write!(line, " {p}({k})");
+            let redeliveries = self.d.redelivery_count(p);
+            // Every index of a batch entry goes out, acked ones included: the dispatcher charges
+            // the entry's whole message count in permits, and the client returns one permit per
+            // message (dropping copies of indexes it knows are acked). Filtering here would leak
+            // permits.
+            out.push((e, redeliveries));
+        }
+        self.log(line);
+        let delay = self.net_delay();
+        let now = self.now;
+        let Some(c) = self.consumers.get_mut(&name) else {
+            return;
+        };
+        if c.conn == 0 || !matches!(c.state, CState::Connected | CState::Leaving) {
+            return; // crashed: lost on the wire
+        }
+        let at = (now + delay).max(c.to_client_last);
+        c.to_client_last = at;
+        let conn = c.conn;
+        self.schedule(
+            at,
+            Ev::ToClient {
+                name,
+                conn,
+                entries: out,
+            },
+        );
+    }
+}
