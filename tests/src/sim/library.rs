@@ -26,6 +26,10 @@ const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../scenarios/mix-key-shared-limits.sim"),
     ),
     (
+        "mix-key-shared-restarts",
+        include_str!("../../scenarios/mix-key-shared-restarts.sim"),
+    ),
+    (
         "mix-autosplit",
         include_str!("../../scenarios/mix-autosplit.sim"),
     ),
