@@ -92,6 +92,73 @@ pub struct DispatcherConfig {
     pub draining_timeout: Option<u64>,
     /// Shared chunk assignor settings.
     pub assignor: chunk_assignor::AssignorConfig,
+    /// Nack redelivery delay when a nack carries none
+    /// ([`Dispatcher::handle_nack`](crate::Dispatcher::handle_nack) with `delay: None`).
+    /// Default: no delay.
+    pub nack_backoff: NackBackoff,
+    /// Dead-letter policy for nacked entries (`None` = off, the default).
+    pub dead_letter: Option<DeadLetterPolicy>,
+}
+
+/// How long a nacked entry waits before it is re-sent, by its redelivery count (1 on the first
+/// nack). Times are in the caller's time unit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NackBackoff {
+    /// Always `delay`.
+    Fixed {
+        /// The delay.
+        delay: u64,
+    },
+    /// `base × 2^(count − 1)`, at most `max`.
+    Exponential {
+        /// Delay of the first redelivery.
+        base: u64,
+        /// Cap.
+        max: u64,
+    },
+}
+
+impl NackBackoff {
+    /// The delay for the `count`-th redelivery (count 0 is treated as 1).
+    pub fn delay(&self, count: u32) -> u64 {
+        match *self {
+            NackBackoff::Fixed { delay } => delay,
+            NackBackoff::Exponential { base, max } => {
+                let shift = count.saturating_sub(1).min(63);
+                base.saturating_mul(1u64 << shift).min(max)
+            }
+        }
+    }
+}
+
+impl Default for NackBackoff {
+    fn default() -> Self {
+        NackBackoff::Fixed { delay: 0 }
+    }
+}
+
+/// What happens to a nacked entry that reached the dead-letter threshold.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadLetterAction {
+    /// Hand it to the driver ([`Dispatcher::poll_dead_letter`](crate::Dispatcher::poll_dead_letter)),
+    /// which publishes it to a dead-letter topic and acks it on the cursor; the key keeps
+    /// flowing without it (a recorded gap in the key's sequence).
+    Continue,
+    /// Keep it in replay and hold its key until an operator calls
+    /// [`release_parked`](crate::Dispatcher::release_parked) (replay it) or
+    /// [`dead_letter_parked`](crate::Dispatcher::dead_letter_parked).
+    Park,
+}
+
+/// Dead-letter policy: an entry nacked after `max_deliveries` deliveries is not redelivered
+/// but handled per `action`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeadLetterPolicy {
+    /// Deliveries after which a nack dead-letters the entry (1 = the first nack already does;
+    /// 0 behaves as 1).
+    pub max_deliveries: u32,
+    /// What happens to the entry and its key.
+    pub action: DeadLetterAction,
 }
 
 impl DispatcherConfig {
@@ -110,6 +177,8 @@ impl DispatcherConfig {
             legacy_mark_delete_cleanup: false,
             draining_timeout: None,
             assignor: chunk_assignor::AssignorConfig::default(),
+            nack_backoff: NackBackoff::default(),
+            dead_letter: None,
         }
     }
 

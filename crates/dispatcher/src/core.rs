@@ -10,12 +10,13 @@ use pending_acks::{AddRefused, PendingAcks, RemovalCause};
 use tracing::{debug, trace, warn};
 
 use crate::config::{
-    ConsumerId, ConsumerSpec, DispatcherConfig, KeySharedConfig, KeySharedMode, SubscriptionType,
+    ConsumerId, ConsumerSpec, DeadLetterAction, DispatcherConfig, KeySharedConfig, KeySharedMode,
+    SubscriptionType,
 };
 use crate::error::AddConsumerError;
 use crate::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
 use crate::hash::{key_hash31, slot, sticky_key_bytes, KeyFields};
-use crate::replay::ReplaySet;
+use crate::replay::{ReplaySet, PARKED};
 use crate::selector::{
     ranges_contain, AutoSplitSelector, ConsistentHashingSelector, ConsumerInfo,
     ExclusiveRangeSelector, ImpactedConsumers, StickyKeySelector,
@@ -162,6 +163,10 @@ struct Counters {
     read_results_discarded: u64,
     send_time_refusals: u64,
     redeliveries: u64,
+    nacks: u64,
+    releases: u64,
+    dead_letters: u64,
+    holds_ended_by_mark_delete: u64,
 }
 
 struct KeyShared {
@@ -261,6 +266,10 @@ pub struct Dispatcher {
     last_timer_sent: Option<u64>,
     last_md: Option<Position>,
     redelivery_counts: BTreeMap<Position, u32>,
+    /// Earliest not-before time of a delayed (nacked) replay entry.
+    nack_timer: Option<u64>,
+    /// Dead letters for the driver (see `poll_dead_letter`).
+    dead_letters: VecDeque<Position>,
     counters: Counters,
 }
 
@@ -384,6 +393,8 @@ impl Dispatcher {
             last_timer_sent: None,
             last_md: None,
             redelivery_counts: BTreeMap::new(),
+            nack_timer: None,
+            dead_letters: VecDeque::new(),
             counters: Counters::default(),
         }
     }
@@ -406,10 +417,15 @@ impl Dispatcher {
 
     /// The earliest armed timer: call [`handle_timeout`](Self::handle_timeout) at or after it.
     pub fn poll_timeout(&self) -> Option<u64> {
-        [self.unblock_timer, self.draining_timer, self.retry_timer]
-            .into_iter()
-            .flatten()
-            .min()
+        [
+            self.unblock_timer,
+            self.draining_timer,
+            self.retry_timer,
+            self.nack_timer,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     fn arm_timer_command(&mut self) {
@@ -583,6 +599,7 @@ impl Dispatcher {
         debug!(consumer = %id, requeued = requeued.len(), last, "consumer removed");
         if last {
             self.replay.clear();
+            self.nack_timer = None;
             self.assignor.clear();
             if let Some(ks) = &mut self.ks {
                 ks.pins.clear();
@@ -671,6 +688,12 @@ impl Dispatcher {
             self.force_release_expired(now);
         }
         if self.retry_timer.is_some_and(|t| t <= now) {
+            self.retry_timer = None;
+        }
+        if self.nack_timer.is_some_and(|t| t <= now) {
+            self.nack_timer = self.replay.next_due(now);
+            trace!(next = ?self.nack_timer, "nack delay elapsed");
+            // Delayed entries became due: a read backing off must not wait for its retry.
             self.retry_timer = None;
         }
         self.read_more(now);
@@ -820,6 +843,179 @@ impl Dispatcher {
         self.redelivery_counts.get(&position).copied().unwrap_or(0)
     }
 
+    // ------------------------------------------------------------------ ordered nack
+
+    /// The consumer negatively acknowledged these positions (one message: a chunked message
+    /// lists all its chunk entries). Each one pending on it leaves its pending acks (cause:
+    /// nacked), its redelivery count increments, and it enters replay with its hash, not to be
+    /// re-sent before `now + delay` (`delay: None` takes [`DispatcherConfig::nack_backoff`] on
+    /// the new count). A [`Command::SetTimer`] fires at that time.
+    ///
+    /// On ordered Key_Shared the hash is **held**: no entry of it is sent to anyone until the
+    /// nacked entry has been re-sent (later entries queue behind it in position order, whatever
+    /// their consumer); other hashes keep flowing. On Shared and out-of-order Key_Shared a nack
+    /// is a delayed redelivery, nothing waits for it.
+    ///
+    /// With a [`DispatcherConfig::dead_letter`] policy, an entry nacked after `max_deliveries`
+    /// deliveries is not redelivered: `Continue` hands it to
+    /// [`poll_dead_letter`](Self::poll_dead_letter), `Park` keeps it (and its key) until
+    /// [`release_parked`](Self::release_parked) or [`dead_letter_parked`](Self::dead_letter_parked).
+    ///
+    /// Positions not pending on this consumer are ignored (a stale nack); unknown consumer:
+    /// no-op. Returns how many positions were nacked.
+    pub fn handle_nack(
+        &mut self,
+        now: u64,
+        id: ConsumerId,
+        positions: &[Position],
+        delay: Option<u64>,
+    ) -> usize {
+        let Some(i) = self.find(id) else { return 0 };
+        let shared = self.consumers[i].shared.clone();
+        let mut n = 0;
+        let mut debit = 0;
+        for &p in positions {
+            let Some(ack) = shared.pending.remove(pa(p), RemovalCause::Nacked) else {
+                continue;
+            };
+            debit += i64::from(ack.remaining);
+            n += 1;
+            self.counters.nacks += 1;
+            self.counters.redeliveries += 1;
+            let count = {
+                let c = self.redelivery_counts.entry(p).or_insert(0);
+                *c = c.saturating_add(1);
+                *c
+            };
+            if self.last_md.is_some_and(|md| p <= md) {
+                continue;
+            }
+            let dead = self
+                .cfg
+                .dead_letter
+                .filter(|d| count >= d.max_deliveries.max(1));
+            match dead.map(|d| d.action) {
+                Some(DeadLetterAction::Continue) => {
+                    warn!(consumer = %id, ledger = p.ledger_id, entry = p.entry_id, hash = ack.hash, deliveries = count, "dead letter: entry handed to the driver, its key continues without it");
+                    self.counters.dead_letters += 1;
+                    self.dead_letters.push_back(p);
+                }
+                Some(DeadLetterAction::Park) => {
+                    warn!(consumer = %id, ledger = p.ledger_id, entry = p.entry_id, hash = ack.hash, deliveries = count, "dead letter: entry parked, its key waits for an operator");
+                    self.replay.add_nacked(p, ack.hash, PARKED);
+                }
+                None => {
+                    let d = delay.unwrap_or_else(|| self.cfg.nack_backoff.delay(count));
+                    let not_before = if d == 0 { 0 } else { now.saturating_add(d) };
+                    debug!(consumer = %id, ledger = p.ledger_id, entry = p.entry_id, hash = ack.hash, redeliveries = count, not_before, "nacked: held until re-sent");
+                    self.replay.add_nacked(p, ack.hash, not_before);
+                }
+            }
+        }
+        shared.debit(&self.shared, debit);
+        self.nack_timer = self.replay.next_due(now);
+        self.after_redelivery(i);
+        self.input_arrived();
+        self.read_more(now);
+        n
+    }
+
+    /// The consumer gives back entries it received but never handed to its application (in
+    /// ordered-nack mode: later messages of a nacked key). Each one pending on it leaves its
+    /// pending acks (cause: redelivery requested) and re-enters replay with its hash, in
+    /// position order behind the nacked entry, **without** counting a redelivery and without
+    /// delay. Positions not pending on this consumer are ignored. Returns how many.
+    pub fn handle_release(&mut self, now: u64, id: ConsumerId, positions: &[Position]) -> usize {
+        let Some(i) = self.find(id) else { return 0 };
+        let shared = self.consumers[i].shared.clone();
+        let mut n = 0;
+        let mut debit = 0;
+        for &p in positions {
+            if let Some(ack) = shared
+                .pending
+                .remove(pa(p), RemovalCause::RedeliveryRequested)
+            {
+                debit += i64::from(ack.remaining);
+                n += 1;
+                if self.last_md.is_none_or(|md| p > md) {
+                    self.replay.add(p, ack.hash, None);
+                }
+            }
+        }
+        self.counters.releases += n as u64;
+        debug!(consumer = %id, released = n, "entries released back to replay");
+        shared.debit(&self.shared, debit);
+        self.after_redelivery(i);
+        self.input_arrived();
+        self.read_more(now);
+        n
+    }
+
+    /// Operator action: the parked entries of `hash` (dead-letter policy `Park`) are replayed
+    /// now, in position order; their key stays held until they are re-sent. Their redelivery
+    /// counts restart at 0 (a fresh chance). On Shared the hash of every entry is 0. Returns
+    /// how many entries were released (0: nothing parked under that hash).
+    pub fn release_parked(&mut self, now: u64, hash: u32) -> usize {
+        let ps: Vec<Position> = self
+            .replay
+            .parked()
+            .into_iter()
+            .filter(|(_, h)| *h == hash)
+            .map(|(p, _)| p)
+            .collect();
+        for p in &ps {
+            self.replay.set_not_before(*p, 0);
+            self.redelivery_counts.remove(p);
+        }
+        debug!(
+            hash,
+            released = ps.len(),
+            "parked entries released by the operator"
+        );
+        self.input_arrived();
+        self.read_more(now);
+        ps.len()
+    }
+
+    /// Operator action: the parked entries of `hash` become dead letters
+    /// ([`poll_dead_letter`](Self::poll_dead_letter)) and the key flows again. Returns how
+    /// many.
+    pub fn dead_letter_parked(&mut self, now: u64, hash: u32) -> usize {
+        let ps: Vec<Position> = self
+            .replay
+            .parked()
+            .into_iter()
+            .filter(|(_, h)| *h == hash)
+            .map(|(p, _)| p)
+            .collect();
+        for p in &ps {
+            self.replay.remove(*p);
+            self.dead_letters.push_back(*p);
+        }
+        self.counters.dead_letters += ps.len() as u64;
+        debug!(
+            hash,
+            dead_letters = ps.len(),
+            "parked entries dead-lettered by the operator"
+        );
+        self.input_arrived();
+        self.read_more(now);
+        ps.len()
+    }
+
+    /// The next dead letter for the driver, if any: publish it to the dead-letter topic, then
+    /// ack it on the cursor (the dispatcher already forgot it: it is neither pending nor in
+    /// replay). Drain after [`handle_nack`](Self::handle_nack) and
+    /// [`dead_letter_parked`](Self::dead_letter_parked) when a dead-letter policy is set.
+    pub fn poll_dead_letter(&mut self) -> Option<Position> {
+        self.dead_letters.pop_front()
+    }
+
+    /// Parked entries (position, hash), ascending.
+    pub fn parked_positions(&self) -> Vec<(Position, u32)> {
+        self.replay.parked()
+    }
+
     // ------------------------------------------------------------------ mark-delete hook
 
     /// The cursor's mark-delete moved (the driver ran skip, clear-backlog, expiry, quota
@@ -839,6 +1035,7 @@ impl Dispatcher {
         let md = mv.to;
         if mv.reason == MarkDeleteReason::Reset {
             self.replay.clear();
+            self.nack_timer = None;
             self.redelivery_counts.clear();
             self.last_md = Some(md);
             self.at_end = false;
@@ -847,7 +1044,14 @@ impl Dispatcher {
             return;
         }
         self.last_md = Some(self.last_md.map_or(md, |m| m.max(md)));
-        let dropped = self.replay.remove_all_up_to(md);
+        let (dropped, ended) = self.replay.remove_all_up_to(md);
+        for (p, hash) in &ended {
+            debug!(ledger = p.ledger_id, entry = p.entry_id, hash, reason = ?mv.reason, "nack hold ended: the nacked entry was dropped by a mark-delete move");
+        }
+        self.counters.holds_ended_by_mark_delete += ended.len() as u64;
+        if !ended.is_empty() {
+            self.nack_timer = self.replay.next_due(now);
+        }
         self.redelivery_counts = self.redelivery_counts.split_off(&md.next());
         let admin = matches!(
             mv.reason,
@@ -927,7 +1131,7 @@ impl Dispatcher {
         usize::try_from(limit).unwrap_or(usize::MAX)
     }
 
-    fn read_more(&mut self, _now: u64) {
+    fn read_more(&mut self, now: u64) {
         self.arm_timer_command();
         if self.pending_read.is_some() {
             return;
@@ -956,7 +1160,7 @@ impl Dispatcher {
             .max(1);
         let settled = self.ks.is_some() && self.replay_settled;
         if !self.replay.is_empty() && !std::mem::take(&mut self.skip_next_replay) && !settled {
-            let positions = self.pick_replay(n);
+            let positions = self.pick_replay(now, n);
             if !positions.is_empty() {
                 trace!(count = positions.len(), "replay read");
                 self.pending_read = Some(ReadKind::Replay);
@@ -987,9 +1191,17 @@ impl Dispatcher {
 
     /// Replay positions to read now: ascending; on Key_Shared filtered by the dispatch
     /// predicate with a per-pass permit snapshot (Pulsar's replay position filter).
-    fn pick_replay(&mut self, n: usize) -> Vec<Position> {
+    fn pick_replay(&mut self, now: u64, n: usize) -> Vec<Position> {
         if self.ks.is_none() {
-            return self.replay.iter().take(n).map(|(p, _)| p).collect();
+            // Shared: a nacked entry waits for its delay; nothing else waits for it.
+            let out: Vec<Position> = self
+                .replay
+                .iter()
+                .filter(|(_, e)| e.not_before <= now)
+                .take(n)
+                .map(|(p, _)| p)
+                .collect();
+            return out;
         }
         let mut snapshot: Vec<(ConsumerId, i64)> = self
             .consumers
@@ -1002,9 +1214,20 @@ impl Dispatcher {
         let mut pinned_blocked: AHashSet<(ConsumerId, u32)> = AHashSet::new();
         let mut out = Vec::new();
         let ordered = self.ks.as_ref().is_some_and(|k| k.ordered());
+        let holds = self.replay.has_holds();
+        // Nacked entries picked in this pass (later entries of their key may follow them).
+        let mut going: Vec<Position> = Vec::new();
         for (p, e) in self.replay.iter() {
             if out.len() >= n || capacity <= 0 {
                 break;
+            }
+            if e.not_before > now {
+                // A nack delay (or a park): not yet. Its hash stays held (ordered mode): the
+                // hold check below stops later entries of it.
+                continue;
+            }
+            if holds && e.hash != 0 && self.replay.held_before(e.hash, p, &going) {
+                continue;
             }
             if e.hash == 0 {
                 out.push(p);
@@ -1038,6 +1261,9 @@ impl Dispatcher {
                 if let Some(i) = slot {
                     snapshot[i].1 -= 1;
                     capacity -= 1;
+                }
+                if e.nacked {
+                    going.push(p);
                 }
                 out.push(p);
             } else {
@@ -1428,6 +1654,10 @@ impl Dispatcher {
         // Pinned continuation chunks are ordered per (consumer, hash), not behind the hash's
         // other entries: their message started before them, on that consumer.
         let mut pinned_blocked: AHashSet<(ConsumerId, u32)> = AHashSet::new();
+        // Ordered nack: nacked entries accepted in this batch (later entries of their key in
+        // the batch may follow them); any other earlier nacked entry of a key holds it.
+        let holds = ordered && self.replay.has_holds();
+        let mut going_nacked: Vec<Position> = Vec::new();
         for (k, e) in entries.iter().enumerate() {
             let hash = self.entry_hash(e);
             hashes.push(hash);
@@ -1474,7 +1704,10 @@ impl Dispatcher {
             let blocked_here = match pin {
                 Some(pc) => pinned_blocked.contains(&(pc, hash)),
                 None => !blocked.is_empty() && blocked.contains(&hash),
-            };
+            } || (holds
+                && hash != 0
+                && (from_replay || pin.is_some())
+                && self.replay.held_before(hash, e.position, &going_nacked));
             if blocked_here {
                 // Only a continuation chunk keeps its pin in replay; other entries re-resolve
                 // the key's live pin (it ends with the half-delivered message).
@@ -1524,6 +1757,9 @@ impl Dispatcher {
             match verdict {
                 Some(Verdict::Allow) => {
                     snapshot[t] -= i64::from(e.meta.messages());
+                    if holds && from_replay && self.replay.first_held(hash).is_some() {
+                        going_nacked.push(e.position);
+                    }
                     if pin.is_some() && selected != pin && draining_on {
                         if pins.is_empty() {
                             pins = vec![false; n];
@@ -1664,6 +1900,13 @@ impl Dispatcher {
                 }
             }
         }
+        if let Some((position, until)) = self.replay.first_held(hash) {
+            return if until == PARKED {
+                BlockReason::Parked { position }
+            } else {
+                BlockReason::HeldByNack { position, until }
+            };
+        }
         if self.replay.contains_hash(hash) {
             if let Some((p, _)) = self.replay.iter().find(|(_, e)| e.hash == hash) {
                 return BlockReason::BehindReplay { position: p };
@@ -1705,6 +1948,7 @@ impl Dispatcher {
 
     /// Subscription-wide figures.
     pub fn stats(&self) -> DispatcherStats {
+        let parked = self.replay.parked();
         DispatcherStats {
             consumers: self.consumers.len(),
             replay_size: self.replay.len(),
@@ -1722,6 +1966,18 @@ impl Dispatcher {
             read_results_discarded: self.counters.read_results_discarded,
             send_time_refusals: self.counters.send_time_refusals,
             redeliveries: self.counters.redeliveries,
+            nacks: self.counters.nacks,
+            releases: self.counters.releases,
+            dead_letters: self.counters.dead_letters,
+            holds_ended_by_mark_delete: self.counters.holds_ended_by_mark_delete,
+            held_hashes: self.replay.held_hashes(),
+            parked_keys: {
+                let mut h: Vec<u32> = parked.iter().map(|(_, h)| *h).collect();
+                h.sort_unstable();
+                h.dedup();
+                h.len()
+            },
+            parked_entries: parked.len(),
             unacked: self.shared.unacked.load(Ordering::SeqCst),
             blocked_on_unacked: self.shared.blocked.load(Ordering::SeqCst),
             chunk_pins: self

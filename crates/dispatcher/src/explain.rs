@@ -20,6 +20,21 @@ pub enum BlockReason {
         /// The first replay position with this hash.
         position: Position,
     },
+    /// A nacked entry of the hash waits in replay (ordered nack): no entry of the hash goes to
+    /// anyone until it is re-sent, not before `until` (it may be later: permits, draining).
+    HeldByNack {
+        /// The first nacked position of the hash.
+        position: Position,
+        /// Its not-before time (0 = due now).
+        until: u64,
+    },
+    /// A nacked entry of the hash reached the dead-letter threshold and is parked: the key
+    /// waits for [`release_parked`](crate::Dispatcher::release_parked) or
+    /// [`dead_letter_parked`](crate::Dispatcher::dead_letter_parked).
+    Parked {
+        /// The first parked position of the hash.
+        position: Position,
+    },
     /// The owner has no permits (or is blocked on unacked messages).
     NoPermits {
         /// The owner.
@@ -91,8 +106,22 @@ pub struct DispatcherStats {
     pub read_results_discarded: u64,
     /// Entries refused at send time (draining conflict or closed map) and put back to replay.
     pub send_time_refusals: u64,
-    /// Positions requeued by redelivery requests.
+    /// Positions requeued by redelivery requests (nacks included).
     pub redeliveries: u64,
+    /// Positions nacked through [`handle_nack`](crate::Dispatcher::handle_nack).
+    pub nacks: u64,
+    /// Positions given back through [`handle_release`](crate::Dispatcher::handle_release).
+    pub releases: u64,
+    /// Positions handed to the driver as dead letters.
+    pub dead_letters: u64,
+    /// Nack holds ended because a mark-delete move (skip, expiry, …) dropped the nacked entry.
+    pub holds_ended_by_mark_delete: u64,
+    /// Hashes held by a nacked entry now (ordered Key_Shared).
+    pub held_hashes: usize,
+    /// Distinct hashes with a parked entry now.
+    pub parked_keys: usize,
+    /// Parked entries now.
+    pub parked_entries: usize,
     /// Unacked messages of the subscription.
     pub unacked: i64,
     /// Normal reads blocked on the subscription's unacked limit.

@@ -131,7 +131,8 @@ pub use crate::selector::{
 
 pub use crate::ack::{AckHandle, AckOutcome, BatchAck, ConsumerAckHandle, CursorAck, CursorCell};
 pub use crate::config::{
-    ConsumerId, ConsumerSpec, DispatcherConfig, KeySharedConfig, KeySharedMode, SubscriptionType,
+    ConsumerId, ConsumerSpec, DeadLetterAction, DeadLetterPolicy, DispatcherConfig,
+    KeySharedConfig, KeySharedMode, NackBackoff, SubscriptionType,
 };
 pub use crate::core::{BoxedSelector, Command, Dispatcher, Gate, Verdict};
 pub use crate::error::{AckError, AddConsumerError};

@@ -5,9 +5,14 @@
 //! Key_Shared, the consumer it is pinned to. When ordering is enforced (Key_Shared, not
 //! out-of-order) the set also counts positions per hash, so the dispatcher can answer "is an
 //! earlier entry of this hash waiting?" in O(1): a normal read never sends such a hash.
+//!
+//! Ordered nack: an entry may carry a not-before time (a nack delay; `u64::MAX` = parked by the
+//! dead-letter policy) and a `nacked` flag. With ordering enforced, the nacked positions are also
+//! indexed per hash: the hash is *held* — no later entry of it may be sent — until the nacked
+//! entry leaves the set (re-sent, acked, or dropped by a mark-delete move).
 
 use std::collections::btree_map::Entry as MapEntry;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use ahash::AHashMap;
 
@@ -18,7 +23,14 @@ pub(crate) struct ReplayEntry<C> {
     pub hash: u32,
     /// Consumer a Key_Shared continuation chunk is pinned to.
     pub pinned: Option<C>,
+    /// Not to be re-sent before this time (0 = at once; `u64::MAX` = parked).
+    pub not_before: u64,
+    /// Entered through a nack (holds its hash until re-sent, when ordering is enforced).
+    pub nacked: bool,
 }
+
+/// The not-before time of a parked entry.
+pub(crate) const PARKED: u64 = u64::MAX;
 
 /// Ordered replay set with hash refcounts.
 #[derive(Debug)]
@@ -28,6 +40,11 @@ pub(crate) struct ReplaySet<P, C> {
     /// Pinned entries per (consumer, hash): a pinned continuation chunk must not overtake an
     /// earlier pinned chunk of its key on the same consumer.
     pinned_counts: AHashMap<(C, u32), u32>,
+    /// Ordered mode: nacked positions per hash (the hash is held while any is here).
+    held: AHashMap<u32, BTreeSet<P>>,
+    /// Entries with a not-before time (`(time, position)`); entries whose time passed are
+    /// pruned by [`next_due`](Self::next_due).
+    delays: BTreeSet<(u64, P)>,
     count_hashes: bool,
 }
 
@@ -38,6 +55,8 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
             entries: BTreeMap::new(),
             hash_counts: AHashMap::new(),
             pinned_counts: AHashMap::new(),
+            held: AHashMap::new(),
+            delays: BTreeSet::new(),
             count_hashes,
         }
     }
@@ -81,7 +100,12 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
     pub fn add(&mut self, pos: P, hash: u32, pinned: Option<C>) -> bool {
         match self.entries.entry(pos) {
             MapEntry::Vacant(v) => {
-                let e = ReplayEntry { hash, pinned };
+                let e = ReplayEntry {
+                    hash,
+                    pinned,
+                    not_before: 0,
+                    nacked: false,
+                };
                 v.insert(e);
                 self.inc(hash);
                 self.pin_inc(e);
@@ -92,11 +116,17 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
                 let new = ReplayEntry {
                     hash: if hash != 0 { hash } else { old.hash },
                     pinned: pinned.or(old.pinned),
+                    not_before: old.not_before,
+                    nacked: old.nacked,
                 };
                 o.insert(new);
                 if new.hash != old.hash {
                     self.dec(old.hash);
                     self.inc(new.hash);
+                    if old.nacked {
+                        self.unhold(pos, old);
+                        self.hold(pos, new);
+                    }
                 }
                 if new != old {
                     self.pin_dec(old);
@@ -107,16 +137,132 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
         }
     }
 
+    fn hold(&mut self, pos: P, e: ReplayEntry<C>) {
+        if e.nacked && self.count_hashes && e.hash != 0 {
+            self.held.entry(e.hash).or_default().insert(pos);
+        }
+    }
+
+    fn unhold(&mut self, pos: P, e: ReplayEntry<C>) {
+        if e.nacked {
+            if let Some(s) = self.held.get_mut(&e.hash) {
+                s.remove(&pos);
+                if s.is_empty() {
+                    self.held.remove(&e.hash);
+                }
+            }
+        }
+        if e.not_before != 0 {
+            self.delays.remove(&(e.not_before, pos));
+        }
+    }
+
+    /// Adds (or updates) a nacked `pos`: not to be re-sent before `not_before` (`PARKED` =
+    /// until [`set_not_before`](Self::set_not_before)); in ordered mode its hash is held until
+    /// it leaves the set. Returns true if it was new.
+    pub fn add_nacked(&mut self, pos: P, hash: u32, not_before: u64) -> bool {
+        let new = self.add(pos, hash, None);
+        if let Some(old) = self.entries.get(&pos).copied() {
+            self.unhold(pos, old);
+            let e = ReplayEntry {
+                not_before,
+                nacked: true,
+                ..old
+            };
+            self.entries.insert(pos, e);
+            self.hold(pos, e);
+            if not_before != 0 {
+                self.delays.insert((not_before, pos));
+            }
+        }
+        new
+    }
+
+    /// Changes the not-before time of `pos` (e.g. releasing a parked entry with 0). Returns
+    /// false if `pos` is not in the set.
+    pub fn set_not_before(&mut self, pos: P, not_before: u64) -> bool {
+        let Some(old) = self.entries.get(&pos).copied() else {
+            return false;
+        };
+        if old.not_before != 0 {
+            self.delays.remove(&(old.not_before, pos));
+        }
+        if not_before != 0 {
+            self.delays.insert((not_before, pos));
+        }
+        self.entries.insert(pos, ReplayEntry { not_before, ..old });
+        true
+    }
+
     /// Removes `pos`, returning its entry.
     pub fn remove(&mut self, pos: P) -> Option<ReplayEntry<C>> {
         let e = self.entries.remove(&pos)?;
         self.dec(e.hash);
         self.pin_dec(e);
+        self.unhold(pos, e);
         Some(e)
     }
 
-    /// Drops every position `<= upto`; returns how many.
-    pub fn remove_all_up_to(&mut self, upto: P) -> usize {
+    /// Whether any hash is held by a nacked entry (fast path for the dispatch loops).
+    pub fn has_holds(&self) -> bool {
+        !self.held.is_empty()
+    }
+
+    /// Whether a nacked entry of `hash` earlier than `pos` waits, ignoring the positions in
+    /// `going` (nacked entries being re-sent in the same pass, ahead of `pos`).
+    pub fn held_before(&self, hash: u32, pos: P, going: &[P]) -> bool {
+        match self.held.get(&hash) {
+            Some(s) => s.range(..pos).any(|p| !going.contains(p)),
+            None => false,
+        }
+    }
+
+    /// The first nacked position of `hash` and its not-before time (explain).
+    pub fn first_held(&self, hash: u32) -> Option<(P, u64)> {
+        let p = *self.held.get(&hash)?.iter().next()?;
+        self.entries.get(&p).map(|e| (p, e.not_before))
+    }
+
+    /// Hashes held by a nacked entry now.
+    pub fn held_hashes(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Parked positions (not-before `PARKED`), ascending by position, with their hash.
+    pub fn parked(&self) -> Vec<(P, u32)> {
+        let mut v: Vec<(P, u32)> = self
+            .delays
+            .iter()
+            .rev()
+            .take_while(|(t, _)| *t == PARKED)
+            .filter_map(|(_, p)| self.entries.get(p).map(|e| (*p, e.hash)))
+            .collect();
+        v.sort_by_key(|a| a.0);
+        v
+    }
+
+    /// The earliest not-before time after `now` (parked entries excluded); entries that are due
+    /// are forgotten by the index (their time no longer matters).
+    pub fn next_due(&mut self, now: u64) -> Option<u64> {
+        while let Some(&(t, p)) = self.delays.iter().next() {
+            if t > now {
+                break;
+            }
+            self.delays.remove(&(t, p));
+            if let Some(e) = self.entries.get_mut(&p) {
+                e.not_before = 0;
+            }
+        }
+        self.delays
+            .iter()
+            .next()
+            .map(|(t, _)| *t)
+            .filter(|t| *t != PARKED)
+    }
+
+    /// Drops every position `<= upto`; returns how many, and the nacked ones among them
+    /// (position, hash) — their holds end here.
+    pub fn remove_all_up_to(&mut self, upto: P) -> (usize, Vec<(P, u32)>) {
         use std::ops::Bound::{Excluded, Unbounded};
         let first_kept = self.entries.range((Excluded(upto), Unbounded)).next();
         let keep = match first_kept {
@@ -127,11 +273,18 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
             None => BTreeMap::new(),
         };
         let dropped = std::mem::replace(&mut self.entries, keep);
-        for e in dropped.values() {
+        let mut ended = Vec::new();
+        for (p, e) in &dropped {
             self.dec(e.hash);
             self.pin_dec(*e);
+            if e.nacked || e.not_before != 0 {
+                self.unhold(*p, *e);
+                if e.nacked {
+                    ended.push((*p, e.hash));
+                }
+            }
         }
-        dropped.len()
+        (dropped.len(), ended)
     }
 
     /// Whether an entry with this hash waits (only when hashes are counted; hash 0 never).
@@ -182,6 +335,8 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
         self.entries.clear();
         self.hash_counts.clear();
         self.pinned_counts.clear();
+        self.held.clear();
+        self.delays.clear();
     }
 
     /// Drops the pin of every entry pinned to `c`.
@@ -238,7 +393,9 @@ mod tests {
                 1,
                 ReplayEntry {
                     hash: 9,
-                    pinned: Some(2)
+                    pinned: Some(2),
+                    not_before: 0,
+                    nacked: false,
                 }
             ))
         );
@@ -258,15 +415,15 @@ mod tests {
         for p in 1..=10 {
             s.add(p, (p % 3) as u32 + 1, None);
         }
-        assert_eq!(s.remove_all_up_to(4), 4);
+        assert_eq!(s.remove_all_up_to(4).0, 4);
         assert_eq!(s.first(), Some(5));
         assert_eq!(s.len(), 6);
         let total: u32 = (1..=3).map(|h| s.hash_count(h)).sum();
         assert_eq!(total, 6);
-        assert_eq!(s.remove_all_up_to(100), 6);
+        assert_eq!(s.remove_all_up_to(100).0, 6);
         assert!(s.is_empty());
         assert_eq!((1..=3).map(|h| s.hash_count(h)).sum::<u32>(), 0);
-        assert_eq!(s.remove_all_up_to(100), 0);
+        assert_eq!(s.remove_all_up_to(100).0, 0);
     }
 
     #[test]
@@ -305,6 +462,57 @@ mod tests {
         assert!(!s.contains_pinned(2, 4));
     }
 
+    #[test]
+    fn nacked_entries_hold_their_hash_until_removed() {
+        let mut s = Set::new(true);
+        s.add(7, 4, None); // a later entry of the key, released
+        assert!(s.add_nacked(3, 4, 100));
+        assert!(s.has_holds());
+        assert!(s.held_before(4, 7, &[]));
+        assert!(
+            !s.held_before(4, 3, &[]),
+            "the nacked entry itself is not behind itself"
+        );
+        assert!(!s.held_before(4, 7, &[3]), "re-sent in the same pass");
+        assert!(!s.held_before(5, 7, &[]));
+        assert_eq!(s.first_held(4), Some((3, 100)));
+        assert_eq!(s.next_due(50), Some(100));
+        assert_eq!(s.next_due(100), None, "due: the index forgets it");
+        assert_eq!(s.first_held(4), Some((3, 0)), "still held until re-sent");
+        s.remove(3);
+        assert!(!s.has_holds());
+        assert_eq!(s.held_hashes(), 0);
+    }
+
+    #[test]
+    fn parked_entries_and_mark_delete_end_holds() {
+        let mut s = Set::new(true);
+        s.add_nacked(2, 4, PARKED);
+        s.add_nacked(5, 6, 30);
+        assert_eq!(s.parked(), vec![(2, 4)]);
+        assert_eq!(s.next_due(0), Some(30), "parked entries have no due time");
+        assert!(s.set_not_before(2, 0));
+        assert!(s.parked().is_empty());
+        assert!(
+            s.held_before(4, 9, &[]),
+            "released from park, still held until re-sent"
+        );
+        let (n, ended) = s.remove_all_up_to(5);
+        assert_eq!((n, ended), (2, vec![(2, 4), (5, 6)]));
+        assert!(!s.has_holds());
+        assert_eq!(s.next_due(0), None);
+        assert!(!s.set_not_before(2, 0));
+    }
+
+    #[test]
+    fn out_of_order_mode_delays_without_holding() {
+        let mut s = Set::new(false);
+        s.add_nacked(1, 4, 10);
+        assert!(!s.has_holds());
+        assert_eq!(s.next_due(0), Some(10));
+        assert_eq!(s.iter().next().map(|(_, e)| e.not_before), Some(10));
+    }
+
     /// Reference model: a plain BTreeMap recomputing the counts.
     #[test]
     fn matches_reference_model() {
@@ -340,7 +548,7 @@ mod tests {
                     _ => {
                         let n = m.range(..=p).count();
                         m.retain(|k, _| *k > p);
-                        assert_eq!(s.remove_all_up_to(p), n, "seed {seed} step {step}");
+                        assert_eq!(s.remove_all_up_to(p).0, n, "seed {seed} step {step}");
                     }
                 }
                 for h in 1..4 {
