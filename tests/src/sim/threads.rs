@@ -4,9 +4,9 @@
 //!
 //! Unlike the deterministic world this reads the wall clock (the client's `now`) and is not
 //! reproducible by seed: the seed fixes the workload, the threads decide the interleaving.
-//! Faults are limited to what the runtime offers a harness: joins and graceful leaves (admin
-//! operations do not report their mark-delete moves through the runtime, so the no-loss check
-//! could not account for what they drop; crashes and restarts need the deterministic world).
+//! Faults: joins, graceful leaves and the admin operations (skip, clear-backlog, expiry,
+//! backlog-quota eviction, through `Runtime::admin`, whose mark-delete moves list what they
+//! dropped); crashes and broker restarts need the deterministic world.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use client::{BatchInfo, ChunkInfo, Consumer, IncomingMessage, MessageId};
 use cursor::{ChunkMeta, EntryMeta, InMemoryLedger, ManagedCursor, MemoryStore, Position};
-use dispatcher::{ConsumerHandle, ConsumerSpec, Runtime};
+use dispatcher::{AdminOp, ConsumerHandle, ConsumerSpec, Runtime};
 
 use crate::sim::check::{MsgRef, OrderChecker, Violation, ViolationKind};
 use crate::sim::scenario::{Action, ConsumerOpts, FaultKind, Scenario, Step};
@@ -107,10 +107,15 @@ fn consumer_loop(
 ) {
     let mut rng = crate::sim::rng::Rng::new(seed ^ handle.id.0, crate::sim::rng::Purpose::Timing);
     let epoch = client.connect(shared.now());
+    // Batch sizes of the batch entries received (for batch-index acks).
+    let mut sizes: BTreeMap<Position, u32> = BTreeMap::new();
     loop {
         let now = shared.now();
         while let Ok(entries) = handle.deliveries.try_recv() {
             for e in &entries {
+                if e.meta.messages() > 1 {
+                    sizes.insert(e.position, e.meta.messages());
+                }
                 for m in incoming(epoch, e) {
                     let _ = client.on_message(now, m);
                 }
@@ -121,9 +126,20 @@ fn consumer_loop(
             match cmd {
                 client::Command::Flow(n) => handle.flow(n),
                 client::Command::Ack(ids) => {
-                    for id in ids.into_iter().filter(|i| i.batch_index.is_none()) {
+                    for id in ids {
                         let p = Position::new(id.ledger_id, id.entry_id);
-                        if handle.ack(p).is_ok() {
+                        let ok = match id.batch_index {
+                            // A batch-index ack; the entry's last index comes as a whole-entry
+                            // ack from the client.
+                            Some(i) => {
+                                let size = sizes.get(&p).copied().unwrap_or(1);
+                                let _ = handle.ack_batch_index(p, size, &[i]);
+                                false
+                            }
+                            None => handle.ack(p).is_ok(),
+                        };
+                        if ok {
+                            sizes.remove(&p);
                             if let Ok(mut g) = shared.acked.lock() {
                                 g.insert(p);
                             }
@@ -170,9 +186,9 @@ fn consumer_loop(
     }
 }
 
-/// Runs `scenario`'s workload (consumers, publishes, joins and graceful leaves) on the
-/// threaded runtime and checks per-key order and no loss from the event log. Other faults are
-/// skipped (counted in the log line the CLI prints).
+/// Runs `scenario`'s workload (consumers, publishes, joins, graceful leaves and admin
+/// operations) on the threaded runtime and checks per-key order and no loss from the event log.
+/// Crashes and restarts are skipped (the count is returned; the CLI prints it).
 pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), String> {
     let opts = RunOptions {
         seed,
@@ -200,6 +216,7 @@ pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), 
     let mut skipped = 0u64;
     let mut faults = 0u64;
     let mut producer_seq: BTreeMap<u32, u64> = BTreeMap::new();
+    let mut dropped: BTreeSet<Position> = BTreeSet::new();
     let mut rng = crate::sim::rng::Rng::new(seed, crate::sim::rng::Purpose::Faults);
     let mix = scenario.mix.clone().unwrap_or_default();
     let mut next_join = steps
@@ -278,7 +295,7 @@ pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), 
             Action::Publish(p) => {
                 let mut batch = Vec::new();
                 for _ in 0..p.count {
-                    let mut meta = EntryMeta::simple(0, 100);
+                    let mut meta = EntryMeta::simple(shared.now(), 100);
                     meta.ordering_key = p.key.as_ref().map(|k| k.as_bytes().to_vec());
                     if let Some(k) = &p.key {
                         keys.insert(k.clone());
@@ -307,6 +324,22 @@ pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), 
                     std::thread::sleep(Duration::from_micros(300));
                 }
             }
+            Action::RandomFault(
+                kind @ (FaultKind::Skip | FaultKind::Clear | FaultKind::Expire | FaultKind::Evict),
+            ) => {
+                let op = match kind {
+                    FaultKind::Skip => AdminOp::Skip(rng.range(1, 10)),
+                    FaultKind::Clear => AdminOp::ClearBacklog,
+                    FaultKind::Expire => {
+                        AdminOp::Expire(shared.now().saturating_sub(rng.range(1, 20)))
+                    }
+                    _ => AdminOp::EvictToCount(rng.range(0, 50)),
+                };
+                faults += 1;
+                if let Some(mv) = rt.admin(op) {
+                    dropped.extend(mv.dropped);
+                }
+            }
             _ => skipped += 1,
         }
     }
@@ -314,8 +347,12 @@ pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), 
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut stalled = false;
     loop {
-        let acked = shared.acked.lock().map(|g| g.len() as u64).unwrap_or(0);
-        if acked >= published {
+        let done = shared
+            .acked
+            .lock()
+            .map(|g| g.union(&dropped).count() as u64)
+            .unwrap_or(0);
+        if done >= published {
             break;
         }
         if Instant::now() > deadline {
@@ -375,7 +412,7 @@ pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), 
         // Entries are appended in order from 1:0, one ledger.
         let missing: Vec<String> = (0..published)
             .map(|e| Position::new(1, e))
-            .filter(|p| !acked.contains(p))
+            .filter(|p| !acked.contains(p) && !dropped.contains(p))
             .take(10)
             .map(|p| p.to_string())
             .collect();
@@ -386,7 +423,7 @@ pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), 
                 key: None,
                 positions: missing,
                 consumers: Vec::new(),
-                detail: "published entries never acked".into(),
+                detail: "published entries neither acked nor dropped by an admin operation".into(),
             });
         }
     }

@@ -100,28 +100,61 @@ impl World {
     pub(super) fn broker_ack(&mut self, name: &str, id: ConsumerId, mid: MessageId) {
         let p = Position::new(mid.ledger_id, mid.entry_id);
         if let Some(i) = mid.batch_index {
-            let r = {
-                let mut g = lock(&self.cell);
-                let CursorCell { cursor, ledger } = &mut *g;
-                let size = ledger.meta(p).map_or(1, EntryMeta::messages);
-                let open = p > cursor.mark_delete_position() && !cursor.is_acked(p);
-                cursor
-                    .ack_batch_index(ledger, p, size, &[i])
-                    .map(|o| (o, open && cursor.is_acked(p)))
+            // Through the dispatcher's batch-index ack: the cursor records the index, the pending
+            // ack's remaining count drops by the newly acked indexes, and the index that
+            // completes an entry still above mark-delete removes it like a whole-entry ack.
+            let (size, before) = {
+                let g = lock(&self.cell);
+                let size = g.ledger.meta(p).map_or(1, EntryMeta::messages);
+                let open = p > g.cursor.mark_delete_position() && !g.cursor.is_acked(p);
+                let acked = g
+                    .cursor
+                    .batch_acked_indexes(p)
+                    .map_or(0, |v| v.len() as u32);
+                (size, open.then_some(acked))
             };
-            match r {
-                Ok((o, complete)) => {
-                    self.log(format!("broker: ack {name} {mid} newly={}", o.newly_acked));
-                    // Only when this index completed an entry still above mark-delete; a
-                    // dropped entry's pending ack goes with the client's whole-entry ack.
+            let expected = self.model_owner(p);
+            match self.ack.ack_batch_index(id, p, size, &[i]) {
+                Ok(o) => {
+                    let (complete, newly) = {
+                        let g = lock(&self.cell);
+                        let after = g
+                            .cursor
+                            .batch_acked_indexes(p)
+                            .map_or(0, |v| v.len() as u32);
+                        match before {
+                            Some(_) if g.cursor.is_acked(p) => (true, 0),
+                            Some(b) => (false, after.saturating_sub(b)),
+                            None => (false, 0),
+                        }
+                    };
+                    self.log(format!(
+                        "broker: ack {name} {mid} newly={newly} complete={complete} cleared_on={}",
+                        o.cleared_on.map(|c| c.to_string()).unwrap_or("-".into())
+                    ));
                     if complete {
-                        // The last batch index completed the entry: its pending ack goes too.
                         if self.acked.insert(p) {
                             self.last_progress = self.now;
                         }
-                        let expected = self.model_owner(p);
-                        let out = self.ack.clear_pending(id, p, o.newly_acked);
-                        self.after_ack(name, p, out, expected);
+                        self.after_ack(name, p, o, expected);
+                    } else if newly > 0 && expected.is_some() {
+                        if let Some(r) = self.remaining.get_mut(&p) {
+                            *r = r.saturating_sub(newly);
+                        }
+                        if o.cleared_on != expected {
+                            let v = Violation {
+                                kind: ViolationKind::Model,
+                                at: self.now,
+                                key: None,
+                                positions: vec![mid.to_string()],
+                                consumers: vec![name.to_string()],
+                                detail: format!(
+                                    "a batch-index ack reduced the pending ack on {:?}, the model has it pending on {:?}",
+                                    o.cleared_on, expected
+                                ),
+                            };
+                            self.violate(v);
+                        }
                     }
                 }
                 Err(e) => self.log(format!("broker: ack {name} {mid} refused: {e}")),
@@ -158,6 +191,7 @@ impl World {
                     if let Some(s) = self.model.get_mut(&e) {
                         s.remove(&p);
                     }
+                    self.remaining.remove(&p);
                 }
                 if o.cleared_on != expected {
                     let v = Violation {
@@ -264,6 +298,7 @@ impl World {
             if let Some(s) = self.model.get_mut(&id) {
                 s.insert(p);
             }
+            self.remaining.insert(p, e.meta.messages());
             if let Some(c) = e.meta.chunk.as_ref().filter(|c| c.num_chunks > 1) {
                 if c.chunk_id + 1 == c.num_chunks {
                     self.pins.remove(&c.uuid);

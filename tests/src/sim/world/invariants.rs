@@ -64,13 +64,10 @@ impl World {
             .map(|c| (c.id, c.unacked))
             .collect();
         for id in ids {
-            let expected_unacked: i64 = {
-                let g = lock(&self.cell);
-                self.model[&id]
-                    .iter()
-                    .map(|p| i64::from(g.ledger.meta(*p).map_or(1, EntryMeta::messages)))
-                    .sum()
-            };
+            let expected_unacked: i64 = self.model[&id]
+                .iter()
+                .map(|p| i64::from(self.remaining.get(p).copied().unwrap_or(0)))
+                .sum();
             let real_unacked = unacked.get(&id).copied().unwrap_or(0);
             if real_unacked != expected_unacked {
                 let name = self.name_of(id);

@@ -339,6 +339,8 @@ pub struct World {
     dropped: BTreeSet<Position>,
     checked_md: Position,
     model: BTreeMap<ConsumerId, BTreeSet<Position>>,
+    /// Pending position → messages not yet acked (batch-index acks reduce it).
+    remaining: BTreeMap<Position, u32>,
     /// uuid → consumer its chunk 0 went to, until its last chunk is sent (the chunk assignor's
     /// pins on Shared, the dispatcher's uuid pins on Key_Shared).
     pins: BTreeMap<String, ConsumerId>,
@@ -446,6 +448,7 @@ impl World {
             dropped: BTreeSet::new(),
             checked_md,
             model: BTreeMap::new(),
+            remaining: BTreeMap::new(),
             pins: BTreeMap::new(),
             order: OrderChecker::new(ordered),
             violations: Vec::new(),
