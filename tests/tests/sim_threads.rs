@@ -8,7 +8,7 @@ use tests::sim::{builtin, run_threaded};
 fn key_shared_mix_on_threads_keeps_order_and_loses_nothing() {
     for name in ["mix-key-shared", "mix-key-shared-admin", "mix-shared"] {
         let s = builtin(name).expect("shipped");
-        let (r, _skipped) = run_threaded(&s, 1).expect("runs");
+        let (r, _skipped) = run_threaded(&s, 1, None).expect("runs");
         assert!(r.violations.is_empty(), "{name}: {:?}", r.violations);
         // Admin operations may drop messages before anyone processes them.
         assert!(r.starts > 0, "{name}: messages were processed");

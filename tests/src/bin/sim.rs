@@ -168,9 +168,10 @@ fn run_threads(args: &Args, scenarios: Vec<Scenario>) -> ExitCode {
     } else {
         scenarios
     };
-    if args.legacy.is_some() || args.check_determinism {
+    if args.check_determinism {
         eprintln!(
-            "sim: --runtime threads runs the product configuration only and is not              deterministic (threads decide the interleaving); drop --legacy / --check-determinism"
+            "sim: --runtime threads is not deterministic (the threads decide the interleaving); \
+             drop --check-determinism"
         );
         return ExitCode::from(2);
     }
@@ -180,7 +181,7 @@ fn run_threads(args: &Args, scenarios: Vec<Scenario>) -> ExitCode {
     for s in &scenarios {
         for seed in args.seed..args.seed.saturating_add(args.seeds) {
             let t = Instant::now();
-            match tests::sim::run_threaded(s, seed) {
+            match tests::sim::run_threaded(s, seed, args.legacy) {
                 Ok((r, skipped)) => {
                     walls.push(t.elapsed().as_secs_f64());
                     if skipped > 0 {
@@ -193,7 +194,7 @@ fn run_threads(args: &Args, scenarios: Vec<Scenario>) -> ExitCode {
                         println!("VIOLATION [{} seed={seed} runtime=threads] {v}", r.scenario);
                         println!(
                             "  reproduce (the workload; threads decide the interleaving): {} --runtime threads",
-                            repro_command(&r.scenario, seed, None)
+                            repro_command(&r.scenario, seed, args.legacy)
                         );
                     }
                     results.push(r);
@@ -223,10 +224,40 @@ fn run_threads(args: &Args, scenarios: Vec<Scenario>) -> ExitCode {
         results.len(),
         started.elapsed()
     );
-    if violations == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+    verdict(&results, args.legacy, args.expect_violation)
+}
+
+/// The exit status: 0 without violations; with a legacy switch, 0 only when
+/// `--expect-violation` was given and a violation of the expected kind was found.
+fn verdict(results: &[RunResult], legacy: Option<Legacy>, expect_violation: bool) -> ExitCode {
+    let violations: usize = results.iter().map(|r| r.violations.len()).sum();
+    match legacy {
+        None if violations == 0 => ExitCode::SUCCESS,
+        None => ExitCode::from(1),
+        Some(l) => {
+            let want = l.expected_kind();
+            let found = results
+                .iter()
+                .flat_map(|r| r.violations.iter())
+                .filter(|v| v.kind == want)
+                .count();
+            if found > 0 {
+                println!(
+                    "legacy {}: {found} {want} violation(s) found, as expected",
+                    l.as_str()
+                );
+            } else {
+                println!(
+                    "legacy {}: NO {want} violation found — the checker or the scenarios cannot see this bug",
+                    l.as_str()
+                );
+            }
+            if expect_violation && found > 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
     }
 }
 
@@ -365,32 +396,5 @@ fn main() -> ExitCode {
         results.len(),
         started.elapsed()
     );
-    match legacy {
-        None if violations == 0 => ExitCode::SUCCESS,
-        None => ExitCode::from(1),
-        Some(l) => {
-            let want = l.expected_kind();
-            let found = results
-                .iter()
-                .flat_map(|r| r.violations.iter())
-                .filter(|v| v.kind == want)
-                .count();
-            if found > 0 {
-                println!(
-                    "legacy {}: {found} {want} violation(s) found, as expected",
-                    l.as_str()
-                );
-            } else {
-                println!(
-                    "legacy {}: NO {want} violation found — the checker or the scenarios cannot see this bug",
-                    l.as_str()
-                );
-            }
-            if args.expect_violation && found > 0 {
-                ExitCode::SUCCESS
-            } else {
-                ExitCode::from(1)
-            }
-        }
-    }
+    verdict(&results, legacy, args.expect_violation)
 }

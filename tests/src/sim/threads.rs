@@ -20,7 +20,9 @@ use dispatcher::{AdminOp, ConsumerHandle, ConsumerSpec, Runtime};
 
 use crate::sim::check::{MsgRef, OrderChecker, Violation, ViolationKind};
 use crate::sim::scenario::{Action, ConsumerOpts, FaultKind, Scenario, Step};
-use crate::sim::world::{client_config, dispatcher_config, RunOptions, RunResult, World};
+use crate::sim::world::{
+    apply_legacy, client_config, dispatcher_config, Legacy, RunOptions, RunResult, World,
+};
 
 /// What a consumer thread records.
 #[derive(Clone, Debug)]
@@ -189,14 +191,19 @@ fn consumer_loop(
 /// Runs `scenario`'s workload (consumers, publishes, joins, graceful leaves and admin
 /// operations) on the threaded runtime and checks per-key order and no loss from the event log.
 /// Crashes and restarts are skipped (the count is returned; the CLI prints it).
-pub fn run_threaded(scenario: &Scenario, seed: u64) -> Result<(RunResult, u64), String> {
+pub fn run_threaded(
+    scenario: &Scenario,
+    seed: u64,
+    legacy: Option<Legacy>,
+) -> Result<(RunResult, u64), String> {
     let opts = RunOptions {
         seed,
         ..RunOptions::default()
     };
     let world = World::new(scenario, &opts)?;
     let steps = world.expanded_steps();
-    let cfg = dispatcher_config(&scenario.config);
+    let mut cfg = dispatcher_config(&scenario.config);
+    apply_legacy(&mut cfg, legacy)?;
     let ordered = !matches!(cfg.subscription, dispatcher::SubscriptionType::Shared);
     let ledger = InMemoryLedger::new(1_000_000);
     let cursor = ManagedCursor::new("sim-threads", &ledger, MemoryStore::new());

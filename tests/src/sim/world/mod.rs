@@ -308,6 +308,27 @@ pub(crate) fn dispatcher_config(cfg: &WorldConfig) -> DispatcherConfig {
     d
 }
 
+/// Switches `d` to the legacy behaviour `legacy` restores (no-op for `None`). Errors for a
+/// switch this build cannot provide.
+pub(crate) fn apply_legacy(d: &mut DispatcherConfig, legacy: Option<Legacy>) -> Result<(), String> {
+    match legacy {
+        Some(Legacy::MarkDeleteCleanup) => d.legacy_mark_delete_cleanup = true,
+        Some(Legacy::OrphanChunkReplay) => {
+            d.assignor.orphan_policy = chunk_assignor::OrphanPolicy::Replay
+        }
+        Some(Legacy::UnorderedNack) => {
+            return Err(
+                "--legacy unordered-nack needs the dispatcher's ordered-nack hold \
+                 (issue 8), which has not landed: the dispatcher has no nack/release input, \
+                 so there is no ordered mode to switch off"
+                    .into(),
+            )
+        }
+        None => {}
+    }
+    Ok(())
+}
+
 /// One simulated world. Build it with [`World::new`], run it with [`World::run`].
 pub struct World {
     name: String,
@@ -377,21 +398,7 @@ impl World {
     pub fn new(scenario: &Scenario, opts: &RunOptions) -> Result<World, String> {
         let cfg = scenario.config.clone();
         let mut dcfg = dispatcher_config(&cfg);
-        match opts.legacy {
-            Some(Legacy::MarkDeleteCleanup) => dcfg.legacy_mark_delete_cleanup = true,
-            Some(Legacy::OrphanChunkReplay) => {
-                dcfg.assignor.orphan_policy = chunk_assignor::OrphanPolicy::Replay
-            }
-            Some(Legacy::UnorderedNack) => {
-                return Err(
-                    "--legacy unordered-nack needs the dispatcher's ordered-nack hold \
-                     (issue 8), which has not landed: the dispatcher has no nack/release input, \
-                     so there is no ordered mode to switch off"
-                        .into(),
-                )
-            }
-            None => {}
-        }
+        apply_legacy(&mut dcfg, opts.legacy)?;
         let seed = opts.seed;
         let mut temp_dir = None;
         let ledger = InMemoryLedger::new(1_000_000);
