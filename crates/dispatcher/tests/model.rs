@@ -1,5 +1,6 @@
 //! Reference-model comparison over seeded random event sequences (joins, leaves, flows,
-//! publishes, acks, nacks, redeliver-all, skips, time).
+//! publishes, acks, nacks, ordered nacks with delays and the client's releases, redeliver-all,
+//! skips, time; dead-letter policies).
 //!
 //! A plain `BTreeMap` model of what each consumer holds is updated from the commands the core
 //! emits and the operations the script applies; after every step it is compared with the real
@@ -9,6 +10,9 @@
 //!   consumers, and nothing is sent while an earlier entry of its hash waits in replay;
 //! * no loss: every published position is acked (or at/below mark-delete), pending, in replay
 //!   or not yet read;
+//! * ordered nack (ordered Key_Shared): a nacked entry is re-sent before any later entry of its
+//!   hash is sent to anyone (until it is re-sent, acked — a dead letter — or dropped by a
+//!   mark-delete move); parked entries hold their key the same way;
 //! * chunks: the first delivery of every chunk of a message goes to the consumer that got its
 //!   chunk 0 while that consumer is connected;
 //! * accounting: per consumer, permits + parked = granted − sent messages, unacked = sum of its
@@ -53,6 +57,8 @@ struct Model {
     chunk_owner: BTreeMap<String, String>,
     /// Positions sent at least once.
     sent_once: BTreeSet<Position>,
+    /// Ordered nacks not yet re-sent: position → hash.
+    nacked: BTreeMap<Position, u32>,
 }
 
 fn ordered_key_shared(cfg: &DispatcherConfig) -> bool {
@@ -107,7 +113,26 @@ fn random_op(r: &mut Rng, w: &World, joined: &mut u32) -> Option<String> {
                 2 + r.below(3)
             )
         }
-        49..=74 => {
+        72..=74 => {
+            // The ordered client gives back later messages of a key: every pending entry of
+            // one hash from a random position on.
+            if names.is_empty() {
+                return None;
+            }
+            let c = pick(r);
+            let pend = w.d.pending_positions(w.id(&c));
+            if pend.is_empty() {
+                return None;
+            }
+            let (from, h) = pend[r.below(pend.len() as u64) as usize];
+            let ps: Vec<String> = pend
+                .iter()
+                .filter(|(p, hh)| *hh == h && *p >= from)
+                .map(|(p, _)| p.to_string())
+                .collect();
+            format!("release {c} {}", ps.join(" "))
+        }
+        49..=71 => {
             if names.is_empty() {
                 return None;
             }
@@ -125,7 +150,7 @@ fn random_op(r: &mut Rng, w: &World, joined: &mut u32) -> Option<String> {
             };
             format!("ack {c} {pos}")
         }
-        75..=80 => {
+        75..=77 => {
             if names.is_empty() {
                 return None;
             }
@@ -135,6 +160,22 @@ fn random_op(r: &mut Rng, w: &World, joined: &mut u32) -> Option<String> {
                 return None;
             }
             format!("nack {c} {}", pend[r.below(pend.len() as u64) as usize].0)
+        }
+        78..=80 => {
+            if names.is_empty() {
+                return None;
+            }
+            let c = pick(r);
+            let pend = w.d.pending_positions(w.id(&c));
+            if pend.is_empty() {
+                return None;
+            }
+            let delay = match r.below(4) {
+                0 => "-".to_string(),
+                _ => r.below(15).to_string(),
+            };
+            let p = pend[r.below(pend.len() as u64) as usize].0;
+            format!("onack {c} {delay} {p}")
         }
         81..=82 => {
             if names.is_empty() {
@@ -149,6 +190,18 @@ fn random_op(r: &mut Rng, w: &World, joined: &mut u32) -> Option<String> {
 
 /// Runs one seed; returns Err(description) on the first violated invariant.
 fn run_seed(cfg: DispatcherConfig, seed: u64, steps: usize) -> Result<(), String> {
+    let ordered = ordered_key_shared(&cfg);
+    run_seed_checked(cfg, seed, steps, ordered)
+}
+
+/// `check_nacks`: check the ordered-nack rule (on for ordered Key_Shared; forced on for the
+/// test that shows the checker fires when the dispatcher does not hold keys).
+fn run_seed_checked(
+    cfg: DispatcherConfig,
+    seed: u64,
+    steps: usize,
+    check_nacks: bool,
+) -> Result<(), String> {
     let ordered = ordered_key_shared(&cfg);
     let shared = matches!(cfg.subscription, SubscriptionType::Shared);
     let mut w = World::new(cfg);
@@ -178,6 +231,20 @@ fn run_seed(cfg: DispatcherConfig, seed: u64, steps: usize) -> Result<(), String
                 let p = parse(words[2]);
                 if m.pending.get(&p).is_some_and(|v| v.0 == words[1]) {
                     m.pending.remove(&p);
+                }
+            }
+            "onack" | "release" => {
+                let from = if words[0] == "onack" { 3 } else { 2 };
+                for s in &words[from..] {
+                    let p = parse(s);
+                    if m.pending.get(&p).is_some_and(|v| v.0 == words[1]) {
+                        let v = m.pending.remove(&p);
+                        if words[0] == "onack" {
+                            if let Some(v) = v {
+                                m.nacked.insert(p, v.1);
+                            }
+                        }
+                    }
                 }
             }
             "ack" => {
@@ -212,6 +279,9 @@ fn run_seed(cfg: DispatcherConfig, seed: u64, steps: usize) -> Result<(), String
         if words[0] == "skip" && shared {
             m.pending.retain(|p, _| *p > md);
         }
+        // A nack hold ends when the entry is dropped by a mark-delete move or acked (a dead
+        // letter acked by the driver).
+        m.nacked.retain(|p, _| *p > md && !acked.contains(p));
         // New sends, in order.
         let replay: BTreeMap<Position, u32> = w.d.replay_positions().into_iter().collect();
         for (name, e) in w.sends[m.sends_seen..].iter().cloned() {
@@ -251,6 +321,22 @@ fn run_seed(cfg: DispatcherConfig, seed: u64, steps: usize) -> Result<(), String
                     );
                 }
             }
+            if check_nacks {
+                if let Some((q, _)) = m
+                    .nacked
+                    .iter()
+                    .find(|(q, h)| **h == hash && **q < e.position)
+                {
+                    return fail(
+                        &ops,
+                        format!(
+                            "hash {hash}: {} sent to {name} before the nacked {q} was re-sent",
+                            e.position
+                        ),
+                    );
+                }
+                m.nacked.remove(&e.position);
+            }
             if let Some(ch) = &e.meta.chunk {
                 if ch.chunk_id == 0 {
                     m.chunk_owner.insert(ch.uuid.clone(), name.clone());
@@ -261,7 +347,14 @@ fn run_seed(cfg: DispatcherConfig, seed: u64, steps: usize) -> Result<(), String
                     // The chunks of one message are published back to back: the previous
                     // chunk must have gone out first (or been dropped by a skip).
                     let prev = Position::new(e.position.ledger_id, e.position.entry_id - 1);
-                    if first && !m.sent_once.contains(&prev) && prev > md {
+                    // Only while chunk 0's consumer is connected: after it left, the rest
+                    // are orphans (the Shared assignor may spread them; the client discards
+                    // them).
+                    if first
+                        && !m.sent_once.contains(&prev)
+                        && prev > md
+                        && w.names.contains_key(owner)
+                    {
                         return fail(
                             &ops,
                             format!(
@@ -366,7 +459,18 @@ fn run_seed(cfg: DispatcherConfig, seed: u64, steps: usize) -> Result<(), String
             w.step(&line);
         }
     }
+    // The operator releases parked keys (dead-letter policy Park).
+    let parked: BTreeSet<u32> = w.d.parked_positions().into_iter().map(|(_, h)| h).collect();
+    for h in parked {
+        w.d.release_parked(w.now, h);
+        w.pump();
+    }
     for _ in 0..100 {
+        for (_, h) in w.d.parked_positions() {
+            w.d.release_parked(w.now, h);
+            w.pump();
+        }
+        w.drain_dead_letters();
         let names: Vec<String> = w.names.keys().cloned().collect();
         for n in names {
             let line = format!("flow {n} 50");
@@ -407,6 +511,7 @@ fn key_shared(mode: KeySharedMode) -> DispatcherConfig {
     }));
     c.max_unacked_per_consumer = 6;
     c.look_ahead_per_consumer = 4;
+    c.nack_backoff = dispatcher::NackBackoff::Exponential { base: 2, max: 16 };
     c
 }
 
@@ -475,5 +580,51 @@ fn the_checker_catches_the_legacy_mark_delete_cleanup() {
     assert!(
         failures > 0,
         "the legacy switch never broke an invariant: the checker is blind"
+    );
+}
+
+#[test]
+fn key_shared_ring_with_dead_letter_continue_matches_the_model() {
+    for seed in 0..100 {
+        let mut c = key_shared(KeySharedMode::ConsistentHashing { points: 20 });
+        c.dead_letter = Some(dispatcher::DeadLetterPolicy {
+            max_deliveries: 2,
+            action: dispatcher::DeadLetterAction::Continue,
+        });
+        run_seed(c, seed, 250).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn key_shared_auto_split_with_dead_letter_park_matches_the_model() {
+    for seed in 0..100 {
+        let mut c = key_shared(KeySharedMode::AutoSplit);
+        c.dead_letter = Some(dispatcher::DeadLetterPolicy {
+            max_deliveries: 2,
+            action: dispatcher::DeadLetterAction::Park,
+        });
+        run_seed(c, seed, 250).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Out-of-order Key_Shared does not hold nacked keys (Pulsar's behaviour): the ordered-nack
+/// check, forced on, must fire on some seed — the checker is not blind.
+#[test]
+fn the_nack_order_checker_fires_without_the_hold() {
+    let mut failures = 0;
+    for seed in 0..100 {
+        let mut c = key_shared(KeySharedMode::ConsistentHashing { points: 20 });
+        c.subscription = SubscriptionType::KeyShared(KeySharedConfig {
+            mode: KeySharedMode::ConsistentHashing { points: 20 },
+            allow_out_of_order: true,
+        });
+        if let Err(e) = run_seed_checked(c, seed, 250, true) {
+            assert!(e.contains("before the nacked"), "{e}");
+            failures += 1;
+        }
+    }
+    assert!(
+        failures > 0,
+        "the nack-order check never fired without the hold"
     );
 }

@@ -8,7 +8,12 @@
 //! * `join A [prio=N] [ranges=a-b,c-d]`, `leave A`, `flow A N`;
 //! * `pub k1 k2 …` (one entry per key, `k1*3` = three), `batch K N` (one entry of N messages),
 //!   `chunk UUID K ID/N` (one chunk), `chunks UUID K N` (all N chunks);
-//! * `ack A POS…` (`POS` = `l:e`, or `A.all`), `nack A POS…`, `redeliver_all A`;
+//! * `ack A POS…` (`POS` = `l:e`, or `A.all`), `nack A POS…` (a plain redelivery request),
+//!   `redeliver_all A`;
+//! * ordered nack: config `nack_backoff fixed D` / `nack_backoff exp BASE MAX`,
+//!   `dead_letter N continue|park`; `onack A DELAY|- POS…` (`handle_nack`, `-` = the policy),
+//!   `release A POS…`, `release_parked KEY`, `dead_letter_parked KEY`, `nackstats`; dead letters
+//!   are drained after every step (logged, then acked on the cursor);
 //! * `skip N`, `clear`, `expire T`, `evict_count N`, `evict_size B`, `reset POS`;
 //! * `advance T` (fires due timers), `restart` (dispatcher state lost, cursor recovered);
 //! * `explain KEY`, `state`.
@@ -352,6 +357,42 @@ impl World {
                 let n = self.d.handle_redeliver(self.now, id, &ps);
                 self.log(format!("  requeued {n}"));
             }
+            "onack" => {
+                let id = self.id(args[0]);
+                let delay = args[1].parse().ok();
+                let ps = self.positions(args[0], &args[2..]);
+                let n = self.d.handle_nack(self.now, id, &ps, delay);
+                self.log(format!("  nacked {n}"));
+            }
+            "release" => {
+                let id = self.id(args[0]);
+                let ps = self.positions(args[0], &args[1..]);
+                let n = self.d.handle_release(self.now, id, &ps);
+                self.log(format!("  released {n}"));
+            }
+            "release_parked" | "dead_letter_parked" => {
+                let h = self.hash_of(args[0]);
+                let n = if cmd == "release_parked" {
+                    self.d.release_parked(self.now, h)
+                } else {
+                    self.d.dead_letter_parked(self.now, h)
+                };
+                self.log(format!("  {n} parked entries"));
+            }
+            "nackstats" => {
+                let st = self.d.stats();
+                self.log(format!(
+                    "  nacks={} releases={} redeliveries={} held_hashes={} parked_keys={} parked_entries={} dead_letters={} holds_ended_by_mark_delete={}",
+                    st.nacks,
+                    st.releases,
+                    st.redeliveries,
+                    st.held_hashes,
+                    st.parked_keys,
+                    st.parked_entries,
+                    st.dead_letters,
+                    st.holds_ended_by_mark_delete
+                ));
+            }
             "redeliver_all" => {
                 let id = self.id(args[0]);
                 let n = self.d.handle_redeliver_all(self.now, id);
@@ -409,6 +450,12 @@ impl World {
                     dispatcher::BlockReason::BehindReplay { position } => {
                         format!("behind replay at {position}")
                     }
+                    dispatcher::BlockReason::HeldByNack { position, until } => {
+                        format!("held by nack of {position} until {until}")
+                    }
+                    dispatcher::BlockReason::Parked { position } => {
+                        format!("parked at {position}")
+                    }
                     other => format!("{other:?}"),
                 };
                 self.log(format!("  {}: {s}", args[0]));
@@ -420,6 +467,30 @@ impl World {
             other => panic!("unknown script command {other}"),
         }
         self.pump();
+        self.drain_dead_letters();
+    }
+
+    /// The Key_Shared hash of a key under the current selector.
+    pub fn hash_of(&self, key: &str) -> u32 {
+        let mut m = EntryMeta::simple(0, 1);
+        m.ordering_key = Some(key.as_bytes().to_vec());
+        let e = Entry {
+            position: Position::new(0, 0),
+            meta: Arc::new(m),
+        };
+        self.d.entry_hash(&e)
+    }
+
+    /// Dead letters: logged, then acked on the cursor (the driver's job).
+    pub fn drain_dead_letters(&mut self) {
+        while let Some(p) = self.d.poll_dead_letter() {
+            {
+                let mut g = self.cell.lock().unwrap();
+                let CursorCell { cursor, ledger } = &mut *g;
+                cursor.ack(ledger, p).unwrap();
+            }
+            self.log(format!("  dead letter {p} (acked on the cursor)"));
+        }
     }
 
     /// Pending acks, unacked, permits, replay and draining, one block.
@@ -506,6 +577,26 @@ pub fn config_from(lines: &[&str]) -> (DispatcherConfig, usize) {
             }
             "interval" => cfg.unblocking_interval = w[1].parse().unwrap(),
             "draining_timeout" => cfg.draining_timeout = Some(w[1].parse().unwrap()),
+            "nack_backoff" => {
+                cfg.nack_backoff = match w[1] {
+                    "fixed" => dispatcher::NackBackoff::Fixed {
+                        delay: w[2].parse().unwrap(),
+                    },
+                    _ => dispatcher::NackBackoff::Exponential {
+                        base: w[2].parse().unwrap(),
+                        max: w[3].parse().unwrap(),
+                    },
+                }
+            }
+            "dead_letter" => {
+                cfg.dead_letter = Some(dispatcher::DeadLetterPolicy {
+                    max_deliveries: w[1].parse().unwrap(),
+                    action: match w[2] {
+                        "park" => dispatcher::DeadLetterAction::Park,
+                        _ => dispatcher::DeadLetterAction::Continue,
+                    },
+                })
+            }
             "orphan_replay" => {
                 cfg.assignor.orphan_policy = chunk_assignor::OrphanPolicy::Replay;
             }
