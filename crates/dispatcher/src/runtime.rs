@@ -59,6 +59,14 @@ pub enum Event {
     Redeliver(ConsumerId, Vec<Position>),
     /// A consumer asks for all its unacked entries again.
     RedeliverAll(ConsumerId),
+    /// Ordered nack: positions of one message, re-sent not before `delay` (None: the
+    /// configured backoff); the key is held until then ([`Dispatcher::handle_nack`]).
+    ///
+    /// [`Dispatcher::handle_nack`]: crate::Dispatcher::handle_nack
+    Nack(ConsumerId, Vec<Position>, Option<u64>),
+    /// Ordered nack: the consumer gives back entries it never handed to its application
+    /// ([`Dispatcher::handle_release`](crate::Dispatcher::handle_release)).
+    Release(ConsumerId, Vec<Position>),
     /// Append entries to the ledger (a producer).
     Publish(Vec<EntryMeta>),
     /// Run an admin operation on the cursor; the resulting mark-delete move (if any) is sent
@@ -80,6 +88,8 @@ impl std::fmt::Debug for Event {
             Event::Flow(c, n) => write!(f, "Flow({c}, {n})"),
             Event::Redeliver(c, ps) => write!(f, "Redeliver({c}, {} positions)", ps.len()),
             Event::RedeliverAll(c) => write!(f, "RedeliverAll({c})"),
+            Event::Nack(c, ps, d) => write!(f, "Nack({c}, {} positions, {d:?})", ps.len()),
+            Event::Release(c, ps) => write!(f, "Release({c}, {} positions)", ps.len()),
             Event::Publish(m) => write!(f, "Publish({} entries)", m.len()),
             Event::Admin(op, _) => write!(f, "Admin({op:?})"),
             Event::Wake => f.write_str("Wake"),
@@ -166,6 +176,18 @@ impl ConsumerHandle {
     /// Asks for these positions again.
     pub fn redeliver(&self, positions: Vec<Position>) {
         let _ = self.events.send(Event::Redeliver(self.id, positions));
+    }
+
+    /// Negatively acknowledges one message (all its chunk positions): re-sent after `delay`
+    /// (None: the configured backoff); on ordered Key_Shared its key is held until then.
+    pub fn nack(&self, positions: Vec<Position>, delay: Option<u64>) {
+        let _ = self.events.send(Event::Nack(self.id, positions, delay));
+    }
+
+    /// Gives back entries received but never handed to the application (later messages of a
+    /// nacked key); no redelivery is counted.
+    pub fn release(&self, positions: Vec<Position>) {
+        let _ = self.events.send(Event::Release(self.id, positions));
     }
 
     /// Leaves the subscription; undelivered and unacked entries go to the others.
@@ -352,6 +374,12 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
             Event::RedeliverAll(id) => {
                 self.core.handle_redeliver_all(now, id);
             }
+            Event::Nack(id, ps, delay) => {
+                self.core.handle_nack(now, id, &ps, delay);
+            }
+            Event::Release(id, ps) => {
+                self.core.handle_release(now, id, &ps);
+            }
             Event::Publish(metas) => {
                 {
                     let mut g = self.lock();
@@ -426,6 +454,21 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                     }
                 }
                 Command::SetTimer { .. } => {}
+            }
+        }
+        // Dead letters (dead-letter policy): this runtime has no dead-letter topic; it logs
+        // and acks them on the cursor so the subscription moves on.
+        while let Some(p) = self.core.poll_dead_letter() {
+            let mut g = self.lock();
+            let CursorCell { cursor, ledger } = &mut *g;
+            if let Err(e) = cursor.ack(ledger, p) {
+                warn!(ledger = p.ledger_id, entry = p.entry_id, error = %e, "dead letter: cursor ack failed");
+            } else {
+                debug!(
+                    ledger = p.ledger_id,
+                    entry = p.entry_id,
+                    "dead letter acked on the cursor"
+                );
             }
         }
     }
