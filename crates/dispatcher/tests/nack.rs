@@ -401,3 +401,29 @@ fn stale_nacks_and_releases_are_ignored() {
     assert_eq!((st.nacks, st.releases, st.held_hashes), (0, 0, 0));
     assert_eq!(w.d.pending_positions(a).len(), 1);
 }
+
+/// Batched: one message (index 1) of a 3-message batch entry is nacked after index 0 was
+/// acked. The whole entry is re-sent after the delay (the cursor keeps index 0 acked; the
+/// client skips it — it lists acked indexes in its nack, and a driver may attach the cursor's
+/// acked indexes to the send); the pending ack counts the entry's 3 messages again until the
+/// remaining indexes are acked, which completes the entry and clears it.
+#[test]
+fn batched_nack_resends_the_entry_and_keeps_acked_indexes() {
+    assert_snapshot!(check(
+        "key_shared
+join A
+flow A 20
+batch k0 3
+pub k0
+ackidx A 1:0 3 0
+onack A 10 1:0
+release A 1:1
+state
+advance 10
+state
+ackidx A 1:0 3 1 2
+ack A 1:1
+state
+"
+    ));
+}

@@ -12,7 +12,7 @@
 //!   `redeliver_all A`;
 //! * ordered nack: config `nack_backoff fixed D` / `nack_backoff exp BASE MAX`,
 //!   `dead_letter N continue|park`; `onack A DELAY|- POS…` (`handle_nack`, `-` = the policy),
-//!   `release A POS…`, `release_parked KEY`, `dead_letter_parked KEY`, `nackstats`; dead letters
+//!   `release A POS…`, `ackidx A POS SIZE IDX…` (batch-index ack), `release_parked KEY`, `dead_letter_parked KEY`, `nackstats`; dead letters
 //!   are drained after every step (logged, then acked on the cursor);
 //! * `skip N`, `clear`, `expire T`, `evict_count N`, `evict_size B`, `reset POS`;
 //! * `advance T` (fires due timers), `restart` (dispatcher state lost, cursor recovered);
@@ -356,6 +356,20 @@ impl World {
                 let ps = self.positions(args[0], &args[1..]);
                 let n = self.d.handle_redeliver(self.now, id, &ps);
                 self.log(format!("  requeued {n}"));
+            }
+            "ackidx" => {
+                // ackidx A POS SIZE IDX…: batch-index ack.
+                let id = self.id(args[0]);
+                let p = parse_pos(args[1]).unwrap();
+                let size: u32 = args[2].parse().unwrap();
+                let idx: Vec<u32> = args[3..].iter().map(|x| x.parse().unwrap()).collect();
+                match self.ack.ack_batch_index(id, p, size, &idx) {
+                    Ok(o) => self.log(format!("  ack {p} {idx:?}: messages={}", o.messages)),
+                    Err(e) => self.log(format!("  ack {p} failed: {e}")),
+                }
+                if self.waker.0.swap(false, Ordering::SeqCst) {
+                    self.d.handle_wake(self.now);
+                }
             }
             "onack" => {
                 let id = self.id(args[0]);
