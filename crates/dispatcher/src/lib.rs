@@ -12,6 +12,16 @@
 //!   chunk's consumer, and the mark-delete hook per reason that keeps draining hashes blocked
 //!   (the fix for Pulsar bug B-1; [`DispatcherConfig::legacy_mark_delete_cleanup`] restores the bug
 //!   for demonstrations).
+//! * **Ordered nack** ([`Dispatcher::handle_nack`], [`Dispatcher::handle_release`]): on ordered
+//!   Key_Shared a nacked entry goes back to replay with its hash and a not-before time (the
+//!   nack's delay or [`DispatcherConfig::nack_backoff`]) and **holds** its key: no entry of the
+//!   key goes to anyone until the nacked one is re-sent, while other keys keep flowing (so a
+//!   consumer's permits are never spent on a held key). The client gives back later messages of
+//!   the key it never handed to its application (`handle_release`: no redelivery counted).
+//!   Optional dead-lettering after N deliveries ([`DispatcherConfig::dead_letter`]): `Continue`
+//!   (the entry goes to [`Dispatcher::poll_dead_letter`] for the driver to ack) or `Park` (the key
+//!   waits for [`Dispatcher::release_parked`] / [`Dispatcher::dead_letter_parked`]). Shared and
+//!   out-of-order Key_Shared: a nack is a delayed redelivery, nothing is held.
 //! * **Ack path** ([`AckHandle`]): `Send + Sync`, called on the consumer's thread: cursor ack,
 //!   then pending-ack removal (even for a position already at or below mark-delete), which may
 //!   release a draining hash and call your [`Waker`]. Lock order: cursor (released first) →
@@ -31,9 +41,11 @@
 //!   consumer, the hash ranges it lost and gained, which drives draining. [`Assignment`] is a
 //!   snapshot for stats; [`diff`] compares two snapshots.
 //!
-//! Does not: own the cursor or the ledger (the driver does), persist anything, read the clock or
-//! spawn threads outside [`Runtime`], implement delayed delivery, nack backoff or dead-lettering
-//! (the client crate models the consumer side). Selectors are plain single-threaded values (`Send`
+//! Does not: own the cursor or the ledger (the driver does), persist anything (nack holds,
+//! redelivery counts and parked keys live in memory: a restart or the last consumer leaving
+//! forgets them), read the clock or spawn threads outside [`Runtime`], implement delayed
+//! delivery, or publish dead letters anywhere (the driver does; the runtime only acks them). The
+//! client crate models the consumer side of ordered nack. Selectors are plain single-threaded values (`Send`
 //! when the consumer id is); the dispatcher owns and serialises them.
 //!
 //! Driving the core by hand (what [`Runtime`] and the simulator do):
@@ -81,6 +93,74 @@
 //! }
 //! assert_eq!(delivered.len(), 3);
 //! assert_eq!(d.stats().unacked, 0);
+//! ```
+//!
+//! Ordered nack on Key_Shared: the consumer nacks `a`'s first message with a delay of 50 and
+//! gives back the second (never handed to its application); `b` keeps flowing, and `a`'s first
+//! message comes back before its second:
+//!
+//! ```
+//! use std::sync::{Arc, Mutex};
+//! use cursor::{EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore, Position};
+//! use dispatcher::{
+//!     BlockReason, Command, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig,
+//!     NoopWaker,
+//! };
+//!
+//! let mut ledger = InMemoryLedger::new(1_000);
+//! for key in ["a", "a", "b"] {
+//!     let mut m = EntryMeta::simple(0, 10);
+//!     m.ordering_key = Some(key.as_bytes().to_vec());
+//!     ledger.append(m);
+//! }
+//! let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+//! let cell = Arc::new(Mutex::new(CursorCell { cursor, ledger }));
+//! let mut cfg = DispatcherConfig::key_shared();
+//! cfg.min_read_batch = 10;
+//! let mut d = Dispatcher::new(cfg, Arc::new(NoopWaker));
+//! let c = ConsumerId(1);
+//!
+//! // Executes the commands; returns the positions sent.
+//! let run = |d: &mut Dispatcher, now: u64| {
+//!     let mut sent = Vec::new();
+//!     while let Some(cmd) = d.poll_command() {
+//!         let mut g = cell.lock().unwrap();
+//!         let CursorCell { cursor, ledger } = &mut *g;
+//!         match cmd {
+//!             Command::Read { max_entries } => {
+//!                 let (e, more) = (cursor.read(ledger, max_entries), cursor.has_more_entries(ledger));
+//!                 drop(g);
+//!                 d.handle_read_complete(now, e, more);
+//!             }
+//!             Command::Replay { positions } => {
+//!                 let r = cursor.replay(ledger, &positions);
+//!                 drop(g);
+//!                 d.handle_replay_complete(now, r.entries, &r.already_acked);
+//!             }
+//!             Command::Send { entries, .. } => sent.extend(entries.iter().map(|e| e.position)),
+//!             _ => {}
+//!         }
+//!     }
+//!     sent
+//! };
+//! d.handle_consumer_added(0, ConsumerSpec::new(1, "c1")).unwrap();
+//! d.handle_flow(0, c, 2);
+//! let (a0, a1, b0) = (Position::new(1, 0), Position::new(1, 1), Position::new(1, 2));
+//! assert_eq!(run(&mut d, 0), vec![a0, a1]);
+//!
+//! d.handle_nack(10, c, &[a0], Some(50)); // re-send a0 not before 60, hold key "a"
+//! d.handle_release(10, c, &[a1]); // the client gives a1 back
+//! d.handle_flow(10, c, 3); // the client returns the permits of a0 and a1, and one more
+//! assert_eq!(run(&mut d, 10), vec![b0]); // "b" flows, "a" is held
+//! assert_eq!(
+//!     d.why_blocked_key(b"a"),
+//!     BlockReason::HeldByNack { position: a0, until: 60 }
+//! );
+//! assert_eq!(d.poll_timeout(), Some(60));
+//! d.handle_timeout(60);
+//! assert_eq!(run(&mut d, 60), vec![a0, a1]); // the nacked one first
+//! assert_eq!(d.redelivery_count(a0), 1);
+//! assert_eq!(d.redelivery_count(a1), 0); // a release is not a redelivery
 //! ```
 //!
 //! Selectors on their own:
