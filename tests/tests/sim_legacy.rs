@@ -50,16 +50,9 @@ fn orphan_chunk_replay_stalls_the_seed_001_scenario_and_the_chunk_mix() {
 }
 
 #[test]
-fn unordered_nack_is_refused_until_the_dispatcher_has_a_nack_hold() {
-    let s = builtin("seed-002-nack").expect("shipped");
-    let e = run_scenario(
-        &s,
-        &RunOptions {
-            seed: 1,
-            legacy: Some(Legacy::UnorderedNack),
-            ..RunOptions::default()
-        },
-    )
-    .unwrap_err();
-    assert!(e.contains("issue 8"), "{e}");
+fn unordered_nack_breaks_order_on_the_nack_scenarios() {
+    let v = violations("seed-002-nack", 1..=1, Legacy::UnorderedNack);
+    assert_eq!(v, vec![ViolationKind::Order]);
+    let v = violations("f04-nack", 1..=1, Legacy::UnorderedNack);
+    assert_eq!(v, vec![ViolationKind::Order]);
 }

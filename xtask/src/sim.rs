@@ -25,7 +25,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// The simulator steps of `cargo xtask ci` (each well under a minute in release):
-/// a smoke seed range of the default mix, both legacy detections (the checker must fail), a
+/// a smoke seed range of the default mix, the three legacy detections (the checker must fail), a
 /// determinism check (every run twice, identical event-log hash) and the randomised mixes on the
 /// dispatcher's threaded runtime.
 pub(crate) fn ci_steps() -> anyhow::Result<()> {
@@ -60,6 +60,19 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
         "mix-shared-chunks",
         "--json",
         "target/sim/ci-legacy-orphan.json",
+    ]))?;
+    sh(sim(&[
+        "--legacy",
+        "unordered-nack",
+        "--expect-violation",
+        "--seeds",
+        "4",
+        "--scenario",
+        "seed-002-nack",
+        "--scenario",
+        "f04-nack",
+        "--json",
+        "target/sim/ci-legacy-nack.json",
     ]))?;
     sh(sim(&[
         "--check-determinism",

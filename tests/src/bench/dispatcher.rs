@@ -8,6 +8,11 @@
 //!   locks, uncontended) and its permit is given back with a Flow per send, like a client. One
 //!   thread. Figure: ns per message. Checks: every message acked, cursor backlog empty.
 //! * W8/W9: both in the same round, the ratio.
+//! * W8N: W8 with ordered nacks: 1 % of first deliveries (SplitMix64 seed 88) are nacked with a
+//!   delay of 5 time units, which holds their key; later entries of that key in the same send
+//!   are released (given back, as the ordered client does) instead of acked. Every nacked entry
+//!   is acked when it comes back. Figure: ns per ledger message (compare with W8: the cost of
+//!   holds, releases and delayed replays). Checks: as W8.
 //! * W11: Key_Shared at 10 consumers holding 100,000 pending acks over the hashes of 10,000
 //!   keys (setup untimed per round); timed: one more consumer joins (selector update, impacted
 //!   ranges, draining registration over the pending acks). Figure: ms.
@@ -170,8 +175,19 @@ impl Waker for Flag {
     }
 }
 
-/// One full single-threaded cycle over the ledger; returns ns/message.
+/// One full single-threaded cycle over the ledger; returns ns/message. `nack_per_mille` of
+/// first deliveries are nacked (ordered nack, delay 5) and later entries of their key in the
+/// same send released.
 fn full_cycle(cfg: DispatcherConfig, ledger: &Arc<InMemoryLedger>) -> Result<f64, String> {
+    full_cycle_with_nacks(cfg, ledger, 0)
+}
+
+fn full_cycle_with_nacks(
+    cfg: DispatcherConfig,
+    ledger: &Arc<InMemoryLedger>,
+    nack_per_mille: u64,
+) -> Result<f64, String> {
+    let mut rng = SplitMix64::new(88);
     let cell = Arc::new(Cell {
         cursor: Mutex::new(ManagedCursor::new("bench", &**ledger, MemoryStore::new())),
         ledger: ledger.clone(),
@@ -214,11 +230,38 @@ fn full_cycle(cfg: DispatcherConfig, ledger: &Arc<InMemoryLedger>) -> Result<f64
                 Command::Send { consumer, entries } => {
                     let mut n = 0u32;
                     let h = handles.get(consumer.0 as usize).ok_or("unknown consumer")?;
-                    for e in &entries {
-                        h.ack(e.position).map_err(|e| e.to_string())?;
-                        n += e.meta.messages();
+                    if nack_per_mille == 0 {
+                        for e in &entries {
+                            h.ack(e.position).map_err(|e| e.to_string())?;
+                            n += e.meta.messages();
+                        }
+                        acked += entries.len();
+                    } else {
+                        let mut held: Vec<u32> = Vec::new();
+                        let mut nacked = Vec::new();
+                        let mut released = Vec::new();
+                        for e in &entries {
+                            n += e.meta.messages();
+                            let hash = d.entry_hash(e);
+                            if held.contains(&hash) {
+                                released.push(e.position);
+                            } else if d.redelivery_count(e.position) == 0
+                                && rng.next() % 1000 < nack_per_mille
+                            {
+                                held.push(hash);
+                                nacked.push(e.position);
+                            } else {
+                                h.ack(e.position).map_err(|e| e.to_string())?;
+                                acked += 1;
+                            }
+                        }
+                        for p in nacked {
+                            d.handle_nack(now, consumer, &[p], Some(5));
+                        }
+                        if !released.is_empty() {
+                            d.handle_release(now, consumer, &released);
+                        }
                     }
-                    acked += entries.len();
                     progressed = true;
                     d.handle_flow(now, consumer, n);
                 }
@@ -257,6 +300,10 @@ fn w8() -> impl FnMut() -> Result<f64, String> {
 
 fn w9() -> impl FnMut() -> Result<f64, String> {
     move || full_cycle(DispatcherConfig::shared(), &zipf_ledger())
+}
+
+fn w8n() -> impl FnMut() -> Result<f64, String> {
+    move || full_cycle_with_nacks(DispatcherConfig::key_shared(), &zipf_ledger(), 10)
 }
 
 fn w8_w9_ratio() -> impl FnMut() -> Result<f64, String> {
@@ -382,6 +429,7 @@ pub fn workloads() -> Vec<Workload> {
         Workload::lower("W8", "ns/message", None, Some(250.0), w8()),
         Workload::lower("W9", "ns/message", None, Some(200.0), w9()),
         Workload::lower("W8/W9", "ratio", None, Some(1.3), w8_w9_ratio()),
+        Workload::lower("W8N", "ns/message", None, None, w8n()),
         Workload::lower("W11", "ms", None, Some(5.0), w11()),
         Workload::higher("W12", "messages/s", None, None, w12()),
     ]

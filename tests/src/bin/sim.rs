@@ -36,7 +36,7 @@ fn usage() -> &'static str {
      [--expect-violation] [--check-determinism] [--runtime sim|threads] [--log FILE] \
      [--json FILE] [--list]\n\
      legacy switches: mark-delete-cleanup (expects an order violation), orphan-chunk-replay \
-     (expects a stall), unordered-nack (needs the dispatcher's nack hold; not available)"
+     (expects a stall), unordered-nack (Pulsar-mode nack on Key_Shared; expects an order violation)"
 }
 
 fn parse_args() -> Result<Args, String> {

@@ -112,6 +112,12 @@ pub struct OrderChecker {
     first_start: BTreeMap<Position, u64>,
     /// Entry position → time of its last finish.
     last_finish: BTreeMap<Position, u64>,
+    /// Entries the broker dropped.
+    dropped_entries: BTreeSet<Position>,
+    /// message (last entry) → its first entry, for chunked messages.
+    spans: BTreeMap<MsgRef, MsgRef>,
+    /// key → nacked messages (last → first) not yet started again: they hold their key.
+    nacked: BTreeMap<Vec<u8>, BTreeMap<MsgRef, MsgRef>>,
     /// (consumer, entry) pairs that started.
     started_by: BTreeSet<(String, Position)>,
     /// Starts of messages.
@@ -157,6 +163,9 @@ impl OrderChecker {
         self.first_start.entry(m.0).or_insert(now);
         self.started_by.insert((consumer.to_string(), m.0));
         let first_time = self.started.insert(m);
+        if first != m {
+            self.spans.insert(m, first);
+        }
         if let (true, Some(k)) = (self.enabled, key) {
             if let Some(held) = self.in_hand.get(k) {
                 if let Some((earlier, who)) = held.range(..first).next() {
@@ -173,6 +182,23 @@ impl OrderChecker {
                             msg_str(m),
                             msg_str(*earlier),
                             who.iter().cloned().collect::<Vec<_>>().join(",")
+                        ),
+                    });
+                }
+            }
+            if let Some(nacked) = self.nacked.get_mut(k) {
+                nacked.remove(&m);
+                if let Some((earlier, _)) = nacked.range(..first).next() {
+                    out.push(Violation {
+                        kind: ViolationKind::Order,
+                        at: now,
+                        key: Some(key_str(k)),
+                        positions: vec![msg_str(*earlier), msg_str(m)],
+                        consumers: vec![consumer.to_string()],
+                        detail: format!(
+                            "{consumer} started {} while the earlier {} of the same key is nacked and not yet processed again",
+                            msg_str(m),
+                            msg_str(*earlier)
                         ),
                     });
                 }
@@ -219,6 +245,31 @@ impl OrderChecker {
             self.last_finish.insert(m.0, now);
         }
         self.abandon(consumer);
+    }
+
+    /// `consumer`'s application nacked what it held. On an ordered subscription the message
+    /// keeps holding its key until it is started again (ordered nack), or the broker drops it.
+    pub fn nack(&mut self, now: u64, consumer: &str) {
+        if self.enabled {
+            if let Some((Some(k), m)) = self.held.get(consumer).cloned() {
+                let first = self.spans.get(&m).copied().unwrap_or(m);
+                // A message the broker already dropped never comes back: it holds nothing.
+                if !self.dropped_entries.contains(&m.0) && !self.dropped_entries.contains(&first.0)
+                {
+                    self.nacked.entry(k).or_default().insert(m, first);
+                }
+            }
+        }
+        self.finish(now, consumer);
+    }
+
+    /// The broker dropped the entry at `p` (skip, clear, expiry, eviction): a nacked message of
+    /// it no longer holds its key (no consumer holds it).
+    pub fn dropped(&mut self, p: Position) {
+        self.dropped_entries.insert(p);
+        for nacked in self.nacked.values_mut() {
+            nacked.retain(|m, first| m.0 != p && first.0 != p);
+        }
     }
 
     /// `consumer`'s application lost what it held (crash, broker restart).
@@ -316,6 +367,27 @@ mod tests {
         // A message entirely before the span, first started after it, is out of order.
         let v = c.start(5, "e", Some(b"k"), m(0));
         assert!(v.iter().any(|v| v.detail.contains("first time")), "{v:?}");
+    }
+
+    #[test]
+    fn a_nacked_message_holds_its_key_until_started_again() {
+        let mut c = OrderChecker::new(true);
+        c.start(0, "a", Some(b"k"), m(0));
+        c.nack(1, "a");
+        let v = c.start(2, "a", Some(b"k"), m(1));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].detail.contains("nacked"));
+        c.finish(3, "a");
+        // Processed again: the hold ends (1:1 was already started, so no new violation).
+        assert!(c.start(4, "b", Some(b"k"), m(0)).is_empty());
+        c.finish(5, "b");
+        assert!(c.start(6, "b", Some(b"k"), m(2)).is_empty());
+        // A nacked message the broker drops stops holding the key.
+        c.finish(7, "b");
+        c.start(8, "a", Some(b"k"), m(3));
+        c.nack(9, "a");
+        c.dropped(Position::new(1, 3));
+        assert!(c.start(10, "a", Some(b"k"), m(4)).is_empty());
     }
 
     #[test]

@@ -14,10 +14,6 @@ const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../scenarios/mix-key-shared-admin.sim"),
     ),
     (
-        "mix-key-shared-nack",
-        include_str!("../../scenarios/mix-key-shared-nack.sim"),
-    ),
-    (
         "mix-key-shared-chunks",
         include_str!("../../scenarios/mix-key-shared-chunks.sim"),
     ),

@@ -264,7 +264,7 @@ pub fn run_threaded(
                 if step.at > 0 {
                     faults += 1;
                 }
-                let client = Consumer::new(client_config(o)).map_err(|e| e.to_string())?;
+                let client = Consumer::new(client_config(o, false)).map_err(|e| e.to_string())?;
                 let id = next_id;
                 next_id += 1;
                 let handle = rt

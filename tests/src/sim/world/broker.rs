@@ -56,9 +56,15 @@ impl World {
                     self.broker_ack(name, id, mid);
                 }
             }
-            Wire::Cmd(client::Command::RedeliverUnacked(es))
-            | Wire::Cmd(client::Command::Release(es))
-            | Wire::Cmd(client::Command::Nack { entries: es, .. }) => {
+            Wire::Cmd(cmd @ client::Command::RedeliverUnacked(_))
+            | Wire::Cmd(cmd @ client::Command::Release(_))
+            | Wire::Cmd(cmd @ client::Command::Nack { .. }) => {
+                let (verb, es, delay) = match cmd {
+                    client::Command::Nack { entries, delay } => ("nack", entries, Some(delay)),
+                    client::Command::Release(es) => ("release", es, None),
+                    client::Command::RedeliverUnacked(es) => ("redeliver", es, None),
+                    _ => ("redeliver", Vec::new(), None),
+                };
                 let ps: Vec<Position> = es
                     .iter()
                     .map(|e| Position::new(e.entry.ledger_id, e.entry.entry_id))
@@ -71,18 +77,34 @@ impl World {
                         }
                     }
                 }
-                let n = self.d.handle_redeliver(now, id, &ps);
+                let n = match verb {
+                    // Ordered nack: the broker holds the key until the entry is re-sent.
+                    "nack" => {
+                        let n = self.d.handle_nack(now, id, &ps, delay);
+                        for p in &ps {
+                            if self.dropped.contains(p) {
+                                // Dropped before the nack: nothing will come back, the broker
+                                // holds nothing; the adapter tells the client at once.
+                                self.notify_dropped(name, *p);
+                            } else {
+                                self.nacked_by.insert(*p, name.to_string());
+                            }
+                        }
+                        n
+                    }
+                    "release" => self.d.handle_release(now, id, &ps),
+                    _ => self.d.handle_redeliver(now, id, &ps),
+                };
                 let list: Vec<String> = ps.iter().map(|p| p.to_string()).collect();
+                let d = delay.map(|d| format!(" delay={d}")).unwrap_or_default();
                 self.log(format!(
-                    "broker: redeliver {name} [{}] requeued={n}",
+                    "broker: {verb} {name} [{}]{d} requeued={n}",
                     list.join(" ")
                 ));
                 if n != expected {
                     self.simple_violation(
                         ViolationKind::Model,
-                        format!(
-                            "redelivery for {name} requeued {n}, the model expected {expected}"
-                        ),
+                        format!("{verb} for {name} requeued {n}, the model expected {expected}"),
                     );
                 }
             }
@@ -299,6 +321,7 @@ impl World {
                 s.insert(p);
             }
             self.remaining.insert(p, e.meta.messages());
+            self.nacked_by.remove(&p);
             if let Some(c) = e.meta.chunk.as_ref().filter(|c| c.num_chunks > 1) {
                 if c.chunk_id + 1 == c.num_chunks {
                     self.pins.remove(&c.uuid);

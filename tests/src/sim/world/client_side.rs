@@ -168,7 +168,11 @@ impl World {
             (t, r)
         };
         let (t, r) = result;
-        self.order.finish(now, name);
+        if nack {
+            self.order.nack(now, name);
+        } else {
+            self.order.finish(now, name);
+        }
         let verb = if nack { "nacks" } else { "acks" };
         match r {
             Ok(()) => self.log(format!("app {name} {verb} {}", msg_str(t.msg))),

@@ -137,7 +137,7 @@ impl World {
                 return;
             }
         }
-        let client = match Consumer::new(client_config(&opts)) {
+        let client = match Consumer::new(client_config(&opts, self.ordered_nack)) {
             Ok(c) => c,
             Err(e) => {
                 self.simple_violation(
@@ -294,6 +294,8 @@ impl World {
         self.model.clear();
         self.pins.clear();
         self.by_id.clear();
+        self.nacked_by.clear();
+        let ordered_nack = self.ordered_nack;
         let names: Vec<String> = self.consumers.keys().cloned().collect();
         let epoch = self.broker_epoch;
         for name in names {
@@ -308,7 +310,7 @@ impl World {
                 CState::Connected => {
                     // The application restarts with its connection: in-flight work is
                     // abandoned (unacked messages come back), the client starts afresh.
-                    match Consumer::new(client_config(&c.opts)) {
+                    match Consumer::new(client_config(&c.opts, ordered_nack)) {
                         Ok(fresh) => c.client = fresh,
                         Err(_) => continue,
                     }
@@ -378,6 +380,20 @@ impl World {
         self.pump_broker();
     }
 
+    /// Tells `name`'s client that the broker dropped the entry at `p` (it nacked it).
+    pub(super) fn notify_dropped(&mut self, name: &str, p: Position) {
+        let now = self.now;
+        let known = self.consumers.get_mut(name).is_some_and(|c| {
+            c.client
+                .on_dropped_by_broker(now, client::EntryId::new(p.ledger_id, p.entry_id))
+        });
+        self.log(format!(
+            "client {name}: nacked {p} dropped by the broker (known={known})"
+        ));
+        self.pump_client(name);
+        self.try_start(name);
+    }
+
     pub(super) fn admin(
         &mut self,
         op: impl FnOnce(&mut ManagedCursor<SimStore>, &InMemoryLedger) -> Option<MarkDeleteMove>,
@@ -407,6 +423,17 @@ impl World {
             if self.dropped.insert(*p) {
                 self.last_progress = self.now;
             }
+            self.order.dropped(*p);
+        }
+        // A nacked entry the broker dropped will never come back: its hold ends on the broker
+        // (the hook) and the adapter tells the client that nacked it, so its key gate opens.
+        let released: Vec<(Position, String)> = mv
+            .dropped
+            .iter()
+            .filter_map(|p| self.nacked_by.remove(p).map(|n| (*p, n)))
+            .collect();
+        for (p, name) in released {
+            self.notify_dropped(&name, p);
         }
         let cleans =
             matches!(self.cfg.sub, SubKind::Shared) || self.dcfg.legacy_mark_delete_cleanup;

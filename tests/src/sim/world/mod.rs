@@ -38,8 +38,8 @@ pub enum Legacy {
     MarkDeleteCleanup,
     /// Orphan chunks are replayed instead of dispatched (`OrphanPolicy::Replay`): expect a stall.
     OrphanChunkReplay,
-    /// Nack without the broker-side key hold: expect an order violation. Needs the
-    /// dispatcher's nack hold (issue 8), which has not landed; runs refuse it.
+    /// Pulsar-mode nack on Key_Shared (the client redelivers after the delay, the broker does
+    /// not hold the key): expect an order violation.
     UnorderedNack,
 }
 
@@ -260,8 +260,11 @@ struct SimConsumer {
     close_sent: bool,
 }
 
-pub(crate) fn client_config(o: &ConsumerOpts) -> ConsumerConfig {
+/// The client configuration of a consumer; `ordered_nack` turns on the client half of ordered
+/// nack (Key_Shared, unless `--legacy unordered-nack`).
+pub(crate) fn client_config(o: &ConsumerOpts, ordered_nack: bool) -> ConsumerConfig {
     ConsumerConfig {
+        ordered_nack,
         receiver_queue_size: o.queue,
         expire_incomplete_chunked_after: o.chunk_expiry,
         auto_ack_oldest_chunked_on_queue_full: o.chunk_auto_ack,
@@ -316,14 +319,9 @@ pub(crate) fn apply_legacy(d: &mut DispatcherConfig, legacy: Option<Legacy>) -> 
         Some(Legacy::OrphanChunkReplay) => {
             d.assignor.orphan_policy = chunk_assignor::OrphanPolicy::Replay
         }
-        Some(Legacy::UnorderedNack) => {
-            return Err(
-                "--legacy unordered-nack needs the dispatcher's ordered-nack hold \
-                 (issue 8), which has not landed: the dispatcher has no nack/release input, \
-                 so there is no ordered mode to switch off"
-                    .into(),
-            )
-        }
+        // Pulsar-mode nack: the client sends RedeliverUnacked after the delay, which the
+        // dispatcher replays without holding the key (see `World::ordered_nack`).
+        Some(Legacy::UnorderedNack) => {}
         None => {}
     }
     Ok(())
@@ -360,6 +358,10 @@ pub struct World {
     dropped: BTreeSet<Position>,
     checked_md: Position,
     model: BTreeMap<ConsumerId, BTreeSet<Position>>,
+    /// Nacked positions not re-sent yet → the consumer that nacked them (ordered nack).
+    nacked_by: BTreeMap<Position, String>,
+    /// Key_Shared with ordered nack (client and broker halves).
+    ordered_nack: bool,
     /// Pending position → messages not yet acked (batch-index acks reduce it).
     remaining: BTreeMap<Position, u32>,
     /// uuid → consumer its chunk 0 went to, until its last chunk is sent (the chunk assignor's
@@ -455,6 +457,8 @@ impl World {
             dropped: BTreeSet::new(),
             checked_md,
             model: BTreeMap::new(),
+            nacked_by: BTreeMap::new(),
+            ordered_nack: ordered && opts.legacy != Some(Legacy::UnorderedNack),
             remaining: BTreeMap::new(),
             pins: BTreeMap::new(),
             order: OrderChecker::new(ordered),
