@@ -186,7 +186,7 @@ fn run_threads(args: &Args, scenarios: Vec<Scenario>) -> ExitCode {
                     walls.push(t.elapsed().as_secs_f64());
                     if skipped > 0 {
                         eprintln!(
-                            "sim: [{} seed={seed}] threads: {skipped} fault(s) other than join/leave skipped",
+                            "sim: [{} seed={seed}] threads: {skipped} crash/restart fault(s) skipped (they need the deterministic world)",
                             s.name
                         );
                     }
