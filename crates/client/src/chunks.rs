@@ -9,6 +9,8 @@ use crate::types::{ChunkInfo, IncomingMessage, MessageId};
 
 struct Ctx {
     seq: u64,
+    /// The connection's permit sequence number of chunk 0.
+    first_seq: u64,
     created: u64,
     last: u32,
     num_chunks: u32,
@@ -26,6 +28,8 @@ pub(crate) struct Complete {
     pub(crate) key: Option<Vec<u8>>,
     pub(crate) publish_time: u64,
     pub(crate) redelivery_count: u32,
+    /// The connection's permit sequence number of chunk 0 (see the gate's fences).
+    pub(crate) first_seq: u64,
 }
 
 /// What happened to one chunk.
@@ -74,10 +78,12 @@ impl Chunks {
         Some(c)
     }
 
-    /// Feeds one validated chunk (`info.chunk_id < info.num_chunks`, non-empty uuid).
+    /// Feeds one validated chunk (`info.chunk_id < info.num_chunks`, non-empty uuid) that is
+    /// message `conn_seq` of its connection.
     pub(crate) fn on_chunk(
         &mut self,
         now: u64,
+        conn_seq: u64,
         msg: IncomingMessage,
         info: &ChunkInfo,
         max_pending: usize,
@@ -103,6 +109,7 @@ impl Chunks {
             payload.extend_from_slice(&msg.payload);
             let ctx = Ctx {
                 seq,
+                first_seq: conn_seq,
                 created: now,
                 last: 0,
                 num_chunks: info.num_chunks,
@@ -150,6 +157,7 @@ impl Chunks {
             key: c.key,
             publish_time: c.publish_time,
             redelivery_count: c.redelivery_count,
+            first_seq: c.first_seq,
         }
     }
 

@@ -84,7 +84,11 @@ pub struct Consumer {
     epoch: u64,
     queue: VecDeque<Queued>,
     permits_to_return: u32,
-    zero_queue_permit_out: bool,
+    /// Permits granted by `Flow`s on the current connection.
+    granted: u64,
+    /// Permits the broker charged on the current connection: one per message it pushed (each
+    /// chunk, each index of a batch entry), whatever became of it.
+    charged: u64,
     chunks: Chunks,
     nacks: NackTracker,
     ack_timeouts: AckTimeouts,
@@ -107,7 +111,8 @@ impl Consumer {
             epoch: 0,
             queue: VecDeque::new(),
             permits_to_return: 0,
-            zero_queue_permit_out: false,
+            granted: 0,
+            charged: 0,
             chunks: Chunks::default(),
             nacks: NackTracker::default(),
             gate: Gate::default(),
@@ -136,7 +141,8 @@ impl Consumer {
         self.chunks.clear();
         self.gate.on_reconnect();
         self.permits_to_return = 0;
-        self.zero_queue_permit_out = false;
+        self.granted = 0;
+        self.charged = 0;
         debug!(epoch = self.epoch, "consumer connected");
         if self.cfg.receiver_queue_size > 0 {
             self.flow(self.cfg.receiver_queue_size);
@@ -146,6 +152,7 @@ impl Consumer {
 
     fn flow(&mut self, n: u32) {
         self.stats.flow_permits_sent += u64::from(n);
+        self.granted += u64::from(n);
         self.commands.push_back(Command::Flow(n));
     }
 
@@ -215,7 +222,12 @@ impl Consumer {
             trace!(id = %msg.id, epoch = msg.epoch, current = self.epoch, "message from an old connection dropped");
             return Ok(());
         }
-        self.zero_queue_permit_out = false;
+        self.charged += 1;
+        // Where this message's entry started in the connection's permit sequence (a batch
+        // entry is pushed index by index; a chunked message counts from its chunk 0).
+        let seq = self
+            .charged
+            .saturating_sub(msg.batch.map_or(0, |b| u64::from(b.index)));
         if let Err(e) = validate(&msg) {
             self.stats.invalid_messages += 1;
             warn!(id = %msg.id, error = %e, "malformed message dropped");
@@ -224,22 +236,25 @@ impl Consumer {
         }
         self.stats.received += 1;
         trace!(id = %msg.id, redelivery_count = msg.redelivery_count, "message received");
-        let delivered = match msg.chunk.take() {
-            None => Delivered {
-                id: msg.id,
-                key: msg.key,
-                payload: msg.payload,
-                publish_time: msg.publish_time,
-                redelivery_count: msg.redelivery_count,
-                batch: msg.batch,
-                chunk_ids: Vec::new(),
-            },
+        let (delivered, seq) = match msg.chunk.take() {
+            None => (
+                Delivered {
+                    id: msg.id,
+                    key: msg.key,
+                    payload: msg.payload,
+                    publish_time: msg.publish_time,
+                    redelivery_count: msg.redelivery_count,
+                    batch: msg.batch,
+                    chunk_ids: Vec::new(),
+                },
+                seq,
+            ),
             Some(info) => match self.on_chunk(now, msg, &info) {
                 Some(d) => d,
                 None => return Ok(()),
             },
         };
-        self.enqueue(delivered);
+        self.enqueue(delivered, seq);
         Ok(())
     }
 
@@ -248,12 +263,13 @@ impl Consumer {
         now: u64,
         msg: IncomingMessage,
         info: &crate::types::ChunkInfo,
-    ) -> Option<Delivered> {
+    ) -> Option<(Delivered, u64)> {
         let id = msg.id;
         let publish_time = msg.publish_time;
         let mut side = Side::default();
         let step = self.chunks.on_chunk(
             now,
+            self.charged,
             msg,
             info,
             self.cfg.max_pending_chunked_messages,
@@ -284,7 +300,7 @@ impl Consumer {
                 self.stats.completed_chunked += 1;
                 trace!(uuid = %info.uuid, chunks = c.ids.len(), "chunked message complete");
                 let last = c.ids.last().copied().unwrap_or(id);
-                Some(Delivered {
+                let d = Delivered {
                     id: last,
                     key: c.key,
                     payload: c.payload,
@@ -292,7 +308,8 @@ impl Consumer {
                     redelivery_count: c.redelivery_count,
                     batch: None,
                     chunk_ids: c.ids,
-                })
+                };
+                Some((d, c.first_seq))
             }
             Step::Duplicate { ack } => {
                 self.stats.duplicate_chunks += 1;
@@ -331,7 +348,7 @@ impl Consumer {
         }
     }
 
-    fn enqueue(&mut self, d: Delivered) {
+    fn enqueue(&mut self, d: Delivered, seq: u64) {
         if let Some(i) = d.batch.map(|b| b.index) {
             if let Some(b) = self.batches.get(&d.id.entry()) {
                 if b.acked.contains(&i) {
@@ -346,8 +363,13 @@ impl Consumer {
         }
         if self.cfg.ordered_nack {
             if let Some(key) = &d.key {
-                if self.gate.on_arrival(key, d.id) == Arrival::Release {
-                    debug!(id = %d.id, "later message of a nacked key released on arrival");
+                let (arrival, ended) = self.gate.on_arrival(key, d.id, seq);
+                if ended > 0 {
+                    debug!(id = %d.id, seq, ended, "blockers of the key went to another consumer; they no longer hold it");
+                }
+                if arrival == Arrival::Release {
+                    debug!(id = %d.id, "later message of a held key released on arrival");
+                    self.gate.block(key, d.id, true, self.granted);
                     let entries = entries_of(&d);
                     self.release(vec![entries], 1);
                     return;
@@ -427,9 +449,19 @@ impl Consumer {
             }
         };
         let Some(q) = q else {
-            if self.cfg.receiver_queue_size == 0 && !self.zero_queue_permit_out && self.epoch > 0 {
-                self.zero_queue_permit_out = true;
-                self.flow(1);
+            // Zero queue: one permit out at a time. The broker charges a batch entry its whole
+            // message count, so the balance can be negative: the Flow repays the debt too, or
+            // the broker would never send again.
+            if self.cfg.receiver_queue_size == 0 && self.epoch > 0 && self.granted <= self.charged {
+                let debt = self.charged - self.granted;
+                let n = u32::try_from(debt.saturating_add(1)).unwrap_or(u32::MAX);
+                if debt > 0 {
+                    debug!(
+                        debt,
+                        "zero-queue consumer repays the permits a batch entry overdrew"
+                    );
+                }
+                self.flow(n);
             }
             return None;
         };
@@ -588,9 +620,10 @@ impl Consumer {
         let mut released = Vec::new();
         let mut permits = 0;
         if let Some(k) = key {
-            self.gate.block(k, id);
+            self.gate.block(k, id, false, self.granted);
             let later = self.take_queued(|m| m.key.as_deref() == Some(k) && m.id > id);
             for q in later {
+                self.gate.block(k, q.msg.id, true, self.granted);
                 if q.epoch == self.epoch {
                     permits += 1;
                 }

@@ -1,9 +1,10 @@
 //! A tiny fake broker for one consumer, single-entry messages only: it honours permits,
 //! replays the smallest position first, and (when `hold` is on) implements the broker half of
-//! ordered nack: a `Nack` holds the message's key until the message is re-sent after its delay;
-//! a `Release` re-queues without counting a redelivery.
+//! ordered nack like the dispatcher: a `Nack` of `m` holds back every later message of its key
+//! until `m` is re-sent after its delay (each nacked message holds on its own, as the
+//! dispatcher's replay set does); a `Release` re-queues without counting a redelivery.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::{Command, Consumer, IncomingMessage, MessageId};
 
@@ -15,8 +16,8 @@ pub(crate) struct Broker {
     pub(crate) msgs: BTreeMap<MessageId, (Option<Vec<u8>>, u32)>,
     /// Messages ready to (re)send, with their not-before time.
     pub(crate) ready: BTreeMap<MessageId, u64>,
-    /// key → the nacked message that must be re-sent before anything later of the key.
-    pub(crate) held: BTreeMap<Vec<u8>, MessageId>,
+    /// key → the nacked messages that must be re-sent before anything later of the key.
+    pub(crate) held: BTreeMap<Vec<u8>, BTreeSet<MessageId>>,
     pub(crate) flows: u64,
     pub(crate) sent: u64,
 }
@@ -61,7 +62,10 @@ impl Broker {
                     self.ready.remove(id);
                 }
                 // An acked message no longer holds its key.
-                self.held.retain(|_, h| !ids.contains(h));
+                for h in self.held.values_mut() {
+                    h.retain(|m| !ids.contains(m));
+                }
+                self.held.retain(|_, h| !h.is_empty());
             }
             Command::RedeliverUnacked(es) => {
                 for e in es {
@@ -79,8 +83,7 @@ impl Broker {
                         m.1 += 1;
                         self.ready.insert(id, now + delay);
                         if let (true, Some(k)) = (self.hold, m.0.clone()) {
-                            let h = self.held.entry(k).or_insert(id);
-                            *h = (*h).min(id);
+                            self.held.entry(k).or_default().insert(id);
                         }
                     }
                 }
@@ -112,7 +115,10 @@ impl Broker {
             let pick = self.ready.iter().find(|(id, &nb)| {
                 nb <= now
                     && match self.msgs.get(id).and_then(|m| m.0.as_ref()) {
-                        Some(k) => self.held.get(k).is_none_or(|h| *h == **id),
+                        Some(k) => self
+                            .held
+                            .get(k)
+                            .is_none_or(|h| h.range(..**id).next().is_none()),
                         None => true,
                     }
             });
@@ -122,8 +128,11 @@ impl Broker {
                 continue;
             };
             if let Some(k) = &key {
-                if self.held.get(k) == Some(&id) {
-                    self.held.remove(k);
+                if let Some(h) = self.held.get_mut(k) {
+                    h.remove(&id);
+                    if h.is_empty() {
+                        self.held.remove(k);
+                    }
                 }
             }
             self.permits -= 1;

@@ -1,7 +1,7 @@
 //! Receive queue and flow permits.
 
 use super::{check, consumer, drain, msg};
-use crate::{Command, ConsumerConfig};
+use crate::{BatchInfo, Command, ConsumerConfig, IncomingMessage, MessageId};
 
 fn q(n: u32) -> ConsumerConfig {
     ConsumerConfig {
@@ -61,6 +61,45 @@ fn zero_queue_sends_one_permit_per_receive_that_waits() {
         "taking the message returns nothing"
     );
     assert_eq!(c.receive(3), None);
+    assert_eq!(drain(&mut c), vec![Command::Flow(1)]);
+}
+
+/// Bug found by the simulator (known-issues/zero-queue-batch, seed 4): the broker charges a
+/// batch entry its whole message count against the one permit, so the balance goes negative;
+/// a zero-queue client that only ever sent `Flow(1)` never repaid the debt and stalled.
+#[test]
+fn zero_queue_repays_the_debt_of_a_batch_entry() {
+    let mut c = consumer(q(0));
+    let e = c.connect(0);
+    assert_eq!(c.receive(0), None);
+    assert_eq!(drain(&mut c), vec![Command::Flow(1)]);
+    // One permit, one batch entry of 3 messages: the broker's balance is 1 - 3 = -2.
+    for i in 0..3 {
+        let m = IncomingMessage {
+            epoch: e,
+            id: MessageId::batched(super::L, 5, i),
+            batch: Some(BatchInfo { index: i, size: 3 }),
+            ..IncomingMessage::default()
+        };
+        assert_eq!(c.on_message(1, m), Ok(()));
+    }
+    for i in 0..3 {
+        let got = c.receive(2).map(|d| d.id);
+        assert_eq!(got, Some(MessageId::batched(super::L, 5, i)));
+        assert!(drain(&mut c).is_empty(), "no flow while messages wait");
+    }
+    // Empty: repay 2 and ask for 1, so the broker's balance is 1 again.
+    assert_eq!(c.receive(3), None);
+    assert_eq!(drain(&mut c), vec![Command::Flow(3)]);
+    assert_eq!(c.receive(4), None);
+    assert!(drain(&mut c).is_empty(), "one permit outstanding at a time");
+    c.on_message(5, msg(e, 6, None)).ok();
+    assert_eq!(c.receive(5).map(|d| d.id), Some(super::id(6)));
+    assert_eq!(c.receive(6), None);
+    assert_eq!(drain(&mut c), vec![Command::Flow(1)], "no debt left");
+    // A new connection starts a new balance.
+    let _ = c.connect(7);
+    assert_eq!(c.receive(7), None);
     assert_eq!(drain(&mut c), vec![Command::Flow(1)]);
 }
 
