@@ -44,6 +44,9 @@ pub(crate) enum Step {
     /// No context, or a chunk that skips ahead; `broken` are the chunk ids of the context it
     /// dropped (empty for an orphan).
     Unexpected { broken: Vec<MessageId> },
+    /// A chunk 0 refused because `max_pending` messages are being reassembled (only when the
+    /// caller asked to refuse rather than evict).
+    Refused,
 }
 
 /// Side effects of a chunk 0.
@@ -79,7 +82,10 @@ impl Chunks {
     }
 
     /// Feeds one validated chunk (`info.chunk_id < info.num_chunks`, non-empty uuid) that is
-    /// message `conn_seq` of its connection.
+    /// message `conn_seq` of its connection. When `max_pending` messages are being
+    /// reassembled, a new chunk 0 evicts the oldest (into `side.evicted`), or is refused when
+    /// `refuse_when_full`.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn on_chunk(
         &mut self,
         now: u64,
@@ -87,6 +93,7 @@ impl Chunks {
         msg: IncomingMessage,
         info: &ChunkInfo,
         max_pending: usize,
+        refuse_when_full: bool,
         side: &mut Side,
     ) -> Step {
         if info.chunk_id == 0 {
@@ -94,6 +101,9 @@ impl Chunks {
                 if !old.ids.contains(&msg.id) {
                     side.ack.extend(old.ids);
                 }
+            }
+            if refuse_when_full && info.num_chunks > 1 && self.ctxs.len() >= max_pending {
+                return Step::Refused;
             }
             while self.ctxs.len() >= max_pending {
                 let Some((_, uuid)) = self.order.pop_first() else {

@@ -17,6 +17,8 @@ use crate::types::{
 
 /// Most entries in one `RedeliverUnacked` command (Pulsar groups redeliveries by 1000).
 const REDELIVER_GROUP: usize = 1000;
+/// Most uuids of chunked messages given back for lack of room that are remembered.
+const GIVEN_BACK_MAX: usize = 1000;
 /// Fewest recently acked ids remembered to drop late duplicates (see [`Consumer::on_message`]).
 const RECENT_ACKS_MIN: usize = 1000;
 
@@ -97,6 +99,10 @@ pub struct Consumer {
     batches: HashMap<EntryId, BatchAcks>,
     recent_acks: HashSet<MessageId>,
     recent_order: VecDeque<MessageId>,
+    /// Chunked messages given back for lack of room (the last [`GIVEN_BACK_MAX`]): their later
+    /// chunks go back too, until the time stored.
+    given_back: HashMap<String, u64>,
+    given_back_order: VecDeque<String>,
     commands: VecDeque<Command>,
     stats: ClientStats,
 }
@@ -120,6 +126,8 @@ impl Consumer {
             batches: HashMap::default(),
             recent_acks: HashSet::default(),
             recent_order: VecDeque::new(),
+            given_back: HashMap::default(),
+            given_back_order: VecDeque::new(),
             commands: VecDeque::new(),
             stats: ClientStats::default(),
         })
@@ -273,6 +281,7 @@ impl Consumer {
             msg,
             info,
             self.cfg.max_pending_chunked_messages,
+            !self.cfg.auto_ack_oldest_chunked_on_queue_full,
             &mut side,
         );
         if !side.ack.is_empty() {
@@ -292,11 +301,15 @@ impl Consumer {
         }
         match step {
             Step::Partial => {
+                if info.chunk_id == 0 {
+                    self.given_back.remove(&info.uuid);
+                }
                 trace!(uuid = %info.uuid, chunk_id = info.chunk_id, "chunk appended");
                 self.return_permits(1);
                 None
             }
             Step::Complete(c) => {
+                self.given_back.remove(&info.uuid);
                 self.stats.completed_chunked += 1;
                 trace!(uuid = %info.uuid, chunks = c.ids.len(), "chunked message complete");
                 let last = c.ids.last().copied().unwrap_or(id);
@@ -318,6 +331,44 @@ impl Consumer {
                 if ack {
                     self.send_ack(vec![id]);
                 }
+                None
+            }
+            Step::Refused => {
+                self.stats.evicted_chunked += 1;
+                warn!(uuid = %info.uuid, id = %id, pending = self.chunks.len(), "too many pending chunked messages; giving the new one back");
+                self.return_permits(1);
+                // Its later chunks go back too for as long as the message could still be
+                // reassembled somewhere: after the nack delay and an incomplete-chunk expiry any
+                // context of it is gone, and a late chunk is an orphan like any other.
+                let until = self
+                    .cfg
+                    .expire_incomplete_chunked_after
+                    .map_or(u64::MAX, |e| {
+                        now.saturating_add(self.cfg.nack_delay).saturating_add(e)
+                    });
+                if self.given_back.insert(info.uuid.clone(), until).is_none() {
+                    self.given_back_order.push_back(info.uuid.clone());
+                    while self.given_back_order.len() > GIVEN_BACK_MAX {
+                        if let Some(old) = self.given_back_order.pop_front() {
+                            self.given_back.remove(&old);
+                        }
+                    }
+                }
+                self.give_back_chunk(now, id);
+                None
+            }
+            Step::Unexpected { broken }
+                if broken.is_empty()
+                    && self
+                        .given_back
+                        .get(&info.uuid)
+                        .is_some_and(|&until| now <= until) =>
+            {
+                // A later chunk of a message refused for lack of room: it goes back too (acking
+                // it would make the message impossible to complete).
+                debug!(uuid = %info.uuid, chunk_id = info.chunk_id, id = %id, "later chunk of a given-back chunked message given back");
+                self.return_permits(1);
+                self.give_back_chunk(now, id);
                 None
             }
             Step::Unexpected { broken } => {
@@ -346,6 +397,13 @@ impl Consumer {
                 None
             }
         }
+    }
+
+    /// Schedules chunk `id` of a chunked message refused for lack of room for redelivery after
+    /// the nack delay.
+    fn give_back_chunk(&mut self, now: u64, id: MessageId) {
+        let delay = self.cfg.nack_delay;
+        self.schedule_nack(now, vec![id.entry()], delay);
     }
 
     fn enqueue(&mut self, d: Delivered, seq: u64) {
@@ -434,13 +492,21 @@ impl Consumer {
                 Some(q) if self.recent_acks.contains(&q.msg.id) => {
                     self.stats.dropped_already_acked += 1;
                     trace!(id = %q.msg.id, "copy of an acked message dropped and acked again");
-                    // The earlier ack may have died with a connection; acks are idempotent.
-                    let ids = if q.msg.chunk_ids.is_empty() {
-                        vec![q.msg.id]
-                    } else {
+                    // The earlier ack may have died with a connection; acks are idempotent. A
+                    // batch entry whose last index was acked is acked again as a whole.
+                    let whole = q.msg.id.entry();
+                    let whole = MessageId::new(whole.ledger_id, whole.entry_id);
+                    let ids = if !q.msg.chunk_ids.is_empty() {
                         q.msg.chunk_ids
+                    } else if q.msg.id.batch_index.is_some() && self.recent_acks.contains(&whole) {
+                        vec![whole]
+                    } else {
+                        vec![q.msg.id]
                     };
-                    self.send_ack(ids);
+                    let repeat = matches!(self.commands.back(), Some(Command::Ack(prev)) if prev.last() == ids.last());
+                    if !repeat {
+                        self.send_ack(ids);
+                    }
                     if q.epoch == self.epoch {
                         self.return_permits(1);
                     }
@@ -534,7 +600,9 @@ impl Consumer {
         if st.acked.len() as u64 >= u64::from(st.size) {
             self.batches.remove(&entry);
             self.nacks.remove(entry);
-            self.send_ack(vec![MessageId::new(entry.ledger_id, entry.entry_id)]);
+            let whole = MessageId::new(entry.ledger_id, entry.entry_id);
+            self.remember_ack(whole);
+            self.send_ack(vec![whole]);
         } else {
             self.send_ack(vec![id]);
         }

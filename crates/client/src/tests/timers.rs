@@ -298,6 +298,41 @@ fn copies_of_recently_acked_messages_are_dropped() {
     insta::assert_snapshot!(out);
 }
 
+/// An ack lost with its connection: the broker redelivers the message on the next one. The
+/// copy must not be processed again, and must be acked again, or the broker keeps it pending
+/// forever (the simulator's note on the recent-ack filter across reconnects).
+#[test]
+fn copies_of_acked_messages_after_a_reconnect_are_acked_again() {
+    let out = check(
+        ConsumerConfig {
+            receiver_queue_size: 4,
+            ..cfg()
+        },
+        "connect
+         push 1
+         push 2#0 batch=0/2
+         push 2#1 batch=1/2
+         push 3 chunk=u:0/2
+         push 4 chunk=u:1/2
+         recv*
+         ack 1
+         ack 2#0
+         ack 2#1
+         ack 4
+         # the acks die with the connection; the broker redelivers all of it
+         connect
+         push 1
+         push 2#0 batch=0/2
+         push 2#1 batch=1/2
+         push 3 chunk=u:0/2
+         push 4 chunk=u:1/2
+         push 5
+         recv*
+         stats",
+    );
+    insta::assert_snapshot!(out);
+}
+
 #[test]
 fn due_nacks_are_redelivered_in_groups_of_at_most_1000() {
     let mut c = consumer(ConsumerConfig {
