@@ -47,17 +47,15 @@ fn shipped_files_on_disk_match_the_compiled_in_ones() {
 #[test]
 fn known_issue_scenarios_parse() {
     // tests/scenarios/known-issues/*.sim reproduce gaps between crates (docs/SIMULATOR.md);
-    // they are expected to fail and are not in the default mix.
+    // they are expected to fail and are not in the default mix. There may be none open (the
+    // directory keeps a README).
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/scenarios/known-issues");
-    let mut n = 0;
     for e in std::fs::read_dir(dir).expect("known-issues dir").flatten() {
         let p = e.path();
         if p.extension().is_some_and(|x| x == "sim") {
             load(&p.to_string_lossy()).unwrap_or_else(|e| panic!("{e}"));
-            n += 1;
         }
     }
-    assert!(n >= 3);
 }
 
 #[test]

@@ -34,6 +34,22 @@ const SHIPPED: &[(&str, &str)] = &[
         "mix-shared-chunks",
         include_str!("../../scenarios/mix-shared-chunks.sim"),
     ),
+    (
+        "mix-key-shared-nack",
+        include_str!("../../scenarios/mix-key-shared-nack.sim"),
+    ),
+    (
+        "mix-key-shared-batch-nack",
+        include_str!("../../scenarios/mix-key-shared-batch-nack.sim"),
+    ),
+    (
+        "mix-zero-queue-batch",
+        include_str!("../../scenarios/mix-zero-queue-batch.sim"),
+    ),
+    (
+        "mix-shared-chunk-pressure",
+        include_str!("../../scenarios/mix-shared-chunk-pressure.sim"),
+    ),
     ("f01-join", include_str!("../../scenarios/f01-join.sim")),
     ("f02-leave", include_str!("../../scenarios/f02-leave.sim")),
     ("f03-ack", include_str!("../../scenarios/f03-ack.sim")),
