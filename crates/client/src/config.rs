@@ -76,13 +76,18 @@ pub enum OrphanChunkPolicy {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConsumerConfig {
     /// Receive queue size: the initial `Flow` on connect; permits are returned in a `Flow` once
-    /// at least half of it accumulated. `0` is a zero-queue consumer: `Flow(1)` per
-    /// [`receive`](crate::Consumer::receive) that finds the queue empty. Default 1000.
+    /// at least half of it accumulated. `0` is a zero-queue consumer: one permit out at a time,
+    /// sent by a [`receive`](crate::Consumer::receive) that finds the queue empty (`Flow(1)`,
+    /// plus the debt a batch entry left: the broker charges its whole message count). Default
+    /// 1000.
     pub receiver_queue_size: u32,
-    /// Most chunked messages reassembled at once; the oldest is evicted beyond. Default 10.
+    /// Most chunked messages reassembled at once. When it is reached, a new chunked message is
+    /// given back (see `auto_ack_oldest_chunked_on_queue_full`). Default 10.
     pub max_pending_chunked_messages: usize,
-    /// Ack an evicted chunked message's chunks (true) or schedule them for redelivery after the
-    /// nack delay (false, the default).
+    /// When `max_pending_chunked_messages` are being reassembled: evict the oldest and ack its
+    /// chunks (true, Pulsar's option; the message is lost), or give the new one back (false,
+    /// the default): its chunk 0, and its later chunks as they arrive, are redelivered after the
+    /// nack delay, while the messages already in reassembly keep their room and complete.
     pub auto_ack_oldest_chunked_on_queue_full: bool,
     /// Drop (and ack) a chunked message still incomplete this many ms after its first chunk
     /// arrived; `None` never expires. Default `Some(60_000)`.

@@ -8,10 +8,12 @@
 //!   `Flow(n)` goes out once `n ≥ max(1, size / 2)`. Non-final chunks, discarded chunks,
 //!   dropped duplicates and released messages return theirs at once; a completed chunked
 //!   message takes one. Messages of an older connection (epoch) return none. A zero-size queue
-//!   sends `Flow(1)` when [`Consumer::receive`] finds nothing.
+//!   sends `Flow(1)` when [`Consumer::receive`] finds nothing, plus the debt a batch entry left
+//!   (the broker charges its whole message count against the one permit).
 //! * **Chunk reassembly** per uuid: in-order append, duplicates dropped, chunk 0 restarting a
-//!   uuid, at most `max_pending_chunked_messages` (the oldest evicted: acked, or redelivered
-//!   after the nack delay), incomplete messages expired and acked, unexpected/orphan chunks
+//!   uuid, at most `max_pending_chunked_messages` (beyond it the new message is given back,
+//!   its later chunks too, for redelivery after the nack delay; or, with auto-ack, the oldest
+//!   is evicted and acked), incomplete messages expired and acked, unexpected/orphan chunks
 //!   discarded per [`OrphanChunkPolicy`] (default: ack them, which the broker's orphan-chunk
 //!   fix relies on).
 //! * **Ack timeout** (off by default) in tick-wide buckets: redelivered by id, queued copies
@@ -27,7 +29,10 @@
 //!   `m` after the delay), gives back every later message of `K` still in its queue in one
 //!   `Release` (their permits return, so the broker's permits keep flowing to other keys),
 //!   releases later messages of `K` that still arrive before `m` is re-sent, and never hands
-//!   the application a later message of `K` until `m` is acked. Optionally at most
+//!   the application a later message of `K` until `m` is acked. A released message blocks later
+//!   ones of its key too until it is back. A blocker the broker re-sent to another consumer (the
+//!   key moved) ends when a later message of its key arrives beyond the permits granted before
+//!   its command: the broker had read it, so it holds nothing back any more. Optionally at most
 //!   `max_unacked_per_key` messages of a key are in the application's hands. An ack of a later
 //!   message while an earlier one is nacked counts in `out_of_order_acks` (and logs `warn`).
 //!

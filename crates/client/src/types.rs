@@ -200,7 +200,8 @@ pub struct ClientStats {
     pub outstanding: usize,
     /// Chunked messages being reassembled.
     pub pending_chunked: usize,
-    /// Keys with at least one nacked, not yet acked message (ordered mode).
+    /// Keys held by the gate (ordered mode): with a nacked message not yet acked, or a
+    /// released message not yet back.
     pub held_keys: usize,
     /// Permits accumulated but not yet sent in a `Flow`.
     pub permits_to_return: u32,
@@ -230,7 +231,7 @@ pub struct ClientStats {
     pub unexpected_chunks: u64,
     /// Incomplete chunked messages dropped by the expiry (their chunks acked).
     pub expired_chunked: u64,
-    /// Incomplete chunked messages evicted because too many were pending.
+    /// Chunked messages evicted (auto-ack) or given back because too many were pending.
     pub evicted_chunked: u64,
     /// Chunked messages completed.
     pub completed_chunked: u64,
