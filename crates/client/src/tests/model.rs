@@ -8,6 +8,9 @@
 //!   never handed a message of a key while an earlier message of that key is nacked and not yet
 //!   acked, the permit invariant holds, and every message is eventually acked. The same checker
 //!   run on Pulsar mode must find violations, so it can fail.
+//! * Zero queue with batch entries (a broker that charges whole entries while the balance is
+//!   positive): every `Flow` brings the balance back to exactly 1 and everything drains. With
+//!   `Flow(1)` only (the old client) it fails on the first batch.
 //!
 //! A failure prints the seed and the operations so far.
 
@@ -395,4 +398,120 @@ fn the_order_checker_catches_pulsar_mode() {
         failing.len() > SEEDS as usize / 10,
         "Pulsar mode should break per-key order on many seeds; it did on {failing:?}"
     );
+}
+
+/// One zero-queue world: entries of 1–5 messages (a batch when more than one), a broker that
+/// dispatches whole entries while the balance is positive and charges their message count,
+/// an application that acks what it gets, and reconnects. Every `Flow` must bring the broker's
+/// balance to exactly 1 (one permit out, the batch debt repaid), and everything must drain.
+fn zero_queue_world(seed: u64) -> Result<u64, String> {
+    let mut rng = SplitMix64(seed);
+    let mut c = consumer(ConsumerConfig {
+        receiver_queue_size: 0,
+        ..ConsumerConfig::default()
+    });
+    let n = 5 + rng.below(30);
+    // entry -> (size, acked indexes)
+    let mut store: BTreeMap<u64, (u32, BTreeSet<u32>)> = (0..n)
+        .map(|e| (e, (1 + rng.below(5) as u32, BTreeSet::new())))
+        .collect();
+    let mut ready: BTreeSet<u64> = store.keys().copied().collect();
+    let mut permits = 0i64;
+    let mut epoch = c.connect(0);
+    let mut ops: Vec<String> = Vec::new();
+    let mut flows = 0u64;
+    for step in 0..20_000u64 {
+        if store.is_empty() {
+            return Ok(flows);
+        }
+        while let Some(cmd) = c.poll_command() {
+            match cmd {
+                Command::Flow(p) => {
+                    permits += i64::from(p);
+                    flows += 1;
+                    ops.push(format!("flow {p}"));
+                    if permits != 1 {
+                        return Err(format!(
+                            "seed {seed}: balance {permits} after a flow, expected 1\nops: {ops:?}"
+                        ));
+                    }
+                }
+                Command::Ack(ids) => {
+                    for id in ids {
+                        match id.batch_index {
+                            None => {
+                                store.remove(&id.entry_id);
+                            }
+                            Some(i) => {
+                                if let Some((size, acked)) = store.get_mut(&id.entry_id) {
+                                    acked.insert(i);
+                                    if acked.len() as u32 >= *size {
+                                        store.remove(&id.entry_id);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                other => return Err(format!("seed {seed}: unexpected {other:?}\nops: {ops:?}")),
+            }
+        }
+        // The broker dispatches while the balance is positive, charging whole entries.
+        while permits > 0 {
+            let Some(e) = ready.pop_first() else { break };
+            let Some(&(size, _)) = store.get(&e) else {
+                continue;
+            };
+            permits -= i64::from(size);
+            ops.push(format!("send {e} x{size}"));
+            for i in 0..size {
+                let m = if size == 1 {
+                    IncomingMessage {
+                        epoch,
+                        id: MessageId::new(L, e),
+                        ..IncomingMessage::default()
+                    }
+                } else {
+                    IncomingMessage {
+                        epoch,
+                        id: MessageId::batched(L, e, i),
+                        batch: Some(crate::BatchInfo { index: i, size }),
+                        ..IncomingMessage::default()
+                    }
+                };
+                if let Err(err) = c.on_message(step, m) {
+                    return Err(format!("seed {seed}: refused: {err}\nops: {ops:?}"));
+                }
+            }
+        }
+        if rng.below(40) == 0 {
+            ops.push("reconnect".into());
+            epoch = c.connect(step);
+            permits = 0;
+            ready = store.keys().copied().collect();
+            continue;
+        }
+        if let Some(d) = c.receive(step) {
+            ops.push(format!("recv {}", d.id));
+            if let Err(err) = c.ack(step, d.id) {
+                return Err(format!("seed {seed}: ack refused: {err}\nops: {ops:?}"));
+            }
+        }
+    }
+    Err(format!(
+        "seed {seed}: did not drain: left {:?}, balance {permits}\nops: {ops:?}",
+        store.keys().collect::<Vec<_>>()
+    ))
+}
+
+#[test]
+fn zero_queue_with_batches_keeps_one_permit_out_and_drains() {
+    let mut flows = 0;
+    for seed in 0..SEEDS {
+        match zero_queue_world(seed) {
+            Ok(f) => flows += f,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(flows > SEEDS * 10, "the runs exercise flows: {flows}");
 }
