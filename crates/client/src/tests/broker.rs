@@ -20,6 +20,12 @@ pub(crate) struct Broker {
     pub(crate) held: BTreeMap<Vec<u8>, BTreeSet<MessageId>>,
     pub(crate) flows: u64,
     pub(crate) sent: u64,
+    /// Every this many re-sends of a held (nacked) message, the key has moved: the message goes
+    /// to another consumer, which acks it (0: never).
+    pub(crate) elsewhere_every: u64,
+    held_resends: u64,
+    /// Messages another consumer took and acked.
+    pub(crate) went_elsewhere: Vec<MessageId>,
 }
 
 impl Broker {
@@ -33,6 +39,9 @@ impl Broker {
             held: BTreeMap::new(),
             flows: 0,
             sent: 0,
+            elsewhere_every: 0,
+            held_resends: 0,
+            went_elsewhere: Vec::new(),
         }
     }
 
@@ -127,12 +136,21 @@ impl Broker {
             let Some((key, count)) = self.msgs.get(&id).cloned() else {
                 continue;
             };
+            let mut was_held = false;
             if let Some(k) = &key {
                 if let Some(h) = self.held.get_mut(k) {
-                    h.remove(&id);
+                    was_held = h.remove(&id);
                     if h.is_empty() {
                         self.held.remove(k);
                     }
+                }
+            }
+            if was_held && self.elsewhere_every > 0 {
+                self.held_resends += 1;
+                if self.held_resends % self.elsewhere_every == 0 {
+                    self.msgs.remove(&id);
+                    self.went_elsewhere.push(id);
+                    continue;
                 }
             }
             self.permits -= 1;
