@@ -147,7 +147,7 @@ impl Broker {
             }
             if was_held && self.elsewhere_every > 0 {
                 self.held_resends += 1;
-                if self.held_resends % self.elsewhere_every == 0 {
+                if self.held_resends.is_multiple_of(self.elsewhere_every) {
                     self.msgs.remove(&id);
                     self.went_elsewhere.push(id);
                     continue;
