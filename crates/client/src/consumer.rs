@@ -421,7 +421,8 @@ impl Consumer {
         }
         if self.cfg.ordered_nack {
             if let Some(key) = &d.key {
-                let (arrival, ended) = self.gate.on_arrival(key, d.id, seq);
+                let first = d.chunk_ids.first().copied().unwrap_or(d.id);
+                let (arrival, ended) = self.gate.on_arrival(key, d.id, first, seq);
                 if ended > 0 {
                     debug!(id = %d.id, seq, ended, "blockers of the key went to another consumer; they no longer hold it");
                 }

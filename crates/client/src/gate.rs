@@ -88,16 +88,24 @@ impl Gate {
         }
     }
 
-    /// Ordered mode: classifies an arriving message whose entry starts at permit `seq` of the
-    /// connection (1-based), ends the blockers it shows went elsewhere (see the module docs)
-    /// and marks a returning blocker as queued. Returns how many blockers ended.
-    pub(crate) fn on_arrival(&mut self, key: &[u8], id: MessageId, seq: u64) -> (Arrival, usize) {
+    /// Ordered mode: classifies an arriving message `id` (first chunk `first`; `id` otherwise)
+    /// whose entry starts at permit `seq` of the connection (1-based), ends the blockers it
+    /// shows went elsewhere (see the module docs) and marks a returning blocker as queued.
+    /// Returns how many blockers ended. Only blockers before `first` can end: the broker's hold
+    /// covers entries after the held one, and a chunked message may start before it.
+    pub(crate) fn on_arrival(
+        &mut self,
+        key: &[u8],
+        id: MessageId,
+        first: MessageId,
+        seq: u64,
+    ) -> (Arrival, usize) {
         let Some(st) = self.keys.get_mut(key) else {
             return (Arrival::Queue, 0);
         };
         let before = st.blockers.len();
         let mut ended = Vec::new();
-        for (b, blk) in st.blockers.range(..id) {
+        for (b, blk) in st.blockers.range(..first.min(id)) {
             if blk.at == Where::Awaiting && seq > blk.fence {
                 ended.push(*b);
             }

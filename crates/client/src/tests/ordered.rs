@@ -526,3 +526,31 @@ fn a_nacked_message_re_sent_to_another_consumer_ends_the_hold() {
     );
     insta::assert_snapshot!(out);
 }
+
+/// The broker's hold covers entries after the nacked one, so a chunked message that starts
+/// before it may be sent during the hold. Its arrival shows nothing about the nacked message:
+/// the hold must not end (only blockers before a message's first chunk can end).
+#[test]
+fn a_chunked_message_starting_before_the_nacked_one_does_not_end_the_hold() {
+    let out = check(
+        ConsumerConfig {
+            receiver_queue_size: 2,
+            ..cfg(true)
+        },
+        "connect
+         push 2 key=k
+         recv
+         # fence: the 3 permits granted so far
+         nack 2
+         push 5 key=other
+         recv
+         push 6 key=other
+         recv
+         # chunk 0 is the 4th message: beyond the fence, but it started (chunk 0 at 1:1) before the nacked 1:2: released
+         push 1 key=k chunk=a:0/2
+         push 3 key=k chunk=a:1/2
+         recv*
+         stats",
+    );
+    insta::assert_snapshot!(out);
+}
