@@ -1222,11 +1222,10 @@ impl Dispatcher {
                 break;
             }
             if e.not_before > now {
-                // A nack delay (or a park): not yet. Its hash stays held (ordered mode): the
-                // hold check below stops later entries of it.
-                continue;
-            }
-            if holds && e.hash != 0 && self.replay.held_before(e.hash, p, &going) {
+                // A nack delay (or a park): not yet. Its hash stays held (ordered mode).
+                if ordered && e.hash != 0 {
+                    blocked.insert(e.hash);
+                }
                 continue;
             }
             if e.hash == 0 {
@@ -1242,6 +1241,14 @@ impl Dispatcher {
                 None => blocked.contains(&e.hash),
             };
             if held {
+                continue;
+            }
+            // Ordered nack: an earlier nacked entry of the hash (or an entry kept behind one)
+            // still waits and is not re-sent in this pass.
+            if holds && self.replay.held_before(e.hash, p, &going) {
+                if pin.is_none() {
+                    blocked.insert(e.hash);
+                }
                 continue;
             }
             let target = match pin {
@@ -1908,7 +1915,12 @@ impl Dispatcher {
             };
         }
         if self.replay.contains_hash(hash) {
-            if let Some((p, _)) = self.replay.iter().find(|(_, e)| e.hash == hash) {
+            if let Some((p, _)) = self
+                .replay
+                .iter_all()
+                .into_iter()
+                .find(|(_, e)| e.hash == hash)
+            {
                 return BlockReason::BehindReplay { position: p };
             }
         }
@@ -2038,7 +2050,11 @@ impl Dispatcher {
 
     /// The replay set (ascending positions with their hash).
     pub fn replay_positions(&self) -> Vec<(Position, u32)> {
-        self.replay.iter().map(|(p, e)| (p, e.hash)).collect()
+        self.replay
+            .iter_all()
+            .into_iter()
+            .map(|(p, e)| (p, e.hash))
+            .collect()
     }
 
     /// The draining hashes now: (hash, owner, pending references), ascending by hash.

@@ -10,6 +10,11 @@
 //! dead-letter policy) and a `nacked` flag. With ordering enforced, the nacked positions are also
 //! indexed per hash: the hash is *held* — no later entry of it may be sent — until the nacked
 //! entry leaves the set (re-sent, acked, or dropped by a mark-delete move).
+//!
+//! Entries added while an earlier nacked entry of their hash waits are kept *behind* it, in a
+//! side map the replay pick does not scan (a hot held key would otherwise make every pick walk
+//! its whole backlog); they return to the scanned map when the hold ends. Everything else
+//! (membership, counts, pins, mark-delete drops, `iter_all`) covers both maps.
 
 use std::collections::btree_map::Entry as MapEntry;
 use std::collections::{BTreeMap, BTreeSet};
@@ -45,6 +50,10 @@ pub(crate) struct ReplaySet<P, C> {
     /// Entries with a not-before time (`(time, position)`); entries whose time passed are
     /// pruned by [`next_due`](Self::next_due).
     delays: BTreeSet<(u64, P)>,
+    /// Non-nacked entries behind an earlier nacked entry of their hash (not scanned).
+    behind: BTreeMap<P, ReplayEntry<C>>,
+    /// `behind`'s positions per hash.
+    behind_by_hash: AHashMap<u32, BTreeSet<P>>,
     count_hashes: bool,
 }
 
@@ -57,6 +66,8 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
             pinned_counts: AHashMap::new(),
             held: AHashMap::new(),
             delays: BTreeSet::new(),
+            behind: BTreeMap::new(),
+            behind_by_hash: AHashMap::new(),
             count_hashes,
         }
     }
@@ -98,6 +109,40 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
     /// Adds `pos`; returns true if it was new. Re-adding updates the hash (a known hash wins
     /// over 0) and the pin.
     pub fn add(&mut self, pos: P, hash: u32, pinned: Option<C>) -> bool {
+        if let Some(old) = self.behind.get(&pos).copied() {
+            // Behind a hold: merge like below, re-placing it if the hash changed.
+            let new = ReplayEntry {
+                hash: if hash != 0 { hash } else { old.hash },
+                pinned: pinned.or(old.pinned),
+                ..old
+            };
+            if new != old {
+                self.remove(pos);
+                self.add(pos, new.hash, new.pinned);
+            }
+            return false;
+        }
+        let behind_hold = self.count_hashes
+            && hash != 0
+            && !self.held.is_empty()
+            && self
+                .held
+                .get(&hash)
+                .and_then(|s| s.iter().next())
+                .is_some_and(|first| *first < pos);
+        if behind_hold && !self.entries.contains_key(&pos) {
+            let e = ReplayEntry {
+                hash,
+                pinned,
+                not_before: 0,
+                nacked: false,
+            };
+            self.behind.insert(pos, e);
+            self.behind_by_hash.entry(hash).or_default().insert(pos);
+            self.inc(hash);
+            self.pin_inc(e);
+            return true;
+        }
         match self.entries.entry(pos) {
             MapEntry::Vacant(v) => {
                 let e = ReplayEntry {
@@ -126,6 +171,7 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
                     if old.nacked {
                         self.unhold(pos, old);
                         self.hold(pos, new);
+                        self.release_behind(old.hash);
                     }
                 }
                 if new != old {
@@ -162,6 +208,11 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
     /// it leaves the set. Returns true if it was new.
     pub fn add_nacked(&mut self, pos: P, hash: u32, not_before: u64) -> bool {
         let new = self.add(pos, hash, None);
+        // Nacked entries are always scanned: out of the side map.
+        if let Some(e) = self.behind.remove(&pos) {
+            self.unbehind_index(pos, e.hash);
+            self.entries.insert(pos, e);
+        }
         if let Some(old) = self.entries.get(&pos).copied() {
             self.unhold(pos, old);
             let e = ReplayEntry {
@@ -194,27 +245,80 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
         true
     }
 
+    fn unbehind_index(&mut self, pos: P, hash: u32) {
+        if let Some(s) = self.behind_by_hash.get_mut(&hash) {
+            s.remove(&pos);
+            if s.is_empty() {
+                self.behind_by_hash.remove(&hash);
+            }
+        }
+    }
+
+    /// A hold of `hash` ended or moved: entries behind it that are no longer behind a nacked
+    /// entry of the hash go back to the scanned map.
+    fn release_behind(&mut self, hash: u32) {
+        let Some(set) = self.behind_by_hash.get_mut(&hash) else {
+            return;
+        };
+        let first_held = self.held.get(&hash).and_then(|s| s.iter().next().copied());
+        let moved: BTreeSet<P> = match first_held {
+            Some(f) => {
+                let keep = set.split_off(&f);
+                std::mem::replace(set, keep)
+            }
+            None => std::mem::take(set),
+        };
+        if set.is_empty() {
+            self.behind_by_hash.remove(&hash);
+        }
+        for p in moved {
+            if let Some(e) = self.behind.remove(&p) {
+                self.entries.insert(p, e);
+            }
+        }
+    }
+
     /// Removes `pos`, returning its entry.
     pub fn remove(&mut self, pos: P) -> Option<ReplayEntry<C>> {
-        let e = self.entries.remove(&pos)?;
+        if let Some(e) = self.entries.remove(&pos) {
+            self.dec(e.hash);
+            self.pin_dec(e);
+            self.unhold(pos, e);
+            if e.nacked {
+                self.release_behind(e.hash);
+            }
+            return Some(e);
+        }
+        if self.behind.is_empty() {
+            return None;
+        }
+        let e = self.behind.remove(&pos)?;
+        self.unbehind_index(pos, e.hash);
         self.dec(e.hash);
         self.pin_dec(e);
-        self.unhold(pos, e);
         Some(e)
     }
 
     /// Whether any hash is held by a nacked entry (fast path for the dispatch loops).
     pub fn has_holds(&self) -> bool {
-        !self.held.is_empty()
+        !self.held.is_empty() || !self.behind.is_empty()
     }
 
     /// Whether a nacked entry of `hash` earlier than `pos` waits, ignoring the positions in
     /// `going` (nacked entries being re-sent in the same pass, ahead of `pos`).
+    ///
+    /// Also true when an entry of `hash` earlier than `pos` is kept behind a hold (it is not
+    /// scanned this pass, so nothing later of its hash may overtake it).
     pub fn held_before(&self, hash: u32, pos: P, going: &[P]) -> bool {
-        match self.held.get(&hash) {
+        let held = match self.held.get(&hash) {
             Some(s) => s.range(..pos).any(|p| !going.contains(p)),
             None => false,
-        }
+        };
+        held || self
+            .behind_by_hash
+            .get(&hash)
+            .and_then(|s| s.iter().next())
+            .is_some_and(|first| *first < pos)
     }
 
     /// The first nacked position of `hash` and its not-before time (explain).
@@ -284,7 +388,27 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
                 }
             }
         }
-        (dropped.len(), ended)
+        let mut n = dropped.len();
+        if !self.behind.is_empty() {
+            let keep = match self.behind.range((Excluded(upto), Unbounded)).next() {
+                Some((p, _)) => {
+                    let p = *p;
+                    self.behind.split_off(&p)
+                }
+                None => BTreeMap::new(),
+            };
+            let dropped_behind = std::mem::replace(&mut self.behind, keep);
+            n += dropped_behind.len();
+            for (p, e) in &dropped_behind {
+                self.unbehind_index(*p, e.hash);
+                self.dec(e.hash);
+                self.pin_dec(*e);
+            }
+        }
+        for (_, h) in &ended {
+            self.release_behind(*h);
+        }
+        (n, ended)
     }
 
     /// Whether an entry with this hash waits (only when hashes are counted; hash 0 never).
@@ -297,7 +421,10 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
 
     /// The consumer the entry at `pos` is pinned to, if any.
     pub fn pinned_of(&self, pos: P) -> Option<C> {
-        self.entries.get(&pos).and_then(|e| e.pinned)
+        self.entries
+            .get(&pos)
+            .or_else(|| self.behind.get(&pos))
+            .and_then(|e| e.pinned)
     }
 
     /// Whether a continuation chunk pinned to `c` with this hash waits.
@@ -307,32 +434,52 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
 
     /// First (smallest) position.
     pub fn first(&self) -> Option<P> {
-        self.entries.keys().next().copied()
+        let a = self.entries.keys().next().copied();
+        let b = self.behind.keys().next().copied();
+        match (a, b) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Whether `pos` is in the set.
     pub fn contains(&self, pos: P) -> bool {
-        self.entries.contains_key(&pos)
+        self.entries.contains_key(&pos) || self.behind.contains_key(&pos)
     }
 
     /// Number of positions.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.entries.len() + self.behind.len()
     }
 
     /// Whether the set is empty.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.entries.is_empty() && self.behind.is_empty()
     }
 
-    /// Ascending iteration.
+    /// Ascending iteration over the entries the replay pick may consider: everything except
+    /// the entries kept behind a held key (they cannot be picked while the hold lasts).
     pub fn iter(&self) -> impl Iterator<Item = (P, ReplayEntry<C>)> + '_ {
         self.entries.iter().map(|(p, e)| (*p, *e))
+    }
+
+    /// Every entry, ascending (explain, stats, tests).
+    pub fn iter_all(&self) -> Vec<(P, ReplayEntry<C>)> {
+        let mut v: Vec<(P, ReplayEntry<C>)> = self
+            .entries
+            .iter()
+            .chain(self.behind.iter())
+            .map(|(p, e)| (*p, *e))
+            .collect();
+        v.sort_by_key(|(p, _)| *p);
+        v
     }
 
     /// Drops everything.
     pub fn clear(&mut self) {
         self.entries.clear();
+        self.behind.clear();
+        self.behind_by_hash.clear();
         self.hash_counts.clear();
         self.pinned_counts.clear();
         self.held.clear();
@@ -341,7 +488,7 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
 
     /// Drops the pin of every entry pinned to `c`.
     pub fn unpin(&mut self, mut is_c: impl FnMut(C) -> bool) {
-        for e in self.entries.values_mut() {
+        for e in self.entries.values_mut().chain(self.behind.values_mut()) {
             if e.pinned.is_some_and(&mut is_c) {
                 e.pinned = None;
             }
@@ -513,10 +660,12 @@ mod tests {
         assert_eq!(s.iter().next().map(|(_, e)| e.not_before), Some(10));
     }
 
-    /// Reference model: a plain BTreeMap recomputing the counts.
+    /// Reference model: a plain BTreeMap (position → hash, nacked) recomputing the counts; also
+    /// checks the side map's invariant: an entry is kept behind only if it is not nacked and an
+    /// earlier nacked entry of its hash waits, and every entry is in exactly one map.
     #[test]
     fn matches_reference_model() {
-        for seed in 0..50u64 {
+        for seed in 0..80u64 {
             let mut x = seed;
             let mut next = move || {
                 x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -526,21 +675,29 @@ mod tests {
                 z ^ (z >> 31)
             };
             let mut s = Set::new(true);
-            let mut m: BTreeMap<u64, u32> = BTreeMap::new();
-            for step in 0..300 {
+            let mut m: BTreeMap<u64, (u32, bool)> = BTreeMap::new();
+            for step in 0..400 {
                 let p = next() % 40;
                 let h = (next() % 4) as u32;
-                match next() % 4 {
+                match next() % 6 {
                     0 | 1 => {
                         s.add(p, h, None);
-                        let e = m.entry(p).or_insert(h);
+                        let e = m.entry(p).or_insert((h, false));
                         if h != 0 {
-                            *e = h;
+                            e.0 = h;
                         }
                     }
                     2 => {
+                        s.add_nacked(p, h, next() % 3);
+                        let e = m.entry(p).or_insert((h, true));
+                        if h != 0 {
+                            e.0 = h;
+                        }
+                        e.1 = true;
+                    }
+                    3 | 4 => {
                         assert_eq!(
-                            s.remove(p).map(|e| e.hash),
+                            s.remove(p).map(|e| (e.hash, e.nacked)),
                             m.remove(&p),
                             "seed {seed} step {step}"
                         );
@@ -552,14 +709,46 @@ mod tests {
                     }
                 }
                 for h in 1..4 {
-                    let want = m.values().filter(|v| **v == h).count() as u32;
+                    let want = m.values().filter(|v| v.0 == h).count() as u32;
                     assert_eq!(s.hash_count(h), want, "seed {seed} step {step} hash {h}");
                 }
+                let all: Vec<(u64, u32, bool)> = s
+                    .iter_all()
+                    .into_iter()
+                    .map(|(p, e)| (p, e.hash, e.nacked))
+                    .collect();
+                let want: Vec<(u64, u32, bool)> =
+                    m.iter().map(|(p, (h, n))| (*p, *h, *n)).collect();
+                assert_eq!(all, want, "seed {seed} step {step}");
+                assert_eq!(s.len(), m.len(), "seed {seed} step {step}");
                 assert_eq!(
                     s.first(),
                     m.keys().next().copied(),
                     "seed {seed} step {step}"
                 );
+                for (p, e) in &s.behind {
+                    assert!(
+                        !s.entries.contains_key(p),
+                        "seed {seed} step {step}: {p} twice"
+                    );
+                    assert!(!e.nacked, "seed {seed} step {step}: nacked {p} kept behind");
+                    assert!(
+                        m.range(..*p).any(|(_, (h, n))| *n && *h == e.hash),
+                        "seed {seed} step {step}: {p} kept behind without an earlier nack"
+                    );
+                    assert!(s.behind_by_hash[&e.hash].contains(p));
+                }
+                let indexed: usize = s.behind_by_hash.values().map(|v| v.len()).sum();
+                assert_eq!(indexed, s.behind.len(), "seed {seed} step {step}");
+                // Holds: a hash is held iff a nacked entry of it waits.
+                for h in 1..4 {
+                    let held = m.values().any(|v| v.1 && v.0 == h);
+                    assert_eq!(
+                        s.held.contains_key(&h),
+                        held,
+                        "seed {seed} step {step} hash {h}"
+                    );
+                }
             }
         }
     }
