@@ -609,7 +609,8 @@ impl<S: CursorStore> ManagedCursor<S> {
     /// batches are returned; see [`batch_acked_indexes`](Self::batch_acked_indexes)), and
     /// advances the read position past them.
     pub fn read<L: Ledger + ?Sized>(&mut self, ledger: &L, n: usize) -> Vec<Entry> {
-        let mut out = Vec::new();
+        // Sized up front (capped, so a huge `n` does not reserve memory it may never fill).
+        let mut out = Vec::with_capacity(n.min(1024));
         let mut q = self.read.before();
         while out.len() < n {
             let Some(p) = self.first_unacked_after(ledger, q) else {
