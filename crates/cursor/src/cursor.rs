@@ -289,6 +289,25 @@ impl<S: CursorStore> ManagedCursor<S> {
             });
         }
         lookup(ledger, p)?;
+        // In-order fast path: `p` is md's successor and nothing at or below it is in the acked
+        // set, so md moves onto it directly (the same move `after_insert` would make) without
+        // inserting `p` into the acked set only to remove it again.
+        if self.acked.first().is_none_or(|f| f > p) && ledger.next_position(self.md) == Some(p) {
+            if !self.batches.is_empty() {
+                if let Some(b) = self.batches.remove(&p) {
+                    self.partial_msgs -= u64::from(b.acked_count());
+                }
+            }
+            self.dirty = true;
+            trace!(cursor = %self.name, position = %p, "acked");
+            let from = self.md;
+            self.md = p;
+            self.absorb_acked(ledger);
+            return Ok(AckOutcome {
+                newly_acked: true,
+                md_move: Some(self.finish_move(from, MarkDeleteReason::Ack, Vec::new())),
+            });
+        }
         if !self.acked.insert(p) {
             trace!(cursor = %self.name, position = %p, "duplicate ack");
             return Ok(AckOutcome {
