@@ -778,21 +778,11 @@ impl Dispatcher {
     /// Key_Shared later entries of the key still wait behind it. Positions not pending on this
     /// consumer are ignored. Returns how many were requeued.
     pub fn handle_redeliver(&mut self, now: u64, id: ConsumerId, positions: &[Position]) -> usize {
-        let Some(i) = self.find(id) else { return 0 };
-        let shared = self.consumers[i].shared.clone();
-        let mut n = 0;
-        let mut debit = 0;
-        for &p in positions {
-            if let Some(ack) = shared
-                .pending
-                .remove(pa(p), RemovalCause::RedeliveryRequested)
-            {
-                debit += i64::from(ack.remaining);
-                self.requeue_redelivered(p, ack.hash);
-                n += 1;
-            }
-        }
-        shared.debit(&self.shared, debit);
+        let Some((i, n)) = self.take_back_pending(id, positions, |d, p, hash| {
+            d.requeue_redelivered(p, hash);
+        }) else {
+            return 0;
+        };
         self.after_redelivery(i);
         self.input_arrived();
         self.read_more(now);
@@ -819,6 +809,34 @@ impl Dispatcher {
         self.input_arrived();
         self.read_more(now);
         items.len()
+    }
+
+    /// Takes `positions` back from consumer `id`: each one pending on it leaves its pending acks
+    /// (cause: redelivery requested) and is handed, with its hash, to `requeue`; the consumer's
+    /// unacked count is debited once for all of them. Returns the consumer's index and how many
+    /// were pending, or `None` for an unknown consumer. Shared by redelivery and release.
+    fn take_back_pending(
+        &mut self,
+        id: ConsumerId,
+        positions: &[Position],
+        mut requeue: impl FnMut(&mut Self, Position, u32),
+    ) -> Option<(usize, usize)> {
+        let i = self.find(id)?;
+        let shared = self.consumers[i].shared.clone();
+        let mut n = 0;
+        let mut debit = 0;
+        for &p in positions {
+            if let Some(ack) = shared
+                .pending
+                .remove(pa(p), RemovalCause::RedeliveryRequested)
+            {
+                debit += i64::from(ack.remaining);
+                requeue(self, p, ack.hash);
+                n += 1;
+            }
+        }
+        shared.debit(&self.shared, debit);
+        Some((i, n))
     }
 
     fn requeue_redelivered(&mut self, p: Position, hash: u32) {
@@ -926,25 +944,15 @@ impl Dispatcher {
     /// position order behind the nacked entry, **without** counting a redelivery and without
     /// delay. Positions not pending on this consumer are ignored. Returns how many.
     pub fn handle_release(&mut self, now: u64, id: ConsumerId, positions: &[Position]) -> usize {
-        let Some(i) = self.find(id) else { return 0 };
-        let shared = self.consumers[i].shared.clone();
-        let mut n = 0;
-        let mut debit = 0;
-        for &p in positions {
-            if let Some(ack) = shared
-                .pending
-                .remove(pa(p), RemovalCause::RedeliveryRequested)
-            {
-                debit += i64::from(ack.remaining);
-                n += 1;
-                if self.last_md.is_none_or(|md| p > md) {
-                    self.replay.add(p, ack.hash, None);
-                }
+        let Some((i, n)) = self.take_back_pending(id, positions, |d, p, hash| {
+            if d.last_md.is_none_or(|md| p > md) {
+                d.replay.add(p, hash, None);
             }
-        }
+        }) else {
+            return 0;
+        };
         self.counters.releases += n as u64;
         debug!(consumer = %id, released = n, "entries released back to replay");
-        shared.debit(&self.shared, debit);
         self.after_redelivery(i);
         self.input_arrived();
         self.read_more(now);
