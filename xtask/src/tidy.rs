@@ -1,6 +1,7 @@
 //! `cargo xtask tidy`: repository hygiene, run by `cargo xtask ci` (rust-analyzer's tidy idea).
 //!
-//! * no `todo!`, `unimplemented!`, `#[ignore]` or `#[should_panic]` in our code;
+//! * no placeholder macros (todo, unimplemented) and no ignore / should_panic test attributes
+//!   in our code;
 //! * only `sync.rs` names `std::sync` or `loom` in the loom-checked crates;
 //! * library crates never read the clock, spawn threads or install a tracing subscriber
 //!   (the dispatcher's `runtime` module is the one place allowed to);

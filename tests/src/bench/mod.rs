@@ -53,14 +53,7 @@ impl Workload {
         goal: Option<f64>,
         round: impl FnMut() -> Result<f64, String> + 'static,
     ) -> Self {
-        Workload {
-            id,
-            unit,
-            baseline,
-            goal,
-            better: Better::Lower,
-            round: Box::new(round),
-        }
+        Self::new(id, unit, baseline, goal, Better::Lower, round)
     }
 
     /// A higher-is-better workload (throughput).
@@ -71,12 +64,23 @@ impl Workload {
         goal: Option<f64>,
         round: impl FnMut() -> Result<f64, String> + 'static,
     ) -> Self {
+        Self::new(id, unit, baseline, goal, Better::Higher, round)
+    }
+
+    fn new(
+        id: &'static str,
+        unit: &'static str,
+        baseline: Option<f64>,
+        goal: Option<f64>,
+        better: Better,
+        round: impl FnMut() -> Result<f64, String> + 'static,
+    ) -> Self {
         Workload {
             id,
             unit,
             baseline,
             goal,
-            better: Better::Higher,
+            better,
             round: Box::new(round),
         }
     }
