@@ -94,7 +94,7 @@ pub trait Ledger {
     fn trim_below(&mut self, p: Position);
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Segment {
     id: u64,
     /// Entries ever appended to this ledger.
@@ -156,7 +156,10 @@ impl Segment {
 /// l.trim_below(Position::new(1, 1));
 /// assert_eq!(l.first_position(), Some(Position::new(1, 1)));
 /// ```
-#[derive(Debug)]
+///
+/// A clone shares the entries' metadata (`Arc`) and assigns the same positions to the same
+/// appends, so a broker can give each subscription of a topic its own replica.
+#[derive(Clone, Debug)]
 pub struct InMemoryLedger {
     entries_per_ledger: u64,
     segs: VecDeque<Segment>,

@@ -40,6 +40,31 @@ pub enum AdminOp {
     EvictToSize(u64),
 }
 
+/// One entry handed to a consumer, with what a wire protocol sends beside it.
+///
+/// Pulsar's `CommandMessage` carries the redelivery count (the client's dead-letter policy
+/// reads it) and, for a batch entry some of whose messages were already acknowledged, the
+/// acked indexes (as `ack_set`), so the application does not see those messages again.
+#[derive(Clone, Debug)]
+pub struct Delivery {
+    /// The entry.
+    pub entry: Entry,
+    /// How often the dispatcher took this position back for redelivery (0 on the first send).
+    pub redelivery_count: u32,
+    /// Batch indexes of this entry that the cursor already holds as acknowledged (empty when
+    /// none, and always for single-message entries).
+    pub acked_indexes: Vec<u32>,
+}
+
+impl std::ops::Deref for Delivery {
+    type Target = Entry;
+
+    /// A delivery reads as its entry (`d.position`, `d.meta`).
+    fn deref(&self) -> &Entry {
+        &self.entry
+    }
+}
+
 /// Everything the dispatcher thread reacts to (besides its timer).
 pub enum Event {
     /// A consumer joins; its deliveries go to `deliveries`; the outcome to `reply`.
@@ -47,7 +72,7 @@ pub enum Event {
         /// The consumer.
         spec: ConsumerSpec,
         /// Where its entries are delivered.
-        deliveries: Sender<Vec<Entry>>,
+        deliveries: Sender<Vec<Delivery>>,
         /// The join's outcome.
         reply: Sender<Result<(), AddConsumerError>>,
     },
@@ -141,7 +166,7 @@ pub struct ConsumerHandle {
     /// The consumer's id.
     pub id: ConsumerId,
     /// Entries the dispatcher sent to this consumer, in order.
-    pub deliveries: Receiver<Vec<Entry>>,
+    pub deliveries: Receiver<Vec<Delivery>>,
     ack: AckHandle,
     fast: Option<ConsumerAckHandle>,
     events: Sender<Event>,
@@ -188,6 +213,12 @@ impl ConsumerHandle {
     /// nacked key); no redelivery is counted.
     pub fn release(&self, positions: Vec<Position>) {
         let _ = self.events.send(Event::Release(self.id, positions));
+    }
+
+    /// Asks for every entry this consumer holds unacknowledged again (Pulsar's
+    /// `redeliverUnacknowledgedMessages()` without ids).
+    pub fn redeliver_all(&self) {
+        let _ = self.events.send(Event::RedeliverAll(self.id));
     }
 
     /// Leaves the subscription; undelivered and unacked entries go to the others.
@@ -306,7 +337,7 @@ struct Loop<S: CursorStore, L: Ledger> {
     core: Dispatcher,
     cell: StdArc<StdMutex<CursorCell<S, L>>>,
     waker: StdArc<ChannelWaker>,
-    consumers: Vec<(ConsumerId, Sender<Vec<Entry>>)>,
+    consumers: Vec<(ConsumerId, Sender<Vec<Delivery>>)>,
     start: Instant,
 }
 
@@ -418,6 +449,30 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
         true
     }
 
+    /// Wraps sent entries with their redelivery count and, for batch entries, the indexes the
+    /// cursor holds as acked (one cursor lock per send, and only when a batch entry is sent).
+    fn deliveries(&self, entries: Vec<Entry>) -> Vec<Delivery> {
+        let any_batch = entries.iter().any(|e| e.meta.messages() > 1);
+        let guard = any_batch.then(|| self.lock());
+        entries
+            .into_iter()
+            .map(|entry| {
+                let acked_indexes = match &guard {
+                    Some(g) if entry.meta.messages() > 1 => g
+                        .cursor
+                        .batch_acked_indexes(entry.position)
+                        .unwrap_or_default(),
+                    _ => Vec::new(),
+                };
+                Delivery {
+                    redelivery_count: self.core.redelivery_count(entry.position),
+                    acked_indexes,
+                    entry,
+                }
+            })
+            .collect()
+    }
+
     /// Executes the core's commands until it has none.
     fn execute(&mut self) {
         while let Some(cmd) = self.core.poll_command() {
@@ -447,8 +502,9 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                         .handle_replay_complete(now, r.entries, &r.already_acked);
                 }
                 Command::Send { consumer, entries } => {
+                    let deliveries = self.deliveries(entries);
                     if let Some((_, tx)) = self.consumers.iter().find(|(c, _)| *c == consumer) {
-                        if tx.send(entries).is_err() {
+                        if tx.send(deliveries).is_err() {
                             debug!(consumer = %consumer, "consumer channel closed");
                         }
                     }

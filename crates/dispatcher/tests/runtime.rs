@@ -232,3 +232,40 @@ fn runtime_ordered_nack_resends_the_nacked_message_first() {
     assert_eq!((st.nacks, st.releases, st.dead_letters), (2, 4, 1));
     rt.shutdown();
 }
+
+/// A delivery carries its redelivery count and, for a partly acked batch entry, the acked
+/// indexes: c1 acks indexes 0 and 2 of a 5-message entry and asks for it again (a nack), gets
+/// it with redelivery count 1 and acked indexes [0, 2] (what Pulsar's `ack_set` tells the
+/// client), then leaves; c2 receives it with the same count (a leave is not a redelivery
+/// request, as in Pulsar) and the same acked indexes, so its application does not process
+/// messages 0 and 2 again.
+#[test]
+fn redelivered_batch_carries_its_count_and_acked_indexes() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start(DispatcherConfig::shared(), cursor, ledger);
+    let c1 = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
+    let mut batch = meta("k");
+    batch.num_messages = 5;
+    rt.publish(vec![batch]);
+    c1.flow(10);
+    let first = c1.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].redelivery_count, 0);
+    assert!(first[0].acked_indexes.is_empty());
+    let p = first[0].position;
+    c1.ack_batch_index(p, 5, &[0, 2]).unwrap();
+    c1.redeliver(vec![p]);
+    let second = c1.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(second[0].position, p);
+    assert_eq!(second[0].redelivery_count, 1);
+    assert_eq!(second[0].acked_indexes, vec![0, 2]);
+    c1.close();
+    let c2 = rt.add_consumer(ConsumerSpec::new(2, "c2")).unwrap();
+    c2.flow(10);
+    let again = c2.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(again[0].position, p);
+    assert_eq!(again[0].redelivery_count, 1);
+    assert_eq!(again[0].acked_indexes, vec![0, 2]);
+    rt.shutdown();
+}
