@@ -38,6 +38,11 @@ pub enum AdminOp {
     EvictToCount(u64),
     /// Backlog-quota eviction down to at most this many bytes.
     EvictToSize(u64),
+    /// Reset (seek) to this position: it is the next entry read, everything before it counts
+    /// as acknowledged and acks after it are forgotten ([`ManagedCursor::reset`]). Disconnect
+    /// the subscription's consumers first, as Pulsar does; a position the cursor refuses
+    /// is logged and nothing moves.
+    ResetTo(Position),
 }
 
 /// One entry handed to a consumer, with what a wire protocol sends beside it.
@@ -430,6 +435,13 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                         AdminOp::Expire(t) => cursor.expire(ledger, t),
                         AdminOp::EvictToCount(n) => cursor.evict_to_count(ledger, n),
                         AdminOp::EvictToSize(n) => cursor.evict_to_size(ledger, n),
+                        AdminOp::ResetTo(p) => match cursor.reset(ledger, p) {
+                            Ok(mv) => Some(mv),
+                            Err(e) => {
+                                warn!(position = %p, error = %e, "reset refused");
+                                None
+                            }
+                        },
                     }
                 };
                 if let Some(mv) = &mv {

@@ -1,0 +1,207 @@
+//! The broker's settings and its command line.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// Pulsar's default `maxMessageSize` (5 MiB).
+pub const DEFAULT_MAX_MESSAGE_SIZE: u32 = 5 * 1024 * 1024;
+
+/// Bytes a frame may carry beyond `max_message_size` (command and metadata), as Pulsar's
+/// `Commands.MESSAGE_SIZE_FRAME_PADDING`.
+pub const FRAME_PADDING: u32 = 10 * 1024;
+
+/// Everything [`crate::Broker::start`] needs.
+///
+/// ```
+/// let cfg = broker::BrokerConfig::parse_args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]).unwrap();
+/// assert_eq!(cfg.listen.port(), 0);
+/// assert!(cfg.data_dir.is_none());
+/// ```
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    /// Where the binary protocol listens (`--listen`, default `127.0.0.1:6650`; port 0 lets the
+    /// OS choose).
+    pub listen: SocketAddr,
+    /// Where the admin HTTP server listens (`--admin`, default `127.0.0.1:8080`).
+    pub admin: SocketAddr,
+    /// Where durable state lives (`--data-dir`); `None` keeps everything in memory.
+    pub data_dir: Option<PathBuf>,
+    /// The largest message a producer may send (`--max-message-size`), told to clients in
+    /// CONNECTED; larger payloads are chunked by the client when it has chunking enabled.
+    pub max_message_size: u32,
+    /// Entries per ledger before the topic rolls over to a new ledger id (Pulsar's
+    /// `managedLedgerMaxEntriesPerLedger`, default 50,000).
+    pub entries_per_ledger: u64,
+    /// Idle time after which the broker pings a connection (ms); twice that without any
+    /// frame closes it. Pulsar's `keepAliveIntervalSeconds` (30 s).
+    pub keep_alive_ms: u64,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 6650)),
+            admin: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: None,
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+            entries_per_ledger: 50_000,
+            keep_alive_ms: 30_000,
+        }
+    }
+}
+
+/// A command line the broker cannot run with.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `--help` was asked for; the caller prints [`USAGE`] and exits 0.
+    #[error("help requested")]
+    Help,
+    /// A flag the broker does not know.
+    #[error("unknown argument `{0}`")]
+    UnknownArgument(String),
+    /// A flag without its value.
+    #[error("`{0}` needs a value")]
+    MissingValue(String),
+    /// A value that does not parse.
+    #[error("invalid value `{value}` for `{flag}`: {reason}")]
+    InvalidValue {
+        /// The flag.
+        flag: String,
+        /// What was given.
+        value: String,
+        /// Why it is refused.
+        reason: String,
+    },
+}
+
+/// The command-line help.
+pub const USAGE: &str = "\
+usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-size BYTES]
+
+  --listen ADDR             binary protocol address (default 127.0.0.1:6650; port 0 = any)
+  --admin ADDR              admin HTTP address (default 127.0.0.1:8080; port 0 = any)
+  --data-dir DIR            keep state in DIR (default: in memory)
+  --max-message-size BYTES  largest message (default 5242880); clients chunk above it
+  --entries-per-ledger N    ledger rollover (default 50000)
+
+The first two lines on stdout are the service URL and the admin URL. Logs go to stderr
+(RUST_LOG sets the filter, default info).";
+
+impl BrokerConfig {
+    /// Parses the arguments after the program name.
+    pub fn parse_args<I, S>(args: I) -> Result<BrokerConfig, ConfigError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let mut cfg = BrokerConfig::default();
+        let mut it = args.into_iter().map(|s| s.as_ref().to_owned());
+        while let Some(flag) = it.next() {
+            let (name, inline) = match flag.split_once('=') {
+                Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
+                _ => (flag.clone(), None),
+            };
+            if name == "--help" || name == "-h" {
+                return Err(ConfigError::Help);
+            }
+            let known = [
+                "--listen",
+                "--admin",
+                "--data-dir",
+                "--max-message-size",
+                "--entries-per-ledger",
+            ];
+            if !known.contains(&name.as_str()) {
+                return Err(ConfigError::UnknownArgument(flag));
+            }
+            let value = match inline.or_else(|| it.next()) {
+                Some(v) => v,
+                None => return Err(ConfigError::MissingValue(name)),
+            };
+            let invalid = |reason: &str| ConfigError::InvalidValue {
+                flag: name.clone(),
+                value: value.clone(),
+                reason: reason.to_owned(),
+            };
+            match name.as_str() {
+                "--listen" => cfg.listen = value.parse().map_err(|_| invalid("not an IP:PORT"))?,
+                "--admin" => cfg.admin = value.parse().map_err(|_| invalid("not an IP:PORT"))?,
+                "--data-dir" => {
+                    if value.is_empty() {
+                        return Err(invalid("empty path"));
+                    }
+                    cfg.data_dir = Some(PathBuf::from(&value));
+                }
+                "--max-message-size" => {
+                    let n: u32 = value.parse().map_err(|_| invalid("not a number"))?;
+                    if !(1024..=256 * 1024 * 1024).contains(&n) {
+                        return Err(invalid("must be between 1024 and 268435456"));
+                    }
+                    cfg.max_message_size = n;
+                }
+                "--entries-per-ledger" => {
+                    let n: u64 = value.parse().map_err(|_| invalid("not a number"))?;
+                    if n == 0 {
+                        return Err(invalid("must be at least 1"));
+                    }
+                    cfg.entries_per_ledger = n;
+                }
+                _ => return Err(ConfigError::UnknownArgument(flag)),
+            }
+        }
+        Ok(cfg)
+    }
+
+    /// The largest frame the broker reads: the message size plus Pulsar's frame padding.
+    pub fn max_frame_size(&self) -> usize {
+        (self.max_message_size as usize) + FRAME_PADDING as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_and_flags() {
+        let c = BrokerConfig::parse_args(Vec::<String>::new()).unwrap();
+        assert_eq!(c.listen.to_string(), "127.0.0.1:6650");
+        assert_eq!(c.admin.to_string(), "127.0.0.1:8080");
+        let c = BrokerConfig::parse_args([
+            "--listen=127.0.0.1:0",
+            "--max-message-size",
+            "10240",
+            "--data-dir",
+            "/tmp/x",
+        ])
+        .unwrap();
+        assert_eq!(c.listen.port(), 0);
+        assert_eq!(c.max_message_size, 10240);
+        assert_eq!(c.max_frame_size(), 10240 + 10240);
+        assert_eq!(c.data_dir.as_deref(), Some(std::path::Path::new("/tmp/x")));
+    }
+
+    #[test]
+    fn bad_arguments_are_typed_errors() {
+        assert_eq!(
+            BrokerConfig::parse_args(["--nope"]).unwrap_err(),
+            ConfigError::UnknownArgument("--nope".into())
+        );
+        assert_eq!(
+            BrokerConfig::parse_args(["--listen"]).unwrap_err(),
+            ConfigError::MissingValue("--listen".into())
+        );
+        assert!(matches!(
+            BrokerConfig::parse_args(["--listen", "localhost"]).unwrap_err(),
+            ConfigError::InvalidValue { .. }
+        ));
+        assert!(matches!(
+            BrokerConfig::parse_args(["--max-message-size", "12"]).unwrap_err(),
+            ConfigError::InvalidValue { .. }
+        ));
+        assert_eq!(
+            BrokerConfig::parse_args(["--help"]).unwrap_err(),
+            ConfigError::Help
+        );
+    }
+}

@@ -1,0 +1,814 @@
+//! One client connection: a reader thread that decodes frames and runs commands, a writer
+//! thread that drains a bounded channel of encoded frames into the socket, and one forwarder
+//! thread per consumer that turns the dispatcher's deliveries into MESSAGE frames.
+//!
+//! Ids: producer, consumer and request ids are the client's, per connection, and request ids
+//! repeat (the lookup and the subscribe counters are separate), so they are only echoed. Each
+//! consumer gets a broker-wide [`ConsumerId`] for its subscription's dispatcher.
+//!
+//! Acks run on the reader thread of the acking connection, through the consumer's
+//! [`ConsumerHandle`] (cursor, then pending acks), as the dispatcher's design expects.
+
+use std::collections::HashMap;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use cursor::Position;
+use dispatcher::{
+    ConsumerHandle, ConsumerId, ConsumerSpec, HashRange, KeySharedConfig, KeySharedMode,
+};
+use tracing::{debug, info, warn};
+use wire::proto::{self, base_command::Type, BaseCommand, ServerError};
+
+use crate::server::Shared;
+use crate::topic::{lock, InitialPosition, SubKind, Subscription, Topic, TopicName};
+
+/// The newest protocol version this broker speaks (Pulsar's `ProtocolVersion` v21).
+pub const PROTOCOL_VERSION: i32 = 21;
+
+/// Frames queued for the writer before the reader (or a forwarder) waits.
+const WRITE_QUEUE: usize = 1024;
+
+/// How often a blocked read wakes up to look at the shutdown flag and the keep-alive.
+const READ_TICK: Duration = Duration::from_millis(100);
+
+struct Producer {
+    topic: Arc<Topic>,
+    name: String,
+    warned_batch: bool,
+}
+
+struct Consumer {
+    global: ConsumerId,
+    topic: Arc<Topic>,
+    sub: Arc<Subscription>,
+    handle: ConsumerHandle,
+    forwarder: Option<JoinHandle<()>>,
+}
+
+/// Runs one accepted connection to its end (socket closed, protocol error or shutdown).
+pub(crate) fn serve(shared: Arc<Shared>, conn_id: u64, stream: TcpStream) {
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "?".to_owned(), |a| a.to_string());
+    let service_url = stream
+        .local_addr()
+        .map_or_else(|_| shared.service_url.clone(), |a| format!("pulsar://{a}"));
+    let _ = stream.set_nodelay(true);
+    if stream.set_read_timeout(Some(READ_TICK)).is_err() {
+        warn!(peer, "cannot set a read timeout; closing");
+        return;
+    }
+    let Ok(write_half) = stream.try_clone() else {
+        warn!(peer, "cannot clone the socket; closing");
+        return;
+    };
+    let (tx, rx) = bounded::<Vec<u8>>(WRITE_QUEUE);
+    shared.register_writer(conn_id, tx.clone());
+    let writer = std::thread::Builder::new()
+        .name(format!("conn-{conn_id}-write"))
+        .spawn(move || write_loop(write_half, rx));
+    let Ok(writer) = writer else {
+        warn!(peer, "cannot spawn the writer thread; closing");
+        return;
+    };
+    let mut conn = Conn {
+        shared,
+        id: conn_id,
+        peer,
+        service_url,
+        stream,
+        out: tx,
+        reader: wire::FrameReader::new(0),
+        connected: false,
+        producers: HashMap::new(),
+        consumers: HashMap::new(),
+    };
+    conn.reader = wire::FrameReader::new(conn.shared.cfg.max_frame_size());
+    conn.run();
+    conn.close_all();
+    conn.shared.unregister_writer(conn_id);
+    let Conn { out, stream, .. } = conn;
+    drop(out);
+    let _ = writer.join();
+    let _ = stream.shutdown(Shutdown::Both);
+}
+
+fn write_loop(mut stream: TcpStream, rx: Receiver<Vec<u8>>) {
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    while let Ok(first) = rx.recv() {
+        buf.extend_from_slice(&first);
+        while buf.len() < 256 * 1024 {
+            match rx.try_recv() {
+                Ok(more) => buf.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = stream.write_all(&buf) {
+            debug!(error = %e, "write failed; closing the connection");
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+        buf.clear();
+    }
+    let _ = stream.flush();
+}
+
+struct Conn {
+    shared: Arc<Shared>,
+    id: u64,
+    peer: String,
+    service_url: String,
+    stream: TcpStream,
+    out: Sender<Vec<u8>>,
+    reader: wire::FrameReader,
+    connected: bool,
+    producers: HashMap<u64, Producer>,
+    consumers: HashMap<u64, Consumer>,
+}
+
+/// Why the reader stops.
+enum Stop {
+    Eof,
+    Error,
+    Shutdown,
+}
+
+fn command(t: Type) -> BaseCommand {
+    BaseCommand {
+        r#type: t as i32,
+        ..Default::default()
+    }
+}
+
+impl Conn {
+    fn run(&mut self) {
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut last_read = Instant::now();
+        let mut pinged = false;
+        let stop = loop {
+            if self.shared.closing.load(Ordering::SeqCst) {
+                break Stop::Shutdown;
+            }
+            match self.stream.read(&mut buf) {
+                Ok(0) => break Stop::Eof,
+                Ok(n) => {
+                    last_read = Instant::now();
+                    pinged = false;
+                    self.reader.feed(&buf[..n]);
+                    if !self.drain_frames() {
+                        break Stop::Error;
+                    }
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    let idle = last_read.elapsed();
+                    let keep_alive = Duration::from_millis(self.shared.cfg.keep_alive_ms);
+                    if idle >= keep_alive * 2 {
+                        info!(conn = self.id, peer = %self.peer, "no frame for two keep-alive intervals; closing");
+                        break Stop::Error;
+                    }
+                    if idle >= keep_alive && !pinged && self.connected {
+                        pinged = true;
+                        self.send(&command(Type::Ping));
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => {
+                    debug!(conn = self.id, error = %e, "read failed");
+                    break Stop::Error;
+                }
+            }
+        };
+        match stop {
+            Stop::Eof => {
+                debug!(conn = self.id, peer = %self.peer, "connection closed by the client")
+            }
+            Stop::Error => {
+                debug!(conn = self.id, peer = %self.peer, "connection closed by the broker")
+            }
+            Stop::Shutdown => self.send_closes(),
+        }
+    }
+
+    /// Handles every whole frame buffered; false when the connection must close.
+    fn drain_frames(&mut self) -> bool {
+        loop {
+            match self.reader.next_frame() {
+                Ok(Some(frame)) => {
+                    if !self.handle(frame) {
+                        return false;
+                    }
+                }
+                Ok(None) => return true,
+                Err(e) => {
+                    warn!(conn = self.id, peer = %self.peer, error = %e, "undecodable frame; closing the connection");
+                    self.send_error(0, ServerError::UnknownError, &format!("bad frame: {e}"));
+                    return false;
+                }
+            }
+        }
+    }
+
+    fn send(&self, cmd: &BaseCommand) {
+        let mut out = Vec::with_capacity(64);
+        wire::encode_command(cmd, &mut out);
+        let _ = self.out.send(out);
+    }
+
+    fn send_error(&self, request_id: u64, error: ServerError, message: &str) {
+        self.send(&wire::commands::error(request_id, error, message));
+    }
+
+    fn send_success(&self, request_id: u64) {
+        self.send(&wire::commands::success(request_id));
+    }
+
+    /// Runs one command; false when the connection must close.
+    fn handle(&mut self, frame: wire::Frame) -> bool {
+        let wire::Frame {
+            command: cmd,
+            payload,
+        } = frame;
+        let t = cmd.r#type();
+        if !self.connected && t != Type::Connect {
+            warn!(conn = self.id, command = ?t, "command before CONNECT; closing");
+            self.send_error(0, ServerError::NotAllowedError, "CONNECT must come first");
+            return false;
+        }
+        match t {
+            Type::Connect => self.on_connect(&cmd),
+            Type::Ping => self.send(&command(Type::Pong)),
+            Type::Pong => {}
+            Type::PartitionedMetadata => self.on_partitioned_metadata(&cmd),
+            Type::Lookup => self.on_lookup(&cmd),
+            Type::Producer => self.on_producer(&cmd),
+            Type::Send => self.on_send(&cmd, payload),
+            Type::CloseProducer => self.on_close_producer(&cmd),
+            Type::Subscribe => self.on_subscribe(&cmd),
+            Type::Flow => self.on_flow(&cmd),
+            Type::Ack => self.on_ack(&cmd),
+            Type::RedeliverUnacknowledgedMessages => self.on_redeliver(&cmd),
+            Type::CloseConsumer => self.on_close_consumer(&cmd),
+            Type::Unsubscribe => self.on_unsubscribe(&cmd),
+            Type::Seek => self.on_seek(&cmd),
+            Type::GetLastMessageId => self.on_get_last_message_id(&cmd),
+            other => {
+                debug!(conn = self.id, command = ?other, "unsupported command");
+                self.send_error(
+                    request_id_of(&cmd),
+                    ServerError::NotAllowedError,
+                    &format!(
+                        "command {} is not supported by this broker",
+                        other.as_str_name()
+                    ),
+                );
+            }
+        }
+        true
+    }
+
+    fn on_connect(&mut self, cmd: &BaseCommand) {
+        let Some(c) = &cmd.connect else {
+            self.send_error(0, ServerError::UnknownError, "CONNECT without its body");
+            return;
+        };
+        let version = c.protocol_version().min(PROTOCOL_VERSION);
+        self.connected = true;
+        debug!(conn = self.id, client = %c.client_version, protocol = version, "connected");
+        self.send(&wire::commands::connected(
+            &self.shared.server_version,
+            version,
+            self.shared.cfg.max_message_size as i32,
+        ));
+    }
+
+    fn on_partitioned_metadata(&mut self, cmd: &BaseCommand) {
+        let Some(m) = &cmd.partition_metadata else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        match TopicName::parse(&m.topic) {
+            Ok(_) => self.send(&wire::commands::partitioned_metadata_response(
+                m.request_id,
+                0,
+            )),
+            Err(e) => self.send(&wire::commands::partitioned_metadata_failed(
+                m.request_id,
+                ServerError::InvalidTopicName,
+                &e,
+            )),
+        }
+    }
+
+    fn on_lookup(&mut self, cmd: &BaseCommand) {
+        let Some(l) = &cmd.lookup_topic else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        match TopicName::parse(&l.topic) {
+            Ok(_) => self.send(&wire::commands::lookup_response(
+                l.request_id,
+                &self.service_url,
+                true,
+            )),
+            Err(e) => self.send(&wire::commands::lookup_failed(
+                l.request_id,
+                ServerError::InvalidTopicName,
+                &e,
+            )),
+        }
+    }
+
+    fn on_producer(&mut self, cmd: &BaseCommand) {
+        let Some(p) = &cmd.producer else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let name = match TopicName::parse(&p.topic) {
+            Ok(n) => n,
+            Err(e) => return self.send_error(p.request_id, ServerError::InvalidTopicName, &e),
+        };
+        if let Some(existing) = self.producers.get(&p.producer_id) {
+            // A repeated PRODUCER for a ready producer: Pulsar answers success again.
+            let name = existing.name.clone();
+            return self.send(&wire::commands::producer_success(
+                p.request_id,
+                &name,
+                -1,
+                None,
+            ));
+        }
+        let topic = self.shared.topic(&name);
+        let producer_name = match (&p.producer_name, p.user_provided_producer_name()) {
+            (Some(n), true) if !n.is_empty() => n.clone(),
+            _ => self.shared.producer_name(),
+        };
+        debug!(conn = self.id, topic = %topic.name, producer = %producer_name, "producer created");
+        self.producers.insert(
+            p.producer_id,
+            Producer {
+                topic,
+                name: producer_name.clone(),
+                warned_batch: false,
+            },
+        );
+        self.send(&wire::commands::producer_success(
+            p.request_id,
+            &producer_name,
+            -1,
+            None,
+        ));
+    }
+
+    fn on_send(&mut self, cmd: &BaseCommand, payload: Option<wire::Payload>) {
+        let Some(s) = &cmd.send else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let Some(producer) = self.producers.get_mut(&s.producer_id) else {
+            warn!(
+                conn = self.id,
+                producer_id = s.producer_id,
+                "SEND for an unknown producer"
+            );
+            return self.send(&wire::commands::send_error(
+                s.producer_id,
+                s.sequence_id,
+                ServerError::NotAllowedError,
+                "no producer with this id on this connection",
+            ));
+        };
+        let Some(payload) = payload else {
+            return self.send(&wire::commands::send_error(
+                s.producer_id,
+                s.sequence_id,
+                ServerError::UnknownError,
+                "SEND without a payload",
+            ));
+        };
+        let meta = match wire::convert::message_info(&payload.metadata, payload.body().len()) {
+            Ok(info) => info.meta,
+            Err(e) => {
+                warn!(conn = self.id, producer = %producer.name, error = %e, "SEND with invalid metadata refused");
+                return self.send(&wire::commands::send_error(
+                    s.producer_id,
+                    s.sequence_id,
+                    ServerError::NotAllowedError,
+                    &format!("invalid message metadata: {e}"),
+                ));
+            }
+        };
+        if meta.messages() > 1 && !producer.warned_batch && has_key_shared(&producer.topic) {
+            producer.warned_batch = true;
+            warn!(
+                topic = %producer.topic.name,
+                producer = %producer.name,
+                "batched entry on a topic with a Key_Shared subscription: the entry's key is its first message's key; producers for Key_Shared should batch by key"
+            );
+        }
+        let pos = producer.topic.publish(meta, Arc::from(payload.section));
+        self.send(&wire::commands::send_receipt(
+            s.producer_id,
+            s.sequence_id,
+            s.highest_sequence_id,
+            wire::convert::message_id(pos),
+        ));
+    }
+
+    fn on_close_producer(&mut self, cmd: &BaseCommand) {
+        let Some(c) = &cmd.close_producer else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        self.producers.remove(&c.producer_id);
+        self.send_success(c.request_id);
+    }
+
+    fn on_subscribe(&mut self, cmd: &BaseCommand) {
+        let Some(s) = &cmd.subscribe else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let name = match TopicName::parse(&s.topic) {
+            Ok(n) => n,
+            Err(e) => return self.send_error(s.request_id, ServerError::InvalidTopicName, &e),
+        };
+        if s.subscription.is_empty() {
+            return self.send_error(
+                s.request_id,
+                ServerError::NotAllowedError,
+                "empty subscription name",
+            );
+        }
+        use proto::command_subscribe::SubType;
+        let mut ranges = Vec::new();
+        let kind = match s.sub_type() {
+            SubType::Shared => SubKind::Shared,
+            SubType::Exclusive => SubKind::Exclusive,
+            SubType::KeyShared => {
+                let mut ks = KeySharedConfig::default();
+                if let Some(m) = &s.key_shared_meta {
+                    ks.allow_out_of_order = m.allow_out_of_order_delivery();
+                    if m.key_shared_mode() == proto::KeySharedMode::Sticky {
+                        ks.mode = KeySharedMode::Exclusive;
+                        for r in &m.hash_ranges {
+                            let (Ok(start), Ok(end)) =
+                                (u32::try_from(r.start), u32::try_from(r.end))
+                            else {
+                                return self.send_error(
+                                    s.request_id,
+                                    ServerError::ConsumerAssignError,
+                                    "negative hash range",
+                                );
+                            };
+                            ranges.push(HashRange::new(start, end));
+                        }
+                    }
+                }
+                SubKind::KeyShared(ks)
+            }
+            SubType::Failover => {
+                return self.send_error(
+                    s.request_id,
+                    ServerError::NotAllowedError,
+                    "Failover subscriptions are not supported by this broker (Shared, Key_Shared and Exclusive are)",
+                );
+            }
+        };
+        if let Some(old) = self.consumers.remove(&s.consumer_id) {
+            // A re-subscribe after the broker closed the consumer (seek): the old one is gone.
+            self.drop_consumer(old);
+        }
+        let initial = match s.initial_position() {
+            proto::command_subscribe::InitialPosition::Earliest => InitialPosition::Earliest,
+            proto::command_subscribe::InitialPosition::Latest => InitialPosition::Latest,
+        };
+        let topic = self.shared.topic(&name);
+        let sub = match topic.subscription(&s.subscription, kind, initial) {
+            Ok(sub) => sub,
+            Err(e) => {
+                let code = match e {
+                    crate::topic::SubscribeError::ExclusiveBusy(_) => ServerError::ConsumerBusy,
+                    crate::topic::SubscribeError::TypeMismatch { .. } => ServerError::ConsumerBusy,
+                };
+                return self.send_error(s.request_id, code, &e.to_string());
+            }
+        };
+        let global = ConsumerId(self.shared.next_consumer.fetch_add(1, Ordering::SeqCst));
+        let consumer_name = s
+            .consumer_name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("consumer-{}", global.0));
+        let spec = ConsumerSpec::new(global.0, consumer_name.clone())
+            .with_priority(s.priority_level.unwrap_or(0))
+            .with_ranges(ranges);
+        let handle = match sub.runtime.add_consumer(spec) {
+            Ok(h) => h,
+            Err(e) => {
+                return self.send_error(
+                    s.request_id,
+                    ServerError::ConsumerAssignError,
+                    &e.to_string(),
+                );
+            }
+        };
+        lock(&sub.consumers).insert(
+            global,
+            crate::topic::ConsumerInfo {
+                name: consumer_name.clone(),
+                conn: self.id,
+                client_id: s.consumer_id,
+                address: self.peer.clone(),
+            },
+        );
+        let forwarder = spawn_forwarder(
+            s.consumer_id,
+            handle.deliveries.clone(),
+            topic.clone(),
+            self.out.clone(),
+        );
+        info!(conn = self.id, topic = %topic.name, subscription = %sub.name, consumer = %consumer_name, id = %global, "consumer subscribed");
+        self.consumers.insert(
+            s.consumer_id,
+            Consumer {
+                global,
+                topic,
+                sub,
+                handle,
+                forwarder,
+            },
+        );
+        self.send_success(s.request_id);
+    }
+
+    fn on_flow(&mut self, cmd: &BaseCommand) {
+        let Some(f) = &cmd.flow else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        match self.consumers.get(&f.consumer_id) {
+            Some(c) if f.message_permits > 0 => c.handle.flow(f.message_permits),
+            Some(_) => {}
+            None => debug!(
+                conn = self.id,
+                consumer_id = f.consumer_id,
+                "FLOW for an unknown consumer"
+            ),
+        }
+    }
+
+    fn on_ack(&mut self, cmd: &BaseCommand) {
+        let Some(a) = &cmd.ack else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let Some(c) = self.consumers.get(&a.consumer_id) else {
+            debug!(
+                conn = self.id,
+                consumer_id = a.consumer_id,
+                "ACK for an unknown consumer"
+            );
+            if let Some(rid) = a.request_id {
+                self.send(&wire::commands::ack_response(
+                    a.consumer_id,
+                    rid,
+                    Some((ServerError::ConsumerNotFound, "no consumer with this id")),
+                ));
+            }
+            return;
+        };
+        let mut failure: Option<String> = None;
+        if a.ack_type() == proto::command_ack::AckType::Cumulative {
+            failure = Some("cumulative ack is not allowed on Shared and Key_Shared".into());
+        } else {
+            for id in &a.message_id {
+                let pos = Position::new(id.ledger_id, id.entry_id);
+                let result = if id.ack_set.is_empty() {
+                    c.handle.ack(pos).map(|_| ())
+                } else {
+                    let size = match id.batch_size {
+                        Some(n) if n > 0 => n as u32,
+                        _ => c.topic.meta(pos).map_or(0, |m| m.messages()),
+                    };
+                    if size == 0 {
+                        continue;
+                    }
+                    let acked = wire::convert::acked_indexes_from_ack_set(&id.ack_set, size);
+                    c.handle.ack_batch_index(pos, size, &acked).map(|_| ())
+                };
+                if let Err(e) = result {
+                    debug!(conn = self.id, position = %pos, error = %e, "ack refused");
+                    failure.get_or_insert_with(|| e.to_string());
+                }
+            }
+        }
+        if let Some(rid) = a.request_id {
+            let err = failure.as_deref().map(|m| (ServerError::UnknownError, m));
+            self.send(&wire::commands::ack_response(a.consumer_id, rid, err));
+        }
+    }
+
+    fn on_redeliver(&mut self, cmd: &BaseCommand) {
+        let Some(r) = &cmd.redeliver_unacknowledged_messages else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let Some(c) = self.consumers.get(&r.consumer_id) else {
+            return debug!(
+                conn = self.id,
+                consumer_id = r.consumer_id,
+                "REDELIVER for an unknown consumer"
+            );
+        };
+        if r.message_ids.is_empty() {
+            c.handle.redeliver_all();
+            return;
+        }
+        // A nacked chunk stands for its whole message: some clients (C++ 4.2.0) name only the
+        // last chunk, so every chunk of the uuid goes back (positions not pending on this
+        // consumer are ignored by the dispatcher).
+        let mut positions: Vec<Position> = Vec::new();
+        for id in &r.message_ids {
+            let p = Position::new(id.ledger_id, id.entry_id);
+            positions.extend(c.topic.chunk_siblings(p));
+        }
+        positions.sort_unstable();
+        positions.dedup();
+        c.handle.redeliver(positions);
+    }
+
+    fn on_close_consumer(&mut self, cmd: &BaseCommand) {
+        let Some(c) = &cmd.close_consumer else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        if let Some(consumer) = self.consumers.remove(&c.consumer_id) {
+            self.drop_consumer(consumer);
+        }
+        self.send_success(c.request_id);
+    }
+
+    fn on_unsubscribe(&mut self, cmd: &BaseCommand) {
+        let Some(u) = &cmd.unsubscribe else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let Some(c) = self.consumers.get(&u.consumer_id) else {
+            return self.send_error(
+                u.request_id,
+                ServerError::ConsumerNotFound,
+                "no consumer with this id",
+            );
+        };
+        let others = lock(&c.sub.consumers).len() > 1;
+        if others && !u.force.unwrap_or(false) {
+            return self.send_error(
+                u.request_id,
+                ServerError::UnknownError,
+                "subscription has other connected consumers",
+            );
+        }
+        let Some(consumer) = self.consumers.remove(&u.consumer_id) else {
+            return;
+        };
+        let (topic, sub_name) = (consumer.topic.clone(), consumer.sub.name.clone());
+        self.drop_consumer(consumer);
+        if let Some(sub) = topic.remove_subscription(&sub_name) {
+            if let Ok(sub) = Arc::try_unwrap(sub) {
+                sub.runtime.shutdown();
+            }
+        }
+        self.send_success(u.request_id);
+    }
+
+    fn on_seek(&mut self, cmd: &BaseCommand) {
+        let Some(s) = &cmd.seek else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let Some(c) = self.consumers.get(&s.consumer_id) else {
+            return self.send_error(
+                s.request_id,
+                ServerError::ConsumerNotFound,
+                "no consumer with this id",
+            );
+        };
+        let target = if let Some(id) = &s.message_id {
+            Position::new(id.ledger_id, id.entry_id)
+        } else if let Some(t) = s.message_publish_time {
+            c.topic.position_at_time(t)
+        } else {
+            return self.send_error(
+                s.request_id,
+                ServerError::UnknownError,
+                "SEEK needs a message id or a publish time",
+            );
+        };
+        let sub = c.sub.clone();
+        sub.runtime.admin(dispatcher::AdminOp::ResetTo(target));
+        self.send_success(s.request_id);
+        // As Pulsar does after a reset: every consumer of the subscription is closed by the
+        // broker, and the clients subscribe again (clearing their receive queues).
+        self.shared.kick_subscription(&sub);
+    }
+
+    fn on_get_last_message_id(&mut self, cmd: &BaseCommand) {
+        let Some(g) = &cmd.get_last_message_id else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let Some(c) = self.consumers.get(&g.consumer_id) else {
+            return self.send_error(
+                g.request_id,
+                ServerError::ConsumerNotFound,
+                "no consumer with this id",
+            );
+        };
+        let last = c.topic.last_position();
+        self.send(&wire::commands::get_last_message_id_response(
+            g.request_id,
+            wire::convert::message_id(last),
+            None,
+        ));
+    }
+
+    /// A consumer leaves: its unacked entries go back to the others.
+    fn drop_consumer(&mut self, c: Consumer) {
+        lock(&c.sub.consumers).remove(&c.global);
+        let Consumer {
+            handle, forwarder, ..
+        } = c;
+        handle.close();
+        // The forwarder ends when the dispatcher drops the delivery channel.
+        drop(forwarder);
+    }
+
+    /// Tells the client its producers and consumers are closed (broker shutdown).
+    fn send_closes(&mut self) {
+        for (&id, _) in &self.producers {
+            self.send(&wire::commands::close_producer(id, 0));
+        }
+        for (&id, _) in &self.consumers {
+            self.send(&wire::commands::close_consumer(id, 0));
+        }
+    }
+
+    fn close_all(&mut self) {
+        let consumers: Vec<_> = self.consumers.drain().map(|(_, c)| c).collect();
+        for c in consumers {
+            self.drop_consumer(c);
+        }
+        self.producers.clear();
+    }
+}
+
+fn has_key_shared(topic: &Topic) -> bool {
+    topic
+        .subscriptions()
+        .iter()
+        .any(|s| matches!(s.kind, SubKind::KeyShared(_)))
+}
+
+/// The request id of a command that carries one (for ERROR replies to unsupported commands).
+fn request_id_of(cmd: &BaseCommand) -> u64 {
+    cmd.get_schema
+        .as_ref()
+        .map(|c| c.request_id)
+        .or_else(|| cmd.get_topics_of_namespace.as_ref().map(|c| c.request_id))
+        .or_else(|| cmd.get_or_create_schema.as_ref().map(|c| c.request_id))
+        .or_else(|| cmd.consumer_stats.as_ref().map(|c| c.request_id))
+        .or_else(|| cmd.new_txn.as_ref().map(|c| c.request_id))
+        .unwrap_or(0)
+}
+
+/// Turns the dispatcher's deliveries for one consumer into MESSAGE frames.
+fn spawn_forwarder(
+    client_consumer_id: u64,
+    deliveries: Receiver<Vec<dispatcher::Delivery>>,
+    topic: Arc<Topic>,
+    out: Sender<Vec<u8>>,
+) -> Option<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("consumer-{client_consumer_id}"))
+        .spawn(move || {
+            for batch in deliveries.iter() {
+                let mut frames = Vec::with_capacity(batch.len() * 128);
+                for d in &batch {
+                    let Some(section) = topic.payload(d.position) else {
+                        warn!(position = %d.position, "no stored payload for a delivered entry");
+                        continue;
+                    };
+                    let ack_set = (!d.acked_indexes.is_empty()).then(|| {
+                        wire::convert::ack_set_from_acked(&d.acked_indexes, d.meta.messages())
+                    });
+                    let cmd = wire::commands::message(
+                        client_consumer_id,
+                        wire::convert::message_id(d.position),
+                        d.redelivery_count,
+                        ack_set,
+                    );
+                    wire::encode_with_section(&cmd, &section, &mut frames);
+                }
+                if frames.is_empty() {
+                    continue;
+                }
+                if out.send(frames).is_err() {
+                    return;
+                }
+            }
+        })
+        .ok()
+}

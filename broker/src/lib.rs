@@ -1,0 +1,41 @@
+//! A broker that speaks Apache Pulsar's binary protocol, built on this workspace's crates, so
+//! unmodified Pulsar clients (the `pulsar-client` Python wheel, the C++ and Java clients, the
+//! Rust `pulsar` crate) produce to and consume from the key-ordered dispatcher.
+//!
+//! It is an IO shell, like the dispatcher's runtime: it owns the sockets, the threads and the
+//! clock, and maps Pulsar commands onto the cores' inputs. Everything that decides which
+//! consumer gets which entry, when a key may move, and what mark-delete means lives in the
+//! sans-IO crates (`dispatcher`, `cursor`, `chunk-assignor`, `draining-hashes`,
+//! `pending-acks`); the frame codec is the `wire` crate.
+//!
+//! * One acceptor thread; per connection a reader thread (decode, run the command, ack on this
+//!   thread) and a writer thread (a bounded channel of encoded frames drained into the socket);
+//!   one forwarder thread per consumer turns deliveries into MESSAGE frames.
+//! * One dispatcher [`dispatcher::Runtime`] per subscription, over a replica of its topic's
+//!   ledger. Payloads are stored once per topic, verbatim, and sent back after each MESSAGE.
+//! * Topics (`persistent://tenant/namespace/topic`) are created on first use and are never
+//!   partitioned.
+//!
+//! Does not: authenticate, encrypt (no TLS), serve partitioned topics, Failover
+//! subscriptions, schemas, transactions or geo-replication. Without `--data-dir` everything is
+//! in memory.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! let cfg = broker::BrokerConfig::parse_args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])?;
+//! let b = broker::Broker::start(cfg)?;
+//! println!("{}\n{}", b.service_url(), b.admin_url());
+//! // … clients connect to b.service_url() …
+//! b.shutdown(Duration::from_secs(5));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod admin;
+mod config;
+mod conn;
+mod server;
+mod topic;
+
+pub use config::{BrokerConfig, ConfigError, DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, USAGE};
+pub use conn::PROTOCOL_VERSION;
+pub use server::Broker;
