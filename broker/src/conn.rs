@@ -738,10 +738,10 @@ impl Conn {
 
     /// Tells the client its producers and consumers are closed (broker shutdown).
     fn send_closes(&mut self) {
-        for (&id, _) in &self.producers {
+        for &id in self.producers.keys() {
             self.send(&wire::commands::close_producer(id, 0));
         }
-        for (&id, _) in &self.consumers {
+        for &id in self.consumers.keys() {
             self.send(&wire::commands::close_consumer(id, 0));
         }
     }

@@ -101,6 +101,7 @@ pub struct Broker {
     admin_addr: SocketAddr,
     acceptor: Option<JoinHandle<()>>,
     admin: Option<JoinHandle<()>>,
+    housekeeping: Option<JoinHandle<()>>,
     conns: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
@@ -142,6 +143,12 @@ impl Broker {
                 .name("acceptor".into())
                 .spawn(move || accept_loop(listener, shared, conns))?
         };
+        let housekeeping = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("housekeeping".into())
+                .spawn(move || housekeeping_loop(shared))?
+        };
         let admin = {
             let shared = shared.clone();
             std::thread::Builder::new()
@@ -155,6 +162,7 @@ impl Broker {
             admin_addr,
             acceptor: Some(acceptor),
             admin: Some(admin),
+            housekeeping: Some(housekeeping),
             conns,
         })
     }
@@ -181,10 +189,12 @@ impl Broker {
             return;
         }
         let until = Instant::now() + deadline;
-        for t in [self.acceptor.take(), self.admin.take()]
-            .into_iter()
-            .flatten()
-        {
+        let threads = [
+            self.acceptor.take(),
+            self.admin.take(),
+            self.housekeeping.take(),
+        ];
+        for t in threads.into_iter().flatten() {
             let _ = t.join();
         }
         let conns: Vec<_> = std::mem::take(&mut *lock(&self.conns));
@@ -208,6 +218,23 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         self.stop(Duration::from_secs(5));
+    }
+}
+
+/// How often retention runs.
+const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(1);
+
+fn housekeeping_loop(shared: Arc<Shared>) {
+    let mut last = Instant::now();
+    while !shared.closing.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(50));
+        if last.elapsed() < HOUSEKEEPING_INTERVAL {
+            continue;
+        }
+        last = Instant::now();
+        for t in shared.topics() {
+            t.trim();
+        }
     }
 }
 

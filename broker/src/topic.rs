@@ -307,15 +307,23 @@ impl Topic {
         *lock(&self.counters)
     }
 
-    /// Drops entries (and payloads) below every subscription's mark-delete position.
-    /// `mark_deletes` are the subscriptions' current mark-delete positions; with no
-    /// subscription nothing is trimmed (Pulsar keeps messages for subscriptions to come only
-    /// with retention, which this broker does not have: it keeps them).
-    pub(crate) fn trim(&self, mark_deletes: &[Position]) {
-        let Some(min) = mark_deletes.iter().min().copied() else {
+    /// Retention: drops entries (metadata and payloads, in the master and in every
+    /// subscription's replica) below every subscription's mark-delete position. With no
+    /// subscription nothing is trimmed: the messages wait for a subscription to come (Pulsar
+    /// would keep them only under a retention policy; this broker keeps them).
+    pub(crate) fn trim(&self) {
+        let subs = self.subscriptions();
+        let Some(min) = subs
+            .iter()
+            .map(|s| s.runtime.cursor_view().mark_delete)
+            .min()
+        else {
             return;
         };
         let below = min.next();
+        for s in &subs {
+            s.runtime.admin(dispatcher::AdminOp::TrimLedgerBelow(below));
+        }
         let mut st = lock(&self.state);
         st.ledger.trim_below(below);
         st.chunks.retain(|_, ps| {
@@ -408,6 +416,52 @@ mod tests {
         assert!(TopicName::parse("public/default/t").is_err());
         assert!(TopicName::parse("persistent://public//t").is_err());
         assert!(TopicName::parse("non-persistent://public/default/t").is_err());
+    }
+
+    #[test]
+    fn retention_trims_below_the_slowest_mark_delete() {
+        let t = Topic::new("persistent://p/d/r".into(), 100);
+        let section: Arc<[u8]> = Arc::from(&b"x"[..]);
+        let fast = t
+            .subscription("fast", SubKind::Shared, InitialPosition::Earliest)
+            .unwrap();
+        let slow = t
+            .subscription("slow", SubKind::Shared, InitialPosition::Earliest)
+            .unwrap();
+        let ps: Vec<_> = (0..5)
+            .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()))
+            .collect();
+        let drain = |s: &Subscription, n: usize| {
+            let c = s
+                .runtime
+                .add_consumer(dispatcher::ConsumerSpec::new(1, "c"))
+                .unwrap();
+            c.flow(100);
+            let mut got = Vec::new();
+            while got.len() < 5 {
+                let b = c
+                    .deliveries
+                    .recv_timeout(std::time::Duration::from_secs(5))
+                    .unwrap();
+                got.extend(b.iter().map(|d| d.position));
+            }
+            for p in &got[..n] {
+                c.ack(*p).unwrap();
+            }
+            c
+        };
+        let _a = drain(&fast, 5);
+        let _b = drain(&slow, 2);
+        t.trim();
+        assert!(t.payload(ps[1]).is_none(), "below both mark-deletes");
+        assert!(
+            t.payload(ps[2]).is_some(),
+            "the slow subscription still needs it"
+        );
+        assert!(t.meta(ps[1]).is_none());
+        assert!(t.meta(ps[4]).is_some());
+        drop((_a, _b, fast, slow));
+        t.close();
     }
 
     #[test]

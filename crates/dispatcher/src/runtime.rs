@@ -14,7 +14,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{after, never, select, unbounded, Receiver, Sender};
-use cursor::{CursorStore, Entry, EntryMeta, Ledger, ManagedCursor, MarkDeleteMove, Position};
+use cursor::{
+    Backlog, CursorStore, Entry, EntryMeta, Ledger, ManagedCursor, MarkDeleteMove, Position,
+};
 use tracing::{debug, warn};
 
 use crate::ack::{AckHandle, AckOutcome, ConsumerAckHandle, CursorCell};
@@ -43,6 +45,10 @@ pub enum AdminOp {
     /// the subscription's consumers first, as Pulsar does; a position the cursor refuses
     /// is logged and nothing moves.
     ResetTo(Position),
+    /// Drop ledger entries below this position, but never at or above the cursor's
+    /// mark-delete + 1 (retention: a broker trims each subscription's ledger replica below the
+    /// slowest subscription's mark-delete). Moves nothing.
+    TrimLedgerBelow(Position),
 }
 
 /// One entry handed to a consumer, with what a wire protocol sends beside it.
@@ -159,10 +165,25 @@ impl Waker for ChannelWaker {
     }
 }
 
+/// The cursor's positions and backlog, read under the cursor lock from any thread
+/// ([`Runtime::cursor_view`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CursorView {
+    /// Every entry at or before this position is acknowledged (or skipped, expired, evicted).
+    pub mark_delete: Position,
+    /// The next position a normal read starts at.
+    pub read: Position,
+    /// Entries and messages after mark-delete not yet acknowledged.
+    pub backlog: Backlog,
+}
+
+type ViewFn = dyn Fn() -> CursorView + Send + Sync;
+
 /// A running subscription: the dispatcher thread and the handles to talk to it.
 pub struct Runtime {
     events: Sender<Event>,
     ack: AckHandle,
+    view: StdArc<ViewFn>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -245,6 +266,20 @@ impl Runtime {
             pending: AtomicBool::new(false),
         });
         let cell = StdArc::new(StdMutex::new(CursorCell { cursor, ledger }));
+        let view: StdArc<ViewFn> = {
+            let cell = cell.clone();
+            StdArc::new(move || {
+                let g = match cell.lock() {
+                    Ok(g) => g,
+                    Err(p) => p.into_inner(),
+                };
+                CursorView {
+                    mark_delete: g.cursor.mark_delete_position(),
+                    read: g.cursor.read_position(),
+                    backlog: g.cursor.backlog(&g.ledger),
+                }
+            })
+        };
         let core = Dispatcher::new(cfg, waker.clone());
         let ack = core.ack_handle(cell.clone());
         let thread = std::thread::Builder::new()
@@ -266,6 +301,7 @@ impl Runtime {
         Runtime {
             events: tx,
             ack,
+            view,
             thread,
         }
     }
@@ -312,6 +348,12 @@ impl Runtime {
         let (tx, rx) = unbounded();
         let _ = self.events.send(Event::Stats(tx));
         rx.recv().ok()
+    }
+
+    /// The cursor's mark-delete and read positions and the backlog, now, from any thread
+    /// (takes the cursor lock that acks take; does not wait for the dispatcher thread).
+    pub fn cursor_view(&self) -> CursorView {
+        (self.view)()
     }
 
     /// A clone of the event sender, for custom producers of events.
@@ -435,6 +477,10 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                         AdminOp::Expire(t) => cursor.expire(ledger, t),
                         AdminOp::EvictToCount(n) => cursor.evict_to_count(ledger, n),
                         AdminOp::EvictToSize(n) => cursor.evict_to_size(ledger, n),
+                        AdminOp::TrimLedgerBelow(p) => {
+                            ledger.trim_below(p.min(cursor.mark_delete_position().next()));
+                            None
+                        }
                         AdminOp::ResetTo(p) => match cursor.reset(ledger, p) {
                             Ok(mv) => Some(mv),
                             Err(e) => {

@@ -269,3 +269,28 @@ fn redelivered_batch_carries_its_count_and_acked_indexes() {
     assert_eq!(again[0].acked_indexes, vec![0, 2]);
     rt.shutdown();
 }
+
+/// The cursor view is readable from any thread while the runtime runs: acks move mark-delete,
+/// the backlog counts what is left.
+#[test]
+fn cursor_view_follows_acks() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start(DispatcherConfig::shared(), cursor, ledger);
+    let c = rt.add_consumer(ConsumerSpec::new(1, "c")).unwrap();
+    rt.publish((0..4).map(|_| meta("x")).collect());
+    c.flow(10);
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let b = c.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+        got.extend(b.iter().map(|d| d.position));
+    }
+    let before = rt.cursor_view();
+    assert_eq!(before.backlog.entries, 4);
+    c.ack(got[0]).unwrap();
+    c.ack(got[1]).unwrap();
+    let after = rt.cursor_view();
+    assert_eq!(after.mark_delete, got[1]);
+    assert_eq!(after.backlog.entries, 2);
+    rt.shutdown();
+}
