@@ -1,8 +1,12 @@
 //! The admin HTTP server on `--admin`: HTTP/1.1, one request per connection.
 //!
-//! Serves nothing yet but its own health line: every path answers 404 with a JSON reason,
-//! `GET /` says what this is. Requests are read with a deadline and a size cap, so a slow or
-//! hostile client cannot hold the thread.
+//! Pulsar's admin v2 paths for one topic's stats and its subscriptions' operations, our
+//! `whyBlocked` extension, and Prometheus metrics at `/metrics`. Errors are JSON
+//! `{"reason": …}` with Pulsar's status codes (404 unknown topic or subscription, 400 a value
+//! that does not parse, 412 a value out of range, 405 a wrong method). Requests are read with
+//! a deadline and a size cap, so a slow or hostile client cannot hold the thread; std only
+//! (one request per connection, `Connection: close`): the admin surface is a handful of paths
+//! and a dependency-free server is enough for it.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -10,9 +14,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tracing::debug;
+use cursor::Position;
+use dispatcher::AdminOp;
+use tracing::{debug, info};
 
 use crate::server::Shared;
+use crate::topic::{Subscription, Topic};
 
 /// Largest request head (and body) read.
 const MAX_REQUEST: usize = 64 * 1024;
@@ -45,7 +52,6 @@ pub(crate) struct Request {
     pub method: String,
     pub path: String,
     pub query: String,
-    #[allow(dead_code)]
     pub body: Vec<u8>,
 }
 
@@ -204,13 +210,277 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-fn route(req: &Request, _shared: &Shared) -> Response {
-    if req.method == "GET" && req.path == "/" {
-        return Response {
+fn route(req: &Request, shared: &Shared) -> Response {
+    let segs: Vec<String> = req
+        .path
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .map(percent_decode)
+        .collect();
+    let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
+    let get = req.method == "GET";
+    let post = req.method == "POST";
+    match segs.as_slice() {
+        [] if get => Response {
             status: 200,
             content_type: "text/plain",
-            body: "key-ordered broker: Pulsar binary protocol on the service URL\n".into(),
-        };
+            body: "key-ordered broker: Pulsar binary protocol on the service URL, admin v2 paths here\n"
+                .into(),
+        },
+        ["metrics"] if get => Response {
+            status: 200,
+            content_type: "text/plain; version=0.0.4",
+            body: crate::stats::metrics(shared),
+        },
+        ["admin", "v2", "persistent", tenant, ns] if get => {
+            let prefix = format!("persistent://{tenant}/{ns}/");
+            let mut names: Vec<String> = shared
+                .topics()
+                .iter()
+                .map(|t| t.name.clone())
+                .filter(|n| n.starts_with(&prefix))
+                .collect();
+            names.sort();
+            json(200, &names)
+        }
+        ["admin", "v2", "persistent", tenant, ns, topic, rest @ ..] => {
+            let full = format!("persistent://{tenant}/{ns}/{topic}");
+            let Some(t) = shared.existing_topic(&full) else {
+                return Response::json_error(404, "Topic not found");
+            };
+            topic_route(req, shared, &t, rest, get, post)
+        }
+        _ if !get && !post => Response::json_error(405, "method not allowed"),
+        _ => Response::json_error(404, &format!("no such path: {} {}", req.method, req.path)),
     }
-    Response::json_error(404, &format!("no such path: {} {}", req.method, req.path))
+}
+
+fn topic_route(
+    req: &Request,
+    shared: &Shared,
+    t: &Topic,
+    rest: &[&str],
+    get: bool,
+    post: bool,
+) -> Response {
+    match rest {
+        ["stats"] if get => json(200, &crate::stats::topic_stats(t)),
+        ["internalStats"] if get => json(200, &crate::stats::internal_stats(t)),
+        ["subscriptions"] if get => {
+            let names: Vec<String> = t.subscriptions().iter().map(|s| s.name.clone()).collect();
+            json(200, &names)
+        }
+        ["subscription", sub, op @ ..] => {
+            let Some(s) = t.get_subscription(sub) else {
+                return Response::json_error(404, "Subscription not found");
+            };
+            subscription_route(req, shared, t, &s, op, get, post)
+        }
+        _ if !get && !post => Response::json_error(405, "method not allowed"),
+        _ => Response::json_error(404, &format!("no such path: {} {}", req.method, req.path)),
+    }
+}
+
+fn subscription_route(
+    req: &Request,
+    shared: &Shared,
+    t: &Topic,
+    s: &Subscription,
+    op: &[&str],
+    get: bool,
+    post: bool,
+) -> Response {
+    match op {
+        ["skip", n] if post => match parse_count(n) {
+            Ok(n) => {
+                let mv = s.runtime.admin(AdminOp::Skip(n));
+                info!(topic = %t.name, subscription = %s.name, skip = n, moved = mv.is_some(), "admin skip");
+                no_content()
+            }
+            Err(r) => r,
+        },
+        ["skip_all"] if post => {
+            let mv = s.runtime.admin(AdminOp::ClearBacklog);
+            info!(topic = %t.name, subscription = %s.name, moved = mv.is_some(), "admin clear backlog");
+            no_content()
+        }
+        ["expireMessages", secs] if post => match parse_count(secs) {
+            Ok(secs) => {
+                let now = crate::stats::now_ms();
+                let cutoff = now.saturating_sub(secs.saturating_mul(1000));
+                let mv = s.runtime.admin(AdminOp::Expire(cutoff));
+                s.last_expire.store(now, Ordering::Relaxed);
+                info!(topic = %t.name, subscription = %s.name, expire_secs = secs, moved = mv.is_some(), "admin expire");
+                no_content()
+            }
+            Err(r) => r,
+        },
+        ["resetcursor", ts] if post => match parse_count(ts) {
+            Ok(ts) => {
+                let target = t.position_at_time(ts);
+                reset_to(shared, t, s, target);
+                no_content()
+            }
+            Err(r) => r,
+        },
+        ["resetcursor"] if post => {
+            let v: serde_json::Value = match serde_json::from_slice(&req.body) {
+                Ok(v) => v,
+                Err(e) => return Response::json_error(400, &format!("body is not JSON: {e}")),
+            };
+            let (Some(l), Some(e)) = (
+                v.get("ledgerId").and_then(serde_json::Value::as_u64),
+                v.get("entryId").and_then(serde_json::Value::as_i64),
+            ) else {
+                return Response::json_error(
+                    400,
+                    "body must be a message id: {\"ledgerId\": L, \"entryId\": E}",
+                );
+            };
+            let excluded = v
+                .get("isExcluded")
+                .and_then(serde_json::Value::as_bool)
+                .unwrap_or(false);
+            let mut target = Position::new(l, e.max(0) as u64);
+            if e < 0 {
+                target = Position::new(l, 0);
+            } else if excluded {
+                target = target.next();
+            }
+            reset_to(shared, t, s, target);
+            no_content()
+        }
+        ["whyBlocked"] if get => {
+            let q = parse_query(&req.query);
+            let (reason, hash) = if let Some(h) = q.get("hash") {
+                match h.parse::<u32>() {
+                    Ok(h) if h <= 65_535 => (s.runtime.why_blocked(h), Some(h)),
+                    _ => return Response::json_error(400, "hash must be a number from 0 to 65535"),
+                }
+            } else if let Some(k) = q.get("key") {
+                let range = match s.kind {
+                    crate::topic::SubKind::KeyShared(dispatcher::KeySharedConfig {
+                        mode: dispatcher::KeySharedMode::ConsistentHashing { .. },
+                        ..
+                    }) => dispatcher::CONSISTENT_RANGE,
+                    _ => dispatcher::FULL_RANGE,
+                };
+                let hash = dispatcher::slot(dispatcher::key_hash31(k.as_bytes()), range);
+                (s.runtime.why_blocked_key(k.as_bytes()), Some(hash))
+            } else {
+                return Response::json_error(400, "give ?key=K or ?hash=H");
+            };
+            match reason {
+                Some(r) => json(200, &crate::stats::why_blocked_json(r, hash)),
+                None => Response::json_error(503, "the subscription's dispatcher is not running"),
+            }
+        }
+        _ if !get && !post => Response::json_error(405, "method not allowed"),
+        _ => Response::json_error(404, &format!("no such path: {} {}", req.method, req.path)),
+    }
+}
+
+/// Seek the subscription, as Pulsar's reset-cursor does: the consumers are closed (their
+/// clients subscribe again), then the cursor moves.
+fn reset_to(shared: &Shared, t: &Topic, s: &Subscription, target: Position) {
+    shared.kick_subscription(s);
+    let mv = s.runtime.admin(AdminOp::ResetTo(target));
+    info!(topic = %t.name, subscription = %s.name, to = %target, moved = mv.is_some(), "admin reset cursor");
+}
+
+fn no_content() -> Response {
+    Response {
+        status: 204,
+        content_type: "application/json",
+        body: String::new(),
+    }
+}
+
+fn json<T: serde::Serialize>(status: u16, v: &T) -> Response {
+    match serde_json::to_string_pretty(v) {
+        Ok(body) => Response {
+            status,
+            content_type: "application/json",
+            body,
+        },
+        Err(e) => Response::json_error(500, &format!("cannot serialise: {e}")),
+    }
+}
+
+/// A non-negative count or time from a path segment: 400 when it is not a number, 412 when it
+/// is negative (Pulsar answers invalid values with Precondition Failed).
+fn parse_count(s: &str) -> Result<u64, Response> {
+    match s.parse::<i64>() {
+        Ok(n) if n >= 0 => Ok(n as u64),
+        Ok(_) => Err(Response::json_error(
+            412,
+            &format!("`{s}` must not be negative"),
+        )),
+        Err(_) => Err(Response::json_error(400, &format!("`{s}` is not a number"))),
+    }
+}
+
+fn parse_query(q: &str) -> std::collections::HashMap<String, String> {
+    q.split('&')
+        .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+        .filter(|(k, _)| !k.is_empty())
+        .map(|(k, v)| (percent_decode(k), percent_decode(v)))
+        .collect()
+}
+
+/// `%XX` and `+` decoding; malformed escapes stay as they are.
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'%' if i + 2 < b.len() => {
+                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(v) => {
+                        out.push(v);
+                        i += 3;
+                    }
+                    None => {
+                        out.push(b'%');
+                        i += 1;
+                    }
+                }
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decoding() {
+        assert_eq!(percent_decode("a%2Fb+c"), "a/b c");
+        assert_eq!(percent_decode("100%"), "100%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(percent_decode("%4"), "%4");
+        let q = parse_query("key=k%201&hash=7&flag");
+        assert_eq!(q["key"], "k 1");
+        assert_eq!(q["hash"], "7");
+        assert!(q.contains_key("flag"));
+    }
+
+    #[test]
+    fn counts() {
+        assert_eq!(parse_count("12").unwrap(), 12);
+        assert_eq!(parse_count("-1").unwrap_err().status, 412);
+        assert_eq!(parse_count("x").unwrap_err().status, 400);
+    }
 }

@@ -346,6 +346,14 @@ impl Conn {
             _ => self.shared.producer_name(),
         };
         debug!(conn = self.id, topic = %topic.name, producer = %producer_name, "producer created");
+        lock(&topic.producers).insert(
+            (self.id, p.producer_id),
+            crate::topic::ProducerInfo {
+                name: producer_name.clone(),
+                address: self.peer.clone(),
+                connected_since: crate::stats::now_rfc3339(),
+            },
+        );
         self.producers.insert(
             p.producer_id,
             Producer {
@@ -420,7 +428,9 @@ impl Conn {
         let Some(c) = &cmd.close_producer else {
             return self.send_error(0, ServerError::UnknownError, "missing body");
         };
-        self.producers.remove(&c.producer_id);
+        if let Some(p) = self.producers.remove(&c.producer_id) {
+            lock(&p.topic.producers).remove(&(self.id, c.producer_id));
+        }
         self.send_success(c.request_id);
     }
 
@@ -512,17 +522,20 @@ impl Conn {
                 );
             }
         };
+        let out_counters = Arc::new(crate::topic::OutCounters::default());
         lock(&sub.consumers).insert(
             global,
             crate::topic::ConsumerInfo {
-                name: consumer_name.clone(),
                 conn: self.id,
                 client_id: s.consumer_id,
                 address: self.peer.clone(),
+                connected_since: crate::stats::now_rfc3339(),
+                out: out_counters.clone(),
             },
         );
         let forwarder = spawn_forwarder(
             s.consumer_id,
+            out_counters,
             handle.deliveries.clone(),
             topic.clone(),
             self.out.clone(),
@@ -698,12 +711,13 @@ impl Conn {
                 "SEEK needs a message id or a publish time",
             );
         };
+        // As Pulsar does: every consumer of the subscription is closed by the broker (the
+        // clients subscribe again, clearing their receive queues), then the cursor moves,
+        // then the SEEK succeeds.
         let sub = c.sub.clone();
+        self.shared.kick_subscription(&sub);
         sub.runtime.admin(dispatcher::AdminOp::ResetTo(target));
         self.send_success(s.request_id);
-        // As Pulsar does after a reset: every consumer of the subscription is closed by the
-        // broker, and the clients subscribe again (clearing their receive queues).
-        self.shared.kick_subscription(&sub);
     }
 
     fn on_get_last_message_id(&mut self, cmd: &BaseCommand) {
@@ -751,7 +765,9 @@ impl Conn {
         for c in consumers {
             self.drop_consumer(c);
         }
-        self.producers.clear();
+        for (id, p) in self.producers.drain() {
+            lock(&p.topic.producers).remove(&(self.id, id));
+        }
     }
 }
 
@@ -777,6 +793,7 @@ fn request_id_of(cmd: &BaseCommand) -> u64 {
 /// Turns the dispatcher's deliveries for one consumer into MESSAGE frames.
 fn spawn_forwarder(
     client_consumer_id: u64,
+    counters: Arc<crate::topic::OutCounters>,
     deliveries: Receiver<Vec<dispatcher::Delivery>>,
     topic: Arc<Topic>,
     out: Sender<Vec<u8>>,
@@ -801,6 +818,14 @@ fn spawn_forwarder(
                         ack_set,
                     );
                     wire::encode_with_section(&cmd, &section, &mut frames);
+                    let unacked = d.meta.messages() as usize
+                        - d.acked_indexes.len().min(d.meta.messages() as usize);
+                    counters
+                        .messages
+                        .fetch_add(unacked as u64, Ordering::Relaxed);
+                    counters
+                        .bytes
+                        .fetch_add(u64::from(d.meta.size), Ordering::Relaxed);
                 }
                 if frames.is_empty() {
                     continue;

@@ -34,6 +34,7 @@ mod admin;
 mod config;
 mod conn;
 mod server;
+mod stats;
 mod topic;
 
 pub use config::{BrokerConfig, ConfigError, DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, USAGE};

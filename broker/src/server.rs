@@ -231,10 +231,12 @@ fn housekeeping_loop(shared: Arc<Shared>) {
         if last.elapsed() < HOUSEKEEPING_INTERVAL {
             continue;
         }
+        let secs = last.elapsed().as_secs_f64();
         last = Instant::now();
         for t in shared.topics() {
             t.trim();
         }
+        crate::stats::update_rates(&shared, secs);
     }
 }
 

@@ -9,6 +9,7 @@
 //! subscription's mark-delete position are trimmed with their payloads.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use cursor::{EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore, Position};
@@ -69,14 +70,48 @@ impl SubKind {
 /// A consumer connected to a subscription, as the registry knows it.
 #[derive(Clone, Debug)]
 pub(crate) struct ConsumerInfo {
-    /// The client's consumer name.
-    pub name: String,
     /// The connection it came on.
     pub conn: u64,
     /// The consumer id the client chose (per connection).
     pub client_id: u64,
     /// The peer address.
     pub address: String,
+    /// When it subscribed (RFC 3339, UTC).
+    pub connected_since: String,
+    /// Messages and bytes sent to it (the forwarder counts).
+    pub out: Arc<OutCounters>,
+}
+
+/// Messages and bytes sent to one consumer.
+#[derive(Debug, Default)]
+pub(crate) struct OutCounters {
+    pub messages: AtomicU64,
+    pub bytes: AtomicU64,
+}
+
+/// A producer attached to a topic, as the registry knows it.
+#[derive(Clone, Debug)]
+pub(crate) struct ProducerInfo {
+    pub name: String,
+    pub address: String,
+    pub connected_since: String,
+}
+
+/// A rate over the last housekeeping interval (per second).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Rate {
+    last: u64,
+    pub per_sec: f64,
+}
+
+impl Rate {
+    /// Feeds the counter's current value, `secs` after the previous one.
+    pub(crate) fn update(&mut self, now: u64, secs: f64) {
+        if secs > 0.0 {
+            self.per_sec = now.saturating_sub(self.last) as f64 / secs;
+        }
+        self.last = now;
+    }
 }
 
 /// One subscription: its dispatcher runtime and who is connected.
@@ -85,6 +120,10 @@ pub(crate) struct Subscription {
     pub kind: SubKind,
     pub runtime: Runtime,
     pub consumers: Mutex<BTreeMap<ConsumerId, ConsumerInfo>>,
+    /// Messages and bytes out (rates, from the consumers' counters).
+    pub rate_out: Mutex<(Rate, Rate)>,
+    /// Last expiry run by the admin API (ms since the epoch), 0 if none.
+    pub last_expire: AtomicU64,
 }
 
 impl std::fmt::Debug for Subscription {
@@ -139,6 +178,10 @@ pub(crate) struct Topic {
     state: Mutex<TopicState>,
     payloads: RwLock<BTreeMap<Position, Arc<[u8]>>>,
     counters: Mutex<TopicCounters>,
+    /// Producers by (connection, producer id).
+    pub producers: Mutex<BTreeMap<(u64, u64), ProducerInfo>>,
+    /// Messages and bytes in (rates).
+    pub rate_in: Mutex<(Rate, Rate)>,
 }
 
 impl std::fmt::Debug for Topic {
@@ -160,6 +203,8 @@ impl Topic {
             }),
             payloads: RwLock::new(BTreeMap::new()),
             counters: Mutex::new(TopicCounters::default()),
+            producers: Mutex::new(BTreeMap::new()),
+            rate_in: Mutex::new((Rate::default(), Rate::default())),
         }
     }
 
@@ -278,6 +323,8 @@ impl Topic {
             kind,
             runtime,
             consumers: Mutex::new(BTreeMap::new()),
+            rate_out: Mutex::new((Rate::default(), Rate::default())),
+            last_expire: AtomicU64::new(0),
         });
         info!(topic = %self.name, subscription = name, kind = kind.pulsar_name(), "subscription created");
         st.subs.insert(name.to_owned(), sub.clone());
@@ -305,6 +352,31 @@ impl Topic {
 
     pub(crate) fn counters(&self) -> TopicCounters {
         *lock(&self.counters)
+    }
+
+    /// Entries that exist now: count, messages and bytes (storage size), and per ledger
+    /// `(id, entries, bytes)`.
+    pub(crate) fn storage(&self) -> (cursor::Backlog, Vec<(u64, u64, u64)>) {
+        let st = lock(&self.state);
+        let mut total = cursor::Backlog::default();
+        let mut ledgers: Vec<(u64, u64, u64)> = Vec::new();
+        let mut p = st.ledger.first_position();
+        while let Some(q) = p {
+            if let Some(b) = st.ledger.stats(q) {
+                total.entries += 1;
+                total.messages += b.messages;
+                total.bytes += b.bytes;
+                match ledgers.last_mut() {
+                    Some(l) if l.0 == q.ledger_id => {
+                        l.1 += 1;
+                        l.2 += b.bytes;
+                    }
+                    _ => ledgers.push((q.ledger_id, 1, b.bytes)),
+                }
+            }
+            p = st.ledger.next_position(q);
+        }
+        (total, ledgers)
     }
 
     /// Retention: drops entries (metadata and payloads, in the master and in every

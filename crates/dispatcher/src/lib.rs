@@ -217,5 +217,7 @@ pub use crate::config::{
 pub use crate::core::{BoxedSelector, Command, Dispatcher, Gate, Verdict};
 pub use crate::error::{AckError, AddConsumerError};
 pub use crate::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
-pub use crate::runtime::{AdminOp, ConsumerHandle, CursorView, Delivery, Event, Runtime};
+pub use crate::runtime::{
+    AdminOp, ConsumerHandle, CursorView, Delivery, Event, Runtime, WhyBlockedQuery,
+};
 pub use crate::shared::{NoopWaker, Waker};

@@ -23,7 +23,7 @@ use crate::ack::{AckHandle, AckOutcome, ConsumerAckHandle, CursorCell};
 use crate::config::{ConsumerId, ConsumerSpec, DispatcherConfig};
 use crate::core::{Command, Dispatcher};
 use crate::error::{AckError, AddConsumerError};
-use crate::explain::{ConsumerStats, DispatcherStats};
+use crate::explain::{BlockReason, ConsumerStats, DispatcherStats};
 use crate::shared::Waker;
 
 /// An administrative operation on the subscription's cursor, run on the dispatcher thread; the
@@ -76,6 +76,15 @@ impl std::ops::Deref for Delivery {
     }
 }
 
+/// What [`Event::WhyBlocked`] asks about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WhyBlockedQuery {
+    /// A sticky-key hash slot.
+    Hash(u32),
+    /// A message key (ordering key or partition key bytes).
+    Key(Vec<u8>),
+}
+
 /// Everything the dispatcher thread reacts to (besides its timer).
 pub enum Event {
     /// A consumer joins; its deliveries go to `deliveries`; the outcome to `reply`.
@@ -112,6 +121,8 @@ pub enum Event {
     Wake,
     /// Read the current stats.
     Stats(Sender<(DispatcherStats, Vec<ConsumerStats>)>),
+    /// Explain why a hash or key is not dispatched ([`Runtime::why_blocked`]).
+    WhyBlocked(WhyBlockedQuery, Sender<BlockReason>),
     /// Stop the dispatcher thread.
     Shutdown,
 }
@@ -130,6 +141,7 @@ impl std::fmt::Debug for Event {
             Event::Admin(op, _) => write!(f, "Admin({op:?})"),
             Event::Wake => f.write_str("Wake"),
             Event::Stats(_) => f.write_str("Stats"),
+            Event::WhyBlocked(q, _) => write!(f, "WhyBlocked({q:?})"),
             Event::Shutdown => f.write_str("Shutdown"),
         }
     }
@@ -178,12 +190,14 @@ pub struct CursorView {
 }
 
 type ViewFn = dyn Fn() -> CursorView + Send + Sync;
+type RangesFn = dyn Fn() -> Vec<(Position, Position)> + Send + Sync;
 
 /// A running subscription: the dispatcher thread and the handles to talk to it.
 pub struct Runtime {
     events: Sender<Event>,
     ack: AckHandle,
     view: StdArc<ViewFn>,
+    ranges: StdArc<RangesFn>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -280,6 +294,13 @@ impl Runtime {
                 }
             })
         };
+        let ranges: StdArc<RangesFn> = {
+            let cell = cell.clone();
+            StdArc::new(move || match cell.lock() {
+                Ok(g) => g.cursor.acked_set().ranges(),
+                Err(p) => p.into_inner().cursor.acked_set().ranges(),
+            })
+        };
         let core = Dispatcher::new(cfg, waker.clone());
         let ack = core.ack_handle(cell.clone());
         let thread = std::thread::Builder::new()
@@ -302,6 +323,7 @@ impl Runtime {
             events: tx,
             ack,
             view,
+            ranges,
             thread,
         }
     }
@@ -354,6 +376,29 @@ impl Runtime {
     /// (takes the cursor lock that acks take; does not wait for the dispatcher thread).
     pub fn cursor_view(&self) -> CursorView {
         (self.view)()
+    }
+
+    /// The acknowledged runs above mark-delete (`(first, last)` inclusive, ascending): the
+    /// holes' complement, what Pulsar's internal stats call `individuallyDeletedMessages`.
+    pub fn acked_ranges(&self) -> Vec<(Position, Position)> {
+        (self.ranges)()
+    }
+
+    /// Why entries of sticky-key hash `hash` are not dispatched right now, read on the
+    /// dispatcher thread ([`Dispatcher::why_blocked`]); `None` when the thread is gone.
+    pub fn why_blocked(&self, hash: u32) -> Option<BlockReason> {
+        let (tx, rx) = unbounded();
+        let _ = self.events.send(Event::WhyBlocked(WhyBlockedQuery::Hash(hash), tx));
+        rx.recv().ok()
+    }
+
+    /// [`Runtime::why_blocked`] for a key (hashed as the subscription's selector hashes it).
+    pub fn why_blocked_key(&self, key: &[u8]) -> Option<BlockReason> {
+        let (tx, rx) = unbounded();
+        let _ = self
+            .events
+            .send(Event::WhyBlocked(WhyBlockedQuery::Key(key.to_vec()), tx));
+        rx.recv().ok()
     }
 
     /// A clone of the event sender, for custom producers of events.
@@ -501,6 +546,13 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
             }
             Event::Stats(reply) => {
                 let _ = reply.send((self.core.stats(), self.core.consumer_stats()));
+            }
+            Event::WhyBlocked(q, reply) => {
+                let r = match q {
+                    WhyBlockedQuery::Hash(h) => self.core.why_blocked(h),
+                    WhyBlockedQuery::Key(k) => self.core.why_blocked_key(&k),
+                };
+                let _ = reply.send(r);
             }
             Event::Shutdown => return false,
         }

@@ -1,0 +1,643 @@
+//! Topic stats, internal stats and metrics, with Pulsar's field and metric names.
+//!
+//! The JSON shapes follow Pulsar's admin v2 `TopicStats` / `SubscriptionStats` /
+//! `ConsumerStats` and `PersistentTopicInternalStats` (field names as Pulsar serialises them);
+//! fields this broker has no notion of (replication, compaction, schemas) are left out rather
+//! than filled with zeros that would mislead.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use cursor::Position;
+use dispatcher::BlockReason;
+use serde::Serialize;
+
+use crate::server::Shared;
+use crate::topic::{lock, SubKind, Subscription, Topic};
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Now as RFC 3339 in UTC with milliseconds, e.g. `2026-12-01T08:45:28.123Z`.
+pub(crate) fn now_rfc3339() -> String {
+    rfc3339(now_ms())
+}
+
+fn rfc3339(ms: u64) -> String {
+    let secs = ms / 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+/// Pulsar's text form of a position: `ledger:entry`, with `-1` for "before the first entry".
+pub(crate) fn position_text(p: Position) -> String {
+    if p.entry_id == u64::MAX {
+        format!("{}:-1", p.ledger_id)
+    } else {
+        format!("{}:{}", p.ledger_id, p.entry_id)
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct PublisherStats {
+    producer_name: String,
+    address: String,
+    connected_since: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct DrainingHash {
+    hash: u32,
+    unack_msgs: u32,
+    blocked_attempts: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct ConsumerStats {
+    consumer_name: String,
+    address: String,
+    connected_since: String,
+    available_permits: i64,
+    unacked_messages: i64,
+    blocked_consumer_on_unacked_msgs: bool,
+    msg_out_counter: u64,
+    bytes_out_counter: u64,
+    priority_level: i32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draining_hashes: Option<Vec<DrainingHash>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draining_hashes_count: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draining_hashes_unacked_messages: Option<u64>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct SubscriptionStats {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    msg_rate_out: f64,
+    msg_throughput_out: f64,
+    msg_out_counter: u64,
+    bytes_out_counter: u64,
+    msg_backlog: u64,
+    backlog_size: u64,
+    unacked_messages: i64,
+    msg_rate_redeliver: f64,
+    last_expire_timestamp: u64,
+    consumers: Vec<ConsumerStats>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_shared_mode: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    allow_out_of_order_delivery: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    draining_hashes_count: Option<usize>,
+    is_durable: bool,
+    is_replicated: bool,
+    /// This broker's own figures (not in Pulsar's stats).
+    replay_size: usize,
+    orphan_chunks_dispatched: u64,
+    nack_held_hashes: usize,
+    redeliveries: u64,
+    nacks: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct TopicStats {
+    msg_rate_in: f64,
+    msg_throughput_in: f64,
+    msg_rate_out: f64,
+    msg_throughput_out: f64,
+    msg_in_counter: u64,
+    bytes_in_counter: u64,
+    msg_out_counter: u64,
+    bytes_out_counter: u64,
+    average_msg_size: f64,
+    storage_size: u64,
+    backlog_size: u64,
+    publishers: Vec<PublisherStats>,
+    subscriptions: BTreeMap<String, SubscriptionStats>,
+}
+
+fn subscription_stats(s: &Subscription) -> Option<SubscriptionStats> {
+    let (ds, cs) = s.runtime.stats()?;
+    let view = s.runtime.cursor_view();
+    let infos = lock(&s.consumers).clone();
+    let key_shared = matches!(s.kind, SubKind::KeyShared(_));
+    let mut consumers = Vec::with_capacity(cs.len());
+    let (mut out_msgs, mut out_bytes) = (0, 0);
+    for c in &cs {
+        let info = infos.get(&c.id);
+        let (m, b) = info.map_or((0, 0), |i| {
+            (
+                i.out.messages.load(Ordering::Relaxed),
+                i.out.bytes.load(Ordering::Relaxed),
+            )
+        });
+        out_msgs += m;
+        out_bytes += b;
+        let draining: Vec<DrainingHash> = c
+            .draining
+            .iter()
+            .map(|d| DrainingHash {
+                hash: d.hash,
+                unack_msgs: d.pending,
+                blocked_attempts: u64::from(d.blocked_attempts),
+            })
+            .collect();
+        consumers.push(ConsumerStats {
+            consumer_name: c.name.clone(),
+            address: info.map(|i| i.address.clone()).unwrap_or_default(),
+            connected_since: info.map(|i| i.connected_since.clone()).unwrap_or_default(),
+            available_permits: c.permits,
+            unacked_messages: c.unacked,
+            blocked_consumer_on_unacked_msgs: c.blocked_on_unacked,
+            msg_out_counter: m,
+            bytes_out_counter: b,
+            priority_level: c.priority,
+            draining_hashes_count: key_shared.then_some(draining.len()),
+            draining_hashes_unacked_messages: key_shared
+                .then(|| draining.iter().map(|d| u64::from(d.unack_msgs)).sum()),
+            draining_hashes: key_shared.then_some(draining),
+        });
+    }
+    let (rate_m, rate_b) = *lock(&s.rate_out);
+    let mode = s.kind.key_shared_mode_name();
+    let ooo = match s.kind {
+        SubKind::KeyShared(k) => Some(k.allow_out_of_order),
+        _ => None,
+    };
+    Some(SubscriptionStats {
+        kind: s.kind.pulsar_name(),
+        msg_rate_out: rate_m.per_sec,
+        msg_throughput_out: rate_b.per_sec,
+        msg_out_counter: out_msgs,
+        bytes_out_counter: out_bytes,
+        msg_backlog: view.backlog.messages,
+        backlog_size: view.backlog.bytes,
+        unacked_messages: cs.iter().map(|c| c.unacked).sum(),
+        msg_rate_redeliver: 0.0,
+        last_expire_timestamp: s.last_expire.load(Ordering::Relaxed),
+        consumers,
+        key_shared_mode: mode,
+        allow_out_of_order_delivery: ooo,
+        draining_hashes_count: key_shared.then_some(ds.draining_hashes),
+        is_durable: true,
+        is_replicated: false,
+        replay_size: ds.replay_size,
+        orphan_chunks_dispatched: ds.orphan_chunks,
+        nack_held_hashes: ds.held_hashes,
+        redeliveries: ds.redeliveries,
+        nacks: ds.nacks,
+    })
+}
+
+/// `GET …/stats`.
+pub(crate) fn topic_stats(t: &Topic) -> TopicStats {
+    let c = t.counters();
+    let (rate_m, rate_b) = *lock(&t.rate_in);
+    let (storage, _) = t.storage();
+    let subscriptions: BTreeMap<String, SubscriptionStats> = t
+        .subscriptions()
+        .iter()
+        .filter_map(|s| Some((s.name.clone(), subscription_stats(s)?)))
+        .collect();
+    let publishers = lock(&t.producers)
+        .values()
+        .map(|p| PublisherStats {
+            producer_name: p.name.clone(),
+            address: p.address.clone(),
+            connected_since: p.connected_since.clone(),
+        })
+        .collect();
+    TopicStats {
+        msg_rate_in: rate_m.per_sec,
+        msg_throughput_in: rate_b.per_sec,
+        msg_rate_out: subscriptions.values().map(|s| s.msg_rate_out).sum(),
+        msg_throughput_out: subscriptions.values().map(|s| s.msg_throughput_out).sum(),
+        msg_in_counter: c.msg_in,
+        bytes_in_counter: c.bytes_in,
+        msg_out_counter: subscriptions.values().map(|s| s.msg_out_counter).sum(),
+        bytes_out_counter: subscriptions.values().map(|s| s.bytes_out_counter).sum(),
+        average_msg_size: if c.msg_in == 0 {
+            0.0
+        } else {
+            c.bytes_in as f64 / c.msg_in as f64
+        },
+        storage_size: storage.bytes,
+        backlog_size: subscriptions.values().map(|s| s.backlog_size).sum(),
+        publishers,
+        subscriptions,
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct LedgerInfo {
+    ledger_id: u64,
+    entries: u64,
+    size: u64,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct CursorStats {
+    mark_delete_position: String,
+    read_position: String,
+    individually_deleted_messages: String,
+    total_non_contiguous_deleted_messages_range: usize,
+    messages_consumed_counter: u64,
+    number_of_entries_since_first_not_acked_message: u64,
+    state: &'static str,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct InternalStats {
+    entries_added_counter: u64,
+    number_of_entries: u64,
+    total_size: u64,
+    last_confirmed_entry: String,
+    state: &'static str,
+    ledgers: Vec<LedgerInfo>,
+    cursors: BTreeMap<String, CursorStats>,
+}
+
+/// Pulsar's text form of the acked runs above mark-delete: `[(a..b], (c..d]]`, each range
+/// open at the position before its first acked entry and closed at its last.
+pub(crate) fn deleted_ranges_text(ranges: &[(Position, Position)]) -> String {
+    let parts: Vec<String> = ranges
+        .iter()
+        .map(|(a, b)| format!("({}..{}]", position_text(a.before()), position_text(*b)))
+        .collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// `GET …/internalStats`.
+pub(crate) fn internal_stats(t: &Topic) -> InternalStats {
+    let (storage, ledgers) = t.storage();
+    let counters = t.counters();
+    let cursors = t
+        .subscriptions()
+        .iter()
+        .map(|s| {
+            let v = s.runtime.cursor_view();
+            let ranges = s.runtime.acked_ranges();
+            (
+                s.name.clone(),
+                CursorStats {
+                    mark_delete_position: position_text(v.mark_delete),
+                    read_position: position_text(v.read),
+                    individually_deleted_messages: deleted_ranges_text(&ranges),
+                    total_non_contiguous_deleted_messages_range: ranges.len(),
+                    messages_consumed_counter: counters
+                        .entries_in
+                        .saturating_sub(v.backlog.entries),
+                    number_of_entries_since_first_not_acked_message: v.backlog.entries,
+                    state: "Open",
+                },
+            )
+        })
+        .collect();
+    InternalStats {
+        entries_added_counter: counters.entries_in,
+        number_of_entries: storage.entries,
+        total_size: storage.bytes,
+        last_confirmed_entry: position_text(t.last_position()),
+        state: "LedgerOpened",
+        ledgers: ledgers
+            .into_iter()
+            .map(|(id, n, b)| LedgerInfo {
+                ledger_id: id,
+                entries: n,
+                size: b,
+            })
+            .collect(),
+        cursors,
+    }
+}
+
+/// `GET …/whyBlocked`: the typed reason as JSON.
+pub(crate) fn why_blocked_json(reason: BlockReason, hash: Option<u32>) -> serde_json::Value {
+    use serde_json::json;
+    let mut v = match reason {
+        BlockReason::DrainingOn { consumer, pending } => json!({
+            "reason": "draining",
+            "consumerId": consumer.0,
+            "pendingEntries": pending,
+            "explanation": format!("the key moved away from consumer {consumer}, which still has {pending} unacked entries of it"),
+        }),
+        BlockReason::BehindReplay { position } => json!({
+            "reason": "behindReplay",
+            "position": position_text(position),
+            "explanation": "an earlier entry of the key waits in replay; later entries queue behind it",
+        }),
+        BlockReason::HeldByNack { position, until } => json!({
+            "reason": "heldByNack",
+            "position": position_text(position),
+            "untilDispatcherMs": until,
+            "explanation": "a nacked entry of the key waits to be re-sent; no entry of the key goes out before it",
+        }),
+        BlockReason::Parked { position } => json!({
+            "reason": "parked",
+            "position": position_text(position),
+            "explanation": "a nacked entry reached the dead-letter threshold and is parked",
+        }),
+        BlockReason::NoPermits { consumer } => json!({
+            "reason": "noPermits",
+            "consumerId": consumer.0,
+            "explanation": format!("the key's owner {consumer} has no permits or is blocked on unacked messages"),
+        }),
+        BlockReason::UnassignedRange => json!({
+            "reason": "unassignedRange",
+            "explanation": "no connected consumer covers the key's hash",
+        }),
+        BlockReason::NotBlocked => json!({
+            "reason": "notBlocked",
+            "explanation": "nothing holds the key back",
+        }),
+    };
+    if let (Some(h), Some(obj)) = (hash, v.as_object_mut()) {
+        obj.insert("hash".into(), json!(h));
+    }
+    v
+}
+
+/// `GET /metrics`: Prometheus text. Pulsar's metric names where Pulsar has the figure
+/// (`pulsar_*`, labelled `cluster`, `namespace`, `topic`, `subscription`), this broker's own
+/// under `keyordered_*`.
+pub(crate) fn metrics(shared: &Shared) -> String {
+    let mut out = String::new();
+    let mut families: BTreeMap<&'static str, (&'static str, &'static str, Vec<String>)> =
+        BTreeMap::new();
+    let mut add =
+        |name: &'static str, kind: &'static str, help: &'static str, labels: &str, v: f64| {
+            families
+                .entry(name)
+                .or_insert_with(|| (kind, help, Vec::new()))
+                .2
+                .push(format!("{name}{{{labels}}} {v}"));
+        };
+    for t in shared.topics() {
+        let ns = crate::topic::TopicName::parse(&t.name)
+            .map(|n| format!("{}/{}", n.tenant, n.namespace))
+            .unwrap_or_default();
+        let tl = format!(
+            "cluster=\"standalone\",namespace=\"{ns}\",topic=\"{}\"",
+            t.name
+        );
+        let st = topic_stats(&t);
+        add(
+            "pulsar_rate_in",
+            "gauge",
+            "Messages per second published to the topic.",
+            &tl,
+            st.msg_rate_in,
+        );
+        add(
+            "pulsar_rate_out",
+            "gauge",
+            "Messages per second dispatched from the topic.",
+            &tl,
+            st.msg_rate_out,
+        );
+        add(
+            "pulsar_throughput_in",
+            "gauge",
+            "Bytes per second published to the topic.",
+            &tl,
+            st.msg_throughput_in,
+        );
+        add(
+            "pulsar_throughput_out",
+            "gauge",
+            "Bytes per second dispatched from the topic.",
+            &tl,
+            st.msg_throughput_out,
+        );
+        add(
+            "pulsar_in_messages_total",
+            "counter",
+            "Messages published to the topic.",
+            &tl,
+            st.msg_in_counter as f64,
+        );
+        add(
+            "pulsar_in_bytes_total",
+            "counter",
+            "Bytes published to the topic.",
+            &tl,
+            st.bytes_in_counter as f64,
+        );
+        add(
+            "pulsar_out_messages_total",
+            "counter",
+            "Messages dispatched from the topic.",
+            &tl,
+            st.msg_out_counter as f64,
+        );
+        add(
+            "pulsar_storage_size",
+            "gauge",
+            "Bytes of entries the topic stores.",
+            &tl,
+            st.storage_size as f64,
+        );
+        add(
+            "pulsar_producers_count",
+            "gauge",
+            "Connected producers.",
+            &tl,
+            st.publishers.len() as f64,
+        );
+        add(
+            "pulsar_subscriptions_count",
+            "gauge",
+            "Subscriptions of the topic.",
+            &tl,
+            st.subscriptions.len() as f64,
+        );
+        let backlog: u64 = st.subscriptions.values().map(|s| s.msg_backlog).sum();
+        add(
+            "pulsar_msg_backlog",
+            "gauge",
+            "Messages in the backlogs of all subscriptions.",
+            &tl,
+            backlog as f64,
+        );
+        let consumers: usize = st.subscriptions.values().map(|s| s.consumers.len()).sum();
+        add(
+            "pulsar_consumers_count",
+            "gauge",
+            "Connected consumers.",
+            &tl,
+            consumers as f64,
+        );
+        for (name, s) in &st.subscriptions {
+            let sl = format!("{tl},subscription=\"{name}\"");
+            add(
+                "pulsar_subscription_back_log",
+                "gauge",
+                "Messages in the subscription's backlog.",
+                &sl,
+                s.msg_backlog as f64,
+            );
+            add(
+                "pulsar_subscription_unacked_messages",
+                "gauge",
+                "Messages sent and not yet acknowledged.",
+                &sl,
+                s.unacked_messages as f64,
+            );
+            add(
+                "pulsar_subscription_msg_rate_out",
+                "gauge",
+                "Messages per second dispatched to the subscription.",
+                &sl,
+                s.msg_rate_out,
+            );
+            add(
+                "pulsar_subscription_msg_throughput_out",
+                "gauge",
+                "Bytes per second dispatched to the subscription.",
+                &sl,
+                s.msg_throughput_out,
+            );
+            add(
+                "pulsar_subscription_consumers_count",
+                "gauge",
+                "Consumers of the subscription.",
+                &sl,
+                s.consumers.len() as f64,
+            );
+            let blocked = s
+                .consumers
+                .iter()
+                .filter(|c| c.blocked_consumer_on_unacked_msgs)
+                .count();
+            add(
+                "pulsar_subscription_blocked_on_unacked_messages",
+                "gauge",
+                "Consumers blocked on unacked messages.",
+                &sl,
+                blocked as f64,
+            );
+            add(
+                "keyordered_subscription_draining_hashes",
+                "gauge",
+                "Key_Shared hashes draining (moved, old owner still has unacked entries).",
+                &sl,
+                s.draining_hashes_count.unwrap_or(0) as f64,
+            );
+            add(
+                "keyordered_subscription_orphan_chunks_total",
+                "counter",
+                "Chunks whose message start was gone, dispatched instead of replayed.",
+                &sl,
+                s.orphan_chunks_dispatched as f64,
+            );
+            add(
+                "keyordered_subscription_nack_held_hashes",
+                "gauge",
+                "Key_Shared hashes held by an ordered nack.",
+                &sl,
+                s.nack_held_hashes as f64,
+            );
+            add(
+                "keyordered_subscription_replay_size",
+                "gauge",
+                "Positions waiting in replay.",
+                &sl,
+                s.replay_size as f64,
+            );
+            add(
+                "keyordered_subscription_redeliveries_total",
+                "counter",
+                "Entries taken back for redelivery.",
+                &sl,
+                s.redeliveries as f64,
+            );
+        }
+    }
+    for (name, (kind, help, lines)) in families {
+        let _ = writeln!(out, "# HELP {name} {help}");
+        let _ = writeln!(out, "# TYPE {name} {kind}");
+        for l in lines {
+            let _ = writeln!(out, "{l}");
+        }
+    }
+    out
+}
+
+/// Feeds the rate meters (called once per housekeeping interval).
+pub(crate) fn update_rates(shared: &Shared, secs: f64) {
+    for t in shared.topics() {
+        let c = t.counters();
+        {
+            let mut r = lock(&t.rate_in);
+            r.0.update(c.msg_in, secs);
+            r.1.update(c.bytes_in, secs);
+        }
+        for s in t.subscriptions() {
+            let (m, b) = lock(&s.consumers).values().fold((0, 0), |(m, b), i| {
+                (
+                    m + i.out.messages.load(Ordering::Relaxed),
+                    b + i.out.bytes.load(Ordering::Relaxed),
+                )
+            });
+            let mut r = lock(&s.rate_out);
+            r.0.update(m, secs);
+            r.1.update(b, secs);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_dates() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(951_782_400_123), "2000-02-29T00:00:00.123Z");
+        assert_eq!(rfc3339(1_796_110_000_000), "2026-12-01T08:06:40.000Z");
+    }
+
+    #[test]
+    fn pulsar_text_forms() {
+        assert_eq!(position_text(Position::new(3, u64::MAX)), "3:-1");
+        let ranges = [
+            (Position::new(1, 2), Position::new(1, 4)),
+            (Position::new(1, 7), Position::new(1, 7)),
+        ];
+        assert_eq!(deleted_ranges_text(&ranges), "[(1:1..1:4], (1:6..1:7]]");
+        assert_eq!(deleted_ranges_text(&[]), "[]");
+    }
+}
