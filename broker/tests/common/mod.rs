@@ -152,3 +152,44 @@ pub fn metadata(producer: &str, seq: u64, key: Option<&str>) -> MessageMetadata 
         ..Default::default()
     }
 }
+
+/// One HTTP/1.1 request to the admin server: `(status, body)`.
+pub fn http(broker: &Broker, method: &str, path: &str, body: &str) -> (u16, String) {
+    let addr = broker.admin_url().trim_start_matches("http://").to_owned();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let status = resp
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = resp
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// Produces `n` messages with keys `k0..k{keys-1}` on `topic` over a fresh connection.
+pub fn produce(broker: &Broker, topic: &str, n: u64, keys: u64) {
+    let mut c = Raw::connected(broker);
+    c.send(&wire::commands::producer(topic, 1, 1, None));
+    let ps = c.expect(Type::ProducerSuccess);
+    let name = ps.command.producer_success.unwrap().producer_name;
+    for i in 0..n {
+        let key = format!("k{}", i % keys.max(1));
+        c.send_message(
+            &wire::commands::send(1, i, 1),
+            &metadata(&name, i, Some(&key)),
+            format!("m{i}").as_bytes(),
+        );
+        c.expect(Type::SendReceipt);
+    }
+}

@@ -1,0 +1,208 @@
+//! The admin HTTP surface: Pulsar's v2 paths and field names, the operations' effect on the
+//! subscription, and Pulsar's status codes for bad requests.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{http, produce, start_broker, Raw};
+use wire::proto::base_command::Type;
+use wire::proto::command_subscribe::{InitialPosition, SubType};
+
+const TOPIC: &str = "persistent://public/default/admin-t";
+const BASE: &str = "/admin/v2/persistent/public/default/admin-t";
+
+fn backlog(b: &broker::Broker, sub: &str) -> u64 {
+    let (status, body) = http(b, "GET", &format!("{BASE}/stats"), "");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["subscriptions"][sub]["msgBacklog"].as_u64().unwrap()
+}
+
+#[test]
+fn stats_and_operations() {
+    let b = start_broker(&[]);
+    let mut c = Raw::connected(&b);
+    c.send(&wire::commands::subscribe(
+        TOPIC,
+        "sub",
+        1,
+        1,
+        SubType::KeyShared,
+        None,
+        InitialPosition::Earliest,
+    ));
+    c.expect(Type::Success);
+    produce(&b, TOPIC, 10, 3);
+
+    let (status, body) = http(&b, "GET", &format!("{BASE}/stats"), "");
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["msgInCounter"], 10);
+    let sub = &v["subscriptions"]["sub"];
+    assert_eq!(sub["type"], "Key_Shared");
+    assert_eq!(sub["msgBacklog"], 10);
+    assert_eq!(sub["keySharedMode"], "AUTO_SPLIT");
+    assert_eq!(sub["consumers"].as_array().unwrap().len(), 1);
+    assert_eq!(sub["consumers"][0]["availablePermits"], 0);
+    assert!(sub["consumers"][0]["drainingHashes"].is_array());
+
+    // Skip 2, then clear the rest.
+    assert_eq!(
+        http(&b, "POST", &format!("{BASE}/subscription/sub/skip/2"), "").0,
+        204
+    );
+    assert_eq!(backlog(&b, "sub"), 8);
+    let (status, body) = http(&b, "GET", &format!("{BASE}/internalStats"), "");
+    assert_eq!(status, 200);
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["cursors"]["sub"]["markDeletePosition"], "1:1");
+    assert_eq!(v["entriesAddedCounter"], 10);
+
+    // Reset by message id puts everything back, and closes the consumer (as Pulsar).
+    let (status, _) = http(
+        &b,
+        "POST",
+        &format!("{BASE}/subscription/sub/resetcursor"),
+        r#"{"ledgerId": 1, "entryId": 0}"#,
+    );
+    assert_eq!(status, 204);
+    assert_eq!(
+        c.expect(Type::CloseConsumer)
+            .command
+            .close_consumer
+            .unwrap()
+            .consumer_id,
+        1
+    );
+    assert_eq!(backlog(&b, "sub"), 10);
+
+    // Expire everything older than 0 s: the whole backlog (publish times are in the past).
+    assert_eq!(
+        http(
+            &b,
+            "POST",
+            &format!("{BASE}/subscription/sub/expireMessages/0"),
+            ""
+        )
+        .0,
+        204
+    );
+    assert_eq!(backlog(&b, "sub"), 0);
+
+    // Reset by time to the beginning, then skip_all.
+    assert_eq!(
+        http(
+            &b,
+            "POST",
+            &format!("{BASE}/subscription/sub/resetcursor/0"),
+            ""
+        )
+        .0,
+        204
+    );
+    assert_eq!(backlog(&b, "sub"), 10);
+    assert_eq!(
+        http(&b, "POST", &format!("{BASE}/subscription/sub/skip_all"), "").0,
+        204
+    );
+    assert_eq!(backlog(&b, "sub"), 0);
+
+    // whyBlocked: nobody is connected now.
+    let (status, body) = http(
+        &b,
+        "GET",
+        &format!("{BASE}/subscription/sub/whyBlocked?key=k1"),
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["reason"], "unassignedRange");
+    assert!(v["hash"].is_u64());
+
+    // Metrics carry Pulsar's names and ours.
+    let (status, body) = http(&b, "GET", "/metrics", "");
+    assert_eq!(status, 200);
+    for name in [
+        "pulsar_subscription_back_log{",
+        "pulsar_subscription_unacked_messages{",
+        "pulsar_subscription_msg_rate_out{",
+        "pulsar_in_messages_total{",
+        "keyordered_subscription_draining_hashes{",
+        "keyordered_subscription_orphan_chunks_total{",
+    ] {
+        assert!(body.contains(name), "{name} missing from /metrics");
+    }
+    b.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn bad_requests_get_pulsar_status_codes() {
+    let b = start_broker(&[]);
+    produce(&b, TOPIC, 1, 1);
+    let mut c = Raw::connected(&b);
+    c.send(&wire::commands::subscribe(
+        TOPIC,
+        "sub",
+        1,
+        1,
+        SubType::Shared,
+        None,
+        InitialPosition::Earliest,
+    ));
+    c.expect(Type::Success);
+    let cases: &[(&str, String, &str, u16)] = &[
+        (
+            "GET",
+            "/admin/v2/persistent/public/default/nope/stats".into(),
+            "",
+            404,
+        ),
+        ("POST", format!("{BASE}/subscription/nope/skip/1"), "", 404),
+        ("POST", format!("{BASE}/subscription/sub/skip/abc"), "", 400),
+        ("POST", format!("{BASE}/subscription/sub/skip/-3"), "", 412),
+        (
+            "POST",
+            format!("{BASE}/subscription/sub/expireMessages/-1"),
+            "",
+            412,
+        ),
+        (
+            "POST",
+            format!("{BASE}/subscription/sub/resetcursor"),
+            "not json",
+            400,
+        ),
+        (
+            "POST",
+            format!("{BASE}/subscription/sub/resetcursor"),
+            "{\"x\": 1}",
+            400,
+        ),
+        (
+            "GET",
+            format!("{BASE}/subscription/sub/whyBlocked"),
+            "",
+            400,
+        ),
+        (
+            "GET",
+            format!("{BASE}/subscription/sub/whyBlocked?hash=70000"),
+            "",
+            400,
+        ),
+        ("DELETE", format!("{BASE}/stats"), "", 405),
+        ("GET", "/nothing/here".into(), "", 404),
+    ];
+    for (method, path, body, want) in cases {
+        let (status, reply) = http(&b, method, path, body);
+        assert_eq!(status, *want, "{method} {path}: {reply}");
+        let v: serde_json::Value = serde_json::from_str(&reply).unwrap();
+        assert!(v["reason"].is_string(), "{method} {path}: {reply}");
+    }
+    // A request that never finishes its head is cut off, and the server still answers.
+    let addr = b.admin_url().trim_start_matches("http://").to_owned();
+    let _slow = std::net::TcpStream::connect(addr).unwrap();
+    assert_eq!(http(&b, "GET", &format!("{BASE}/stats"), "").0, 200);
+    b.shutdown(Duration::from_secs(5));
+}
