@@ -135,7 +135,7 @@ pub fn decode_frame(frame_bytes: &[u8]) -> Result<Frame, DecodeError> {
         what: "BaseCommand",
         message: e.to_string(),
     })?;
-    check_type(command.r#type)?;
+    check_type(cmd_bytes, command.r#type)?;
 
     let rest = b.get(cmd_end..).unwrap_or_default();
     if rest.is_empty() {
@@ -152,8 +152,18 @@ pub fn decode_frame(frame_bytes: &[u8]) -> Result<Frame, DecodeError> {
     })
 }
 
-fn check_type(t: i32) -> Result<(), DecodeError> {
-    if t == 0 {
+/// `BaseCommand.type` alone. prost fills an absent proto2 enum with the enum's first value
+/// (CONNECT), so presence is checked on the bytes with this one-field view.
+#[derive(Clone, PartialEq, prost::Message)]
+struct TypeOnly {
+    #[prost(int32, optional, tag = "1")]
+    r#type: Option<i32>,
+}
+
+fn check_type(cmd_bytes: &[u8], t: i32) -> Result<(), DecodeError> {
+    // The bytes already decoded as a BaseCommand, so they decode as this subset too.
+    let present = TypeOnly::decode(cmd_bytes).is_ok_and(|v| v.r#type.is_some());
+    if !present || t == 0 {
         return Err(DecodeError::MissingCommandType);
     }
     base_command::Type::try_from(t)
