@@ -183,16 +183,14 @@ fn skip_broker_entry_metadata(rest: &[u8]) -> Result<&[u8], DecodeError> {
     let size = be_u32(rest, 2).ok_or(DecodeError::SizeFieldsInconsistent(
         SizeField::SectionTooShort,
     ))? as usize;
-    let bem = rest
-        .get(6..6 + size)
-        .ok_or(DecodeError::SizeFieldsInconsistent(
-            SizeField::BrokerEntryMetadataBeyondFrame,
-        ))?;
+    let beyond = DecodeError::SizeFieldsInconsistent(SizeField::BrokerEntryMetadataBeyondFrame);
+    let end = size.checked_add(6).ok_or(beyond.clone())?;
+    let bem = rest.get(6..end).ok_or(beyond)?;
     BrokerEntryMetadata::decode(bem).map_err(|e| DecodeError::Protobuf {
         what: "BrokerEntryMetadata",
         message: e.to_string(),
     })?;
-    Ok(rest.get(6 + size..).unwrap_or_default())
+    Ok(rest.get(end..).unwrap_or_default())
 }
 
 /// Parses a stored `0e01 [u32 crc32c] [u32 meta_size] [MessageMetadata] [payload]` section:
