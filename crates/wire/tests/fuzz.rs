@@ -176,7 +176,33 @@ fn mutate(rng: &mut SplitMix64, corpus: &[Vec<u8>]) -> Vec<u8> {
             _ => {}
         }
     }
+    // Half the time, re-seal the checksum so mutated metadata and size fields get past the CRC.
+    if rng.below(2) == 0 {
+        fix_crc(&mut b);
+    }
     b
+}
+
+/// Recomputes the CRC32C of the `0e01` section, if the frame has one where the decoder looks.
+fn fix_crc(b: &mut [u8]) {
+    let be32 = |b: &[u8], at: usize| -> Option<usize> {
+        let s = b.get(at..at.checked_add(4)?)?;
+        Some(u32::from_be_bytes(s.try_into().ok()?) as usize)
+    };
+    let Some(mut at) = be32(b, 4).and_then(|n| n.checked_add(8)) else {
+        return;
+    };
+    if b.get(at..at + 2) == Some(&[0x0e, 0x02]) {
+        let Some(n) = be32(b, at + 2) else { return };
+        at = match at.checked_add(6 + n) {
+            Some(a) => a,
+            None => return,
+        };
+    }
+    if b.get(at..at + 2) == Some(&[0x0e, 0x01]) && at + 6 <= b.len() {
+        let crc = crc32c::crc32c(&b[at + 6..]);
+        b[at + 2..at + 6].copy_from_slice(&crc.to_be_bytes());
+    }
 }
 
 /// Re-encodes a decoded frame; it must decode again and re-encode to the same bytes (bytes, not
