@@ -5,8 +5,9 @@ mod common;
 
 use cursor::{ChunkMeta, Position};
 use wire::convert::{
-    ack_set_from_acked, acked_indexes_from_ack_set, batch_index, batch_size, merge_ack_sets,
-    message_id, message_info, position, unacked_indexes_from_ack_set, MetadataError,
+    ack_request, ack_set_from_acked, acked_indexes_from_ack_set, batch_index, batch_size,
+    merge_ack_sets, message_id, message_info, position, unacked_indexes_from_ack_set, AckRequest,
+    MetadataError,
 };
 use wire::decode_frame;
 use wire::proto::{MessageIdData, MessageMetadata};
@@ -202,4 +203,34 @@ fn batches_chunks_and_delays() {
             Err(MetadataError::InvalidChunk { .. })
         ));
     }
+}
+
+#[test]
+fn ack_requests() {
+    let p = Position::new(1, 0);
+    let mut id = message_id(p);
+    id.batch_index = Some(2); // a batch index alone acks the whole entry, as in Pulsar
+    assert_eq!(ack_request(&id, 5), AckRequest::Entry(p));
+    id.ack_set = vec![26];
+    assert_eq!(
+        ack_request(&id, 5),
+        AckRequest::BatchIndexes {
+            position: p,
+            batch_size: 5,
+            acked: vec![0, 2]
+        }
+    );
+    // An ack_set that leaves nothing unacked completes the entry.
+    id.ack_set = vec![0b100000];
+    assert_eq!(ack_request(&id, 5), AckRequest::Entry(p));
+    // One that acks nothing is an empty batch-index ack.
+    id.ack_set = vec![31];
+    assert_eq!(
+        ack_request(&id, 5),
+        AckRequest::BatchIndexes {
+            position: p,
+            batch_size: 5,
+            acked: vec![]
+        }
+    );
 }
