@@ -103,6 +103,53 @@ fn trim(mut words: Vec<i64>) -> Vec<i64> {
     words
 }
 
+/// What one message id of an individual ACK asks for, given the acked entry's batch size.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AckRequest {
+    /// The whole entry: the id has no `ack_set`, or its `ack_set` leaves nothing unacked.
+    Entry(Position),
+    /// Some indexes of a batch entry: `acked` (ascending, possibly empty) among `0..batch_size`.
+    BatchIndexes {
+        /// The batch entry.
+        position: Position,
+        /// The entry's batch size, as passed in.
+        batch_size: u32,
+        /// The indexes this ack marks as acked.
+        acked: Vec<u32>,
+    },
+}
+
+/// Classifies one message id of an individual ACK, as Pulsar's broker does with batch-index
+/// acknowledgment enabled: an `ack_set` makes it a batch-index ack, its absence acks the whole
+/// entry (a `batch_index` without `ack_set` also acks the whole entry). `batch_size` should be
+/// the stored entry's message count, not the id's `batch_size` field.
+///
+/// ```
+/// use wire::convert::{ack_request, message_id, AckRequest};
+/// let mut id = message_id(cursor::Position::new(1, 0));
+/// assert_eq!(ack_request(&id, 5), AckRequest::Entry(cursor::Position::new(1, 0)));
+/// id.ack_set = vec![26];
+/// assert_eq!(
+///     ack_request(&id, 5),
+///     AckRequest::BatchIndexes { position: cursor::Position::new(1, 0), batch_size: 5, acked: vec![0, 2] }
+/// );
+/// ```
+pub fn ack_request(id: &MessageIdData, batch_size: u32) -> AckRequest {
+    let p = position(id);
+    if id.ack_set.is_empty() {
+        return AckRequest::Entry(p);
+    }
+    let acked = acked_indexes_from_ack_set(&id.ack_set, batch_size);
+    if acked.len() == batch_size as usize {
+        return AckRequest::Entry(p);
+    }
+    AckRequest::BatchIndexes {
+        position: p,
+        batch_size,
+        acked,
+    }
+}
+
 /// What the broker needs from a message's `MessageMetadata`: the cursor's [`EntryMeta`] plus the
 /// fields `EntryMeta` has no place for.
 #[derive(Clone, Debug, PartialEq, Eq)]

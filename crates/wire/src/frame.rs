@@ -135,7 +135,7 @@ pub fn decode_frame(frame_bytes: &[u8]) -> Result<Frame, DecodeError> {
         what: "BaseCommand",
         message: e.to_string(),
     })?;
-    check_type(command.r#type)?;
+    check_type(cmd_bytes, command.r#type)?;
 
     let rest = b.get(cmd_end..).unwrap_or_default();
     if rest.is_empty() {
@@ -152,8 +152,18 @@ pub fn decode_frame(frame_bytes: &[u8]) -> Result<Frame, DecodeError> {
     })
 }
 
-fn check_type(t: i32) -> Result<(), DecodeError> {
-    if t == 0 {
+/// `BaseCommand.type` alone. prost fills an absent proto2 enum with the enum's first value
+/// (CONNECT), so presence is checked on the bytes with this one-field view.
+#[derive(Clone, PartialEq, prost::Message)]
+struct TypeOnly {
+    #[prost(int32, optional, tag = "1")]
+    r#type: Option<i32>,
+}
+
+fn check_type(cmd_bytes: &[u8], t: i32) -> Result<(), DecodeError> {
+    // The bytes already decoded as a BaseCommand, so they decode as this subset too.
+    let present = TypeOnly::decode(cmd_bytes).is_ok_and(|v| v.r#type.is_some());
+    if !present || t == 0 {
         return Err(DecodeError::MissingCommandType);
     }
     base_command::Type::try_from(t)
@@ -173,16 +183,14 @@ fn skip_broker_entry_metadata(rest: &[u8]) -> Result<&[u8], DecodeError> {
     let size = be_u32(rest, 2).ok_or(DecodeError::SizeFieldsInconsistent(
         SizeField::SectionTooShort,
     ))? as usize;
-    let bem = rest
-        .get(6..6 + size)
-        .ok_or(DecodeError::SizeFieldsInconsistent(
-            SizeField::BrokerEntryMetadataBeyondFrame,
-        ))?;
+    let beyond = DecodeError::SizeFieldsInconsistent(SizeField::BrokerEntryMetadataBeyondFrame);
+    let end = size.checked_add(6).ok_or(beyond.clone())?;
+    let bem = rest.get(6..end).ok_or(beyond)?;
     BrokerEntryMetadata::decode(bem).map_err(|e| DecodeError::Protobuf {
         what: "BrokerEntryMetadata",
         message: e.to_string(),
     })?;
-    Ok(rest.get(6 + size..).unwrap_or_default())
+    Ok(rest.get(end..).unwrap_or_default())
 }
 
 /// Parses a stored `0e01 [u32 crc32c] [u32 meta_size] [MessageMetadata] [payload]` section:

@@ -62,7 +62,10 @@ fn golden_frames_decode_to_documented_fields() {
     assert_eq!(l.advertised_listener_name.as_deref(), Some(""));
 
     let p = frames[3].command.producer.as_ref().unwrap();
-    assert_eq!((p.topic.as_str(), p.producer_id, p.request_id), (TOPIC, 0, 0));
+    assert_eq!(
+        (p.topic.as_str(), p.producer_id, p.request_id),
+        (TOPIC, 0, 0)
+    );
     assert_eq!(p.epoch, Some(0));
     assert_eq!(p.user_provided_producer_name, Some(false));
     assert_eq!(p.producer_access_mode(), ProducerAccessMode::Shared);

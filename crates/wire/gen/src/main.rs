@@ -3,7 +3,7 @@
 //! `cargo run --manifest-path crates/wire/gen/Cargo.toml` (from anywhere: paths are taken relative
 //! to this crate's manifest). It parses the .proto with `protox` (pure Rust, no `protoc`), runs
 //! `prost-build` on the descriptor set and writes `crates/wire/src/proto/pulsar.proto.rs`. After
-//! running it, update the pinned length and checksum in `crates/wire/src/proto.rs` (the
+//! running it, update the pinned length and checksum in `crates/wire/tests/proto_pin.rs` (the
 //! `vendored_proto_is_pinned` test prints the new values).
 
 use std::path::PathBuf;
