@@ -218,6 +218,6 @@ pub use crate::core::{BoxedSelector, Command, Dispatcher, Gate, Verdict};
 pub use crate::error::{AckError, AddConsumerError};
 pub use crate::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
 pub use crate::runtime::{
-    AdminOp, ConsumerHandle, CursorView, Delivery, Event, Runtime, WhyBlockedQuery,
+    AdminOp, ConsumerHandle, CursorView, Delivery, Event, Runtime, RuntimeOptions, WhyBlockedQuery,
 };
 pub use crate::shared::{NoopWaker, Waker};

@@ -267,9 +267,42 @@ impl ConsumerHandle {
     }
 }
 
+/// How the threaded runtime runs, beside the dispatcher's own configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeOptions {
+    /// Persist the cursor through its [`CursorStore`] this often when it changed (Pulsar's
+    /// `managedLedgerCursorPositionFlushSeconds`, default 1 s), and always on shutdown. A crash
+    /// loses at most this much of acknowledgement state: those acks are redelivered after a
+    /// restart. `None`: only on shutdown.
+    pub persist_every: Option<Duration>,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            persist_every: Some(Duration::from_secs(1)),
+        }
+    }
+}
+
 impl Runtime {
-    /// Starts the dispatcher thread for `cursor` over `ledger`.
+    /// Starts the dispatcher thread for `cursor` over `ledger` with the default
+    /// [`RuntimeOptions`] (the cursor is persisted every second and on shutdown).
     pub fn start<S, L>(cfg: DispatcherConfig, cursor: ManagedCursor<S>, ledger: L) -> Runtime
+    where
+        S: CursorStore + Send + 'static,
+        L: Ledger + Send + 'static,
+    {
+        Self::start_with(cfg, cursor, ledger, RuntimeOptions::default())
+    }
+
+    /// Starts the dispatcher thread with explicit [`RuntimeOptions`].
+    pub fn start_with<S, L>(
+        cfg: DispatcherConfig,
+        cursor: ManagedCursor<S>,
+        ledger: L,
+        options: RuntimeOptions,
+    ) -> Runtime
     where
         S: CursorStore + Send + 'static,
         L: Ledger + Send + 'static,
@@ -312,6 +345,7 @@ impl Runtime {
                     waker,
                     consumers: Vec::new(),
                     start: Instant::now(),
+                    persist_every: options.persist_every,
                 }
                 .run(rx)
             })
@@ -388,7 +422,9 @@ impl Runtime {
     /// dispatcher thread ([`Dispatcher::why_blocked`]); `None` when the thread is gone.
     pub fn why_blocked(&self, hash: u32) -> Option<BlockReason> {
         let (tx, rx) = unbounded();
-        let _ = self.events.send(Event::WhyBlocked(WhyBlockedQuery::Hash(hash), tx));
+        let _ = self
+            .events
+            .send(Event::WhyBlocked(WhyBlockedQuery::Hash(hash), tx));
         rx.recv().ok()
     }
 
@@ -431,6 +467,7 @@ struct Loop<S: CursorStore, L: Ledger> {
     waker: StdArc<ChannelWaker>,
     consumers: Vec<(ConsumerId, Sender<Vec<Delivery>>)>,
     start: Instant,
+    persist_every: Option<Duration>,
 }
 
 impl<S: CursorStore, L: Ledger> Loop<S, L> {
@@ -447,9 +484,14 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
 
     fn run(mut self, rx: Receiver<Event>) {
         debug!("dispatcher thread started");
+        let mut next_persist = self.persist_every.map(|d| Instant::now() + d);
         loop {
             let timer = match self.core.poll_timeout() {
                 Some(at) => after(Duration::from_millis(at.saturating_sub(self.now()))),
+                None => never(),
+            };
+            let persist_timer = match next_persist {
+                Some(at) => after(at.saturating_duration_since(Instant::now())),
                 None => never(),
             };
             select! {
@@ -463,10 +505,26 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                     let now = self.now();
                     self.core.handle_timeout(now);
                 }
+                recv(persist_timer) -> _ => {
+                    self.persist();
+                    next_persist = self.persist_every.map(|d| Instant::now() + d);
+                }
             }
             self.execute();
         }
+        self.persist();
         debug!("dispatcher thread stopped");
+    }
+
+    /// Saves the cursor through its store when it changed since the last save.
+    fn persist(&self) {
+        let mut g = self.lock();
+        if !g.cursor.is_dirty() {
+            return;
+        }
+        if let Err(e) = g.cursor.persist() {
+            warn!(error = %e, "cursor persist failed; will retry");
+        }
     }
 
     fn on_event(&mut self, ev: Event) -> bool {
