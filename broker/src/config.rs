@@ -35,6 +35,8 @@ pub struct BrokerConfig {
     /// Idle time after which the broker pings a connection (ms); twice that without any
     /// frame closes it. Pulsar's `keepAliveIntervalSeconds` (30 s).
     pub keep_alive_ms: u64,
+    /// With `--data-dir`: when a receipted entry is on the disk (`--sync always|interval`).
+    pub sync: crate::storage::SyncPolicy,
 }
 
 impl Default for BrokerConfig {
@@ -46,6 +48,7 @@ impl Default for BrokerConfig {
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             entries_per_ledger: 50_000,
             keep_alive_ms: 30_000,
+            sync: crate::storage::SyncPolicy::Always,
         }
     }
 }
@@ -82,6 +85,9 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
   --admin ADDR              admin HTTP address (default 127.0.0.1:8080; port 0 = any)
   --data-dir DIR            keep state in DIR (default: in memory)
   --max-message-size BYTES  largest message (default 5242880); clients chunk above it
+  --sync always|interval    with --data-dir: fsync before each receipt (always, the
+                            default) or every 100 ms (interval: a machine crash may lose
+                            the last 100 ms of receipted messages; killing the broker does not)
   --entries-per-ledger N    ledger rollover (default 50000)
 
 The first two lines on stdout are the service URL and the admin URL. Logs go to stderr
@@ -110,6 +116,7 @@ impl BrokerConfig {
                 "--data-dir",
                 "--max-message-size",
                 "--entries-per-ledger",
+                "--sync",
             ];
             if !known.contains(&name.as_str()) {
                 return Err(ConfigError::UnknownArgument(flag));
@@ -138,6 +145,13 @@ impl BrokerConfig {
                         return Err(invalid("must be between 1024 and 268435456"));
                     }
                     cfg.max_message_size = n;
+                }
+                "--sync" => {
+                    cfg.sync = match value.as_str() {
+                        "always" => crate::storage::SyncPolicy::Always,
+                        "interval" => crate::storage::SyncPolicy::Interval,
+                        _ => return Err(invalid("must be `always` or `interval`")),
+                    }
                 }
                 "--entries-per-ledger" => {
                     let n: u64 = value.parse().map_err(|_| invalid("not a number"))?;

@@ -88,6 +88,7 @@ pub(crate) fn serve(shared: Arc<Shared>, conn_id: u64, stream: TcpStream) {
         connected: false,
         producers: HashMap::new(),
         consumers: HashMap::new(),
+        pending_receipts: Vec::new(),
     };
     conn.reader = wire::FrameReader::new(conn.shared.cfg.max_frame_size());
     conn.run();
@@ -130,6 +131,8 @@ struct Conn {
     connected: bool,
     producers: HashMap<u64, Producer>,
     consumers: HashMap<u64, Consumer>,
+    /// Receipts waiting for their topic's fsync (sync policy `always`).
+    pending_receipts: Vec<(Arc<Topic>, u64, u64, BaseCommand)>,
 }
 
 /// Why the reader stops.
@@ -201,11 +204,16 @@ impl Conn {
             match self.reader.next_frame() {
                 Ok(Some(frame)) => {
                     if !self.handle(frame) {
+                        self.flush_receipts();
                         return false;
                     }
                 }
-                Ok(None) => return true,
+                Ok(None) => {
+                    self.flush_receipts();
+                    return true;
+                }
                 Err(e) => {
+                    self.flush_receipts();
                     warn!(conn = self.id, peer = %self.peer, error = %e, "undecodable frame; closing the connection");
                     self.send_error(0, ServerError::UnknownError, &format!("bad frame: {e}"));
                     return false;
@@ -340,7 +348,12 @@ impl Conn {
                 None,
             ));
         }
-        let topic = self.shared.topic(&name);
+        let topic = match self.shared.topic(&name) {
+            Ok(t) => t,
+            Err(e) => {
+                return self.send_error(p.request_id, ServerError::PersistenceError, &e.to_string())
+            }
+        };
         let producer_name = match (&p.producer_name, p.user_provided_producer_name()) {
             (Some(n), true) if !n.is_empty() => n.clone(),
             _ => self.shared.producer_name(),
@@ -415,13 +428,62 @@ impl Conn {
                 "batched entry on a topic with a Key_Shared subscription: the entry's key is its first message's key; producers for Key_Shared should batch by key"
             );
         }
-        let pos = producer.topic.publish(meta, Arc::from(payload.section));
-        self.send(&wire::commands::send_receipt(
-            s.producer_id,
-            s.sequence_id,
-            s.highest_sequence_id,
-            wire::convert::message_id(pos),
-        ));
+        let topic = producer.topic.clone();
+        match topic.publish(meta, Arc::from(payload.section)) {
+            Ok(pos) => {
+                let receipt = wire::commands::send_receipt(
+                    s.producer_id,
+                    s.sequence_id,
+                    s.highest_sequence_id,
+                    wire::convert::message_id(pos),
+                );
+                if topic.sync_policy() == Some(crate::storage::SyncPolicy::Always) {
+                    // Group commit: receipts wait for one fsync after this read's frames.
+                    self.pending_receipts
+                        .push((topic, s.producer_id, s.sequence_id, receipt));
+                } else {
+                    self.send(&receipt);
+                }
+            }
+            Err(e) => {
+                warn!(topic = %topic.name, error = %e, "entry not stored");
+                self.send(&wire::commands::send_error(
+                    s.producer_id,
+                    s.sequence_id,
+                    ServerError::PersistenceError,
+                    &format!("not stored: {e}"),
+                ));
+            }
+        }
+    }
+
+    /// Syncs the topics written since the last call, then sends their receipts (or
+    /// SEND_ERROR when the sync failed).
+    fn flush_receipts(&mut self) {
+        if self.pending_receipts.is_empty() {
+            return;
+        }
+        let pending = std::mem::take(&mut self.pending_receipts);
+        let mut synced: Vec<(Arc<Topic>, Result<(), String>)> = Vec::new();
+        for (topic, producer_id, sequence_id, receipt) in pending {
+            let result = match synced.iter().find(|(t, _)| Arc::ptr_eq(t, &topic)) {
+                Some((_, r)) => r.clone(),
+                None => {
+                    let r = topic.sync().map_err(|e| e.to_string());
+                    synced.push((topic.clone(), r.clone()));
+                    r
+                }
+            };
+            match result {
+                Ok(()) => self.send(&receipt),
+                Err(e) => self.send(&wire::commands::send_error(
+                    producer_id,
+                    sequence_id,
+                    ServerError::PersistenceError,
+                    &format!("not synced: {e}"),
+                )),
+            }
+        }
     }
 
     fn on_close_producer(&mut self, cmd: &BaseCommand) {
@@ -492,13 +554,19 @@ impl Conn {
             proto::command_subscribe::InitialPosition::Earliest => InitialPosition::Earliest,
             proto::command_subscribe::InitialPosition::Latest => InitialPosition::Latest,
         };
-        let topic = self.shared.topic(&name);
+        let topic = match self.shared.topic(&name) {
+            Ok(t) => t,
+            Err(e) => {
+                return self.send_error(s.request_id, ServerError::PersistenceError, &e.to_string())
+            }
+        };
         let sub = match topic.subscription(&s.subscription, kind, initial) {
             Ok(sub) => sub,
             Err(e) => {
                 let code = match e {
                     crate::topic::SubscribeError::ExclusiveBusy(_) => ServerError::ConsumerBusy,
                     crate::topic::SubscribeError::TypeMismatch { .. } => ServerError::ConsumerBusy,
+                    crate::topic::SubscribeError::Storage(_) => ServerError::PersistenceError,
                 };
                 return self.send_error(s.request_id, code, &e.to_string());
             }

@@ -35,8 +35,10 @@ mod config;
 mod conn;
 mod server;
 mod stats;
+mod storage;
 mod topic;
 
 pub use config::{BrokerConfig, ConfigError, DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, USAGE};
 pub use conn::PROTOCOL_VERSION;
 pub use server::Broker;
+pub use storage::{StorageError, SyncPolicy};

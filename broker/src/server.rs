@@ -12,6 +12,7 @@ use dispatcher::Event;
 use tracing::{info, warn};
 
 use crate::config::BrokerConfig;
+use crate::storage::{decode_name, encode_name, StorageError};
 use crate::topic::{lock, Subscription, Topic, TopicName};
 
 /// What every connection thread shares.
@@ -29,16 +30,68 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    /// The topic, created on first use.
-    pub(crate) fn topic(&self, name: &TopicName) -> Arc<Topic> {
+    /// The topic, created on first use (with its directory under `--data-dir`).
+    pub(crate) fn topic(&self, name: &TopicName) -> Result<Arc<Topic>, StorageError> {
         let full = name.full();
-        lock(&self.topics)
-            .entry(full.clone())
-            .or_insert_with(|| {
-                info!(topic = %full, "topic created");
-                Arc::new(Topic::new(full, self.cfg.entries_per_ledger))
-            })
-            .clone()
+        let mut topics = lock(&self.topics);
+        if let Some(t) = topics.get(&full) {
+            return Ok(t.clone());
+        }
+        let t = match &self.cfg.data_dir {
+            None => Topic::new(full.clone(), self.cfg.entries_per_ledger),
+            Some(d) => Topic::open(
+                full.clone(),
+                d.join("topics").join(encode_name(&full)),
+                self.cfg.entries_per_ledger,
+                self.cfg.sync,
+            )?,
+        };
+        info!(topic = %full, "topic created");
+        let t = Arc::new(t);
+        topics.insert(full, t.clone());
+        Ok(t)
+    }
+
+    /// Reads every topic under `--data-dir` back (before the listener accepts anyone).
+    fn recover_topics(&self) -> Result<usize, StorageError> {
+        let Some(d) = &self.cfg.data_dir else {
+            return Ok(0);
+        };
+        let dir = d.join("topics");
+        std::fs::create_dir_all(&dir).map_err(|source| StorageError::Io {
+            op: "create",
+            path: dir.clone(),
+            source,
+        })?;
+        let list = std::fs::read_dir(&dir).map_err(|source| StorageError::Io {
+            op: "list",
+            path: dir.clone(),
+            source,
+        })?;
+        let mut n = 0;
+        for e in list.flatten() {
+            let fname = e.file_name().to_string_lossy().into_owned();
+            let Some(full) = decode_name(&fname) else {
+                warn!(dir = %e.path().display(), "not a topic directory; skipped");
+                continue;
+            };
+            let Ok(name) = TopicName::parse(&full) else {
+                warn!(dir = %e.path().display(), "not a topic directory; skipped");
+                continue;
+            };
+            self.topic(&name)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Syncs every topic's log (the `interval` policy's timer).
+    fn sync_topics(&self) {
+        for t in self.topics() {
+            if let Err(e) = t.sync() {
+                warn!(topic = %t.name, error = %e, "log sync failed");
+            }
+        }
     }
 
     /// The topic, if it exists.
@@ -135,6 +188,17 @@ impl Broker {
             writers: Mutex::new(HashMap::new()),
             cfg,
         });
+        let started = Instant::now();
+        let recovered = shared
+            .recover_topics()
+            .map_err(|e| io::Error::other(e.to_string()))?;
+        if recovered > 0 {
+            info!(
+                topics = recovered,
+                ms = started.elapsed().as_millis() as u64,
+                "recovered from the data directory"
+            );
+        }
         let conns: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::new(Mutex::new(Vec::new()));
         let acceptor = {
             let shared = shared.clone();
@@ -208,6 +272,7 @@ impl Broker {
                 warn!("a connection did not close before the shutdown deadline");
             }
         }
+        self.shared.sync_topics();
         for t in self.shared.topics() {
             t.close();
         }
@@ -221,13 +286,21 @@ impl Drop for Broker {
     }
 }
 
+/// How often the `interval` sync policy syncs the logs.
+const SYNC_INTERVAL: Duration = Duration::from_millis(100);
+
 /// How often retention runs.
 const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(1);
 
 fn housekeeping_loop(shared: Arc<Shared>) {
     let mut last = Instant::now();
+    let mut last_sync = Instant::now();
     while !shared.closing.load(Ordering::SeqCst) {
-        std::thread::sleep(Duration::from_millis(50));
+        std::thread::sleep(Duration::from_millis(20));
+        if shared.cfg.data_dir.is_some() && last_sync.elapsed() >= SYNC_INTERVAL {
+            last_sync = Instant::now();
+            shared.sync_topics();
+        }
         if last.elapsed() < HOUSEKEEPING_INTERVAL {
             continue;
         }

@@ -9,14 +9,44 @@
 //! subscription's mark-delete position are trimmed with their payloads.
 
 use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use cursor::{EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore, Position};
+use cursor::{
+    CursorStore, EntryMeta, FileStore, InMemoryLedger, Ledger, ManagedCursor, MemoryStore,
+    PersistedState, Position, StoreError,
+};
 use dispatcher::{
     ConsumerId, DispatcherConfig, KeySharedConfig, KeySharedMode, Runtime, SubscriptionType,
 };
 use tracing::{debug, info, warn};
+
+use crate::storage::{encode_name, StorageError, SyncPolicy, TopicLog};
+
+/// Writes `bytes` to `path` through a temporary file, fsync and rename (and a directory sync).
+fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    let tmp = path.with_extension("tmp");
+    let io = |op: &'static str, p: &Path| {
+        let p = p.to_path_buf();
+        move |source| StorageError::Io {
+            op,
+            path: p,
+            source,
+        }
+    };
+    {
+        let mut f = fs::File::create(&tmp).map_err(io("create", &tmp))?;
+        std::io::Write::write_all(&mut f, bytes).map_err(io("write", &tmp))?;
+        f.sync_all().map_err(io("sync", &tmp))?;
+    }
+    fs::rename(&tmp, path).map_err(io("rename", path))?;
+    if let Some(d) = path.parent() {
+        crate::storage::sync_dir(d)?;
+    }
+    Ok(())
+}
 
 /// Locks a mutex, recovering the data if a thread panicked while holding it (the data is a
 /// registry whose invariants hold between statements).
@@ -24,6 +54,68 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
+    }
+}
+
+/// A subscription's cursor store: in memory, or a file under `--data-dir`.
+#[derive(Debug)]
+pub(crate) enum SubStore {
+    Memory(MemoryStore),
+    File(FileStore),
+}
+
+impl CursorStore for SubStore {
+    fn save(&mut self, state: &PersistedState) -> Result<(), StoreError> {
+        match self {
+            SubStore::Memory(s) => s.save(state),
+            SubStore::File(s) => s.save(state),
+        }
+    }
+
+    fn load(&mut self) -> Result<Option<PersistedState>, StoreError> {
+        match self {
+            SubStore::Memory(s) => s.load(),
+            SubStore::File(s) => s.load(),
+        }
+    }
+}
+
+/// What a subscription's `.json` file holds.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SubFile {
+    name: String,
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key_shared_mode: Option<String>,
+    #[serde(default)]
+    allow_out_of_order_delivery: bool,
+}
+
+impl SubKind {
+    fn to_file(self, name: &str) -> SubFile {
+        SubFile {
+            name: name.to_owned(),
+            kind: self.pulsar_name().to_owned(),
+            key_shared_mode: self.key_shared_mode_name().map(str::to_owned),
+            allow_out_of_order_delivery: matches!(self, SubKind::KeyShared(k) if k.allow_out_of_order),
+        }
+    }
+
+    fn from_file(f: &SubFile) -> Option<SubKind> {
+        Some(match f.kind.as_str() {
+            "Shared" => SubKind::Shared,
+            "Exclusive" => SubKind::Exclusive,
+            "Key_Shared" => SubKind::KeyShared(KeySharedConfig {
+                mode: match f.key_shared_mode.as_deref() {
+                    Some("STICKY") => KeySharedMode::Exclusive,
+                    _ => KeySharedConfig::default().mode,
+                },
+                allow_out_of_order: f.allow_out_of_order_delivery,
+            }),
+            _ => return None,
+        })
     }
 }
 
@@ -155,6 +247,8 @@ pub(crate) enum SubscribeError {
     },
     #[error("Exclusive subscription `{0}` already has a consumer")]
     ExclusiveBusy(String),
+    #[error("subscription storage: {0}")]
+    Storage(#[from] StorageError),
 }
 
 struct TopicState {
@@ -175,6 +269,9 @@ pub(crate) struct TopicCounters {
 /// A topic: master ledger, payloads, subscriptions.
 pub(crate) struct Topic {
     pub name: String,
+    /// The topic's directory under `--data-dir`, with its log; `None` in memory.
+    storage: Option<(PathBuf, Mutex<TopicLog>)>,
+    sync: SyncPolicy,
     state: Mutex<TopicState>,
     payloads: RwLock<BTreeMap<Position, Arc<[u8]>>>,
     counters: Mutex<TopicCounters>,
@@ -193,9 +290,12 @@ impl std::fmt::Debug for Topic {
 }
 
 impl Topic {
+    /// An in-memory topic.
     pub(crate) fn new(name: String, entries_per_ledger: u64) -> Topic {
         Topic {
             name,
+            storage: None,
+            sync: SyncPolicy::Always,
             state: Mutex::new(TopicState {
                 ledger: InMemoryLedger::new(entries_per_ledger),
                 chunks: HashMap::new(),
@@ -208,12 +308,130 @@ impl Topic {
         }
     }
 
-    /// Appends one entry with its stored payload section; every subscription sees it.
-    pub(crate) fn publish(&self, meta: EntryMeta, section: Arc<[u8]>) -> Position {
+    /// A durable topic in `dir`: its log is read back (entries, payloads, chunk index) and
+    /// its subscriptions are restarted from their cursor files. New entries start a new ledger
+    /// id, so no position is ever reused.
+    pub(crate) fn open(
+        name: String,
+        dir: PathBuf,
+        entries_per_ledger: u64,
+        sync: SyncPolicy,
+    ) -> Result<Topic, StorageError> {
+        let (log, recovered) = TopicLog::open(&dir)?;
+        let mut ledger = InMemoryLedger::new(entries_per_ledger);
+        let mut payloads = BTreeMap::new();
+        let mut chunks: HashMap<String, Vec<Position>> = HashMap::new();
+        let mut counters = TopicCounters::default();
+        for (pos, section) in recovered {
+            let info = wire::parse_section(&section)
+                .map_err(|e| e.to_string())
+                .and_then(|p| {
+                    wire::convert::message_info(&p.metadata, p.body().len())
+                        .map_err(|e| e.to_string())
+                });
+            let meta = match info {
+                Ok(i) => i.meta,
+                Err(reason) => {
+                    return Err(StorageError::Corrupt {
+                        path: dir.clone(),
+                        offset: 0,
+                        reason: format!("entry {pos}: stored section does not decode: {reason}"),
+                    })
+                }
+            };
+            counters.msg_in += u64::from(meta.messages());
+            counters.bytes_in += u64::from(meta.size);
+            counters.entries_in += 1;
+            if let Some(c) = &meta.chunk {
+                chunks.entry(c.uuid.clone()).or_default().push(pos);
+            }
+            if let Err(expected) = ledger.restore(pos, meta) {
+                return Err(StorageError::Corrupt {
+                    path: dir.clone(),
+                    offset: 0,
+                    reason: format!(
+                        "entry {pos} out of order (expected {expected} or a later ledger)"
+                    ),
+                });
+            }
+            payloads.insert(pos, Arc::from(section));
+        }
+        ledger.roll_over();
+        let topic = Topic {
+            name,
+            storage: Some((dir.clone(), Mutex::new(log))),
+            sync,
+            state: Mutex::new(TopicState {
+                ledger,
+                chunks,
+                subs: BTreeMap::new(),
+            }),
+            payloads: RwLock::new(payloads),
+            counters: Mutex::new(counters),
+            producers: Mutex::new(BTreeMap::new()),
+            rate_in: Mutex::new((Rate::default(), Rate::default())),
+        };
+        topic.recover_subscriptions(&dir.join("subscriptions"))?;
+        Ok(topic)
+    }
+
+    fn recover_subscriptions(&self, dir: &Path) -> Result<(), StorageError> {
+        let Ok(list) = fs::read_dir(dir) else {
+            return Ok(());
+        };
+        for e in list.flatten() {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("json") {
+                continue;
+            }
+            let parsed = fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<SubFile>(&b).ok());
+            let Some(f) = parsed else {
+                warn!(file = %path.display(), "unreadable subscription file; skipped");
+                continue;
+            };
+            let Some(kind) = SubKind::from_file(&f) else {
+                warn!(file = %path.display(), kind = %f.kind, "unknown subscription type; skipped");
+                continue;
+            };
+            let mut st = lock(&self.state);
+            let sub =
+                self.start_subscription(&st, &f.name, kind, InitialPosition::Earliest, true)?;
+            st.subs.insert(f.name.clone(), sub);
+        }
+        Ok(())
+    }
+
+    /// Flushes appended entries to the disk (a no-op in memory or when nothing is pending).
+    pub(crate) fn sync(&self) -> Result<(), StorageError> {
+        match &self.storage {
+            Some((_, log)) => lock(log).sync(),
+            None => Ok(()),
+        }
+    }
+
+    /// The sync policy receipts wait for.
+    pub(crate) fn sync_policy(&self) -> Option<SyncPolicy> {
+        self.storage.as_ref().map(|_| self.sync)
+    }
+
+    /// Appends one entry with its stored payload section; every subscription sees it. With
+    /// `--data-dir` the entry is written to the topic's log first (durable once
+    /// [`Topic::sync`] returned, or at the next interval sync).
+    pub(crate) fn publish(
+        &self,
+        meta: EntryMeta,
+        section: Arc<[u8]>,
+    ) -> Result<Position, StorageError> {
         let mut st = lock(&self.state);
         let messages = u64::from(meta.messages());
         let bytes = u64::from(meta.size);
         let chunk_uuid = meta.chunk.as_ref().map(|c| c.uuid.clone());
+        if let Some((_, log)) = &self.storage {
+            // Stored first: an entry that is not in the log is never dispatched.
+            lock(log).append(st.ledger.next_append_position(), &section)?;
+        }
         let pos = st.ledger.append(meta.clone());
         // The payload is in place before any subscription can dispatch the entry.
         match self.payloads.write() {
@@ -231,7 +449,7 @@ impl Topic {
         c.msg_in += messages;
         c.bytes_in += bytes;
         c.entries_in += 1;
-        pos
+        Ok(pos)
     }
 
     /// The stored `0e01…` section of the entry at `p`.
@@ -311,24 +529,90 @@ impl Topic {
             }
             return Ok(s.clone());
         }
+        let sub = self.start_subscription(&st, name, kind, initial, false)?;
+        st.subs.insert(name.to_owned(), sub.clone());
+        Ok(sub)
+    }
+
+    /// Starts a subscription's runtime over a replica of the master ledger. With `--data-dir`
+    /// its type goes to `subscriptions/<name>.json` and its cursor to `<name>.cursor`;
+    /// `recover` reads the cursor back (a missing or unusable cursor file starts at the
+    /// earliest entry: redelivery rather than loss).
+    fn start_subscription(
+        &self,
+        st: &TopicState,
+        name: &str,
+        kind: SubKind,
+        initial: InitialPosition,
+        recover: bool,
+    ) -> Result<Arc<Subscription>, StorageError> {
         let replica = st.ledger.clone();
-        let mut cursor = ManagedCursor::new(name, &replica, MemoryStore::new());
-        if initial == InitialPosition::Latest {
-            // A new subscription at the end: nothing published so far is backlog.
-            let _ = cursor.clear_backlog(&replica);
-        }
+        let cursor = match &self.storage {
+            None => {
+                let mut c =
+                    ManagedCursor::new(name, &replica, SubStore::Memory(MemoryStore::new()));
+                if initial == InitialPosition::Latest {
+                    // A new subscription at the end: nothing published so far is backlog.
+                    let _ = c.clear_backlog(&replica);
+                }
+                c
+            }
+            Some((dir, _)) => {
+                let subs = dir.join("subscriptions");
+                fs::create_dir_all(&subs).map_err(|source| StorageError::Io {
+                    op: "create",
+                    path: subs.clone(),
+                    source,
+                })?;
+                let base = subs.join(encode_name(name));
+                let json_path = base.with_extension("json");
+                let cursor_path = base.with_extension("cursor");
+                if !recover {
+                    let body = serde_json::to_vec_pretty(&kind.to_file(name)).unwrap_or_default();
+                    write_durably(&json_path, &body)?;
+                }
+                let open = || {
+                    FileStore::open(&cursor_path).map_err(|e| StorageError::Corrupt {
+                        path: cursor_path.clone(),
+                        offset: 0,
+                        reason: e.to_string(),
+                    })
+                };
+                let recovered = if recover {
+                    match ManagedCursor::recover(&replica, SubStore::File(open()?)) {
+                        Ok(c) => Some(c),
+                        Err(e) => {
+                            warn!(topic = %self.name, subscription = name, error = %e, "cursor not recovered; starting at the earliest entry");
+                            None
+                        }
+                    }
+                } else {
+                    None
+                };
+                match recovered {
+                    Some(c) => c,
+                    None => {
+                        let _ = fs::remove_file(&cursor_path);
+                        let mut c = ManagedCursor::new(name, &replica, SubStore::File(open()?));
+                        if initial == InitialPosition::Latest && !recover {
+                            let _ = c.clear_backlog(&replica);
+                        }
+                        let _ = c.persist();
+                        c
+                    }
+                }
+            }
+        };
         let runtime = Runtime::start(kind.dispatcher_config(), cursor, replica);
-        let sub = Arc::new(Subscription {
+        info!(topic = %self.name, subscription = name, kind = kind.pulsar_name(), recovered = recover, "subscription started");
+        Ok(Arc::new(Subscription {
             name: name.to_owned(),
             kind,
             runtime,
             consumers: Mutex::new(BTreeMap::new()),
             rate_out: Mutex::new((Rate::default(), Rate::default())),
             last_expire: AtomicU64::new(0),
-        });
-        info!(topic = %self.name, subscription = name, kind = kind.pulsar_name(), "subscription created");
-        st.subs.insert(name.to_owned(), sub.clone());
-        Ok(sub)
+        }))
     }
 
     /// The subscription `name`, if it exists.
@@ -341,10 +625,16 @@ impl Topic {
         lock(&self.state).subs.values().cloned().collect()
     }
 
-    /// Removes the subscription (UNSUBSCRIBE); its runtime stops when the last reference goes.
+    /// Removes the subscription (UNSUBSCRIBE) and its files; its runtime stops when the last
+    /// reference goes.
     pub(crate) fn remove_subscription(&self, name: &str) -> Option<Arc<Subscription>> {
         let removed = lock(&self.state).subs.remove(name);
         if removed.is_some() {
+            if let Some((dir, _)) = &self.storage {
+                let base = dir.join("subscriptions").join(encode_name(name));
+                let _ = fs::remove_file(base.with_extension("json"));
+                let _ = fs::remove_file(base.with_extension("cursor"));
+            }
             info!(topic = %self.name, subscription = name, "subscription removed");
         }
         removed
@@ -410,6 +700,10 @@ impl Topic {
         let keep = payloads.split_off(&below);
         let dropped = payloads.len();
         *payloads = keep;
+        drop(payloads);
+        if let Some((_, log)) = &self.storage {
+            lock(log).delete_below(below);
+        }
         if dropped > 0 {
             debug!(topic = %self.name, dropped, below = %below, "entries trimmed");
         }
@@ -501,7 +795,7 @@ mod tests {
             .subscription("slow", SubKind::Shared, InitialPosition::Earliest)
             .unwrap();
         let ps: Vec<_> = (0..5)
-            .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()))
+            .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()).unwrap())
             .collect();
         let drain = |s: &Subscription, n: usize| {
             let c = s
@@ -540,17 +834,17 @@ mod tests {
     fn a_late_subscription_sees_the_same_positions() {
         let t = Topic::new("persistent://p/d/t".into(), 3);
         let section: Arc<[u8]> = Arc::from(&b"x"[..]);
-        let p0 = t.publish(EntryMeta::simple(1, 1), section.clone());
+        let p0 = t.publish(EntryMeta::simple(1, 1), section.clone()).unwrap();
         let early = t
             .subscription("early", SubKind::Shared, InitialPosition::Earliest)
             .unwrap();
         let ps: Vec<_> = (0..4)
-            .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()))
+            .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()).unwrap())
             .collect();
         let late = t
             .subscription("late", SubKind::Shared, InitialPosition::Earliest)
             .unwrap();
-        let p5 = t.publish(EntryMeta::simple(9, 1), section);
+        let p5 = t.publish(EntryMeta::simple(9, 1), section).unwrap();
         assert_eq!(p0, Position::new(1, 0));
         assert_eq!(ps[2], Position::new(2, 0));
         assert_eq!(p5, Position::new(2, 2));

@@ -199,6 +199,70 @@ impl InMemoryLedger {
         self.segs.iter().all(|s| s.metas.is_empty())
     }
 
+    /// Appends `meta` at exactly `position`, for rebuilding a ledger from a durable log.
+    /// Positions must ascend: either the next entry of the current ledger, or the first
+    /// entry kept of a later ledger (ledger ids skipped in between stay empty, entries before
+    /// it count as trimmed). After the last restored entry, call [`InMemoryLedger::roll_over`]
+    /// so that new appends start a fresh ledger id and never reuse a position.
+    ///
+    /// ```
+    /// use cursor::{EntryMeta, InMemoryLedger, Ledger, Position};
+    /// let mut l = InMemoryLedger::new(100);
+    /// l.restore(Position::new(3, 7), EntryMeta::simple(0, 1)).unwrap();
+    /// l.restore(Position::new(3, 8), EntryMeta::simple(0, 1)).unwrap();
+    /// l.roll_over();
+    /// assert_eq!(l.first_position(), Some(Position::new(3, 7)));
+    /// assert_eq!(l.append(EntryMeta::simple(0, 1)), Position::new(4, 0));
+    /// assert!(l.restore(Position::new(3, 1), EntryMeta::simple(0, 1)).is_err());
+    /// ```
+    pub fn restore(&mut self, position: Position, meta: EntryMeta) -> Result<(), Position> {
+        let expected_next = self.segs.back().map(|s| Position::new(s.id, s.count));
+        match self.segs.back() {
+            Some(s) if s.id == position.ledger_id && s.count == position.entry_id => {}
+            Some(s) if position.ledger_id > s.id => {
+                for id in s.id + 1..position.ledger_id {
+                    self.segs.push_back(Segment::new(id));
+                }
+                self.push_restored_segment(position);
+            }
+            None => self.push_restored_segment(position),
+            Some(_) => return Err(expected_next.unwrap_or(position)),
+        }
+        let seg = self.segs.back_mut().expect("a segment was just ensured");
+        let (m, b) = seg.cum.back().copied().unwrap_or((0, 0));
+        seg.cum
+            .push_back((m + u64::from(meta.messages()), b + u64::from(meta.size)));
+        seg.metas.push_back(Arc::new(meta));
+        seg.count += 1;
+        self.next_ledger_id = position.ledger_id + 1;
+        self.last_appended = Some(position);
+        self.roll_pending = false;
+        Ok(())
+    }
+
+    fn push_restored_segment(&mut self, position: Position) {
+        let mut seg = Segment::new(position.ledger_id);
+        seg.base = position.entry_id;
+        seg.count = position.entry_id;
+        self.segs.push_back(seg);
+    }
+
+    /// The position the next [`Ledger::append`] will assign (a durable log writes the entry
+    /// there first, then appends).
+    pub fn next_append_position(&self) -> Position {
+        match self.segs.back() {
+            Some(s) if !self.roll_pending && s.count < self.entries_per_ledger => {
+                Position::new(s.id, s.count)
+            }
+            _ => Position::new(self.next_ledger_id, 0),
+        }
+    }
+
+    /// The id the next new ledger gets (after a roll-over).
+    pub fn next_ledger_id(&self) -> u64 {
+        self.next_ledger_id
+    }
+
     fn seg(&self, ledger_id: u64) -> Option<&Segment> {
         let first = self.segs.front()?.id;
         let idx = ledger_id.checked_sub(first)?;
