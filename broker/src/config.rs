@@ -10,6 +10,18 @@ pub const DEFAULT_MAX_MESSAGE_SIZE: u32 = 5 * 1024 * 1024;
 /// `Commands.MESSAGE_SIZE_FRAME_PADDING`.
 pub const FRAME_PADDING: u32 = 10 * 1024;
 
+/// Switches that bring back one of Pulsar's known bugs, so a test with stock clients can be seen
+/// failing on Pulsar's behaviour (`--legacy NAME`, repeatable). Never for production.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Legacy {
+    /// `mark-delete-cleanup`: on Key_Shared, a mark-delete move without acks (skip, clear
+    /// backlog, expiry) drops pending acks below it and so releases draining keys early.
+    pub mark_delete_cleanup: bool,
+    /// `orphan-chunk-replay`: on Shared, a chunk whose message start is gone is replayed
+    /// forever instead of dispatched (the subscription stalls).
+    pub orphan_chunk_replay: bool,
+}
+
 /// Everything [`crate::Broker::start`] needs.
 ///
 /// ```
@@ -37,6 +49,8 @@ pub struct BrokerConfig {
     pub keep_alive_ms: u64,
     /// With `--data-dir`: when a receipted entry is on the disk (`--sync always|interval`).
     pub sync: crate::storage::SyncPolicy,
+    /// Pulsar-bug switches (`--legacy`).
+    pub legacy: Legacy,
 }
 
 impl Default for BrokerConfig {
@@ -49,6 +63,7 @@ impl Default for BrokerConfig {
             entries_per_ledger: 50_000,
             keep_alive_ms: 30_000,
             sync: crate::storage::SyncPolicy::Always,
+            legacy: Legacy::default(),
         }
     }
 }
@@ -89,6 +104,9 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
                             default) or every 100 ms (interval: a machine crash may lose
                             the last 100 ms of receipted messages; killing the broker does not)
   --entries-per-ledger N    ledger rollover (default 50000)
+  --legacy NAME             bring back a Pulsar bug, for demonstrations and tests only:
+                            mark-delete-cleanup (Key_Shared skip/expiry releases draining
+                            keys), orphan-chunk-replay (Shared stalls on an orphan chunk)
 
 The first two lines on stdout are the service URL and the admin URL. Logs go to stderr
 (RUST_LOG sets the filter, default info).";
@@ -117,6 +135,7 @@ impl BrokerConfig {
                 "--max-message-size",
                 "--entries-per-ledger",
                 "--sync",
+                "--legacy",
             ];
             if !known.contains(&name.as_str()) {
                 return Err(ConfigError::UnknownArgument(flag));
@@ -146,6 +165,15 @@ impl BrokerConfig {
                     }
                     cfg.max_message_size = n;
                 }
+                "--legacy" => match value.as_str() {
+                    "mark-delete-cleanup" => cfg.legacy.mark_delete_cleanup = true,
+                    "orphan-chunk-replay" => cfg.legacy.orphan_chunk_replay = true,
+                    _ => {
+                        return Err(invalid(
+                            "must be `mark-delete-cleanup` or `orphan-chunk-replay`",
+                        ))
+                    }
+                },
                 "--sync" => {
                     cfg.sync = match value.as_str() {
                         "always" => crate::storage::SyncPolicy::Always,

@@ -38,7 +38,9 @@ mod stats;
 mod storage;
 mod topic;
 
-pub use config::{BrokerConfig, ConfigError, DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, USAGE};
+pub use config::{
+    BrokerConfig, ConfigError, Legacy, DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, USAGE,
+};
 pub use conn::PROTOCOL_VERSION;
 pub use server::Broker;
 pub use storage::{StorageError, SyncPolicy};

@@ -38,14 +38,22 @@ impl Shared {
             return Ok(t.clone());
         }
         let t = match &self.cfg.data_dir {
-            None => Topic::new(full.clone(), self.cfg.entries_per_ledger),
+            None => {
+                let mut t = Topic::new(full.clone(), self.cfg.entries_per_ledger);
+                t.legacy = self.cfg.legacy;
+                t
+            }
             Some(d) => Topic::open(
                 full.clone(),
                 d.join("topics").join(encode_name(&full)),
                 self.cfg.entries_per_ledger,
                 self.cfg.sync,
+                self.cfg.legacy,
             )?,
         };
+        if self.cfg.legacy != crate::config::Legacy::default() {
+            warn!(topic = %full, legacy = ?self.cfg.legacy, "Pulsar-bug switches are on for this topic's subscriptions");
+        }
         info!(topic = %full, "topic created");
         let t = Arc::new(t);
         topics.insert(full, t.clone());

@@ -23,6 +23,7 @@ use dispatcher::{
 };
 use tracing::{debug, info, warn};
 
+use crate::config::Legacy;
 use crate::storage::{encode_name, StorageError, SyncPolicy, TopicLog};
 
 /// Writes `bytes` to `path` through a temporary file, fsync and rename (and a directory sync).
@@ -131,11 +132,16 @@ pub(crate) enum SubKind {
 }
 
 impl SubKind {
-    pub(crate) fn dispatcher_config(self) -> DispatcherConfig {
-        match self {
+    pub(crate) fn dispatcher_config(self, legacy: Legacy) -> DispatcherConfig {
+        let mut cfg = match self {
             SubKind::Exclusive | SubKind::Shared => DispatcherConfig::shared(),
             SubKind::KeyShared(ks) => DispatcherConfig::new(SubscriptionType::KeyShared(ks)),
+        };
+        cfg.legacy_mark_delete_cleanup = legacy.mark_delete_cleanup;
+        if legacy.orphan_chunk_replay {
+            cfg.assignor.orphan_policy = chunk_assignor::OrphanPolicy::Replay;
         }
+        cfg
     }
 
     /// Pulsar's name for the type, as in topic stats.
@@ -272,6 +278,8 @@ pub(crate) struct Topic {
     /// The topic's directory under `--data-dir`, with its log; `None` in memory.
     storage: Option<(PathBuf, Mutex<TopicLog>)>,
     sync: SyncPolicy,
+    /// Pulsar-bug switches for new subscriptions' dispatchers.
+    pub legacy: Legacy,
     state: Mutex<TopicState>,
     payloads: RwLock<BTreeMap<Position, Arc<[u8]>>>,
     counters: Mutex<TopicCounters>,
@@ -296,6 +304,7 @@ impl Topic {
             name,
             storage: None,
             sync: SyncPolicy::Always,
+            legacy: Legacy::default(),
             state: Mutex::new(TopicState {
                 ledger: InMemoryLedger::new(entries_per_ledger),
                 chunks: HashMap::new(),
@@ -316,6 +325,7 @@ impl Topic {
         dir: PathBuf,
         entries_per_ledger: u64,
         sync: SyncPolicy,
+        legacy: Legacy,
     ) -> Result<Topic, StorageError> {
         let (log, recovered) = TopicLog::open(&dir)?;
         let mut ledger = InMemoryLedger::new(entries_per_ledger);
@@ -361,6 +371,7 @@ impl Topic {
             name,
             storage: Some((dir.clone(), Mutex::new(log))),
             sync,
+            legacy,
             state: Mutex::new(TopicState {
                 ledger,
                 chunks,
@@ -603,7 +614,7 @@ impl Topic {
                 }
             }
         };
-        let runtime = Runtime::start(kind.dispatcher_config(), cursor, replica);
+        let runtime = Runtime::start(kind.dispatcher_config(self.legacy), cursor, replica);
         info!(topic = %self.name, subscription = name, kind = kind.pulsar_name(), recovered = recover, "subscription started");
         Ok(Arc::new(Subscription {
             name: name.to_owned(),

@@ -1,0 +1,246 @@
+//! The two broker-side source incidents, end to end over the wire with the broker's legacy
+//! switches as the control: each scenario passes on our behaviour and fails with the switch
+//! that restores Pulsar's.
+//!
+//! * Seed 000: on Key_Shared, an admin skip passes entries a consumer still holds; with the
+//!   fix the key stays with its draining old owner, with `--legacy mark-delete-cleanup` the new
+//!   owner gets later messages of the key while the old owner still holds earlier ones.
+//! * Seed 001: on Shared, a chunked message whose first chunk was acked before a restart;
+//!   with the fix the orphan chunks are dispatched and the subscription keeps going, with
+//!   `--legacy orphan-chunk-replay` it stalls.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::{http, metadata, produce, start_broker, Raw};
+use cursor::Position;
+use wire::proto::base_command::Type;
+use wire::proto::command_subscribe::{InitialPosition, SubType};
+use wire::proto::MessageMetadata;
+
+/// Every MESSAGE arriving within `window`: (position, key, body).
+fn collect(c: &mut Raw, window: Duration) -> Vec<(Position, String, Vec<u8>)> {
+    let mut got = Vec::new();
+    let until = Instant::now() + window;
+    while Instant::now() < until {
+        if let Ok(Some(f)) = c.next(Duration::from_millis(20)) {
+            if f.command.r#type() == Type::Message {
+                let id = f.command.message.unwrap().message_id;
+                let p = f.payload.unwrap();
+                let key = p.metadata.partition_key.clone().unwrap_or_default();
+                got.push((
+                    Position::new(id.ledger_id, id.entry_id),
+                    key,
+                    p.body().to_vec(),
+                ));
+            }
+        }
+    }
+    got
+}
+
+fn subscribe(b: &broker::Broker, topic: &str, sub: &str, id: u64, t: SubType) -> Raw {
+    let mut c = Raw::connected(b);
+    c.send(&wire::commands::subscribe(
+        topic,
+        sub,
+        id,
+        1,
+        t,
+        None,
+        InitialPosition::Earliest,
+    ));
+    c.expect(Type::Success);
+    c.send(&wire::commands::flow(id, 1000));
+    c
+}
+
+/// Seed 000. Returns the keys c2 received while c1 still held an earlier message of the key.
+fn seed_000(legacy: bool) -> BTreeSet<String> {
+    const TOPIC: &str = "persistent://public/default/seed-000";
+    let b = if legacy {
+        start_broker(&["--legacy", "mark-delete-cleanup"])
+    } else {
+        start_broker(&[])
+    };
+    let mut c1 = subscribe(&b, TOPIC, "ks", 1, SubType::KeyShared);
+    // Ten keys with one message each (positions 0..9, which the skip will pass), then ten
+    // other keys with three each: c1 gets all 40 and acks none (it is still processing).
+    let mut p = Raw::connected(&b);
+    p.send(&wire::commands::producer(TOPIC, 1, 1, None));
+    let name = p
+        .expect(Type::ProducerSuccess)
+        .command
+        .producer_success
+        .unwrap()
+        .producer_name;
+    let mut seq = 0;
+    let mut send = |p: &mut Raw, key: &str| {
+        p.send_message(
+            &wire::commands::send(1, seq, 1),
+            &metadata(&name, seq, Some(key)),
+            format!("{key}-{seq}").as_bytes(),
+        );
+        p.expect(Type::SendReceipt);
+        seq += 1;
+    };
+    for k in 0..10 {
+        send(&mut p, &format!("a{k}"));
+    }
+    for round in 0..3 {
+        let _ = round;
+        for k in 0..10 {
+            send(&mut p, &format!("b{k}"));
+        }
+    }
+    let held = collect(&mut c1, Duration::from_millis(300));
+    assert_eq!(held.len(), 40, "c1 holds everything");
+    // c2 joins: some keys move to it, but c1 still drains them.
+    let mut c2 = subscribe(&b, TOPIC, "ks", 2, SubType::KeyShared);
+    // The operator skips 10 messages: exactly the single messages of keys a0..a9.
+    let (status, _) = http(
+        &b,
+        "POST",
+        "/admin/v2/persistent/public/default/seed-000/subscription/ks/skip/10",
+        "",
+    );
+    assert_eq!(status, 204);
+    // More of every key.
+    for k in 0..10 {
+        send(&mut p, &format!("a{k}"));
+        send(&mut p, &format!("b{k}"));
+    }
+    let early = collect(&mut c2, Duration::from_millis(500));
+    let held_keys: BTreeSet<String> = held.iter().map(|(_, k, _)| k.clone()).collect();
+    let violated: BTreeSet<String> = early
+        .iter()
+        .map(|(_, k, _)| k.clone())
+        .filter(|k| held_keys.contains(k))
+        .collect();
+    // c1 finishes: acks all it holds. Then c2 must get its keys' messages, in order.
+    let ids: Vec<_> = held
+        .iter()
+        .map(|(p, _, _)| wire::convert::message_id(*p))
+        .collect();
+    c1.send(&wire::commands::ack_ids(1, ids));
+    let late = collect(&mut c2, Duration::from_millis(500));
+    let mut last: BTreeMap<String, Position> = BTreeMap::new();
+    for (p, k, _) in early.iter().chain(&late) {
+        if let Some(prev) = last.insert(k.clone(), *p) {
+            assert!(prev < *p, "key {k}: {prev} then {p} on c2");
+        }
+    }
+    if !legacy {
+        assert!(!late.is_empty(), "c2 gets its keys once c1 acked");
+    }
+    b.shutdown(Duration::from_secs(5));
+    violated
+}
+
+#[test]
+fn seed_000_skip_does_not_release_a_draining_key() {
+    let fixed = seed_000(false);
+    assert!(fixed.is_empty(), "c2 got keys c1 still held: {fixed:?}");
+    let legacy = seed_000(true);
+    assert!(
+        !legacy.is_empty(),
+        "with --legacy mark-delete-cleanup c2 must get a key c1 still holds (Pulsar's bug)"
+    );
+}
+
+fn chunk_meta(
+    producer: &str,
+    seq: u64,
+    uuid: &str,
+    id: i32,
+    n: i32,
+    total: i32,
+) -> MessageMetadata {
+    MessageMetadata {
+        uuid: Some(uuid.to_owned()),
+        chunk_id: Some(id),
+        num_chunks_from_msg: Some(n),
+        total_chunk_msg_size: Some(total),
+        ..metadata(producer, seq, Some("kc"))
+    }
+}
+
+/// Seed 001. Returns how many of the later plain messages c2 received after the restart.
+fn seed_001(legacy: bool) -> (usize, u64) {
+    const TOPIC: &str = "persistent://public/default/seed-001";
+    let dir = std::env::temp_dir().join(format!("broker-seed001-{}-{legacy}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_string_lossy().into_owned();
+    let mut args = vec!["--data-dir", d.as_str()];
+    if legacy {
+        args.extend(["--legacy", "orphan-chunk-replay"]);
+    }
+    {
+        let b = start_broker(&args);
+        let mut c1 = subscribe(&b, TOPIC, "sh", 1, SubType::Shared);
+        let mut p = Raw::connected(&b);
+        p.send(&wire::commands::producer(TOPIC, 1, 1, Some("prod")));
+        p.expect(Type::ProducerSuccess);
+        for chunk in 0..3 {
+            let mut cmd = wire::commands::send(1, 0, 1);
+            if let Some(s) = cmd.send.as_mut() {
+                s.is_chunk = Some(true);
+            }
+            p.send_message(
+                &cmd,
+                &chunk_meta("prod", 0, "prod-0", chunk, 3, 30),
+                &[b'x'; 10],
+            );
+            p.expect(Type::SendReceipt);
+        }
+        let got = collect(&mut c1, Duration::from_millis(300));
+        assert_eq!(got.len(), 3);
+        // Only the first chunk is acked before the broker goes down.
+        c1.send(&wire::commands::ack(
+            1,
+            wire::convert::message_id(got[0].0),
+            None,
+        ));
+        c1.send(&wire::commands::ping());
+        c1.expect(Type::Pong);
+        b.shutdown(Duration::from_secs(5));
+    }
+    let b = start_broker(&args);
+    let mut c2 = subscribe(&b, TOPIC, "sh", 1, SubType::Shared);
+    produce(&b, TOPIC, 5, 1);
+    let got = collect(&mut c2, Duration::from_millis(800));
+    let plain = got
+        .iter()
+        .filter(|(_, _, body)| body.starts_with(b"m"))
+        .count();
+    let (_, stats) = http(
+        &b,
+        "GET",
+        "/admin/v2/persistent/public/default/seed-001/stats",
+        "",
+    );
+    let v: serde_json::Value = serde_json::from_str(&stats).unwrap();
+    let orphans = v["subscriptions"]["sh"]["orphanChunksDispatched"]
+        .as_u64()
+        .unwrap_or(0);
+    b.shutdown(Duration::from_secs(5));
+    let _ = std::fs::remove_dir_all(&dir);
+    (plain, orphans)
+}
+
+#[test]
+fn seed_001_orphan_chunk_after_restart_does_not_stall() {
+    let (plain, orphans) = seed_001(false);
+    assert_eq!(
+        plain, 5,
+        "the subscription keeps delivering after the restart"
+    );
+    assert_eq!(orphans, 2, "chunks 1 and 2 were dispatched as orphans");
+    let (plain, _) = seed_001(true);
+    assert_eq!(
+        plain, 0,
+        "with --legacy orphan-chunk-replay the subscription stalls"
+    );
+}
