@@ -118,10 +118,10 @@ fn select(wanted: &[String]) -> anyhow::Result<Vec<PathBuf>> {
     }
     let mut out = Vec::new();
     for w in wanted {
-        match all
-            .iter()
-            .find(|p| p.file_stem().is_some_and(|s| s.to_string_lossy() == w.as_str()))
-        {
+        match all.iter().find(|p| {
+            p.file_stem()
+                .is_some_and(|s| s.to_string_lossy() == w.as_str())
+        }) {
             Some(p) => out.push(p.clone()),
             None => {
                 let names: Vec<String> = all
