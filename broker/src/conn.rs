@@ -688,7 +688,7 @@ impl Conn {
             );
         };
         let target = if let Some(id) = &s.message_id {
-            Position::new(id.ledger_id, id.entry_id)
+            c.topic.resolve_message_id(id.ledger_id, id.entry_id)
         } else if let Some(t) = s.message_publish_time {
             c.topic.position_at_time(t)
         } else {
