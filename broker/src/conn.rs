@@ -49,6 +49,8 @@ struct Consumer {
     sub: Arc<Subscription>,
     handle: ConsumerHandle,
     forwarder: Option<JoinHandle<()>>,
+    /// A non-durable subscription (a Reader's) goes away with its last consumer, as in Pulsar.
+    non_durable: bool,
 }
 
 /// Runs one accepted connection to its end (socket closed, protocol error or shutdown).
@@ -483,6 +485,8 @@ impl Conn {
             proto::command_subscribe::InitialPosition::Latest => InitialPosition::Latest,
         };
         let topic = self.shared.topic(&name);
+        let non_durable = s.durable == Some(false);
+        let fresh = topic.get_subscription(&s.subscription).is_none();
         let sub = match topic.subscription(&s.subscription, kind, initial) {
             Ok(sub) => sub,
             Err(e) => {
@@ -493,6 +497,12 @@ impl Conn {
                 return self.send_error(s.request_id, code, &e.to_string());
             }
         };
+        if let (true, true, Some(id)) = (fresh, non_durable, &s.start_message_id) {
+            // A Reader: its non-durable subscription starts at the given id (inclusive; the
+            // client drops the start entry itself when the start is exclusive).
+            let start = topic.resolve_message_id(id.ledger_id, id.entry_id);
+            sub.runtime.admin(dispatcher::AdminOp::ResetTo(start));
+        }
         let global = ConsumerId(self.shared.next_consumer.fetch_add(1, Ordering::SeqCst));
         let consumer_name = s
             .consumer_name
@@ -536,6 +546,7 @@ impl Conn {
                 sub,
                 handle,
                 forwarder,
+                non_durable,
             },
         );
         self.send_success(s.request_id);
@@ -727,13 +738,28 @@ impl Conn {
 
     /// A consumer leaves: its unacked entries go back to the others.
     fn drop_consumer(&mut self, c: Consumer) {
-        lock(&c.sub.consumers).remove(&c.global);
+        let last = {
+            let mut consumers = lock(&c.sub.consumers);
+            consumers.remove(&c.global);
+            consumers.is_empty()
+        };
         let Consumer {
-            handle, forwarder, ..
+            handle,
+            forwarder,
+            topic,
+            sub,
+            non_durable,
+            ..
         } = c;
         handle.close();
         // The forwarder ends when the dispatcher drops the delivery channel.
         drop(forwarder);
+        if non_durable && last {
+            let name = sub.name.clone();
+            drop(sub);
+            // Dropping the last reference stops the subscription's runtime.
+            drop(topic.remove_subscription(&name));
+        }
     }
 
     /// Tells the client its producers and consumers are closed (broker shutdown).
