@@ -710,11 +710,13 @@ impl Conn {
             );
         };
         let sub = c.sub.clone();
+        // As Pulsar does: every consumer of the subscription is closed by the broker first (the
+        // clients subscribe again, clearing their receive queues), then the cursor moves. The
+        // other order let the dispatcher send the reset range to the still-attached consumers,
+        // and replay it again after the close: the application saw it twice.
+        self.shared.kick_subscription(&sub);
         sub.runtime.admin(dispatcher::AdminOp::ResetTo(target));
         self.send_success(s.request_id);
-        // As Pulsar does after a reset: every consumer of the subscription is closed by the
-        // broker, and the clients subscribe again (clearing their receive queues).
-        self.shared.kick_subscription(&sub);
     }
 
     fn on_get_last_message_id(&mut self, cmd: &BaseCommand) {
