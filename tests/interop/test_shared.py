@@ -6,6 +6,7 @@ after the acks, a fresh consumer on the subscription gets nothing.
 """
 
 import threading
+import time
 
 import pulsar
 
@@ -30,7 +31,7 @@ def main():
             )
             for i, c in enumerate(clients[:CONSUMERS])
         ]
-        received = [[] for _ in range(CONSUMERS)]  # (payload, msg key, redelivery count)
+        received = [[] for _ in range(CONSUMERS)]  # (time, payload, msg key, redelivery count)
         errors = []
         lock = threading.Lock()
         total = [0]
@@ -45,7 +46,9 @@ def main():
                     m = h.receive_or_none(consumers[i], 200)
                     if m is None:
                         continue
-                    received[i].append((m.data().decode(), h.msg_key(m), m.redelivery_count()))
+                    received[i].append(
+                        (time.monotonic(), m.data().decode(), h.msg_key(m), m.redelivery_count())
+                    )
                     consumers[i].acknowledge(m)
                     with lock:
                         total[0] += 1
@@ -67,14 +70,14 @@ def main():
         seen = {}
         dup_without_reason = []
         redelivered = 0
-        for i, lst in enumerate(received):
-            for payload, mid, rc in lst:
-                if payload in seen:
-                    if rc == 0:
-                        dup_without_reason.append((payload, mid, f"c{i}", seen[payload]))
-                    redelivered += 1
-                else:
-                    seen[payload] = f"c{i}"
+        merged = sorted((t, p, mid, rc, f"c{i}") for i, lst in enumerate(received) for t, p, mid, rc in lst)
+        for _, payload, mid, rc, name in merged:
+            if payload in seen:
+                if rc == 0:
+                    dup_without_reason.append((payload, mid, name, seen[payload]))
+                redelivered += 1
+            else:
+                seen[payload] = name
         missing = [f"m-{i}" for i in range(N) if f"m-{i}" not in seen]
         h.check(not missing, f"{len(missing)} messages never received, e.g. {missing[:5]}")
         h.check(not dup_without_reason, f"duplicates with redelivery count 0: {dup_without_reason[:5]}")
