@@ -49,6 +49,8 @@ struct Consumer {
     sub: Arc<Subscription>,
     handle: ConsumerHandle,
     forwarder: Option<JoinHandle<()>>,
+    /// A non-durable subscription (a Reader's) goes away with its last consumer, as in Pulsar.
+    non_durable: bool,
 }
 
 /// Runs one accepted connection to its end (socket closed, protocol error or shutdown).
@@ -560,6 +562,8 @@ impl Conn {
                 return self.send_error(s.request_id, ServerError::PersistenceError, &e.to_string())
             }
         };
+        let non_durable = s.durable == Some(false);
+        let fresh = topic.get_subscription(&s.subscription).is_none();
         let sub = match topic.subscription(&s.subscription, kind, initial) {
             Ok(sub) => sub,
             Err(e) => {
@@ -571,6 +575,12 @@ impl Conn {
                 return self.send_error(s.request_id, code, &e.to_string());
             }
         };
+        if let (true, true, Some(id)) = (fresh, non_durable, &s.start_message_id) {
+            // A Reader: its non-durable subscription starts at the given id (inclusive; the
+            // client drops the start entry itself when the start is exclusive).
+            let start = topic.resolve_message_id(id.ledger_id, id.entry_id);
+            sub.runtime.admin(dispatcher::AdminOp::ResetTo(start));
+        }
         let global = ConsumerId(self.shared.next_consumer.fetch_add(1, Ordering::SeqCst));
         let consumer_name = s
             .consumer_name
@@ -617,6 +627,7 @@ impl Conn {
                 sub,
                 handle,
                 forwarder,
+                non_durable,
             },
         );
         self.send_success(s.request_id);
@@ -769,7 +780,7 @@ impl Conn {
             );
         };
         let target = if let Some(id) = &s.message_id {
-            Position::new(id.ledger_id, id.entry_id)
+            c.topic.resolve_message_id(id.ledger_id, id.entry_id)
         } else if let Some(t) = s.message_publish_time {
             c.topic.position_at_time(t)
         } else {
@@ -779,9 +790,10 @@ impl Conn {
                 "SEEK needs a message id or a publish time",
             );
         };
-        // As Pulsar does: every consumer of the subscription is closed by the broker (the
-        // clients subscribe again, clearing their receive queues), then the cursor moves,
-        // then the SEEK succeeds.
+        // As Pulsar does: every consumer of the subscription is closed by the broker first (the
+        // clients subscribe again, clearing their receive queues), then the cursor moves, then
+        // the SEEK succeeds. The other order let the dispatcher send the reset range to the
+        // still-attached consumers and replay it again after the close (seen twice by the app).
         let sub = c.sub.clone();
         self.shared.kick_subscription(&sub);
         sub.runtime.admin(dispatcher::AdminOp::ResetTo(target));
@@ -809,13 +821,28 @@ impl Conn {
 
     /// A consumer leaves: its unacked entries go back to the others.
     fn drop_consumer(&mut self, c: Consumer) {
-        lock(&c.sub.consumers).remove(&c.global);
+        let last = {
+            let mut consumers = lock(&c.sub.consumers);
+            consumers.remove(&c.global);
+            consumers.is_empty()
+        };
         let Consumer {
-            handle, forwarder, ..
+            handle,
+            forwarder,
+            topic,
+            sub,
+            non_durable,
+            ..
         } = c;
         handle.close();
         // The forwarder ends when the dispatcher drops the delivery channel.
         drop(forwarder);
+        if non_durable && last {
+            let name = sub.name.clone();
+            drop(sub);
+            // Dropping the last reference stops the subscription's runtime.
+            drop(topic.remove_subscription(&name));
+        }
     }
 
     /// Tells the client its producers and consumers are closed (broker shutdown).

@@ -498,6 +498,21 @@ impl Topic {
             .unwrap_or_else(|| st.ledger.before_first())
     }
 
+    /// The position a client's message id stands for, with Pulsar's two sentinels: `earliest`
+    /// (ledger and entry -1, which arrive as `u64::MAX`) is the first entry, and `latest`
+    /// (`i64::MAX`) is the position after the last entry. Any other id is taken as it is.
+    pub(crate) fn resolve_message_id(&self, ledger_id: u64, entry_id: u64) -> Position {
+        let st = lock(&self.state);
+        let first = || st.ledger.before_first().next();
+        if ledger_id == u64::MAX {
+            first()
+        } else if ledger_id >= i64::MAX as u64 {
+            st.ledger.last_position().map_or_else(first, Position::next)
+        } else {
+            Position::new(ledger_id, entry_id)
+        }
+    }
+
     /// The first entry published at or after `publish_time` (ms), or the position after the
     /// last entry when none is.
     pub(crate) fn position_at_time(&self, publish_time: u64) -> Position {
@@ -838,6 +853,24 @@ mod tests {
         assert!(t.meta(ps[1]).is_none());
         assert!(t.meta(ps[4]).is_some());
         drop((_a, _b, fast, slow));
+        t.close();
+    }
+
+    #[test]
+    fn earliest_and_latest_message_ids_resolve_to_the_ends() {
+        let t = Topic::new("persistent://p/d/t".into(), 3);
+        assert_eq!(
+            t.resolve_message_id(u64::MAX, u64::MAX),
+            Position::new(1, 0)
+        );
+        let section: Arc<[u8]> = Arc::from(&b"x"[..]);
+        let ps: Vec<_> = (0..4)
+            .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()).unwrap())
+            .collect();
+        assert_eq!(t.resolve_message_id(u64::MAX, u64::MAX), ps[0]);
+        let latest = i64::MAX as u64;
+        assert_eq!(t.resolve_message_id(latest, latest), ps[3].next());
+        assert_eq!(t.resolve_message_id(1, 2), Position::new(1, 2));
         t.close();
     }
 

@@ -40,6 +40,8 @@ pub(crate) fn run_all(_args: &[String]) -> anyhow::Result<()> {
 
     crate::sim::ci_steps()?;
 
+    crate::interop::run(&[])?;
+
     crate::tidy::run()?;
 
     println!("xtask ci: all checks passed in {:.0?}", started.elapsed());

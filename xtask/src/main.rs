@@ -5,12 +5,14 @@
 //! * `bench [ids…] [--quick]`: the benchmark table and `target/bench/results.json`.
 //! * `sim [args…]`: the deterministic simulator (issue 7).
 //! * `tidy`: repository hygiene checks alone.
+//! * `interop [--keep-logs] [scenario…]`: the broker against the stock Python client (tests/interop).
 //!
 //! Every subcommand prints each command it runs.
 
 mod bench;
 mod ci;
 mod cmd;
+mod interop;
 mod loom;
 mod sim;
 mod tidy;
@@ -26,8 +28,9 @@ fn main() -> anyhow::Result<()> {
         "bench" => bench::run(&rest),
         "sim" => sim::run(&rest),
         "tidy" => tidy::run(),
+        "interop" => interop::run(&rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] | sim [args…] | tidy>");
+            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] | sim [args…] | tidy | interop [--keep-logs] [scenario…]>");
             Ok(())
         }
         other => anyhow::bail!("unknown xtask subcommand `{other}` (try `cargo xtask help`)"),
