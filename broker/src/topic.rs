@@ -695,10 +695,11 @@ impl Topic {
         (total, ledgers)
     }
 
-    /// Retention: drops entries (metadata and payloads, in the master and in every
-    /// subscription's replica) below every subscription's mark-delete position. With no
-    /// subscription nothing is trimmed: the messages wait for a subscription to come (Pulsar
-    /// would keep them only under a retention policy; this broker keeps them).
+    /// Retention: drops whole ledgers (metadata and payloads, in the master and in every
+    /// subscription's replica, and the ledger's log file) once every subscription's
+    /// mark-delete position has moved past them, as Pulsar deletes consumed ledgers. Entries of
+    /// the ledger being consumed stay (a Reader from the earliest message still finds them).
+    /// With no subscription nothing is trimmed: the messages wait for a subscription to come.
     pub(crate) fn trim(&self) {
         let subs = self.subscriptions();
         let Some(min) = subs
@@ -708,7 +709,7 @@ impl Topic {
         else {
             return;
         };
-        let below = min.next();
+        let below = Position::new(min.next().ledger_id, 0);
         for s in &subs {
             s.runtime.admin(dispatcher::AdminOp::TrimLedgerBelow(below));
         }
@@ -811,8 +812,9 @@ mod tests {
     }
 
     #[test]
-    fn retention_trims_below_the_slowest_mark_delete() {
-        let t = Topic::new("persistent://p/d/r".into(), 100);
+    fn retention_trims_ledgers_below_the_slowest_mark_delete() {
+        // One entry per ledger, so each acked entry is a whole ledger.
+        let t = Topic::new("persistent://p/d/r".into(), 1);
         let section: Arc<[u8]> = Arc::from(&b"x"[..]);
         let fast = t
             .subscription("fast", SubKind::Shared, InitialPosition::Earliest)
@@ -845,12 +847,13 @@ mod tests {
         let _a = drain(&fast, 5);
         let _b = drain(&slow, 2);
         t.trim();
-        assert!(t.payload(ps[1]).is_none(), "below both mark-deletes");
+        assert!(t.payload(ps[0]).is_none(), "a ledger below both mark-deletes");
         assert!(
-            t.payload(ps[2]).is_some(),
-            "the slow subscription still needs it"
+            t.payload(ps[1]).is_some(),
+            "the ledger the slow subscription's mark-delete is in stays"
         );
-        assert!(t.meta(ps[1]).is_none());
+        assert!(t.payload(ps[2]).is_some(), "the slow subscription still needs it");
+        assert!(t.meta(ps[0]).is_none());
         assert!(t.meta(ps[4]).is_some());
         drop((_a, _b, fast, slow));
         t.close();
