@@ -418,14 +418,30 @@ impl<S: CursorStore> ManagedCursor<S> {
     }
 
     /// Cumulative ack: moves mark-delete to `p` (which must exist), then over any acked entries
-    /// that follow. Never moves backwards: `p <= md` returns `Ok(None)`.
+    /// that follow.
+    ///
+    /// * `p` equal to the current mark-delete (a repeated cumulative ack) is an `Ok(None)`
+    ///   no-op;
+    /// * `p` below it is [`CursorError::MarkDeleteBackwards`] (nothing changes): mark-delete
+    ///   never moves backwards, and a caller can tell a stale or confused cumulative ack from a
+    ///   repeat;
+    /// * `p` above it must exist: [`CursorError::BeyondLedger`], [`CursorError::UnknownLedger`]
+    ///   or [`CursorError::Trimmed`] otherwise.
     pub fn mark_delete<L: Ledger + ?Sized>(
         &mut self,
         ledger: &L,
         p: Position,
     ) -> Result<Option<MarkDeleteMove>, CursorError> {
-        if p <= self.md {
+        if p == self.md {
+            trace!(cursor = %self.name, position = %p, "cumulative ack of the current mark-delete ignored");
             return Ok(None);
+        }
+        if p < self.md {
+            debug!(cursor = %self.name, position = %p, md = %self.md, "backwards mark-delete refused");
+            return Err(CursorError::MarkDeleteBackwards {
+                position: p,
+                mark_delete: self.md,
+            });
         }
         lookup(ledger, p)?;
         Ok(Some(self.move_to(

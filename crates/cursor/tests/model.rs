@@ -293,9 +293,9 @@ fn run(seed: u64, steps: usize) {
             45..=48 => {
                 let p = pick(&mut rng);
                 desc = format!("mark_delete {p}");
-                let want = if p <= model.md {
+                let want = if p == model.md {
                     Ok(None)
-                } else if model.meta(p).is_none() {
+                } else if p < model.md || model.meta(p).is_none() {
                     Err(())
                 } else {
                     Ok(Some(model.move_to(

@@ -241,6 +241,35 @@ fn full_ack_of_a_partial_batch_clears_its_bitset() {
 }
 
 #[test]
+fn backwards_mark_delete_is_an_error_and_repeating_md_is_a_no_op() {
+    let (l, ps) = ledger(6, 3);
+    let mut c = cursor(&l);
+    c.mark_delete(&l, ps[3]).unwrap().unwrap();
+    c.ack(&l, ps[5]).unwrap();
+    let before = c.snapshot();
+    // Below md: refused, distinguishable from a repeat; nothing changes.
+    assert!(c.mark_delete(&l, ps[2]).is_err(), "backwards is an error");
+    assert!(matches!(
+        c.mark_delete(&l, ps[0]),
+        Err(CursorError::MarkDeleteBackwards { position, mark_delete })
+            if position == ps[0] && mark_delete == ps[3]
+    ));
+    // Also for positions that do not exist (trimmed, before the first ledger).
+    assert!(matches!(
+        c.mark_delete(&l, pos(0, 0)),
+        Err(CursorError::MarkDeleteBackwards { .. })
+    ));
+    assert_eq!(
+        c.mark_delete(&l, ps[1]).unwrap_err().to_string(),
+        "mark-delete cannot move backwards from 2:0 to 1:1"
+    );
+    // Exactly md: an Ok no-op.
+    assert_eq!(c.mark_delete(&l, ps[3]).unwrap(), None);
+    assert_eq!(c.snapshot(), before);
+    ok(&c, &l);
+}
+
+#[test]
 fn cumulative_mark_delete_never_moves_backwards() {
     let (l, ps) = ledger(6, 100);
     let mut c = cursor(&l);
@@ -249,7 +278,6 @@ fn cumulative_mark_delete_never_moves_backwards() {
     // Absorbs the acked entry that follows.
     assert_eq!((mv.to, mv.reason), (ps[4], MarkDeleteReason::CumulativeAck));
     assert!(mv.dropped.is_empty());
-    assert_eq!(c.mark_delete(&l, ps[2]).unwrap(), None);
     assert_eq!(c.mark_delete(&l, ps[4]).unwrap(), None);
     assert_eq!(c.mark_delete_position(), ps[4]);
     assert!(matches!(
