@@ -585,27 +585,56 @@ impl<S: CursorStore> ManagedCursor<S> {
 
     /// Resets (seeks) to `p`: mark-delete becomes the position just before `p`, the read
     /// position becomes `p`, and every individual and batch ack is forgotten (acked entries at
-    /// or after `p` will be read again). `p` may be an entry, the position right after the
-    /// last entry of its ledger, or a position before the first existing entry. A forward reset
-    /// reports the un-acked entries it passes as dropped.
+    /// or after `p` will be read again). A forward reset reports the un-acked entries it passes
+    /// as dropped.
+    ///
+    /// `p` may be an entry, or the position right after the last entry of its ledger. Out of the
+    /// log's range it is clamped, as Pulsar does:
+    ///
+    /// * **before the first existing entry** (a trimmed position, an earlier ledger, `0:0`):
+    ///   the reset goes to the first entry — mark-delete becomes [`Ledger::before_first`] and
+    ///   every entry is backlog again;
+    /// * **past the end** (after the position right after the last entry): the reset goes to the
+    ///   end — mark-delete becomes the last entry, the read position the one right after it,
+    ///   and the backlog is empty;
+    /// * with no entry at all, both cases leave mark-delete at [`Ledger::before_first`].
+    ///
+    /// The move's `to` is the mark-delete actually set, and [`read_position`](Self::read_position)
+    /// the read position actually set. Errors (nothing changes) only for a position inside the
+    /// log that cannot exist: [`CursorError::BeyondLedger`] past the end of a ledger that is not
+    /// the last one, [`CursorError::UnknownLedger`] for a ledger id missing between existing ones.
     pub fn reset<L: Ledger + ?Sized>(
         &mut self,
         ledger: &L,
         p: Position,
     ) -> Result<MarkDeleteMove, CursorError> {
-        if ledger.meta(p).is_none() {
-            let before_all = ledger.first_position().is_none_or(|f| p < f);
-            match ledger.entry_count(p.ledger_id) {
-                Some(n) if p.entry_id <= n => {}
-                Some(n) if !before_all => {
-                    return Err(CursorError::BeyondLedger {
-                        position: p,
-                        entries: n,
-                    })
+        let requested = p;
+        let p = match (ledger.first_position(), ledger.last_position()) {
+            (Some(first), Some(last)) => {
+                if p < first {
+                    first
+                } else if p > last.next() {
+                    last.next()
+                } else {
+                    if ledger.meta(p).is_none() && p != last.next() {
+                        match ledger.entry_count(p.ledger_id) {
+                            Some(n) if p.entry_id <= n => {}
+                            Some(n) => {
+                                return Err(CursorError::BeyondLedger {
+                                    position: p,
+                                    entries: n,
+                                })
+                            }
+                            None => return Err(CursorError::UnknownLedger { position: p }),
+                        }
+                    }
+                    p
                 }
-                None if !before_all => return Err(CursorError::UnknownLedger { position: p }),
-                _ => {}
             }
+            _ => ledger.before_first().next(),
+        };
+        if p != requested {
+            debug!(cursor = %self.name, requested = %requested, clamped_to = %p, "reset outside the log clamped");
         }
         let from = self.md;
         let to = p.before();

@@ -448,8 +448,19 @@ fn run(seed: u64, steps: usize) {
                 if ex.is_empty() {
                     desc = "reset skipped".into();
                 } else {
-                    let p = ex[rng.below(ex.len() as u64) as usize];
-                    desc = format!("reset {p}");
+                    // Sometimes out of the log's range: clamped to the first entry or the end.
+                    let (asked, p) = match rng.below(8) {
+                        0 => (Position::new(0, 0), ex[0]),
+                        1 => {
+                            let end = ex[ex.len() - 1].next();
+                            (Position::new(end.ledger_id + 1, 7), end)
+                        }
+                        _ => {
+                            let p = ex[rng.below(ex.len() as u64) as usize];
+                            (p, p)
+                        }
+                    };
+                    desc = format!("reset {asked}");
                     let to = p.before();
                     let from = model.md;
                     let dropped: Vec<Position> = if to > from {
@@ -472,7 +483,7 @@ fn run(seed: u64, steps: usize) {
                         reason: MarkDeleteReason::Reset,
                         dropped,
                     };
-                    match c.reset(&ledger, p) {
+                    match c.reset(&ledger, asked) {
                         Ok(got) if got == want => moves.push(got),
                         got => fail!("want {want:?} got {got:?}"),
                     }

@@ -454,13 +454,51 @@ fn reset_clears_holes_and_moves_both_ways() {
     assert_eq!(mv.to, ps[7]);
     assert!(!c.has_more_entries(&l));
     assert!(matches!(
-        c.reset(&l, pos(3, 3)),
+        c.reset(&l, pos(1, 4)),
         Err(CursorError::BeyondLedger { .. })
     ));
-    assert!(matches!(
-        c.reset(&l, pos(7, 0)),
-        Err(CursorError::UnknownLedger { .. })
-    ));
+    ok(&c, &l);
+}
+
+#[test]
+fn reset_outside_the_log_clamps_and_keeps_the_invariants() {
+    let (mut l, ps) = ledger(8, 3);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[0]).unwrap();
+    c.ack(&l, ps[2]).unwrap();
+    // Before the first entry: everything becomes backlog.
+    let mv = c.reset(&l, pos(0, 0)).unwrap();
+    ok(&c, &l);
+    assert_eq!((mv.from, mv.to), (ps[0], l.before_first()));
+    assert_eq!(c.read_position(), ps[0]);
+    assert_eq!(c.backlog(&l).entries, 8);
+    assert_eq!(c.read(&l, 100).len(), 8);
+    // Past the end: clamped to the end, nothing left.
+    let mv = c.reset(&l, pos(3, 3)).unwrap();
+    ok(&c, &l);
+    assert_eq!(mv.to, ps[7]);
+    assert_eq!(mv.dropped, ps.clone());
+    assert_eq!(c.read_position(), ps[7].next());
+    assert_eq!(c.backlog(&l).entries, 0);
+    for far in [pos(7, 0), pos(3, u64::MAX), pos(u64::MAX, u64::MAX)] {
+        let mv = c.reset(&l, far).unwrap();
+        assert_eq!((mv.to, c.read_position()), (ps[7], pos(3, 2)), "{far}");
+        ok(&c, &l);
+    }
+    // Into the trimmed prefix: clamped to the first entry that still exists.
+    c.reset(&l, ps[5]).unwrap();
+    l.trim_below(ps[5]);
+    let mv = c.reset(&l, ps[1]).unwrap();
+    ok(&c, &l);
+    assert_eq!((mv.to, c.read_position()), (ps[4], ps[5]));
+    assert_eq!(c.backlog(&l).entries, 3);
+    // With no entry at all: md stays before the (future) first entry.
+    l.trim_below(pos(9, 0));
+    let mv = c.reset(&l, pos(0, 0)).unwrap();
+    ok(&c, &l);
+    assert_eq!(mv.to, l.before_first());
+    let mv = c.reset(&l, pos(99, 0)).unwrap();
+    assert_eq!(mv.to, l.before_first());
     ok(&c, &l);
 }
 
