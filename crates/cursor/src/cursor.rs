@@ -207,9 +207,42 @@ impl<S: CursorStore> ManagedCursor<S> {
         self.md
     }
 
-    /// The read position: the next [`read`](Self::read) returns entries at or after it.
+    /// The raw read position: a lower bound — the next [`read`](Self::read) returns entries at
+    /// or after it. It is not normalised: it may name an entry acked since (acks do not move
+    /// it), or the position right after a ledger's last entry (`1:2`) when the next entry is in
+    /// a later ledger (`2:0`). For stats and admin output use
+    /// [`next_read_position`](Self::next_read_position).
     pub fn read_position(&self) -> Position {
         self.read
+    }
+
+    /// The read position normalised against `ledger`: the first existing entry at or after
+    /// [`read_position`](Self::read_position) that is not fully acked (a partially acked batch
+    /// counts as not acked: a read returns it) — the entry the next [`read`](Self::read) returns
+    /// first. When there is none, the position right after the last entry (where the next
+    /// append to the current ledger lands), and never at or below mark-delete. What a broker
+    /// shows as a subscription's read position. Costs one walk over the acked ranges at the read
+    /// position (O(1) lookups per range for an [`InMemoryLedger`](crate::InMemoryLedger)).
+    ///
+    /// ```
+    /// use cursor::{EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore, Position};
+    /// let mut l = InMemoryLedger::new(2);
+    /// let ps: Vec<_> = (0..3).map(|i| l.append(EntryMeta::simple(i, 1))).collect();
+    /// let mut c = ManagedCursor::new("sub", &l, MemoryStore::new());
+    /// c.read(&l, 2); // 1:0 and 1:1
+    /// assert_eq!(c.read_position(), Position::new(1, 2)); // raw: past ledger 1's end
+    /// assert_eq!(c.next_read_position(&l), Position::new(2, 0));
+    /// c.ack(&l, ps[2]).unwrap();
+    /// assert_eq!(c.next_read_position(&l), Position::new(2, 1)); // 2:0 is acked: the end
+    /// ```
+    pub fn next_read_position<L: Ledger + ?Sized>(&self, ledger: &L) -> Position {
+        match self.first_unacked_after(ledger, self.read.before()) {
+            Some(p) => p,
+            None => ledger
+                .last_position()
+                .map_or(self.md.next(), Position::next)
+                .max(self.md.next()),
+        }
     }
 
     /// Whether `p` counts as acked: at or below mark-delete, individually acked, or (for a

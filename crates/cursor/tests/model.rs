@@ -603,6 +603,19 @@ fn run(seed: u64, steps: usize) {
                 fail!("batch indexes at {p}");
             }
         }
+        let want_next = model.first_unacked(model.read).unwrap_or_else(|| {
+            model
+                .existing()
+                .last()
+                .map_or(model.md.next(), |(p, _)| p.next())
+                .max(model.md.next())
+        });
+        if c.next_read_position(&ledger) != want_next {
+            fail!(
+                "next_read_position {} want {want_next}",
+                c.next_read_position(&ledger)
+            );
+        }
         if c.has_more_entries(&ledger) != model.first_unacked(model.read).is_some() {
             fail!("has_more_entries");
         }

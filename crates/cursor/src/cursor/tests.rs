@@ -503,6 +503,40 @@ fn reset_outside_the_log_clamps_and_keeps_the_invariants() {
 }
 
 #[test]
+fn next_read_position_is_the_next_entry_neither_acked_nor_past_the_end() {
+    let mut l = InMemoryLedger::new(2);
+    let ps: Vec<Position> = (0..5)
+        .map(|i| l.append(EntryMeta::simple(100 + i, 10)))
+        .collect();
+    let mut c = cursor(&l);
+    assert_eq!(c.next_read_position(&l), ps[0]);
+    // Past the end of ledger 1: the next entry is 2:0, not 1:2.
+    c.read(&l, 2);
+    assert_eq!(c.read_position(), pos(1, 2));
+    assert_eq!(c.next_read_position(&l), pos(2, 0));
+    // Acked entries at the read position are skipped (a partial batch is not).
+    c.ack(&l, ps[2]).unwrap();
+    c.ack(&l, ps[3]).unwrap();
+    assert_eq!(c.next_read_position(&l), ps[4]);
+    // Nothing left: the position right after the last entry.
+    c.ack(&l, ps[4]).unwrap();
+    assert_eq!(c.next_read_position(&l), ps[4].next());
+    // New entries appear in a new ledger: found without any cursor call.
+    l.roll_over();
+    let p5 = l.append(EntryMeta::simple(200, 10));
+    assert_eq!(c.next_read_position(&l), p5);
+    // Above mark-delete even when md covers everything and the log is trimmed.
+    c.mark_delete(&l, p5).unwrap();
+    l.trim_below(p5.next());
+    assert_eq!(c.next_read_position(&l), p5.next());
+    assert!(c.next_read_position(&l) > c.mark_delete_position());
+    ok(&c, &l);
+    // A fresh cursor over an empty log: right after before_first.
+    let e = InMemoryLedger::new(2);
+    assert_eq!(cursor(&e).next_read_position(&e), pos(1, 0));
+}
+
+#[test]
 fn rewind_goes_back_to_the_first_unacked_entry() {
     let (l, ps) = ledger(5, 100);
     let mut c = cursor(&l);
