@@ -57,6 +57,24 @@ pub struct AckOutcome {
     pub md_move: Option<MarkDeleteMove>,
 }
 
+/// How [`ManagedCursor::recover_with_outcome`] used the persisted state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryOutcome {
+    /// The persisted state fit the ledger and was restored as saved.
+    Restored,
+    /// The persisted mark-delete pointed at entries the ledger no longer has (trimmed, or its
+    /// ledger lost) and was clamped; a `WARN` was logged and the cursor is dirty (persist it).
+    Clamped {
+        /// The mark-delete position found in the store.
+        stored: Position,
+        /// The mark-delete position the cursor uses.
+        clamped_to: Position,
+        /// Acked positions and batch bitsets dropped because they fell at or below the clamped
+        /// mark-delete (or, for a lost tail, beyond the end).
+        dropped_acks: u64,
+    },
+}
+
 /// The result of [`ManagedCursor::replay`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReplayResult {
@@ -140,13 +158,80 @@ impl<S: CursorStore> ManagedCursor<S> {
     }
 
     /// Restores the cursor from the last state in `store`. The read position is the first
-    /// un-acked entry after mark-delete.
+    /// un-acked entry after mark-delete. A mark-delete whose entries the ledger no longer has is
+    /// clamped (see [`recover_with_outcome`](Self::recover_with_outcome), which also says whether
+    /// that happened).
     ///
     /// Errors: [`CursorError::NothingPersisted`] when the store is empty, [`CursorError::Store`]
     /// when it cannot be read (corruption names file and offset), [`CursorError::StateMismatch`]
-    /// when the state refers to entries past the end of the ledger.
-    pub fn recover<L: Ledger + ?Sized>(ledger: &L, mut store: S) -> Result<Self, CursorError> {
-        let st = store.load()?.ok_or(CursorError::NothingPersisted)?;
+    /// when the state does not fit a ledger that still exists (mark-delete past the end of its
+    /// ledger, an acked position or batch bitset that is not in the ledger, a batch size that
+    /// differs from the entry's).
+    pub fn recover<L: Ledger + ?Sized>(ledger: &L, store: S) -> Result<Self, CursorError> {
+        Self::recover_with_outcome(ledger, store).map(|(c, _)| c)
+    }
+
+    /// [`recover`](Self::recover), also saying whether the persisted mark-delete was used as is.
+    ///
+    /// When the persisted mark-delete points at entries the ledger no longer has, recovery
+    /// clamps it instead of refusing, logs a `WARN` (fields `cursor`, `stored`, `clamped_to`,
+    /// `dropped_acks`) and returns [`RecoveryOutcome::Clamped`]:
+    ///
+    /// * **trimmed** — mark-delete lies below the first existing entry and its ledger is gone,
+    ///   or entries after it in its ledger are (the ledger was trimmed past it, e.g. past acks
+    ///   that were not persisted before a crash): mark-delete becomes [`Ledger::before_first`],
+    ///   so every existing entry is backlog. (A mark-delete on the last entry of a ledger that
+    ///   still exists, below the first entry of a later one, is fine and kept as is);
+    /// * **lost** — mark-delete's ledger is unknown to the ledger ([`Ledger::entry_count`] is
+    ///   `None`) but later entries exist: mark-delete becomes the position just before the next
+    ///   existing entry; when nothing exists after it (the lost ledger was the last), it becomes
+    ///   the last entry (every existing entry is below the stored mark-delete, so consumed).
+    ///
+    /// Acks and batch bitsets at or below the clamped mark-delete, and (for a lost tail) above
+    /// it, are dropped and counted in `dropped_acks`; the rest must fit the ledger as usual. A
+    /// mark-delete past the end of a ledger that still exists stays a
+    /// [`CursorError::StateMismatch`]: the state is from another log.
+    pub fn recover_with_outcome<L: Ledger + ?Sized>(
+        ledger: &L,
+        mut store: S,
+    ) -> Result<(Self, RecoveryOutcome), CursorError> {
+        let mut st = store.load()?.ok_or(CursorError::NothingPersisted)?;
+        let floor = ledger.before_first();
+        let stored = st.mark_delete;
+        let known = ledger.entry_count(stored.ledger_id);
+        // Below the first entry is fine while nothing after mark-delete is missing (its ledger
+        // ended there); gone entries after it, or a vanished ledger, need the clamp.
+        let trimmed = stored < floor && known.is_none_or(|n| stored.entry_id.saturating_add(1) < n);
+        let clamped_to = if trimmed {
+            Some(floor)
+        } else if stored > floor && known.is_none() {
+            Some(match ledger.next_position(stored) {
+                Some(n) => n.before(),
+                None => ledger.last_position().unwrap_or(floor),
+            })
+        } else {
+            None
+        };
+        let mut outcome = RecoveryOutcome::Restored;
+        if let Some(to) = clamped_to {
+            let (acks, batches) = (st.acked.len(), st.batch_acks.len() as u64);
+            if to < stored {
+                // A lost tail: everything above the stored mark-delete is gone too.
+                st.acked.clear();
+                st.batch_acks.clear();
+            } else {
+                st.acked.remove_through(to);
+                st.batch_acks = st.batch_acks.split_off(&to.next());
+            }
+            let dropped_acks = acks - st.acked.len() + batches - st.batch_acks.len() as u64;
+            warn!(cursor = %st.name, stored = %stored, clamped_to = %to, dropped_acks, "persisted mark-delete points at entries the ledger no longer has; clamped");
+            st.mark_delete = to;
+            outcome = RecoveryOutcome::Clamped {
+                stored,
+                clamped_to: to,
+                dropped_acks,
+            };
+        }
         let end = ledger
             .last_position()
             .unwrap_or_else(|| ledger.before_first());
@@ -192,9 +277,11 @@ impl<S: CursorStore> ManagedCursor<S> {
             last_active: st.last_active,
             dirty: false,
         };
+        // A clamped state differs from the store's: persist it on the next call.
+        c.dirty = outcome != RecoveryOutcome::Restored;
         c.rewind(ledger);
         debug!(cursor = %c.name, md = %c.md, read = %c.read, holes = c.acked.len(), "cursor recovered");
-        Ok(c)
+        Ok((c, outcome))
     }
 
     /// The cursor's name.

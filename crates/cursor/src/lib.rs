@@ -56,7 +56,7 @@ pub use crate::ackset::AckSet;
 pub use crate::batch::BatchAcks;
 pub use crate::codec::DecodeError;
 pub use crate::cursor::{
-    AckOutcome, ManagedCursor, MarkDeleteMove, MarkDeleteReason, ReplayResult,
+    AckOutcome, ManagedCursor, MarkDeleteMove, MarkDeleteReason, RecoveryOutcome, ReplayResult,
 };
 pub use crate::entry::{Backlog, ChunkMeta, Entry, EntryMeta, Position};
 pub use crate::error::{CursorError, StoreError};

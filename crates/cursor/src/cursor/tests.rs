@@ -687,6 +687,113 @@ fn recover_errors() {
     ));
 }
 
+/// Runs `f` with a tracing subscriber that records WARN and above; returns `f`'s result and the
+/// log text.
+fn with_warnings<T>(f: impl FnOnce() -> T) -> (T, String) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let w = buf.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || w.clone())
+        .finish();
+    let out = tracing::subscriber::with_default(sub, f);
+    let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}
+
+#[test]
+fn recover_clamps_a_mark_delete_whose_ledger_was_trimmed() {
+    let (mut l, ps) = ledger(9, 3);
+    let mut c = cursor(&l);
+    c.mark_delete(&l, ps[1]).unwrap();
+    c.ack(&l, ps[3]).unwrap();
+    c.ack(&l, ps[6]).unwrap();
+    c.persist().unwrap();
+    // Later acks were not persisted, but the ledger was trimmed past them: ledger 1 and 2:0 are
+    // gone, so the persisted mark-delete 1:1 and the hole 2:0 name entries that no longer exist.
+    l.trim_below(ps[4]);
+    assert_eq!(l.entry_count(1), None);
+    let store = c.store().clone();
+    let recovered = ManagedCursor::recover(&l, store.clone());
+    assert!(recovered.is_ok(), "{:?}", recovered.err());
+    let ((r, outcome), log) =
+        with_warnings(|| ManagedCursor::recover_with_outcome(&l, store).unwrap());
+    assert_eq!(
+        outcome,
+        RecoveryOutcome::Clamped {
+            stored: ps[1],
+            clamped_to: ps[3],
+            dropped_acks: 1
+        }
+    );
+    assert!(log.contains("WARN"), "{log}");
+    assert!(
+        log.contains("stored=1:1") && log.contains("clamped_to=2:0") && log.contains("cursor=c"),
+        "{log}"
+    );
+    assert_eq!(r.mark_delete_position(), l.before_first());
+    assert_eq!(r.read_position(), ps[4]);
+    assert!(r.is_acked(ps[6]), "acks above the clamp are kept");
+    assert_eq!(r.backlog(&l).entries, 4);
+    assert!(r.is_dirty(), "the clamped state is not in the store yet");
+    ok(&r, &l);
+    // recover() clamps the same way.
+    assert_eq!(recovered.unwrap().snapshot(), r.snapshot());
+    // An unclamped recovery says so and logs nothing.
+    let (mut r, _) = ManagedCursor::recover_with_outcome(&l, c.store().clone()).unwrap();
+    r.persist().unwrap();
+    let ((_, outcome), log) =
+        with_warnings(|| ManagedCursor::recover_with_outcome(&l, r.store().clone()).unwrap());
+    assert_eq!(outcome, RecoveryOutcome::Restored);
+    assert!(log.is_empty(), "{log}");
+}
+
+#[test]
+fn recover_clamps_a_mark_delete_whose_ledger_was_lost() {
+    // A state saved over ledgers 1..3, recovered over a log whose ledger 3 is gone.
+    let (long, lps) = ledger(9, 3);
+    let mut c = cursor(&long);
+    c.mark_delete(&long, lps[6]).unwrap();
+    c.ack(&long, lps[8]).unwrap();
+    c.persist().unwrap();
+    let (short, sps) = ledger(6, 3);
+    let plain = ManagedCursor::recover(&short, c.store().clone());
+    assert!(plain.is_ok(), "lost ledger: {:?}", plain.err());
+    let (r, outcome) = ManagedCursor::recover_with_outcome(&short, c.store().clone()).unwrap();
+    assert_eq!(
+        outcome,
+        RecoveryOutcome::Clamped {
+            stored: lps[6],
+            clamped_to: sps[5],
+            dropped_acks: 1
+        }
+    );
+    assert_eq!(r.mark_delete_position(), sps[5]);
+    assert_eq!(r.backlog(&short).entries, 0);
+    ok(&r, &short);
+    // A state whose mark-delete's ledger still exists but is shorter is still refused.
+    let mut c = cursor(&long);
+    c.mark_delete(&long, lps[5]).unwrap();
+    c.persist().unwrap();
+    let (shorter, _) = ledger(4, 3);
+    assert!(matches!(
+        ManagedCursor::recover(&shorter, c.store().clone()),
+        Err(CursorError::StateMismatch { .. })
+    ));
+}
+
 /// A store that fails every save after the first `ok_saves`.
 struct Flaky {
     inner: MemoryStore,
