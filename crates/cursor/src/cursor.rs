@@ -57,6 +57,17 @@ pub struct AckOutcome {
     pub md_move: Option<MarkDeleteMove>,
 }
 
+/// Where a new subscription's cursor starts (Pulsar's `InitialPosition`), for
+/// [`ManagedCursor::new_at`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InitialPosition {
+    /// At the end: entries already in the ledger count as consumed, only later ones are
+    /// delivered (Pulsar's default for a new subscription).
+    Latest,
+    /// At the beginning: every existing entry is backlog (what [`ManagedCursor::new`] does).
+    Earliest,
+}
+
 /// How [`ManagedCursor::recover_with_outcome`] used the persisted state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RecoveryOutcome {
@@ -155,6 +166,36 @@ impl<S: CursorStore> ManagedCursor<S> {
             last_active: 0,
             dirty: true,
         }
+    }
+
+    /// A fresh cursor for a new subscription starting at `initial`: [`InitialPosition::Earliest`]
+    /// is [`new`](Self::new) (mark-delete just before the first entry, everything is backlog);
+    /// [`InitialPosition::Latest`] puts mark-delete on the last existing entry (just before the
+    /// first entry when there is none), so the backlog is empty and only entries appended later
+    /// are read. Nothing is persisted until [`persist`](Self::persist).
+    ///
+    /// ```
+    /// use cursor::{EntryMeta, InMemoryLedger, InitialPosition, Ledger, ManagedCursor, MemoryStore};
+    /// let mut l = InMemoryLedger::new(10);
+    /// let old = l.append(EntryMeta::simple(1, 10));
+    /// let c = ManagedCursor::new_at("sub", &l, MemoryStore::new(), InitialPosition::Latest);
+    /// assert_eq!((c.mark_delete_position(), c.backlog(&l).entries), (old, 0));
+    /// ```
+    pub fn new_at<L: Ledger + ?Sized>(
+        name: impl Into<String>,
+        ledger: &L,
+        store: S,
+        initial: InitialPosition,
+    ) -> Self {
+        let mut c = Self::new(name, ledger, store);
+        if initial == InitialPosition::Latest {
+            if let Some(last) = ledger.last_position() {
+                c.md = c.md.max(last);
+                c.read = c.md.next();
+            }
+        }
+        debug!(cursor = %c.name, md = %c.md, initial = ?initial, "cursor opened");
+        c
     }
 
     /// Restores the cursor from the last state in `store`. The read position is the first
@@ -778,6 +819,41 @@ impl<S: CursorStore> ManagedCursor<S> {
         };
         debug!(cursor = %self.name, from = %from, to = %to, reason = ?mv.reason, dropped = mv.dropped.len(), "mark-delete moved");
         Ok(mv)
+    }
+
+    /// Resets (seeks) to the first entry published at or after `t` (milliseconds, compared with
+    /// [`EntryMeta::publish_time`]), found with [`Ledger::find_by_publish_time`] (binary search
+    /// on an [`InMemoryLedger`](crate::InMemoryLedger), assuming non-decreasing publish times);
+    /// when every entry was published before `t`, to the end (empty backlog). Otherwise exactly
+    /// [`reset`](Self::reset): acks are forgotten, a forward move reports what it drops. What a
+    /// broker's reset-cursor by timestamp does.
+    pub fn reset_to_publish_time<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        t: u64,
+    ) -> Result<MarkDeleteMove, CursorError> {
+        let target = ledger.find_by_publish_time(t).unwrap_or_else(|| {
+            ledger
+                .last_position()
+                .map_or_else(|| ledger.before_first().next(), Position::next)
+        });
+        debug!(cursor = %self.name, publish_time = t, target = %target, "reset by publish time");
+        self.reset(ledger, target)
+    }
+
+    /// Moves only the read position to `p` (Pulsar's cursor `seek`): mark-delete, acks and the
+    /// backlog stay as they are, so acked entries are still skipped by the next
+    /// [`read`](Self::read). `p` is clamped to just after mark-delete when at or below it, and
+    /// to the position right after the last entry when past it. Returns the read position set.
+    /// For a dispatcher that wants to re-read from a position (SEEK without dropping acks).
+    pub fn seek<L: Ledger + ?Sized>(&mut self, ledger: &L, p: Position) -> Position {
+        let end = ledger
+            .last_position()
+            .map_or(self.md.next(), Position::next)
+            .max(self.md.next());
+        self.read = p.clamp(self.md.next(), end);
+        debug!(cursor = %self.name, requested = %p, read = %self.read, "read position moved");
+        self.read
     }
 
     /// Moves the read position back to the first un-acked entry after mark-delete (or just

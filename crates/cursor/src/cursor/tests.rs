@@ -537,6 +537,70 @@ fn next_read_position_is_the_next_entry_neither_acked_nor_past_the_end() {
 }
 
 #[test]
+fn open_at_latest_or_earliest() {
+    let (mut l, ps) = ledger(5, 2);
+    let c = ManagedCursor::new_at("e", &l, MemoryStore::new(), InitialPosition::Earliest);
+    let fresh = cursor(&l);
+    assert_eq!(
+        (c.mark_delete_position(), c.read_position()),
+        (fresh.mark_delete_position(), fresh.read_position())
+    );
+    assert_eq!(c.backlog(&l).entries, 5);
+    let mut c = ManagedCursor::new_at("l", &l, MemoryStore::new(), InitialPosition::Latest);
+    ok(&c, &l);
+    assert_eq!(c.mark_delete_position(), ps[4]);
+    assert_eq!(c.backlog(&l).entries, 0);
+    assert!(c.read(&l, 10).is_empty());
+    let p = l.append(EntryMeta::simple(500, 10));
+    assert_eq!(c.read(&l, 10).len(), 1);
+    assert_eq!(c.ack(&l, p).unwrap().md_move.map(|m| m.to), Some(p));
+    // Over an empty log, Latest is Earliest.
+    let e = InMemoryLedger::new(2);
+    let c = ManagedCursor::new_at("x", &e, MemoryStore::new(), InitialPosition::Latest);
+    assert_eq!(c.mark_delete_position(), e.before_first());
+    ok(&c, &e);
+}
+
+#[test]
+fn seek_moves_only_the_read_position() {
+    let (l, ps) = ledger(8, 3);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[0]).unwrap();
+    c.ack(&l, ps[3]).unwrap();
+    c.read(&l, 10);
+    let before = (c.snapshot(), c.backlog(&l));
+    // Back to 1:2: the same entries are read again, acked ones still skipped.
+    assert_eq!(c.seek(&l, ps[2]), ps[2]);
+    assert_eq!((c.snapshot(), c.backlog(&l)), before);
+    let again: Vec<Position> = c.read(&l, 3).iter().map(|e| e.position).collect();
+    assert_eq!(again, vec![ps[2], ps[4], ps[5]]);
+    // At or below md: just after md. Past the end: right after the last entry.
+    assert_eq!(c.seek(&l, pos(0, 0)), ps[1]);
+    assert_eq!(c.seek(&l, pos(9, 9)), ps[7].next());
+    assert!(!c.has_more_entries(&l));
+    ok(&c, &l);
+}
+
+#[test]
+fn reset_to_publish_time_finds_the_first_entry_at_or_after_t() {
+    // Publish times 100..=107.
+    let (l, ps) = ledger(8, 3);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[6]).unwrap();
+    let mv = c.reset_to_publish_time(&l, 103).unwrap();
+    assert_eq!((mv.to, c.read_position()), (ps[3].before(), ps[3]));
+    assert_eq!(mv.dropped, vec![ps[0], ps[1], ps[2]]);
+    assert!(!c.is_acked(ps[6]), "acks are forgotten, as for any reset");
+    // Before everything: the whole log is backlog again; after everything: the end.
+    c.reset_to_publish_time(&l, 0).unwrap();
+    assert_eq!(c.backlog(&l).entries, 8);
+    let mv = c.reset_to_publish_time(&l, 1_000).unwrap();
+    assert_eq!(mv.to, ps[7]);
+    assert_eq!(c.backlog(&l).entries, 0);
+    ok(&c, &l);
+}
+
+#[test]
 fn rewind_goes_back_to_the_first_unacked_entry() {
     let (l, ps) = ledger(5, 100);
     let mut c = cursor(&l);
