@@ -1,6 +1,6 @@
 //! The cursor against a reference model (a `BTreeSet` of acked positions and plain loops), over
 //! seeded random operation sequences: acks, batch-index acks, cumulative mark-delete, skip,
-//! clear, expire, evictions, reset, rewind, read, replay, persist/recover, append, trim.
+//! clear, expire, evictions, reset, seek, rewind, read, replay, persist/recover, append, trim.
 //! A failure prints the seed and the operations so far.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -489,7 +489,21 @@ fn run(seed: u64, steps: usize) {
                     }
                 }
             }
-            64..=66 => {
+            66 => {
+                let p = pick(&mut rng);
+                desc = format!("seek {p}");
+                let end = model
+                    .existing()
+                    .last()
+                    .map_or(model.md.next(), |(q, _)| q.next())
+                    .max(model.md.next());
+                model.read = p.clamp(model.md.next(), end);
+                let got = c.seek(&ledger, p);
+                if got != model.read {
+                    fail!("seek set {got}, want {}", model.read);
+                }
+            }
+            64..=65 => {
                 desc = "rewind".into();
                 model.read = model
                     .first_unacked(Position::new(0, 0))
