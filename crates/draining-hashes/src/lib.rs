@@ -6,7 +6,9 @@
 //! per hash, the old owner and how many of its pending entries carry the hash:
 //!
 //! * [`DrainingHashes::add_entry`]: one reference per pending entry of A with the hash (called by
-//!   the dispatcher's registration when A loses the range);
+//!   the dispatcher's registration when A loses the range — through
+//!   [`recount_entry`](DrainingHashes::recount_entry) when that registration rescans all of A's
+//!   pending entries — or for a single send counted on its own);
 //! * [`DrainingHashes::reduce_ref_count`]: one reference less (called from A's pending-acks
 //!   remove handler); at zero the entry goes and, if it had blocked someone and A is not
 //!   closing, the [`UnblockListener`] is told, coalesced inside
