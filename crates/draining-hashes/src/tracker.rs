@@ -265,9 +265,12 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
         }
     }
 
-    /// Adds one reference of `consumer` to `hash`: call it once per pending entry of `consumer`
-    /// with that hash when the hash leaves `consumer`'s range. Creates the draining entry on the
-    /// first reference.
+    /// Adds one reference of `consumer` to `hash` for a pending entry that was not counted
+    /// before (a send counted on its own). Creates the draining entry on the first reference.
+    /// A registration that rescans every pending entry of `consumer` when the hash leaves its
+    /// range should call [`recount_entry`](Self::recount_entry) per entry instead: after a lazy
+    /// reclaim, such a scan meets entries that still hold stale references, and `add_entry`
+    /// would count them twice (the hash would then never be released).
     ///
     /// Errors (nothing changes): [`AddEntryError::ZeroHash`] for hash 0,
     /// [`AddEntryError::OwnedByOther`] when another consumer already drains the hash,
