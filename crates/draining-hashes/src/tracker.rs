@@ -153,6 +153,10 @@ impl<C: Copy + Eq + Hash> Inner<C> {
 
     /// Pays off one stale reference of `owner` on `hash`; false when it has none.
     fn take_stale(&mut self, owner: C, hash: u32) -> bool {
+        if self.stale.is_empty() {
+            // The common case: no reclaim left anything behind; skip the hashing.
+            return false;
+        }
         let Some(v) = self.stale.get_mut(&hash) else {
             return false;
         };
@@ -171,7 +175,7 @@ impl<C: Copy + Eq + Hash> Inner<C> {
 
     /// Whether `hash` has an entry or stale references (its occupancy bit must stay set).
     fn occupied(&self, hash: u32) -> bool {
-        self.table.get(hash).is_some() || self.stale.contains_key(&hash)
+        self.table.get(hash).is_some() || (!self.stale.is_empty() && self.stale.contains_key(&hash))
     }
 }
 
