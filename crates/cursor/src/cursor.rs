@@ -57,6 +57,35 @@ pub struct AckOutcome {
     pub md_move: Option<MarkDeleteMove>,
 }
 
+/// Where a new subscription's cursor starts (Pulsar's `InitialPosition`), for
+/// [`ManagedCursor::new_at`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum InitialPosition {
+    /// At the end: entries already in the ledger count as consumed, only later ones are
+    /// delivered (Pulsar's default for a new subscription).
+    Latest,
+    /// At the beginning: every existing entry is backlog (what [`ManagedCursor::new`] does).
+    Earliest,
+}
+
+/// How [`ManagedCursor::recover_with_outcome`] used the persisted state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecoveryOutcome {
+    /// The persisted state fit the ledger and was restored as saved.
+    Restored,
+    /// The persisted mark-delete pointed at entries the ledger no longer has (trimmed, or its
+    /// ledger lost) and was clamped; a `WARN` was logged and the cursor is dirty (persist it).
+    Clamped {
+        /// The mark-delete position found in the store.
+        stored: Position,
+        /// The mark-delete position the cursor uses.
+        clamped_to: Position,
+        /// Acked positions and batch bitsets dropped because they fell at or below the clamped
+        /// mark-delete (or, for a lost tail, beyond the end).
+        dropped_acks: u64,
+    },
+}
+
 /// The result of [`ManagedCursor::replay`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ReplayResult {
@@ -139,14 +168,111 @@ impl<S: CursorStore> ManagedCursor<S> {
         }
     }
 
+    /// A fresh cursor for a new subscription starting at `initial`: [`InitialPosition::Earliest`]
+    /// is [`new`](Self::new) (mark-delete just before the first entry, everything is backlog);
+    /// [`InitialPosition::Latest`] puts mark-delete on the last existing entry (just before the
+    /// first entry when there is none), so the backlog is empty and only entries appended later
+    /// are read. Nothing is persisted until [`persist`](Self::persist).
+    ///
+    /// ```
+    /// use cursor::{EntryMeta, InMemoryLedger, InitialPosition, Ledger, ManagedCursor, MemoryStore};
+    /// let mut l = InMemoryLedger::new(10);
+    /// let old = l.append(EntryMeta::simple(1, 10));
+    /// let c = ManagedCursor::new_at("sub", &l, MemoryStore::new(), InitialPosition::Latest);
+    /// assert_eq!((c.mark_delete_position(), c.backlog(&l).entries), (old, 0));
+    /// ```
+    pub fn new_at<L: Ledger + ?Sized>(
+        name: impl Into<String>,
+        ledger: &L,
+        store: S,
+        initial: InitialPosition,
+    ) -> Self {
+        let mut c = Self::new(name, ledger, store);
+        if initial == InitialPosition::Latest {
+            if let Some(last) = ledger.last_position() {
+                c.md = c.md.max(last);
+                c.read = c.md.next();
+            }
+        }
+        debug!(cursor = %c.name, md = %c.md, initial = ?initial, "cursor opened");
+        c
+    }
+
     /// Restores the cursor from the last state in `store`. The read position is the first
-    /// un-acked entry after mark-delete.
+    /// un-acked entry after mark-delete. A mark-delete whose entries the ledger no longer has is
+    /// clamped (see [`recover_with_outcome`](Self::recover_with_outcome), which also says whether
+    /// that happened).
     ///
     /// Errors: [`CursorError::NothingPersisted`] when the store is empty, [`CursorError::Store`]
     /// when it cannot be read (corruption names file and offset), [`CursorError::StateMismatch`]
-    /// when the state refers to entries past the end of the ledger.
-    pub fn recover<L: Ledger + ?Sized>(ledger: &L, mut store: S) -> Result<Self, CursorError> {
-        let st = store.load()?.ok_or(CursorError::NothingPersisted)?;
+    /// when the state does not fit a ledger that still exists (mark-delete past the end of its
+    /// ledger, an acked position or batch bitset that is not in the ledger, a batch size that
+    /// differs from the entry's).
+    pub fn recover<L: Ledger + ?Sized>(ledger: &L, store: S) -> Result<Self, CursorError> {
+        Self::recover_with_outcome(ledger, store).map(|(c, _)| c)
+    }
+
+    /// [`recover`](Self::recover), also saying whether the persisted mark-delete was used as is.
+    ///
+    /// When the persisted mark-delete points at entries the ledger no longer has, recovery
+    /// clamps it instead of refusing, logs a `WARN` (fields `cursor`, `stored`, `clamped_to`,
+    /// `dropped_acks`) and returns [`RecoveryOutcome::Clamped`]:
+    ///
+    /// * **trimmed** — mark-delete lies below the first existing entry and its ledger is gone,
+    ///   or entries after it in its ledger are (the ledger was trimmed past it, e.g. past acks
+    ///   that were not persisted before a crash): mark-delete becomes [`Ledger::before_first`],
+    ///   so every existing entry is backlog. (A mark-delete on the last entry of a ledger that
+    ///   still exists, below the first entry of a later one, is fine and kept as is);
+    /// * **lost** — mark-delete's ledger is unknown to the ledger ([`Ledger::entry_count`] is
+    ///   `None`) but later entries exist: mark-delete becomes the position just before the next
+    ///   existing entry; when nothing exists after it (the lost ledger was the last), it becomes
+    ///   the last entry (every existing entry is below the stored mark-delete, so consumed).
+    ///
+    /// Acks and batch bitsets at or below the clamped mark-delete, and (for a lost tail) above
+    /// it, are dropped and counted in `dropped_acks`; the rest must fit the ledger as usual. A
+    /// mark-delete past the end of a ledger that still exists stays a
+    /// [`CursorError::StateMismatch`]: the state is from another log.
+    pub fn recover_with_outcome<L: Ledger + ?Sized>(
+        ledger: &L,
+        mut store: S,
+    ) -> Result<(Self, RecoveryOutcome), CursorError> {
+        let mut st = store.load()?.ok_or(CursorError::NothingPersisted)?;
+        let floor = ledger.before_first();
+        let stored = st.mark_delete;
+        let known = ledger.entry_count(stored.ledger_id);
+        // Below the first entry is fine while nothing after mark-delete is missing (its ledger
+        // ended there); gone entries after it, or a vanished ledger, need the clamp.
+        let trimmed = stored < floor && known.is_none_or(|n| stored.entry_id.saturating_add(1) < n);
+        let clamped_to = if trimmed {
+            Some(floor)
+        } else if stored > floor && known.is_none() {
+            Some(match ledger.next_position(stored) {
+                Some(n) => n.before(),
+                None => ledger.last_position().unwrap_or(floor),
+            })
+        } else {
+            None
+        };
+        let mut outcome = RecoveryOutcome::Restored;
+        if let Some(to) = clamped_to {
+            let (acks, batches) = (st.acked.len(), st.batch_acks.len() as u64);
+            if to < stored {
+                // A lost tail: everything above the stored mark-delete is gone too.
+                st.acked.clear();
+                st.batch_acks.clear();
+            } else {
+                st.acked.remove_through(to);
+                st.batch_acks = st.batch_acks.split_off(&to.next());
+            }
+            let dropped_acks = acks - st.acked.len() + batches - st.batch_acks.len() as u64;
+            warn!(cursor = %st.name, stored = %stored, clamped_to = %to, dropped_acks, "persisted mark-delete points at entries the ledger no longer has; clamped");
+            st.mark_delete = to;
+            outcome = RecoveryOutcome::Clamped {
+                stored,
+                clamped_to: to,
+                dropped_acks,
+            };
+        }
         let end = ledger
             .last_position()
             .unwrap_or_else(|| ledger.before_first());
@@ -192,9 +318,11 @@ impl<S: CursorStore> ManagedCursor<S> {
             last_active: st.last_active,
             dirty: false,
         };
+        // A clamped state differs from the store's: persist it on the next call.
+        c.dirty = outcome != RecoveryOutcome::Restored;
         c.rewind(ledger);
         debug!(cursor = %c.name, md = %c.md, read = %c.read, holes = c.acked.len(), "cursor recovered");
-        Ok(c)
+        Ok((c, outcome))
     }
 
     /// The cursor's name.
@@ -207,9 +335,42 @@ impl<S: CursorStore> ManagedCursor<S> {
         self.md
     }
 
-    /// The read position: the next [`read`](Self::read) returns entries at or after it.
+    /// The raw read position: a lower bound — the next [`read`](Self::read) returns entries at
+    /// or after it. It is not normalised: it may name an entry acked since (acks do not move
+    /// it), or the position right after a ledger's last entry (`1:2`) when the next entry is in
+    /// a later ledger (`2:0`). For stats and admin output use
+    /// [`next_read_position`](Self::next_read_position).
     pub fn read_position(&self) -> Position {
         self.read
+    }
+
+    /// The read position normalised against `ledger`: the first existing entry at or after
+    /// [`read_position`](Self::read_position) that is not fully acked (a partially acked batch
+    /// counts as not acked: a read returns it) — the entry the next [`read`](Self::read) returns
+    /// first. When there is none, the position right after the last entry (where the next
+    /// append to the current ledger lands), and never at or below mark-delete. What a broker
+    /// shows as a subscription's read position. Costs one walk over the acked ranges at the read
+    /// position (O(1) lookups per range for an [`InMemoryLedger`](crate::InMemoryLedger)).
+    ///
+    /// ```
+    /// use cursor::{EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore, Position};
+    /// let mut l = InMemoryLedger::new(2);
+    /// let ps: Vec<_> = (0..3).map(|i| l.append(EntryMeta::simple(i, 1))).collect();
+    /// let mut c = ManagedCursor::new("sub", &l, MemoryStore::new());
+    /// c.read(&l, 2); // 1:0 and 1:1
+    /// assert_eq!(c.read_position(), Position::new(1, 2)); // raw: past ledger 1's end
+    /// assert_eq!(c.next_read_position(&l), Position::new(2, 0));
+    /// c.ack(&l, ps[2]).unwrap();
+    /// assert_eq!(c.next_read_position(&l), Position::new(2, 1)); // 2:0 is acked: the end
+    /// ```
+    pub fn next_read_position<L: Ledger + ?Sized>(&self, ledger: &L) -> Position {
+        match self.first_unacked_after(ledger, self.read.before()) {
+            Some(p) => p,
+            None => ledger
+                .last_position()
+                .map_or(self.md.next(), Position::next)
+                .max(self.md.next()),
+        }
     }
 
     /// Whether `p` counts as acked: at or below mark-delete, individually acked, or (for a
@@ -418,14 +579,30 @@ impl<S: CursorStore> ManagedCursor<S> {
     }
 
     /// Cumulative ack: moves mark-delete to `p` (which must exist), then over any acked entries
-    /// that follow. Never moves backwards: `p <= md` returns `Ok(None)`.
+    /// that follow.
+    ///
+    /// * `p` equal to the current mark-delete (a repeated cumulative ack) is an `Ok(None)`
+    ///   no-op;
+    /// * `p` below it is [`CursorError::MarkDeleteBackwards`] (nothing changes): mark-delete
+    ///   never moves backwards, and a caller can tell a stale or confused cumulative ack from a
+    ///   repeat;
+    /// * `p` above it must exist: [`CursorError::BeyondLedger`], [`CursorError::UnknownLedger`]
+    ///   or [`CursorError::Trimmed`] otherwise.
     pub fn mark_delete<L: Ledger + ?Sized>(
         &mut self,
         ledger: &L,
         p: Position,
     ) -> Result<Option<MarkDeleteMove>, CursorError> {
-        if p <= self.md {
+        if p == self.md {
+            trace!(cursor = %self.name, position = %p, "cumulative ack of the current mark-delete ignored");
             return Ok(None);
+        }
+        if p < self.md {
+            debug!(cursor = %self.name, position = %p, md = %self.md, "backwards mark-delete refused");
+            return Err(CursorError::MarkDeleteBackwards {
+                position: p,
+                mark_delete: self.md,
+            });
         }
         lookup(ledger, p)?;
         Ok(Some(self.move_to(
@@ -569,27 +746,56 @@ impl<S: CursorStore> ManagedCursor<S> {
 
     /// Resets (seeks) to `p`: mark-delete becomes the position just before `p`, the read
     /// position becomes `p`, and every individual and batch ack is forgotten (acked entries at
-    /// or after `p` will be read again). `p` may be an entry, the position right after the
-    /// last entry of its ledger, or a position before the first existing entry. A forward reset
-    /// reports the un-acked entries it passes as dropped.
+    /// or after `p` will be read again). A forward reset reports the un-acked entries it passes
+    /// as dropped.
+    ///
+    /// `p` may be an entry, or the position right after the last entry of its ledger. Out of the
+    /// log's range it is clamped, as Pulsar does:
+    ///
+    /// * **before the first existing entry** (a trimmed position, an earlier ledger, `0:0`):
+    ///   the reset goes to the first entry — mark-delete becomes [`Ledger::before_first`] and
+    ///   every entry is backlog again;
+    /// * **past the end** (after the position right after the last entry): the reset goes to the
+    ///   end — mark-delete becomes the last entry, the read position the one right after it,
+    ///   and the backlog is empty;
+    /// * with no entry at all, both cases leave mark-delete at [`Ledger::before_first`].
+    ///
+    /// The move's `to` is the mark-delete actually set, and [`read_position`](Self::read_position)
+    /// the read position actually set. Errors (nothing changes) only for a position inside the
+    /// log that cannot exist: [`CursorError::BeyondLedger`] past the end of a ledger that is not
+    /// the last one, [`CursorError::UnknownLedger`] for a ledger id missing between existing ones.
     pub fn reset<L: Ledger + ?Sized>(
         &mut self,
         ledger: &L,
         p: Position,
     ) -> Result<MarkDeleteMove, CursorError> {
-        if ledger.meta(p).is_none() {
-            let before_all = ledger.first_position().is_none_or(|f| p < f);
-            match ledger.entry_count(p.ledger_id) {
-                Some(n) if p.entry_id <= n => {}
-                Some(n) if !before_all => {
-                    return Err(CursorError::BeyondLedger {
-                        position: p,
-                        entries: n,
-                    })
+        let requested = p;
+        let p = match (ledger.first_position(), ledger.last_position()) {
+            (Some(first), Some(last)) => {
+                if p < first {
+                    first
+                } else if p > last.next() {
+                    last.next()
+                } else {
+                    if ledger.meta(p).is_none() && p != last.next() {
+                        match ledger.entry_count(p.ledger_id) {
+                            Some(n) if p.entry_id <= n => {}
+                            Some(n) => {
+                                return Err(CursorError::BeyondLedger {
+                                    position: p,
+                                    entries: n,
+                                })
+                            }
+                            None => return Err(CursorError::UnknownLedger { position: p }),
+                        }
+                    }
+                    p
                 }
-                None if !before_all => return Err(CursorError::UnknownLedger { position: p }),
-                _ => {}
             }
+            _ => ledger.before_first().next(),
+        };
+        if p != requested {
+            debug!(cursor = %self.name, requested = %requested, clamped_to = %p, "reset outside the log clamped");
         }
         let from = self.md;
         let to = p.before();
@@ -613,6 +819,41 @@ impl<S: CursorStore> ManagedCursor<S> {
         };
         debug!(cursor = %self.name, from = %from, to = %to, reason = ?mv.reason, dropped = mv.dropped.len(), "mark-delete moved");
         Ok(mv)
+    }
+
+    /// Resets (seeks) to the first entry published at or after `t` (milliseconds, compared with
+    /// [`EntryMeta::publish_time`]), found with [`Ledger::find_by_publish_time`] (binary search
+    /// on an [`InMemoryLedger`](crate::InMemoryLedger), assuming non-decreasing publish times);
+    /// when every entry was published before `t`, to the end (empty backlog). Otherwise exactly
+    /// [`reset`](Self::reset): acks are forgotten, a forward move reports what it drops. What a
+    /// broker's reset-cursor by timestamp does.
+    pub fn reset_to_publish_time<L: Ledger + ?Sized>(
+        &mut self,
+        ledger: &L,
+        t: u64,
+    ) -> Result<MarkDeleteMove, CursorError> {
+        let target = ledger.find_by_publish_time(t).unwrap_or_else(|| {
+            ledger
+                .last_position()
+                .map_or_else(|| ledger.before_first().next(), Position::next)
+        });
+        debug!(cursor = %self.name, publish_time = t, target = %target, "reset by publish time");
+        self.reset(ledger, target)
+    }
+
+    /// Moves only the read position to `p` (Pulsar's cursor `seek`): mark-delete, acks and the
+    /// backlog stay as they are, so acked entries are still skipped by the next
+    /// [`read`](Self::read). `p` is clamped to just after mark-delete when at or below it, and
+    /// to the position right after the last entry when past it. Returns the read position set.
+    /// For a dispatcher that wants to re-read from a position (SEEK without dropping acks).
+    pub fn seek<L: Ledger + ?Sized>(&mut self, ledger: &L, p: Position) -> Position {
+        let end = ledger
+            .last_position()
+            .map_or(self.md.next(), Position::next)
+            .max(self.md.next());
+        self.read = p.clamp(self.md.next(), end);
+        debug!(cursor = %self.name, requested = %p, read = %self.read, "read position moved");
+        self.read
     }
 
     /// Moves the read position back to the first un-acked entry after mark-delete (or just

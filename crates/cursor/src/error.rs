@@ -50,6 +50,17 @@ pub enum CursorError {
         /// The entry's `num_messages`.
         actual: u32,
     },
+    /// A cumulative ack ([`ManagedCursor::mark_delete`](crate::ManagedCursor::mark_delete)) named
+    /// a position below the current mark-delete: mark-delete never moves backwards (use
+    /// [`ManagedCursor::reset`](crate::ManagedCursor::reset) to rewind a subscription). Repeating
+    /// the current mark-delete position is not this error but an `Ok(None)` no-op.
+    #[error("mark-delete cannot move backwards from {mark_delete} to {position}")]
+    MarkDeleteBackwards {
+        /// The position asked for.
+        position: Position,
+        /// The current mark-delete position (above `position`).
+        mark_delete: Position,
+    },
     /// `recover` found no persisted state in the store.
     #[error("the store holds no persisted cursor state")]
     NothingPersisted,

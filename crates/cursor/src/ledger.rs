@@ -90,6 +90,28 @@ pub trait Ledger {
         t
     }
 
+    /// The first existing entry, in log order, whose publish time is at or after `t` (`None`
+    /// when every existing entry was published before `t`, or there is none): what a broker
+    /// needs to reset a subscription by timestamp.
+    ///
+    /// Publish times come from producers and are assumed non-decreasing in log order (as a
+    /// broker's search by time assumes); then this is exact. With out-of-order times an
+    /// implementation that searches returns an entry at or after `t` whose predecessor was
+    /// published before `t`, not necessarily the first such entry in log order.
+    ///
+    /// Cost: this default walks the entries from the first one, O(entries) `meta` look-ups;
+    /// [`InMemoryLedger`] overrides it with a binary search, O(log ledgers + log entries).
+    fn find_by_publish_time(&self, t: u64) -> Option<Position> {
+        let mut p = self.first_position();
+        while let Some(q) = p {
+            if self.meta(q).is_some_and(|m| m.publish_time >= t) {
+                return Some(q);
+            }
+            p = self.next_position(q);
+        }
+        None
+    }
+
     /// Drops every entry at a position `< p` (the slowest cursor's mark-delete + 1).
     fn trim_below(&mut self, p: Position);
 }
@@ -395,6 +417,19 @@ impl Ledger for InMemoryLedger {
         t
     }
 
+    /// Binary search: first over the ledgers (by their last entry's publish time), then inside
+    /// the one found; O(log ledgers + log entries).
+    fn find_by_publish_time(&self, t: u64) -> Option<Position> {
+        let last_time = |s: &Segment| s.metas.back().map(|m| m.publish_time);
+        // Ledgers whose entries were all published before `t` (empty ones count as such).
+        let i = self
+            .segs
+            .partition_point(|s| last_time(s).is_none_or(|pt| pt < t));
+        let seg = self.segs.iter().skip(i).find(|s| !s.metas.is_empty())?;
+        let j = seg.metas.partition_point(|m| m.publish_time < t);
+        Some(Position::new(seg.id, seg.base + j as u64))
+    }
+
     fn trim_below(&mut self, p: Position) {
         while let Some(s) = self.segs.front_mut() {
             if s.id < p.ledger_id {
@@ -529,6 +564,76 @@ mod tests {
             assert_eq!(plain.stats(*a), l.stats(*a));
             assert!(plain.exists(*a));
         }
+    }
+
+    /// The default (linear) search, for comparison.
+    struct Linear<'a>(&'a InMemoryLedger);
+    impl Ledger for Linear<'_> {
+        fn append(&mut self, _: EntryMeta) -> Position {
+            Position::new(0, 0)
+        }
+        fn first_position(&self) -> Option<Position> {
+            self.0.first_position()
+        }
+        fn last_position(&self) -> Option<Position> {
+            self.0.last_position()
+        }
+        fn before_first(&self) -> Position {
+            self.0.before_first()
+        }
+        fn next_position(&self, p: Position) -> Option<Position> {
+            self.0.next_position(p)
+        }
+        fn meta(&self, p: Position) -> Option<&EntryMeta> {
+            self.0.meta(p)
+        }
+        fn get(&self, p: Position) -> Option<Entry> {
+            self.0.get(p)
+        }
+        fn entry_count(&self, id: u64) -> Option<u64> {
+            self.0.entry_count(id)
+        }
+        fn trim_below(&mut self, _: Position) {}
+    }
+
+    #[test]
+    fn find_by_publish_time_is_the_first_entry_at_or_after_t() {
+        let mut l = InMemoryLedger::new(3);
+        assert_eq!(l.find_by_publish_time(0), None);
+        // Times 10, 20, 20, 30 | 40, 40, 50 ... with equal times across a ledger boundary.
+        let times = [10, 20, 20, 30, 40, 40, 40, 50, 60, 70];
+        let ps: Vec<Position> = times
+            .iter()
+            .map(|&t| l.append(EntryMeta::simple(t, 1)))
+            .collect();
+        assert_eq!(l.find_by_publish_time(0), Some(ps[0]));
+        assert_eq!(l.find_by_publish_time(10), Some(ps[0]));
+        assert_eq!(l.find_by_publish_time(11), Some(ps[1]));
+        assert_eq!(l.find_by_publish_time(20), Some(ps[1]));
+        assert_eq!(l.find_by_publish_time(31), Some(ps[4]));
+        assert_eq!(l.find_by_publish_time(40), Some(ps[4]));
+        assert_eq!(l.find_by_publish_time(70), Some(ps[9]));
+        assert_eq!(l.find_by_publish_time(71), None);
+        for t in 0..80 {
+            assert_eq!(
+                l.find_by_publish_time(t),
+                Linear(&l).find_by_publish_time(t),
+                "t = {t}"
+            );
+        }
+        // Trimmed entries are not found; an emptied first ledger is skipped.
+        l.trim_below(ps[3]);
+        assert_eq!(l.find_by_publish_time(0), Some(ps[3]));
+        l.trim_below(ps[6]);
+        assert_eq!(l.find_by_publish_time(0), Some(ps[6]));
+        for t in 0..80 {
+            assert_eq!(
+                l.find_by_publish_time(t),
+                Linear(&l).find_by_publish_time(t)
+            );
+        }
+        l.trim_below(pos(99, 0));
+        assert_eq!(l.find_by_publish_time(0), None);
     }
 
     #[test]

@@ -56,7 +56,8 @@ pub use crate::ackset::AckSet;
 pub use crate::batch::BatchAcks;
 pub use crate::codec::DecodeError;
 pub use crate::cursor::{
-    AckOutcome, ManagedCursor, MarkDeleteMove, MarkDeleteReason, ReplayResult,
+    AckOutcome, InitialPosition, ManagedCursor, MarkDeleteMove, MarkDeleteReason, RecoveryOutcome,
+    ReplayResult,
 };
 pub use crate::entry::{Backlog, ChunkMeta, Entry, EntryMeta, Position};
 pub use crate::error::{CursorError, StoreError};

@@ -1,6 +1,6 @@
 //! The cursor against a reference model (a `BTreeSet` of acked positions and plain loops), over
 //! seeded random operation sequences: acks, batch-index acks, cumulative mark-delete, skip,
-//! clear, expire, evictions, reset, rewind, read, replay, persist/recover, append, trim.
+//! clear, expire, evictions, reset, seek, rewind, read, replay, persist/recover, append, trim.
 //! A failure prints the seed and the operations so far.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -293,9 +293,9 @@ fn run(seed: u64, steps: usize) {
             45..=48 => {
                 let p = pick(&mut rng);
                 desc = format!("mark_delete {p}");
-                let want = if p <= model.md {
+                let want = if p == model.md {
                     Ok(None)
-                } else if model.meta(p).is_none() {
+                } else if p < model.md || model.meta(p).is_none() {
                     Err(())
                 } else {
                     Ok(Some(model.move_to(
@@ -448,8 +448,19 @@ fn run(seed: u64, steps: usize) {
                 if ex.is_empty() {
                     desc = "reset skipped".into();
                 } else {
-                    let p = ex[rng.below(ex.len() as u64) as usize];
-                    desc = format!("reset {p}");
+                    // Sometimes out of the log's range: clamped to the first entry or the end.
+                    let (asked, p) = match rng.below(8) {
+                        0 => (Position::new(0, 0), ex[0]),
+                        1 => {
+                            let end = ex[ex.len() - 1].next();
+                            (Position::new(end.ledger_id + 1, 7), end)
+                        }
+                        _ => {
+                            let p = ex[rng.below(ex.len() as u64) as usize];
+                            (p, p)
+                        }
+                    };
+                    desc = format!("reset {asked}");
                     let to = p.before();
                     let from = model.md;
                     let dropped: Vec<Position> = if to > from {
@@ -472,13 +483,27 @@ fn run(seed: u64, steps: usize) {
                         reason: MarkDeleteReason::Reset,
                         dropped,
                     };
-                    match c.reset(&ledger, p) {
+                    match c.reset(&ledger, asked) {
                         Ok(got) if got == want => moves.push(got),
                         got => fail!("want {want:?} got {got:?}"),
                     }
                 }
             }
-            64..=66 => {
+            66 => {
+                let p = pick(&mut rng);
+                desc = format!("seek {p}");
+                let end = model
+                    .existing()
+                    .last()
+                    .map_or(model.md.next(), |(q, _)| q.next())
+                    .max(model.md.next());
+                model.read = p.clamp(model.md.next(), end);
+                let got = c.seek(&ledger, p);
+                if got != model.read {
+                    fail!("seek set {got}, want {}", model.read);
+                }
+            }
+            64..=65 => {
                 desc = "rewind".into();
                 model.read = model
                     .first_unacked(Position::new(0, 0))
@@ -591,6 +616,19 @@ fn run(seed: u64, steps: usize) {
             if c.batch_acked_indexes(*p) != wantb {
                 fail!("batch indexes at {p}");
             }
+        }
+        let want_next = model.first_unacked(model.read).unwrap_or_else(|| {
+            model
+                .existing()
+                .last()
+                .map_or(model.md.next(), |(p, _)| p.next())
+                .max(model.md.next())
+        });
+        if c.next_read_position(&ledger) != want_next {
+            fail!(
+                "next_read_position {} want {want_next}",
+                c.next_read_position(&ledger)
+            );
         }
         if c.has_more_entries(&ledger) != model.first_unacked(model.read).is_some() {
             fail!("has_more_entries");

@@ -6,7 +6,9 @@
 //! per hash, the old owner and how many of its pending entries carry the hash:
 //!
 //! * [`DrainingHashes::add_entry`]: one reference per pending entry of A with the hash (called by
-//!   the dispatcher's registration when A loses the range);
+//!   the dispatcher's registration when A loses the range — through
+//!   [`recount_entry`](DrainingHashes::recount_entry) when that registration rescans all of A's
+//!   pending entries — or for a single send counted on its own);
 //! * [`DrainingHashes::reduce_ref_count`]: one reference less (called from A's pending-acks
 //!   remove handler); at zero the entry goes and, if it had blocked someone and A is not
 //!   closing, the [`UnblockListener`] is told, coalesced inside
@@ -16,7 +18,16 @@
 //!   blocked attempts; a hash that came back to its draining owner is released lazily);
 //! * [`DrainingHashes::check_send`]: the atomic check a pending-acks add handler makes (refuse
 //!   a hash draining elsewhere; count a late send of a hash draining on the sender itself);
-//! * [`DrainingHashes::consumer_stats`], [`DrainingHashes::get`], [`DrainingHashes::clear`].
+//! * [`DrainingHashes::recount_entry`]: [`add_entry`](DrainingHashes::add_entry) for a
+//!   registration that scans all of the owner's pending entries (re-counts a stale reference);
+//! * [`DrainingHashes::force_release`]: drop an entry whatever its count (a draining timeout);
+//! * [`DrainingHashes::consumer_stats`], [`DrainingHashes::get`], [`DrainingHashes::clear`],
+//!   [`DrainingHashes::stale_references`].
+//!
+//! An entry removed before its count reaches zero (lazily by its owner, or forced) leaves its
+//! count behind as *stale references* of the owner: the owner's next `reduce_ref_count` calls on
+//! the hash pay those off first, so a late ack cannot release a newer entry of the same owner and
+//! hash (see [`DrainingHashes`]).
 //!
 //! Invariants: at most one owner per draining hash (a second owner is an
 //! [`AddEntryError::OwnedByOther`], never a panic); hash 0 means "no hash" and never drains;

@@ -63,7 +63,11 @@ pub enum ReduceError<C: Debug> {
 /// What [`DrainingHashes::reduce_ref_count`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Reduced {
-    /// The hash is not draining (or is 0): nothing changed. This is the common case for acks.
+    /// The hash is not draining (or is 0): no draining entry changed. This is the common case
+    /// for acks. Also the answer when the reference was a *stale* one — counted by an entry the
+    /// owner already reclaimed ([`DrainingHashes::should_block`] by the owner, or
+    /// [`DrainingHashes::force_release`]): that reference is paid off and any newer entry of the
+    /// same owner and hash is left alone.
     NotDraining,
     /// One reference dropped; `remaining` (≥ 1) are left.
     Decremented {
@@ -123,11 +127,55 @@ struct Inner<C> {
     batch_level: u32,
     unblocked_while_batching: bool,
     stats: HashMap<C, Counters, FxBuild>,
+    /// Stale references per hash: `(owner, n)` = `n` references that an entry of `owner` had
+    /// counted when it was removed early (a lazy reclaim or a forced release). The owner's pending
+    /// entries behind them still exist and each will call `reduce_ref_count` once; those calls
+    /// pay these off first, so they cannot drop references of a newer entry.
+    stale: HashMap<u32, Vec<(C, u32)>, FxBuild>,
 }
 
 impl<C: Copy + Eq + Hash> Inner<C> {
     fn count_cleared(&mut self, consumer: C) {
         self.stats.entry(consumer).or_default().cleared_total += 1;
+    }
+
+    /// Records `n` stale references of `owner` on `hash`.
+    fn add_stale(&mut self, owner: C, hash: u32, n: u32) {
+        if n == 0 {
+            return;
+        }
+        let v = self.stale.entry(hash).or_default();
+        match v.iter_mut().find(|(o, _)| *o == owner) {
+            Some((_, k)) => *k = k.saturating_add(n),
+            None => v.push((owner, n)),
+        }
+    }
+
+    /// Pays off one stale reference of `owner` on `hash`; false when it has none.
+    fn take_stale(&mut self, owner: C, hash: u32) -> bool {
+        if self.stale.is_empty() {
+            // The common case: no reclaim left anything behind; skip the hashing.
+            return false;
+        }
+        let Some(v) = self.stale.get_mut(&hash) else {
+            return false;
+        };
+        let Some(i) = v.iter().position(|(o, _)| *o == owner) else {
+            return false;
+        };
+        v[i].1 -= 1;
+        if v[i].1 == 0 {
+            v.swap_remove(i);
+            if v.is_empty() {
+                self.stale.remove(&hash);
+            }
+        }
+        true
+    }
+
+    /// Whether `hash` has an entry or stale references (its occupancy bit must stay set).
+    fn occupied(&self, hash: u32) -> bool {
+        self.table.get(hash).is_some() || (!self.stale.is_empty() && self.stale.contains_key(&hash))
     }
 }
 
@@ -138,6 +186,19 @@ impl<C: Copy + Eq + Hash> Inner<C> {
 /// now *drains* the hash. [`should_block`](Self::should_block) then refuses the hash to every
 /// other consumer until A's references are gone, which happens through
 /// [`reduce_ref_count`](Self::reduce_ref_count) from A's pending-acks remove handler.
+///
+/// **Stale references.** Every reference stands for one pending entry of the owner, and every
+/// removal of such an entry calls `reduce_ref_count` once, unconditionally. When an entry goes
+/// before its count reaches zero — the owner asks [`should_block`](Self::should_block) (the hash
+/// came back to it) or [`force_release`](Self::force_release) — its remaining count is kept as
+/// *stale references* of that owner and hash. The owner's next `reduce_ref_count` calls on the
+/// hash pay those off (answering [`Reduced::NotDraining`]) before they touch a draining entry, so
+/// an ack of an entry counted before the reclaim cannot release an entry registered after it.
+/// A registration that scans *all* pending entries of the owner again (and so counts the
+/// entries behind stale references a second time) uses [`recount_entry`](Self::recount_entry),
+/// which turns a stale reference back into a live one instead. Stale references are not
+/// entries: [`get`](Self::get), [`len`](Self::len) and [`entries`](Self::entries) ignore them;
+/// [`stale_references`](Self::stale_references) reports them; [`clear`](Self::clear) drops them.
 ///
 /// Thread-safe: every method takes `&self`, state sits behind one mutex, and the common
 /// "not draining" answer of `should_block` and `reduce_ref_count` is read from an atomic bitmap
@@ -165,6 +226,7 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
                 batch_level: 0,
                 unblocked_while_batching: false,
                 stats: HashMap::default(),
+                stale: HashMap::default(),
             }),
             occupied: (0..(DENSE_LIMIT as usize).div_ceil(64))
                 .map(|_| AtomicU64::new(0))
@@ -207,9 +269,12 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
         }
     }
 
-    /// Adds one reference of `consumer` to `hash`: call it once per pending entry of `consumer`
-    /// with that hash when the hash leaves `consumer`'s range. Creates the draining entry on the
-    /// first reference.
+    /// Adds one reference of `consumer` to `hash` for a pending entry that was not counted
+    /// before (a send counted on its own). Creates the draining entry on the first reference.
+    /// A registration that rescans every pending entry of `consumer` when the hash leaves its
+    /// range should call [`recount_entry`](Self::recount_entry) per entry instead: after a lazy
+    /// reclaim, such a scan meets entries that still hold stale references, and `add_entry`
+    /// would count them twice (the hash would then never be released).
     ///
     /// Errors (nothing changes): [`AddEntryError::ZeroHash`] for hash 0,
     /// [`AddEntryError::OwnedByOther`] when another consumer already drains the hash,
@@ -220,6 +285,95 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
             return Err(AddEntryError::ZeroHash);
         }
         let mut g = lock(&self.inner);
+        self.add_locked(&mut g, consumer, hash)
+    }
+
+    /// [`add_entry`](Self::add_entry) for a registration that scans **every** pending entry of
+    /// `consumer` (the dispatcher's when `consumer` loses a range): such a scan also meets the
+    /// pending entries behind `consumer`'s stale references on `hash` (see the type's docs), so
+    /// each call first turns one stale reference back into a live one, and only adds a new
+    /// reference when there is none. Use `add_entry` for a reference that was never counted (a
+    /// new send).
+    ///
+    /// Same errors as `add_entry`; on an error nothing changes (a stale reference stays stale).
+    ///
+    /// ```
+    /// use draining_hashes::{Arc, DrainingHashes, Reduced, UnblockListener};
+    /// struct Nop;
+    /// impl UnblockListener for Nop { fn hashes_unblocked(&self) {} }
+    /// let t: DrainingHashes<u32> = DrainingHashes::new(Arc::new(Nop));
+    /// t.add_entry(1, 7)?;              // consumer 1's pending entry e0 starts draining
+    /// assert!(!t.should_block(1, 7));  // the hash came back: the entry is reclaimed
+    /// assert_eq!(t.stale_references(1, 7), 1); // e0 is still pending
+    /// t.recount_entry(1, 7)?;          // the hash leaves 1 again: the scan meets e0
+    /// assert_eq!(t.stale_references(1, 7), 0);
+    /// assert_eq!(t.reduce_ref_count(1, 7, false)?, Reduced::Released { was_blocking: false });
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn recount_entry(&self, consumer: C, hash: u32) -> Result<(), AddEntryError<C>> {
+        if hash == 0 {
+            warn!(consumer = ?consumer, "draining entry for hash 0 refused");
+            return Err(AddEntryError::ZeroHash);
+        }
+        let mut g = lock(&self.inner);
+        self.add_locked(&mut g, consumer, hash)?;
+        if g.take_stale(consumer, hash) {
+            debug!(hash, consumer = ?consumer, "stale draining reference counted again");
+        }
+        Ok(())
+    }
+
+    /// The owner's stale references on `hash`: references of an entry removed early whose
+    /// `reduce_ref_count` calls are still to come (see the type's docs). 0 for hash 0.
+    pub fn stale_references(&self, consumer: C, hash: u32) -> u32 {
+        if hash == 0 || !self.maybe_draining(hash) {
+            return 0;
+        }
+        let g = lock(&self.inner);
+        g.stale
+            .get(&hash)
+            .and_then(|v| v.iter().find(|(o, _)| *o == consumer))
+            .map_or(0, |(_, n)| *n)
+    }
+
+    /// Removes the draining entry of `hash` whatever its count (a draining timeout), so every
+    /// consumer may get the hash again. Its remaining references become stale references of the
+    /// owner (the owner's pending entries still exist; their acks will not touch a newer entry).
+    /// If the entry had blocked someone the listener is notified (after the lock is released, or
+    /// at the end of the outermost batch). Returns the removed entry; `None` (nothing changes)
+    /// when the hash is not draining.
+    pub fn force_release(&self, hash: u32) -> Option<DrainingEntry<C>> {
+        if hash == 0 || !self.maybe_draining(hash) {
+            return None;
+        }
+        let (e, notify) = {
+            let mut g = lock(&self.inner);
+            let e = g.table.remove(hash)?;
+            g.add_stale(e.owner, hash, e.ref_count);
+            g.count_cleared(e.owner);
+            let notify = e.blocked_attempts > 0 && self.note_unblocked(&mut g);
+            warn!(hash, owner = ?e.owner, ref_count = e.ref_count, "draining hash force-released");
+            (e, notify)
+        };
+        if notify {
+            self.listener.hashes_unblocked();
+        }
+        Some(e)
+    }
+
+    /// A blocking entry was released: true when the listener must be called now (outside any
+    /// batch), else the outermost batch is armed.
+    fn note_unblocked(&self, g: &mut Inner<C>) -> bool {
+        if g.batch_level > 0 {
+            g.unblocked_while_batching = true;
+            false
+        } else {
+            true
+        }
+    }
+
+    /// `add_entry`'s body, under the lock.
+    fn add_locked(&self, g: &mut Inner<C>, consumer: C, hash: u32) -> Result<(), AddEntryError<C>> {
         match g.table.get_mut(hash) {
             Some(e) if e.owner != consumer => {
                 let owner = e.owner;
@@ -256,6 +410,9 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
     /// end of the outermost batch).
     ///
     /// Hash 0 and hashes that are not draining are a no-op returning [`Reduced::NotDraining`].
+    /// A stale reference of `consumer` on `hash` (left by an entry removed early, see the type's
+    /// docs) is paid off first, also answering `NotDraining`: the call stands for a pending entry
+    /// counted by that older entry, so a newer entry of the same owner keeps its count.
     /// Errors: [`ReduceError::OwnedByOther`] when another consumer drains the hash (unchanged).
     pub fn reduce_ref_count(
         &self,
@@ -269,6 +426,13 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
         let notify;
         let outcome = {
             let mut g = lock(&self.inner);
+            if g.take_stale(consumer, hash) {
+                trace!(hash, consumer = ?consumer, "stale draining reference dropped");
+                if !g.occupied(hash) {
+                    self.unmark(hash);
+                }
+                return Ok(Reduced::NotDraining);
+            }
             let Some(e) = g.table.get_mut(hash) else {
                 return Ok(Reduced::NotDraining);
             };
@@ -286,18 +450,11 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
             }
             let was_blocking = e.blocked_attempts > 0;
             g.table.remove(hash);
-            self.unmark(hash);
+            if !g.occupied(hash) {
+                self.unmark(hash);
+            }
             g.count_cleared(consumer);
-            notify = if was_blocking && !closing {
-                if g.batch_level > 0 {
-                    g.unblocked_while_batching = true;
-                    false
-                } else {
-                    true
-                }
-            } else {
-                false
-            };
+            notify = was_blocking && !closing && self.note_unblocked(&mut g);
             debug!(hash, consumer = ?consumer, was_blocking, closing, "draining hash released");
             Reduced::Released { was_blocking }
         };
@@ -311,7 +468,9 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
     ///
     /// A refusal counts one blocked attempt on the entry. If `consumer` is the entry's own owner
     /// (the hash came back to it), the entry is removed lazily (no notification) and the answer
-    /// is `false`. Hash 0 is never blocked (a warning is logged).
+    /// is `false`; its remaining count becomes stale references of the owner, paid off by the
+    /// owner's next `reduce_ref_count` calls on the hash (see the type's docs). Hash 0 is never
+    /// blocked (a warning is logged).
     pub fn should_block(&self, consumer: C, hash: u32) -> bool {
         if hash == 0 {
             warn!(consumer = ?consumer, "should_block asked for hash 0");
@@ -325,10 +484,12 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
             return false;
         };
         if e.owner == consumer {
+            let n = e.ref_count;
             g.table.remove(hash);
-            self.unmark(hash);
+            // The bit stays set: the stale references keep the hash on the slow path.
+            g.add_stale(consumer, hash, n);
             g.count_cleared(consumer);
-            debug!(hash, consumer = ?consumer, "hash came back to its draining owner; entry removed");
+            debug!(hash, consumer = ?consumer, stale = n, "hash came back to its draining owner; entry removed");
             return false;
         }
         e.blocked_attempts = e.blocked_attempts.saturating_add(1);
@@ -410,20 +571,21 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
         lock(&self.inner).table.get(hash).copied()
     }
 
-    /// Drops every entry and every consumer's stats, without notifying (for when the last
-    /// consumer has left). An open batch stays open.
+    /// Drops every entry, every stale reference and every consumer's stats, without notifying
+    /// (for when the last consumer has left). An open batch stays open.
     pub fn clear(&self) {
         let mut g = lock(&self.inner);
         g.table.clear();
         g.stats.clear();
+        g.stale.clear();
         for a in self.occupied.iter() {
             a.store(0, Ordering::Release);
         }
         debug!("draining hashes cleared");
     }
 
-    /// Forgets `consumer`'s stats (its cleared total). Its draining entries, if any, stay: they
-    /// go away as its pending acks are removed (closing).
+    /// Forgets `consumer`'s stats (its cleared total). Its draining entries and stale references,
+    /// if any, stay: they go away as its pending acks are removed (closing).
     pub fn consumer_removed(&self, consumer: C) {
         lock(&self.inner).stats.remove(&consumer);
     }

@@ -90,7 +90,7 @@ pub use crate::map::PendingAcks;
 pub use crate::position::SegmentedPosition;
 pub use crate::sync::Arc;
 pub use crate::types::{
-    AddHandler, AddOutcome, AddRefused, PendingAck, RemovalCause, RemoveHandler,
+    AddHandler, AddOutcome, AddRefused, PendingAck, RemainingError, RemovalCause, RemoveHandler,
 };
 
 /// The README's example, compiled and run as a doc test.

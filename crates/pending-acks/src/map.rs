@@ -5,7 +5,9 @@ use tracing::{debug, trace};
 use crate::position::SegmentedPosition;
 use crate::store::Store;
 use crate::sync::{self, Arc, RwLock};
-use crate::types::{AddHandler, AddOutcome, AddRefused, PendingAck, RemovalCause, RemoveHandler};
+use crate::types::{
+    AddHandler, AddOutcome, AddRefused, PendingAck, RemainingError, RemovalCause, RemoveHandler,
+};
 
 /// One consumer's entries that were sent and are not yet fully acknowledged:
 /// position → [`PendingAck`] (remaining unacked messages, sticky-key hash).
@@ -124,6 +126,10 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
     /// Lowers the remaining count of `pos` by `acked_delta` (batch-index acks), saturating at 0.
     /// Returns the new count, or `None` if `pos` is absent. Never removes the entry, even at 0:
     /// the caller removes it with [`remove`](Self::remove) when the whole entry is acked.
+    ///
+    /// Saturation hides an over-ack: `Some(0)` is returned both for an exact final ack and for
+    /// one that acked more messages than remained. Use
+    /// [`try_update_remaining`](Self::try_update_remaining) to tell them apart.
     pub fn update_remaining(&self, pos: P, acked_delta: u32) -> Option<u32> {
         let r = self
             .write()
@@ -131,6 +137,54 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
             .update_remaining(pos.segment(), pos.offset(), acked_delta);
         trace!(pos = ?pos, acked_delta, remaining = ?r, "pending ack remaining updated");
         r
+    }
+
+    /// Lowers the remaining count of `pos` by `acked_delta`, refusing to go below zero: unlike
+    /// [`update_remaining`](Self::update_remaining), an over-ack (more messages acked than
+    /// remain, e.g. a batch index acked twice by a confused client) is reported, not saturated,
+    /// so it can be told apart from an exact final ack.
+    ///
+    /// Returns the new count (`Ok(0)`: the entry is now fully acked; remove it with
+    /// [`remove`](Self::remove)). Errors: [`RemainingError::Absent`] when `pos` is not in the
+    /// map, [`RemainingError::Underflow`] (with the count still stored) when `acked_delta`
+    /// exceeds it — the entry is then left **unchanged**, and the caller decides (typically:
+    /// treat the entry as fully acked and remove it, and log the client's mistake). Never removes
+    /// the entry and never calls a handler.
+    ///
+    /// ```
+    /// use pending_acks::{PendingAcks, RemainingError};
+    /// let map: PendingAcks<u64, u32> = PendingAcks::new(1);
+    /// map.add_if_allowed(5, 3, 0).unwrap();
+    /// assert_eq!(map.try_update_remaining(5, 2), Ok(1));
+    /// assert_eq!(
+    ///     map.try_update_remaining(5, 2),
+    ///     Err(RemainingError::Underflow { remaining: 1, acked_delta: 2 })
+    /// );
+    /// assert_eq!(map.try_update_remaining(5, 1), Ok(0)); // exact: distinguishable
+    /// assert_eq!(map.try_update_remaining(6, 1), Err(RemainingError::Absent));
+    /// ```
+    pub fn try_update_remaining(&self, pos: P, acked_delta: u32) -> Result<u32, RemainingError> {
+        let r = self
+            .write()
+            .store
+            .lower_remaining_exact(pos.segment(), pos.offset(), acked_delta);
+        match r {
+            None => {
+                trace!(pos = ?pos, acked_delta, "pending ack to update not found");
+                Err(RemainingError::Absent)
+            }
+            Some(Ok(remaining)) => {
+                trace!(pos = ?pos, acked_delta, remaining, "pending ack remaining updated");
+                Ok(remaining)
+            }
+            Some(Err(remaining)) => {
+                debug!(pos = ?pos, acked_delta, remaining, "pending ack over-acked; left unchanged");
+                Err(RemainingError::Underflow {
+                    remaining,
+                    acked_delta,
+                })
+            }
+        }
     }
 
     /// Removes `pos` and reports it to the remove handler with `cause`. Returns the removed

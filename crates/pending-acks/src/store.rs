@@ -471,6 +471,27 @@ impl Store {
         Some(ack.remaining)
     }
 
+    /// Lowers `remaining` by `delta` only when it does not go below 0: `Some(Ok(new))`, or
+    /// `Some(Err(current))` with the value left unchanged; `None` when absent.
+    #[inline]
+    pub(crate) fn lower_remaining_exact(
+        &mut self,
+        seg: u64,
+        off: u64,
+        delta: u32,
+    ) -> Option<Result<u32, u32>> {
+        let i = self.find(seg).ok()?;
+        let slot = self.segs[i].get_mut(off)?;
+        let mut ack = unpack(*slot);
+        let Some(r) = ack.remaining.checked_sub(delta) else {
+            return Some(Err(ack.remaining));
+        };
+        ack.remaining = r;
+        // As in `update_remaining`: a lowered count never packs to `ABSENT`.
+        *slot = pack(ack);
+        Some(Ok(r))
+    }
+
     #[inline]
     pub(crate) fn remove(&mut self, seg: u64, off: u64) -> Option<PendingAck> {
         let i = self.find(seg).ok()?;

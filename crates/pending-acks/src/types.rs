@@ -76,6 +76,24 @@ pub enum AddRefused {
     Vetoed,
 }
 
+/// Why [`PendingAcks::try_update_remaining`](crate::PendingAcks::try_update_remaining) did not
+/// lower an entry's remaining count. The map is unchanged when one is returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RemainingError {
+    /// The position is not in the map (never sent to this consumer, or already removed).
+    #[error("position not in the pending-acks map")]
+    Absent,
+    /// More messages were acked than remain: an over-ack, distinct from an exact final ack
+    /// (`Ok(0)`). The entry keeps `remaining`.
+    #[error("over-ack: {acked_delta} messages acked but only {remaining} remain")]
+    Underflow {
+        /// The count still stored for the entry.
+        remaining: u32,
+        /// The count the caller tried to subtract.
+        acked_delta: u32,
+    },
+}
+
 /// Decides whether an entry may be added; installed with
 /// [`PendingAcks::set_add_handler`](crate::PendingAcks::set_add_handler).
 ///

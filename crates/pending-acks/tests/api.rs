@@ -6,7 +6,9 @@ mod common;
 use std::collections::HashMap;
 
 use common::{ack, Ev, Recorder, VetoMultiples};
-use pending_acks::{AddOutcome, AddRefused, Arc, PendingAcks, RemovalCause, RemoveHandler};
+use pending_acks::{
+    AddOutcome, AddRefused, Arc, PendingAcks, RemainingError, RemovalCause, RemoveHandler,
+};
 
 type Map = PendingAcks<(u64, u64), u32>;
 
@@ -100,6 +102,59 @@ fn refusals_are_typed_errors_with_lowercase_messages() {
         AddRefused::Vetoed.to_string(),
         "add handler vetoed the entry"
     );
+}
+
+#[test]
+fn try_update_remaining_reports_an_over_ack_apart_from_an_exact_ack() {
+    let (m, r) = map_with_recorder();
+    m.add_if_allowed((1, 1), 5, 9).unwrap();
+    m.add_if_allowed((1, 2), 2, 8).unwrap();
+    assert_eq!(m.try_update_remaining((1, 1), 2), Ok(3));
+    assert_eq!(m.try_update_remaining((1, 1), 0), Ok(3));
+    // 4 > 3: an over-ack, reported with the count still stored; nothing changes.
+    assert_eq!(
+        m.try_update_remaining((1, 1), 4),
+        Err(RemainingError::Underflow {
+            remaining: 3,
+            acked_delta: 4
+        })
+    );
+    assert_eq!(m.get((1, 1)), Some(ack(3, 9)), "left unchanged");
+    // The exact final ack is `Ok(0)`, distinguishable from the over-ack above.
+    assert_eq!(m.try_update_remaining((1, 1), 3), Ok(0));
+    assert_eq!(
+        m.try_update_remaining((1, 1), 1),
+        Err(RemainingError::Underflow {
+            remaining: 0,
+            acked_delta: 1
+        })
+    );
+    assert_eq!(m.get((1, 1)), Some(ack(0, 9)), "never removed, hash kept");
+    assert_eq!(
+        m.try_update_remaining((1, 2), u32::MAX),
+        Err(RemainingError::Underflow {
+            remaining: 2,
+            acked_delta: u32::MAX
+        })
+    );
+    assert_eq!(
+        m.try_update_remaining((1, 3), 1),
+        Err(RemainingError::Absent)
+    );
+    assert_eq!(
+        m.try_update_remaining((2, 1), 0),
+        Err(RemainingError::Absent)
+    );
+    assert_eq!(
+        RemainingError::Underflow {
+            remaining: 1,
+            acked_delta: 2
+        }
+        .to_string(),
+        "over-ack: 2 messages acked but only 1 remain"
+    );
+    assert_eq!(m.len(), 2);
+    assert!(r.take().is_empty(), "no handler call");
 }
 
 #[test]

@@ -8,7 +8,9 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{ack, Ev, Recorder, Rng, VetoMultiples};
-use pending_acks::{AddOutcome, AddRefused, Arc, PendingAck, PendingAcks, RemovalCause};
+use pending_acks::{
+    AddOutcome, AddRefused, Arc, PendingAck, PendingAcks, RemainingError, RemovalCause,
+};
 
 type Pos = (u64, u64);
 
@@ -26,6 +28,7 @@ const CAUSES: [RemovalCause; 5] = [
 enum Op {
     Add(Pos, u32, u32),
     Update(Pos, u32),
+    TryUpdate(Pos, u32),
     Remove(Pos, RemovalCause),
     RemoveIfMatches(Pos, PendingAck, RemovalCause),
     RemoveAllUpTo(Pos, RemovalCause),
@@ -104,7 +107,8 @@ impl Gen {
                 };
                 Op::Add(p, remaining, hash)
             }
-            450..=549 => Op::Update(self.pos_for_removal(model), self.rng.below(3) as u32),
+            450..=499 => Op::Update(self.pos_for_removal(model), self.rng.below(3) as u32),
+            500..=549 => Op::TryUpdate(self.pos_for_removal(model), self.rng.below(4) as u32),
             550..=749 => Op::Remove(self.pos_for_removal(model), self.cause()),
             750..=849 => {
                 let p = self.pos_for_removal(model);
@@ -201,6 +205,28 @@ fn run(seed: u64, steps: usize) -> Result<(), String> {
                 if got != want {
                     return Err(fail(
                         format!("update returned {got:?}, want {want:?}"),
+                        &ops,
+                    ));
+                }
+            }
+            Op::TryUpdate(p, d) => {
+                let got = map.try_update_remaining(p, d);
+                let want = match model.get_mut(&p) {
+                    None => Err(RemainingError::Absent),
+                    Some(a) => match a.remaining.checked_sub(d) {
+                        Some(r) => {
+                            a.remaining = r;
+                            Ok(r)
+                        }
+                        None => Err(RemainingError::Underflow {
+                            remaining: a.remaining,
+                            acked_delta: d,
+                        }),
+                    },
+                };
+                if got != want {
+                    return Err(fail(
+                        format!("try_update returned {got:?}, want {want:?}"),
                         &ops,
                     ));
                 }

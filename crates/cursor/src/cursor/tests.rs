@@ -241,6 +241,35 @@ fn full_ack_of_a_partial_batch_clears_its_bitset() {
 }
 
 #[test]
+fn backwards_mark_delete_is_an_error_and_repeating_md_is_a_no_op() {
+    let (l, ps) = ledger(6, 3);
+    let mut c = cursor(&l);
+    c.mark_delete(&l, ps[3]).unwrap().unwrap();
+    c.ack(&l, ps[5]).unwrap();
+    let before = c.snapshot();
+    // Below md: refused, distinguishable from a repeat; nothing changes.
+    assert!(c.mark_delete(&l, ps[2]).is_err(), "backwards is an error");
+    assert!(matches!(
+        c.mark_delete(&l, ps[0]),
+        Err(CursorError::MarkDeleteBackwards { position, mark_delete })
+            if position == ps[0] && mark_delete == ps[3]
+    ));
+    // Also for positions that do not exist (trimmed, before the first ledger).
+    assert!(matches!(
+        c.mark_delete(&l, pos(0, 0)),
+        Err(CursorError::MarkDeleteBackwards { .. })
+    ));
+    assert_eq!(
+        c.mark_delete(&l, ps[1]).unwrap_err().to_string(),
+        "mark-delete cannot move backwards from 2:0 to 1:1"
+    );
+    // Exactly md: an Ok no-op.
+    assert_eq!(c.mark_delete(&l, ps[3]).unwrap(), None);
+    assert_eq!(c.snapshot(), before);
+    ok(&c, &l);
+}
+
+#[test]
 fn cumulative_mark_delete_never_moves_backwards() {
     let (l, ps) = ledger(6, 100);
     let mut c = cursor(&l);
@@ -249,7 +278,6 @@ fn cumulative_mark_delete_never_moves_backwards() {
     // Absorbs the acked entry that follows.
     assert_eq!((mv.to, mv.reason), (ps[4], MarkDeleteReason::CumulativeAck));
     assert!(mv.dropped.is_empty());
-    assert_eq!(c.mark_delete(&l, ps[2]).unwrap(), None);
     assert_eq!(c.mark_delete(&l, ps[4]).unwrap(), None);
     assert_eq!(c.mark_delete_position(), ps[4]);
     assert!(matches!(
@@ -426,13 +454,149 @@ fn reset_clears_holes_and_moves_both_ways() {
     assert_eq!(mv.to, ps[7]);
     assert!(!c.has_more_entries(&l));
     assert!(matches!(
-        c.reset(&l, pos(3, 3)),
+        c.reset(&l, pos(1, 4)),
         Err(CursorError::BeyondLedger { .. })
     ));
-    assert!(matches!(
-        c.reset(&l, pos(7, 0)),
-        Err(CursorError::UnknownLedger { .. })
-    ));
+    ok(&c, &l);
+}
+
+#[test]
+fn reset_outside_the_log_clamps_and_keeps_the_invariants() {
+    let (mut l, ps) = ledger(8, 3);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[0]).unwrap();
+    c.ack(&l, ps[2]).unwrap();
+    // Before the first entry: everything becomes backlog.
+    let mv = c.reset(&l, pos(0, 0)).unwrap();
+    ok(&c, &l);
+    assert_eq!((mv.from, mv.to), (ps[0], l.before_first()));
+    assert_eq!(c.read_position(), ps[0]);
+    assert_eq!(c.backlog(&l).entries, 8);
+    assert_eq!(c.read(&l, 100).len(), 8);
+    // Past the end: clamped to the end, nothing left.
+    let mv = c.reset(&l, pos(3, 3)).unwrap();
+    ok(&c, &l);
+    assert_eq!(mv.to, ps[7]);
+    assert_eq!(mv.dropped, ps.clone());
+    assert_eq!(c.read_position(), ps[7].next());
+    assert_eq!(c.backlog(&l).entries, 0);
+    for far in [pos(7, 0), pos(3, u64::MAX), pos(u64::MAX, u64::MAX)] {
+        let mv = c.reset(&l, far).unwrap();
+        assert_eq!((mv.to, c.read_position()), (ps[7], pos(3, 2)), "{far}");
+        ok(&c, &l);
+    }
+    // Into the trimmed prefix: clamped to the first entry that still exists.
+    c.reset(&l, ps[5]).unwrap();
+    l.trim_below(ps[5]);
+    let mv = c.reset(&l, ps[1]).unwrap();
+    ok(&c, &l);
+    assert_eq!((mv.to, c.read_position()), (ps[4], ps[5]));
+    assert_eq!(c.backlog(&l).entries, 3);
+    // With no entry at all: md stays before the (future) first entry.
+    l.trim_below(pos(9, 0));
+    let mv = c.reset(&l, pos(0, 0)).unwrap();
+    ok(&c, &l);
+    assert_eq!(mv.to, l.before_first());
+    let mv = c.reset(&l, pos(99, 0)).unwrap();
+    assert_eq!(mv.to, l.before_first());
+    ok(&c, &l);
+}
+
+#[test]
+fn next_read_position_is_the_next_entry_neither_acked_nor_past_the_end() {
+    let mut l = InMemoryLedger::new(2);
+    let ps: Vec<Position> = (0..5)
+        .map(|i| l.append(EntryMeta::simple(100 + i, 10)))
+        .collect();
+    let mut c = cursor(&l);
+    assert_eq!(c.next_read_position(&l), ps[0]);
+    // Past the end of ledger 1: the next entry is 2:0, not 1:2.
+    c.read(&l, 2);
+    assert_eq!(c.read_position(), pos(1, 2));
+    assert_eq!(c.next_read_position(&l), pos(2, 0));
+    // Acked entries at the read position are skipped (a partial batch is not).
+    c.ack(&l, ps[2]).unwrap();
+    c.ack(&l, ps[3]).unwrap();
+    assert_eq!(c.next_read_position(&l), ps[4]);
+    // Nothing left: the position right after the last entry.
+    c.ack(&l, ps[4]).unwrap();
+    assert_eq!(c.next_read_position(&l), ps[4].next());
+    // New entries appear in a new ledger: found without any cursor call.
+    l.roll_over();
+    let p5 = l.append(EntryMeta::simple(200, 10));
+    assert_eq!(c.next_read_position(&l), p5);
+    // Above mark-delete even when md covers everything and the log is trimmed.
+    c.mark_delete(&l, p5).unwrap();
+    l.trim_below(p5.next());
+    assert_eq!(c.next_read_position(&l), p5.next());
+    assert!(c.next_read_position(&l) > c.mark_delete_position());
+    ok(&c, &l);
+    // A fresh cursor over an empty log: right after before_first.
+    let e = InMemoryLedger::new(2);
+    assert_eq!(cursor(&e).next_read_position(&e), pos(1, 0));
+}
+
+#[test]
+fn open_at_latest_or_earliest() {
+    let (mut l, ps) = ledger(5, 2);
+    let c = ManagedCursor::new_at("e", &l, MemoryStore::new(), InitialPosition::Earliest);
+    let fresh = cursor(&l);
+    assert_eq!(
+        (c.mark_delete_position(), c.read_position()),
+        (fresh.mark_delete_position(), fresh.read_position())
+    );
+    assert_eq!(c.backlog(&l).entries, 5);
+    let mut c = ManagedCursor::new_at("l", &l, MemoryStore::new(), InitialPosition::Latest);
+    ok(&c, &l);
+    assert_eq!(c.mark_delete_position(), ps[4]);
+    assert_eq!(c.backlog(&l).entries, 0);
+    assert!(c.read(&l, 10).is_empty());
+    let p = l.append(EntryMeta::simple(500, 10));
+    assert_eq!(c.read(&l, 10).len(), 1);
+    assert_eq!(c.ack(&l, p).unwrap().md_move.map(|m| m.to), Some(p));
+    // Over an empty log, Latest is Earliest.
+    let e = InMemoryLedger::new(2);
+    let c = ManagedCursor::new_at("x", &e, MemoryStore::new(), InitialPosition::Latest);
+    assert_eq!(c.mark_delete_position(), e.before_first());
+    ok(&c, &e);
+}
+
+#[test]
+fn seek_moves_only_the_read_position() {
+    let (l, ps) = ledger(8, 3);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[0]).unwrap();
+    c.ack(&l, ps[3]).unwrap();
+    c.read(&l, 10);
+    let before = (c.snapshot(), c.backlog(&l));
+    // Back to 1:2: the same entries are read again, acked ones still skipped.
+    assert_eq!(c.seek(&l, ps[2]), ps[2]);
+    assert_eq!((c.snapshot(), c.backlog(&l)), before);
+    let again: Vec<Position> = c.read(&l, 3).iter().map(|e| e.position).collect();
+    assert_eq!(again, vec![ps[2], ps[4], ps[5]]);
+    // At or below md: just after md. Past the end: right after the last entry.
+    assert_eq!(c.seek(&l, pos(0, 0)), ps[1]);
+    assert_eq!(c.seek(&l, pos(9, 9)), ps[7].next());
+    assert!(!c.has_more_entries(&l));
+    ok(&c, &l);
+}
+
+#[test]
+fn reset_to_publish_time_finds_the_first_entry_at_or_after_t() {
+    // Publish times 100..=107.
+    let (l, ps) = ledger(8, 3);
+    let mut c = cursor(&l);
+    c.ack(&l, ps[6]).unwrap();
+    let mv = c.reset_to_publish_time(&l, 103).unwrap();
+    assert_eq!((mv.to, c.read_position()), (ps[3].before(), ps[3]));
+    assert_eq!(mv.dropped, vec![ps[0], ps[1], ps[2]]);
+    assert!(!c.is_acked(ps[6]), "acks are forgotten, as for any reset");
+    // Before everything: the whole log is backlog again; after everything: the end.
+    c.reset_to_publish_time(&l, 0).unwrap();
+    assert_eq!(c.backlog(&l).entries, 8);
+    let mv = c.reset_to_publish_time(&l, 1_000).unwrap();
+    assert_eq!(mv.to, ps[7]);
+    assert_eq!(c.backlog(&l).entries, 0);
     ok(&c, &l);
 }
 
@@ -583,6 +747,113 @@ fn recover_errors() {
     c.persist().unwrap();
     assert!(matches!(
         ManagedCursor::recover(&l, c.store().clone()),
+        Err(CursorError::StateMismatch { .. })
+    ));
+}
+
+/// Runs `f` with a tracing subscriber that records WARN and above; returns `f`'s result and the
+/// log text.
+fn with_warnings<T>(f: impl FnOnce() -> T) -> (T, String) {
+    use std::sync::{Arc, Mutex};
+    #[derive(Clone, Default)]
+    struct Buf(Arc<Mutex<Vec<u8>>>);
+    impl std::io::Write for Buf {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let buf = Buf::default();
+    let w = buf.clone();
+    let sub = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(move || w.clone())
+        .finish();
+    let out = tracing::subscriber::with_default(sub, f);
+    let text = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
+    (out, text)
+}
+
+#[test]
+fn recover_clamps_a_mark_delete_whose_ledger_was_trimmed() {
+    let (mut l, ps) = ledger(9, 3);
+    let mut c = cursor(&l);
+    c.mark_delete(&l, ps[1]).unwrap();
+    c.ack(&l, ps[3]).unwrap();
+    c.ack(&l, ps[6]).unwrap();
+    c.persist().unwrap();
+    // Later acks were not persisted, but the ledger was trimmed past them: ledger 1 and 2:0 are
+    // gone, so the persisted mark-delete 1:1 and the hole 2:0 name entries that no longer exist.
+    l.trim_below(ps[4]);
+    assert_eq!(l.entry_count(1), None);
+    let store = c.store().clone();
+    let recovered = ManagedCursor::recover(&l, store.clone());
+    assert!(recovered.is_ok(), "{:?}", recovered.err());
+    let ((r, outcome), log) =
+        with_warnings(|| ManagedCursor::recover_with_outcome(&l, store).unwrap());
+    assert_eq!(
+        outcome,
+        RecoveryOutcome::Clamped {
+            stored: ps[1],
+            clamped_to: ps[3],
+            dropped_acks: 1
+        }
+    );
+    assert!(log.contains("WARN"), "{log}");
+    assert!(
+        log.contains("stored=1:1") && log.contains("clamped_to=2:0") && log.contains("cursor=c"),
+        "{log}"
+    );
+    assert_eq!(r.mark_delete_position(), l.before_first());
+    assert_eq!(r.read_position(), ps[4]);
+    assert!(r.is_acked(ps[6]), "acks above the clamp are kept");
+    assert_eq!(r.backlog(&l).entries, 4);
+    assert!(r.is_dirty(), "the clamped state is not in the store yet");
+    ok(&r, &l);
+    // recover() clamps the same way.
+    assert_eq!(recovered.unwrap().snapshot(), r.snapshot());
+    // An unclamped recovery says so and logs nothing.
+    let (mut r, _) = ManagedCursor::recover_with_outcome(&l, c.store().clone()).unwrap();
+    r.persist().unwrap();
+    let ((_, outcome), log) =
+        with_warnings(|| ManagedCursor::recover_with_outcome(&l, r.store().clone()).unwrap());
+    assert_eq!(outcome, RecoveryOutcome::Restored);
+    assert!(log.is_empty(), "{log}");
+}
+
+#[test]
+fn recover_clamps_a_mark_delete_whose_ledger_was_lost() {
+    // A state saved over ledgers 1..3, recovered over a log whose ledger 3 is gone.
+    let (long, lps) = ledger(9, 3);
+    let mut c = cursor(&long);
+    c.mark_delete(&long, lps[6]).unwrap();
+    c.ack(&long, lps[8]).unwrap();
+    c.persist().unwrap();
+    let (short, sps) = ledger(6, 3);
+    let plain = ManagedCursor::recover(&short, c.store().clone());
+    assert!(plain.is_ok(), "lost ledger: {:?}", plain.err());
+    let (r, outcome) = ManagedCursor::recover_with_outcome(&short, c.store().clone()).unwrap();
+    assert_eq!(
+        outcome,
+        RecoveryOutcome::Clamped {
+            stored: lps[6],
+            clamped_to: sps[5],
+            dropped_acks: 1
+        }
+    );
+    assert_eq!(r.mark_delete_position(), sps[5]);
+    assert_eq!(r.backlog(&short).entries, 0);
+    ok(&r, &short);
+    // A state whose mark-delete's ledger still exists but is shorter is still refused.
+    let mut c = cursor(&long);
+    c.mark_delete(&long, lps[5]).unwrap();
+    c.persist().unwrap();
+    let (shorter, _) = ledger(4, 3);
+    assert!(matches!(
+        ManagedCursor::recover(&shorter, c.store().clone()),
         Err(CursorError::StateMismatch { .. })
     ));
 }

@@ -21,8 +21,15 @@ const TOP: u32 = MAX_SLOT + 1;
 /// * The first consumer owns upper bound 65536 (all slots).
 /// * Each new consumer splits the widest range (width = bound − previous bound, or − 0; ties go to
 ///   the lowest range) and takes its lower half: the new bound is
-///   `bound - ((bound - lower) >> 1)`. When the widest range is at most one slot wide, adding
-///   fails with [`SelectorError::NoRangeLeftToSplit`].
+///   `bound - ((bound - lower) >> 1)`, except that a split of the range under 65536 leaves its
+///   owner at least slot 65535 (the new bound is at most 65534), so no owner is left with an
+///   empty range.
+/// * At most [`AutoSplitSelector::MAX_CONSUMERS`] (65,535) consumers: every consumer owns at least one
+///   slot, and all 65,536 slots are in use at that count. Adding one more fails with
+///   [`SelectorError::TooManyConsumers`] and changes nothing (removing a consumer makes room
+///   again). [`SelectorError::NoRangeLeftToSplit`] is kept for a widest range of one slot, which
+///   these rules never produce.
+/// * Every range in a snapshot or an [`ImpactedConsumers`] satisfies `start <= end <= 65535`.
 /// * Removing a consumer drops its bound (its slots go to the next higher bound's owner); if it
 ///   owned 65536 and others remain, the owner of the next lower bound takes over 65536. Ranges
 ///   are not rebalanced.
@@ -56,6 +63,11 @@ impl<C: Copy + Eq + Hash + Ord + Debug> Default for AutoSplitSelector<C> {
 }
 
 impl<C: Copy + Eq + Hash + Ord + Debug> AutoSplitSelector<C> {
+    /// Most consumers the selector holds (65,535), each owning at least one slot: the range
+    /// under the top bound 65536 covers one slot fewer than its width (it ends at 65535), the
+    /// first range (from slot 0) one more, so 65,535 ranges already use all 65,536 slots.
+    pub const MAX_CONSUMERS: usize = MAX_SLOT as usize;
+
     /// An empty selector.
     pub fn new() -> Self {
         AutoSplitSelector {
@@ -98,6 +110,9 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for AutoSplitSelect
             let all = HashRange::new(0, MAX_SLOT);
             return Ok(ImpactedConsumers::from_pairs(Vec::new(), vec![(c.id, all)]));
         };
+        if self.by_id.len() >= Self::MAX_CONSUMERS {
+            return Err(SelectorError::TooManyConsumers);
+        }
         if width <= 1 {
             return Err(SelectorError::NoRangeLeftToSplit);
         }
@@ -105,7 +120,14 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for AutoSplitSelect
             return Err(SelectorError::NoRangeLeftToSplit);
         };
         let lower = bound - width;
-        let mid = bound - (width >> 1);
+        let mut mid = bound - (width >> 1);
+        if bound == TOP {
+            // The range under TOP ends at 65535: keep slot 65535 for its owner.
+            mid = mid.min(MAX_SLOT - 1);
+        }
+        if mid <= lower {
+            return Err(SelectorError::NoRangeLeftToSplit);
+        }
         self.widths.remove(&(Reverse(width), bound));
         self.widths.insert((Reverse(bound - mid), bound));
         self.widths.insert((Reverse(mid - lower), mid));

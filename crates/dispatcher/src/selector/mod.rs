@@ -78,7 +78,9 @@ pub enum SelectorError<C: Debug> {
     /// A supplied range ends beyond slot 65535.
     #[error("hash range {0} is outside [0, 65535]")]
     RangeOutOfBounds(HashRange),
-    /// The consistent-hashing ring already holds 65535 consumers (its per-slot table is 16-bit).
+    /// The selector already holds 65535 consumers: the consistent-hashing ring's per-slot table
+    /// is 16-bit, and the auto-split selector gives each consumer at least one of the 65536
+    /// slots ([`AutoSplitSelector::MAX_CONSUMERS`]).
     #[error("too many consumers (at most 65535)")]
     TooManyConsumers,
 }

@@ -539,11 +539,15 @@ fn auto_split_model_add(bounds: &mut Vec<(u32, u32)>, id: u32) -> bool {
         }
         lower = b;
     }
-    if bw <= 1 {
+    if bw <= 1 || bounds.len() >= 65535 {
         return false;
     }
     let b = bounds[best].0;
-    bounds.insert(best, (b - ((b - bl) >> 1), id));
+    let mut mid = b - ((b - bl) >> 1);
+    if b == 65536 {
+        mid = mid.min(65534);
+    }
+    bounds.insert(best, (mid, id));
     true
 }
 
@@ -592,19 +596,63 @@ fn auto_split_matches_reference_model() {
     }
 }
 
+/// Every range the selector hands out satisfies `start <= end <= 65535`.
+fn valid_ranges(i: &ImpactedConsumers<u32>) -> bool {
+    i.removed
+        .iter()
+        .chain(&i.added)
+        .flat_map(|(_, rs)| rs)
+        .all(|r| r.start <= r.end && r.end <= 65535)
+}
+
+#[test]
+fn auto_split_refuses_the_65536th_consumer_and_never_publishes_an_inverted_range() {
+    let mut s = AutoSplitSelector::<u32>::new();
+    for id in 0..65535u32 {
+        let got = s.add_consumer(ConsumerInfo::new(id, "c")).unwrap();
+        assert!(valid_ranges(&got), "add {id}: {got:?}");
+    }
+    assert_eq!(s.consumer_count(), 65535);
+    let a = s.assignment();
+    assert!(
+        a.ranges()
+            .iter()
+            .all(|(r, _)| r.start <= r.end && r.end <= 65535),
+        "an inverted or out-of-bounds range in the snapshot"
+    );
+    // Every consumer owns at least one slot, and every slot is owned.
+    let mut owners: Vec<u32> = a.ranges().iter().map(|&(_, c)| c).collect();
+    owners.sort_unstable();
+    owners.dedup();
+    assert_eq!(owners.len(), 65535);
+    assert_eq!(a.ranges().iter().map(|(r, _)| r.size()).sum::<u64>(), 65536);
+    // The 65,536th consumer is refused, and nothing changes.
+    assert_eq!(
+        s.add_consumer(ConsumerInfo::new(70000, "c")),
+        Err(SelectorError::TooManyConsumers)
+    );
+    assert_eq!(s.consumer_count(), 65535);
+    assert_eq!(s.assignment(), a);
+    // The top owner keeps slot 65535; removing it hands a valid range to its heir.
+    let top = s.select(65535).unwrap();
+    let got = s.remove_consumer(top);
+    assert!(valid_ranges(&got), "{got:?}");
+    assert_eq!(got.removed_ranges(top), [HashRange::new(65535, 65535)]);
+}
+
 #[test]
 fn auto_split_runs_out_of_ranges() {
     let mut s = AutoSplitSelector::<u32>::new();
-    for id in 0..65536u32 {
+    for id in 0..65535u32 {
         s.add_consumer(ConsumerInfo::new(id, "c")).unwrap();
     }
     assert!(s.bounds().all(|(b, _)| b >= 1));
     assert_eq!(
         s.add_consumer(ConsumerInfo::new(70000, "c")),
-        Err(SelectorError::NoRangeLeftToSplit)
+        Err(SelectorError::TooManyConsumers)
     );
-    assert_eq!(s.consumer_count(), 65536);
-    // Removing one frees a two-slot range again.
+    assert_eq!(s.consumer_count(), AutoSplitSelector::<u32>::MAX_CONSUMERS);
+    // Removing one makes room again.
     s.remove_consumer(5);
     assert!(s.add_consumer(ConsumerInfo::new(70000, "c")).is_ok());
     assert_eq!(

@@ -232,6 +232,135 @@ fn owner_asking_removes_the_entry_lazily_without_notifying() {
 }
 
 #[test]
+fn stale_reduce_after_a_reclaim_keeps_a_re_registered_entry() {
+    let (r, t) = tracker();
+    // e0 of A starts draining, then the hash comes back to A: the entry is reclaimed while e0
+    // is still pending.
+    t.add_entry(A, 5).unwrap();
+    assert!(!t.should_block(A, 5));
+    assert_eq!(t.stale_references(A, 5), 1);
+    // A new entry e1 of A drains hash 5 (registered after the reclaim).
+    t.add_entry(A, 5).unwrap();
+    assert!(t.should_block(B, 5));
+    // e0's ack arrives late: it must not drop e1's reference.
+    assert_eq!(t.reduce_ref_count(A, 5, false), Ok(Reduced::NotDraining));
+    assert_eq!(
+        t.get(5),
+        Some(DrainingEntry {
+            owner: A,
+            ref_count: 1,
+            blocked_attempts: 1
+        }),
+        "the re-registered entry survives the stale reduce"
+    );
+    assert!(t.should_block(B, 5), "B still waits for e1");
+    assert_eq!(t.stale_references(A, 5), 0);
+    // e1's ack releases it and wakes the dispatcher.
+    assert_eq!(
+        t.reduce_ref_count(A, 5, false),
+        Ok(Reduced::Released { was_blocking: true })
+    );
+    assert_eq!(r.calls(), 1);
+    assert!(t.is_empty() && !t.should_block(B, 5));
+    assert_eq!(t.reduce_ref_count(A, 5, false), Ok(Reduced::NotDraining));
+}
+
+#[test]
+fn stale_references_are_per_owner_and_survive_other_owners() {
+    let (_, t) = tracker();
+    t.add_entry(A, 5).unwrap();
+    t.add_entry(A, 5).unwrap();
+    assert!(!t.should_block(A, 5));
+    assert_eq!(t.stale_references(A, 5), 2);
+    assert_eq!(t.stale_references(B, 5), 0);
+    // The hash now drains on B; A's stale acks do not touch B's entry (and are not errors).
+    t.add_entry(B, 5).unwrap();
+    assert_eq!(t.reduce_ref_count(A, 5, false), Ok(Reduced::NotDraining));
+    assert_eq!(t.reduce_ref_count(A, 5, true), Ok(Reduced::NotDraining));
+    assert_eq!(t.get(5).map(|e| (e.owner, e.ref_count)), Some((B, 1)));
+    assert_eq!(
+        t.reduce_ref_count(A, 5, false),
+        Err(ReduceError::OwnedByOther { owner: B }),
+        "no stale reference left: a plain mismatch again"
+    );
+    assert_eq!(
+        t.reduce_ref_count(B, 5, false),
+        Ok(Reduced::Released {
+            was_blocking: false
+        })
+    );
+    assert_eq!(t.stale_references(0, 0), 0);
+    // Large (overflow-path) hashes behave the same.
+    let big = DENSE_LIMIT + 1;
+    t.add_entry(A, big).unwrap();
+    assert!(!t.should_block(A, big));
+    t.add_entry(A, big).unwrap();
+    assert_eq!(t.reduce_ref_count(A, big, false), Ok(Reduced::NotDraining));
+    assert_eq!(t.get(big).map(|e| e.ref_count), Some(1));
+    // clear drops stale references too.
+    assert!(!t.should_block(A, big));
+    assert_eq!(t.stale_references(A, big), 1);
+    t.clear();
+    assert_eq!(t.stale_references(A, big), 0);
+}
+
+#[test]
+fn recount_turns_a_stale_reference_back_into_a_live_one() {
+    let (_, t) = tracker();
+    t.add_entry(A, 5).unwrap();
+    assert!(!t.should_block(A, 5));
+    // A registration scan meets e0 (stale) and e1 (never counted).
+    t.recount_entry(A, 5).unwrap();
+    t.recount_entry(A, 5).unwrap();
+    assert_eq!(t.stale_references(A, 5), 0);
+    assert_eq!(t.get(5).map(|e| e.ref_count), Some(2));
+    assert_eq!(
+        t.reduce_ref_count(A, 5, false),
+        Ok(Reduced::Decremented { remaining: 1 })
+    );
+    assert_eq!(
+        t.reduce_ref_count(A, 5, false),
+        Ok(Reduced::Released {
+            was_blocking: false
+        })
+    );
+    // Errors change nothing: the stale reference stays.
+    t.add_entry(A, 6).unwrap();
+    assert!(!t.should_block(A, 6));
+    t.add_entry(B, 6).unwrap();
+    assert_eq!(
+        t.recount_entry(A, 6),
+        Err(AddEntryError::OwnedByOther { owner: B })
+    );
+    assert_eq!(t.stale_references(A, 6), 1);
+    assert_eq!(t.recount_entry(A, 0), Err(AddEntryError::ZeroHash));
+}
+
+#[test]
+fn force_release_frees_the_hash_and_keeps_the_owner_acks_stale() {
+    let (r, t) = tracker();
+    assert_eq!(t.force_release(5), None);
+    assert_eq!(t.force_release(0), None);
+    t.add_entry(A, 5).unwrap();
+    t.add_entry(A, 5).unwrap();
+    assert!(t.should_block(B, 5));
+    let e = t.force_release(5).unwrap();
+    assert_eq!((e.owner, e.ref_count, e.blocked_attempts), (A, 2, 1));
+    assert_eq!(r.calls(), 1, "it had blocked B");
+    assert!(!t.should_block(B, 5));
+    assert_eq!(t.stale_references(A, 5), 2);
+    assert_eq!(t.consumer_stats(A).cleared_total, 1);
+    // Inside a batch the notification waits for the outermost end.
+    t.add_entry(A, 6).unwrap();
+    assert!(t.should_block(B, 6));
+    t.start_batch();
+    t.force_release(6).unwrap();
+    assert_eq!(r.calls(), 1);
+    t.end_batch();
+    assert_eq!(r.calls(), 2);
+}
+
+#[test]
 fn check_send_allows_counts_or_blocks() {
     let (r, t) = tracker();
     assert_eq!(t.check_send(B, 5), SendCheck::NotDraining);
@@ -454,6 +583,7 @@ struct Model {
     armed: bool,
     notifications: usize,
     cleared: StdMap<u32, u64>,
+    stale: StdMap<(u32, u32), u32>, // (owner, hash) -> stale references
 }
 
 impl Model {
@@ -473,7 +603,30 @@ impl Model {
             }
         }
     }
+    fn take_stale(&mut self, c: u32, h: u32) -> bool {
+        match self.stale.get_mut(&(c, h)) {
+            Some(n) if *n > 0 => {
+                *n -= 1;
+                if *n == 0 {
+                    self.stale.remove(&(c, h));
+                }
+                true
+            }
+            _ => false,
+        }
+    }
+    fn recount(&mut self, c: u32, h: u32) -> Result<(), AddEntryError<u32>> {
+        self.add(c, h)?;
+        self.take_stale(c, h);
+        Ok(())
+    }
     fn reduce(&mut self, c: u32, h: u32, closing: bool) -> Result<Reduced, ReduceError<u32>> {
+        if h == 0 {
+            return Ok(Reduced::NotDraining);
+        }
+        if self.take_stale(c, h) {
+            return Ok(Reduced::NotDraining);
+        }
         let Some(e) = self.entries.get_mut(&h) else {
             return Ok(Reduced::NotDraining);
         };
@@ -515,7 +668,9 @@ impl Model {
         match self.entries.get_mut(&h) {
             None => false,
             Some(e) if e.0 == c => {
+                let n = e.1;
                 self.entries.remove(&h);
+                *self.stale.entry((c, h)).or_default() += n;
                 *self.cleared.entry(c).or_default() += 1;
                 false
             }
@@ -577,10 +732,15 @@ fn run_model(seed: u64, steps: usize) -> Result<(), String> {
                 let ok = t.add_entry(c, h) == m.add(c, h);
                 (d, ok)
             }
-            35..=64 => {
+            35..=61 => {
                 let closing = r.below(5) == 0;
                 let d = format!("reduce({c},{h},{closing})");
                 let ok = t.reduce_ref_count(c, h, closing) == m.reduce(c, h, closing);
+                (d, ok)
+            }
+            62..=64 => {
+                let d = format!("recount({c},{h})");
+                let ok = t.recount_entry(c, h) == m.recount(c, h);
                 (d, ok)
             }
             65..=69 => {
@@ -607,6 +767,7 @@ fn run_model(seed: u64, steps: usize) -> Result<(), String> {
                 t.clear();
                 m.entries.clear();
                 m.cleared.clear();
+                m.stale.clear();
                 ("clear".to_string(), true)
             }
             97 => {
@@ -622,7 +783,8 @@ fn run_model(seed: u64, steps: usize) -> Result<(), String> {
         };
         ops.push(desc);
         let get_ok = t.get(h).map(|e| (e.owner, e.ref_count, e.blocked_attempts))
-            == m.entries.get(&h).copied();
+            == m.entries.get(&h).copied()
+            && t.stale_references(c, h) == m.stale.get(&(c, h)).copied().unwrap_or(0);
         if !ok || !get_ok || t.len() != m.entries.len() || rec.calls() != m.notifications {
             return Err(format!(
                 "seed {seed}: divergence after {} ops (tracker len {} notes {}, model len {} notes {}); ops: {}",
