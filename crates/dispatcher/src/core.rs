@@ -541,7 +541,7 @@ impl Dispatcher {
                     return;
                 }
                 if ranges_contain(ranges, ack.hash) {
-                    match dr.add_entry(c.id, ack.hash) {
+                    match dr.recount_entry(c.id, ack.hash) {
                         Ok(()) => n += 1,
                         Err(e) => warn!(consumer = %c.id, hash = ack.hash, error = %e, "draining registration refused"),
                     }
