@@ -240,9 +240,14 @@ impl Conn {
 
     /// Runs one command; false when the connection must close.
     fn handle(&mut self, frame: wire::Frame) -> bool {
+        if frame.command.r#type == wire::pip493::NEGATIVE_ACK && self.connected {
+            self.on_negative_ack(frame.negative_ack);
+            return true;
+        }
         let wire::Frame {
             command: cmd,
             payload,
+            ..
         } = frame;
         let t = cmd.r#type();
         if !self.connected && t != Type::Connect {
@@ -290,11 +295,60 @@ impl Conn {
         let version = c.protocol_version().min(PROTOCOL_VERSION);
         self.connected = true;
         debug!(conn = self.id, client = %c.client_version, protocol = version, "connected");
-        self.send(&wire::commands::connected(
+        // CONNECTED advertises PIP-493's key-ordered negative ack (a client that does not
+        // know the flag skips it).
+        if let Some(connected) = wire::commands::connected(
             &self.shared.server_version,
             version,
             self.shared.cfg.max_message_size as i32,
-        ));
+        )
+        .connected
+        {
+            let mut out = Vec::with_capacity(64);
+            wire::pip493::encode_connected_with_flag(connected, &mut out);
+            let _ = self.out.send(out);
+        }
+    }
+
+    /// PIP-493's CommandNegativeAck: nacked messages are re-sent with their key held until
+    /// then (the dispatcher's ordered nack, with its configured backoff), returned ones are
+    /// re-sent without counting a redelivery. A nacked or returned chunk stands for every
+    /// chunk of its message.
+    fn on_negative_ack(&mut self, cmd: Option<wire::pip493::CommandNegativeAck>) {
+        let Some(n) = cmd else {
+            return self.send_error(
+                0,
+                ServerError::UnknownError,
+                "NEGATIVE_ACK without its body",
+            );
+        };
+        let Some(c) = self.consumers.get(&n.consumer_id) else {
+            return debug!(
+                conn = self.id,
+                consumer_id = n.consumer_id,
+                "NEGATIVE_ACK for an unknown consumer"
+            );
+        };
+        let expand = |ids: &[proto::MessageIdData]| {
+            let mut ps: Vec<Position> = ids
+                .iter()
+                .flat_map(|id| {
+                    c.topic
+                        .chunk_siblings(Position::new(id.ledger_id, id.entry_id))
+                })
+                .collect();
+            ps.sort_unstable();
+            ps.dedup();
+            ps
+        };
+        let nacked = expand(&n.negative_acked);
+        let returned = expand(&n.returned);
+        if !nacked.is_empty() {
+            c.handle.nack(nacked, None);
+        }
+        if !returned.is_empty() {
+            c.handle.release(returned);
+        }
     }
 
     fn on_partitioned_metadata(&mut self, cmd: &BaseCommand) {

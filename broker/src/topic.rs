@@ -847,12 +847,18 @@ mod tests {
         let _a = drain(&fast, 5);
         let _b = drain(&slow, 2);
         t.trim();
-        assert!(t.payload(ps[0]).is_none(), "a ledger below both mark-deletes");
+        assert!(
+            t.payload(ps[0]).is_none(),
+            "a ledger below both mark-deletes"
+        );
         assert!(
             t.payload(ps[1]).is_some(),
             "the ledger the slow subscription's mark-delete is in stays"
         );
-        assert!(t.payload(ps[2]).is_some(), "the slow subscription still needs it");
+        assert!(
+            t.payload(ps[2]).is_some(),
+            "the slow subscription still needs it"
+        );
         assert!(t.meta(ps[0]).is_none());
         assert!(t.meta(ps[4]).is_some());
         drop((_a, _b, fast, slow));

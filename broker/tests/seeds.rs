@@ -244,3 +244,72 @@ fn seed_001_orphan_chunk_after_restart_does_not_stall() {
         "with --legacy orphan-chunk-replay the subscription stalls"
     );
 }
+
+/// Seed 002 (c): PIP-493's proposed CommandNegativeAck, sent by a small client of our own (no
+/// released client sends it). The application nacks K0 and the client gives back K1..K4 that
+/// it holds unprocessed: the broker re-sends K0 (redelivery count 1) before K1..K4 (count 0),
+/// so the application processes K0, K0', K1, K2, K3, K4. With a stock client (REDELIVER of K0
+/// only) the client processes K1..K4 first: K0, K1, K2, K3, K4, K0'.
+#[test]
+fn seed_002_pip_493_negative_ack_keeps_key_order() {
+    const TOPIC: &str = "persistent://public/default/seed-002";
+    let b = start_broker(&[]);
+    let mut c = Raw::open(&b);
+    let mut connect = Vec::new();
+    wire::pip493::encode_connect_with_flag(
+        wire::commands::connect("pip-493-test", 21),
+        &mut connect,
+    );
+    c.send_bytes(&connect).unwrap();
+    let connected = c.expect(Type::Connected);
+    assert!(
+        connected.supports_negative_ack,
+        "the broker advertises the PIP-493 flag"
+    );
+    c.send(&wire::commands::subscribe(
+        TOPIC,
+        "ks",
+        1,
+        1,
+        SubType::KeyShared,
+        None,
+        InitialPosition::Earliest,
+    ));
+    c.expect(Type::Success);
+    c.send(&wire::commands::flow(1, 100));
+    produce(&b, TOPIC, 5, 1);
+    let first = collect(&mut c, Duration::from_millis(300));
+    assert_eq!(first.len(), 5);
+    let ids: Vec<_> = first
+        .iter()
+        .map(|(p, _, _)| wire::convert::message_id(*p))
+        .collect();
+    let mut out = Vec::new();
+    wire::pip493::encode_negative_ack(
+        &wire::pip493::CommandNegativeAck {
+            consumer_id: 1,
+            negative_acked: vec![ids[0].clone()],
+            returned: ids[1..].to_vec(),
+        },
+        &mut out,
+    );
+    c.send_bytes(&out).unwrap();
+    // The redelivered frames, in order, with their redelivery counts.
+    let mut again = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while again.len() < 5 && Instant::now() < until {
+        if let Ok(Some(f)) = c.next(Duration::from_millis(20)) {
+            if f.command.r#type() == Type::Message {
+                let m = f.command.message.unwrap();
+                again.push((m.message_id.entry_id, m.redelivery_count.unwrap_or(0)));
+            }
+        }
+    }
+    let e = |i: usize| first[i].0.entry_id;
+    assert_eq!(
+        again,
+        vec![(e(0), 1), (e(1), 0), (e(2), 0), (e(3), 0), (e(4), 0)],
+        "K0' first (count 1), then the returned K1..K4 (not counted)"
+    );
+    b.shutdown(Duration::from_secs(5));
+}

@@ -33,6 +33,12 @@ pub struct Frame {
     /// The `0e01…` section after the command, if the frame has one. A `0e02` broker-entry-metadata
     /// section in front of it is skipped and not part of it.
     pub payload: Option<Payload>,
+    /// PIP-493's `CommandNegativeAck` when the command's type is
+    /// [`pip493::NEGATIVE_ACK`](crate::pip493::NEGATIVE_ACK) (the published proto has no field
+    /// for it).
+    pub negative_ack: Option<crate::pip493::CommandNegativeAck>,
+    /// Whether a CONNECT or CONNECTED carries PIP-493's `supports_key_ordered_negative_ack`.
+    pub supports_negative_ack: bool,
 }
 
 /// The checksummed payload section of a frame, kept verbatim.
@@ -136,12 +142,24 @@ pub fn decode_frame(frame_bytes: &[u8]) -> Result<Frame, DecodeError> {
         message: e.to_string(),
     })?;
     check_type(cmd_bytes, command.r#type)?;
+    // Like every other command's sub-message, field 82 may be absent (the receiver decides).
+    let negative_ack = if command.r#type == crate::pip493::NEGATIVE_ACK {
+        crate::pip493::decode_negative_ack(cmd_bytes)
+    } else {
+        None
+    };
+    let supports_negative_ack = matches!(
+        base_command::Type::try_from(command.r#type),
+        Ok(base_command::Type::Connect | base_command::Type::Connected)
+    ) && crate::pip493::supports_negative_ack(cmd_bytes);
 
     let rest = b.get(cmd_end..).unwrap_or_default();
     if rest.is_empty() {
         return Ok(Frame {
             command,
             payload: None,
+            negative_ack,
+            supports_negative_ack,
         });
     }
     let section = skip_broker_entry_metadata(rest)?;
@@ -149,6 +167,8 @@ pub fn decode_frame(frame_bytes: &[u8]) -> Result<Frame, DecodeError> {
     Ok(Frame {
         command,
         payload: Some(payload),
+        negative_ack,
+        supports_negative_ack,
     })
 }
 
@@ -165,6 +185,9 @@ fn check_type(cmd_bytes: &[u8], t: i32) -> Result<(), DecodeError> {
     let present = TypeOnly::decode(cmd_bytes).is_ok_and(|v| v.r#type.is_some());
     if !present || t == 0 {
         return Err(DecodeError::MissingCommandType);
+    }
+    if t == crate::pip493::NEGATIVE_ACK {
+        return Ok(());
     }
     base_command::Type::try_from(t)
         .map(|_| ())
