@@ -347,6 +347,16 @@ impl Conn {
             (Some(n), true) if !n.is_empty() => n.clone(),
             _ => self.shared.producer_name(),
         };
+        if !topic.claim_producer_name(&producer_name) {
+            return self.send_error(
+                p.request_id,
+                ServerError::ProducerBusy,
+                &format!(
+                    "producer with name '{producer_name}' is already connected to topic {}",
+                    topic.name
+                ),
+            );
+        }
         debug!(conn = self.id, topic = %topic.name, producer = %producer_name, "producer created");
         self.producers.insert(
             p.producer_id,
@@ -422,7 +432,9 @@ impl Conn {
         let Some(c) = &cmd.close_producer else {
             return self.send_error(0, ServerError::UnknownError, "missing body");
         };
-        self.producers.remove(&c.producer_id);
+        if let Some(p) = self.producers.remove(&c.producer_id) {
+            p.topic.release_producer_name(&p.name);
+        }
         self.send_success(c.request_id);
     }
 
@@ -779,7 +791,9 @@ impl Conn {
         for c in consumers {
             self.drop_consumer(c);
         }
-        self.producers.clear();
+        for (_, p) in self.producers.drain() {
+            p.topic.release_producer_name(&p.name);
+        }
     }
 }
 

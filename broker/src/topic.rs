@@ -8,7 +8,7 @@
 //! assigns the same positions (metadata is shared through `Arc`). Entries below every
 //! subscription's mark-delete position are trimmed with their payloads.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use cursor::{EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore, Position};
@@ -123,6 +123,8 @@ struct TopicState {
     /// Chunk uuid → positions of its chunks (for redelivery expansion).
     chunks: HashMap<String, Vec<Position>>,
     subs: BTreeMap<String, Arc<Subscription>>,
+    /// Names of the connected producers (clients build chunk uuids from them).
+    producers: HashSet<String>,
 }
 
 /// Publish counters of a topic.
@@ -157,6 +159,7 @@ impl Topic {
                 ledger: InMemoryLedger::new(entries_per_ledger),
                 chunks: HashMap::new(),
                 subs: BTreeMap::new(),
+                producers: HashSet::new(),
             }),
             payloads: RwLock::new(BTreeMap::new()),
             counters: Mutex::new(TopicCounters::default()),
@@ -187,6 +190,17 @@ impl Topic {
         c.bytes_in += bytes;
         c.entries_in += 1;
         pos
+    }
+
+    /// Claims `name` for a new producer: false when a connected producer already has it
+    /// (Pulsar answers ProducerBusy; two producers with one name would send the same chunk uuids).
+    pub(crate) fn claim_producer_name(&self, name: &str) -> bool {
+        lock(&self.state).producers.insert(name.to_owned())
+    }
+
+    /// A producer closed: its name is free again.
+    pub(crate) fn release_producer_name(&self, name: &str) {
+        lock(&self.state).producers.remove(name);
     }
 
     /// The stored `0e01…` section of the entry at `p`.
