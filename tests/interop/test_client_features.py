@@ -8,6 +8,8 @@
 * StringSchema round trip; properties, event time and key survive the broker.
 * redeliver_unacknowledged_messages(): the 4 unacked of 5 come back with count 1.
 * Batch without batch-index ack: nacking one message redelivers the whole batch of 5.
+* Dead-letter policy (max_redeliver_count=2): deliveries with counts 0, 1, 2, then the client
+  moves the message to the DLQ topic.
 * A 1 MiB message passes unchunked; one above the 5 MiB limit fails client-side (MessageTooBig).
 """
 
@@ -127,6 +129,29 @@ def main():
         h.check(again == [f"b{i}".encode() for i in range(5)],
                 f"nack of one message of a batch without batch-index ack redelivered {again}")
         done.append("batch nack = whole batch")
+
+        t = h.unique_topic("dlq")
+        dc = cl.subscribe(t, "D", consumer_type=pulsar.ConsumerType.Shared,
+                          negative_ack_redelivery_delay_ms=100,
+                          dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(
+                              max_redeliver_count=2, dead_letter_topic=t + "-dlq"))
+        dlq = cl.subscribe(t + "-dlq", "D", consumer_type=pulsar.ConsumerType.Shared,
+                           initial_position=pulsar.InitialPosition.Earliest)
+        dp = cl.create_producer(t)
+        dp.send(b"poison")
+        counts = []
+        d = h.Deadline(10)
+        while len(counts) < 5 and not d.expired():
+            m = h.receive_or_none(dc, 1500)
+            if m is None:
+                break
+            counts.append(m.redelivery_count())
+            dc.negative_acknowledge(m)
+        m = h.receive_or_none(dlq, 3000)
+        h.check(counts == [0, 1, 2] and m is not None and m.data() == b"poison",
+                f"dead letter: deliveries with counts {counts}, DLQ got {m and m.data()!r}")
+        dlq.acknowledge(m)
+        done.append("dead letter after 2 redeliveries")
 
         t = h.unique_topic("big")
         gc = cl.subscribe(t, "G")
