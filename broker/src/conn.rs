@@ -492,12 +492,15 @@ impl Conn {
             // A re-subscribe after the broker closed the consumer (seek): the old one is gone.
             self.drop_consumer(old);
         }
+        let non_durable = s.durable == Some(false);
         let initial = match s.initial_position() {
+            // A Reader is positioned at its start id below; starting it at Latest first would
+            // log the whole topic as "dropped without an ack".
+            _ if non_durable && s.start_message_id.is_some() => InitialPosition::Earliest,
             proto::command_subscribe::InitialPosition::Earliest => InitialPosition::Earliest,
             proto::command_subscribe::InitialPosition::Latest => InitialPosition::Latest,
         };
         let topic = self.shared.topic(&name);
-        let non_durable = s.durable == Some(false);
         let fresh = topic.get_subscription(&s.subscription).is_none();
         let sub = match topic.subscription(&s.subscription, kind, initial) {
             Ok(sub) => sub,
