@@ -230,6 +230,26 @@ impl Topic {
         }
     }
 
+    /// The existing entries after `after` (from the first entry when `None`) up to `upto`
+    /// inclusive, in order.
+    pub(crate) fn positions_between(
+        &self,
+        after: Option<Position>,
+        upto: Position,
+    ) -> Vec<Position> {
+        let st = lock(&self.state);
+        let mut out = Vec::new();
+        let mut p = match after {
+            Some(a) => st.ledger.next_position(a),
+            None => st.ledger.first_position(),
+        };
+        while let Some(q) = p.filter(|q| *q <= upto) {
+            out.push(q);
+            p = st.ledger.next_position(q);
+        }
+        out
+    }
+
     /// The last entry's position, or the position before the first when there is none.
     pub(crate) fn last_position(&self) -> Position {
         let st = lock(&self.state);
@@ -454,6 +474,16 @@ mod tests {
         let latest = i64::MAX as u64;
         assert_eq!(t.resolve_message_id(latest, latest), ps[3].next());
         assert_eq!(t.resolve_message_id(1, 2), Position::new(1, 2));
+        // Ledgers of 3 entries: 1:0 1:1 1:2 2:0.
+        assert_eq!(
+            t.positions_between(None, Position::new(1, 1)),
+            ps[..2].to_vec()
+        );
+        assert_eq!(t.positions_between(Some(ps[1]), ps[3]), ps[2..].to_vec());
+        assert_eq!(
+            t.positions_between(Some(ps[3]), ps[3]),
+            Vec::<Position>::new()
+        );
         t.close();
     }
 
