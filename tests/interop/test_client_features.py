@@ -1,6 +1,9 @@
 """Smaller client features, one check each, on one broker.
 
 * Exclusive subscription: a second consumer is refused with ConsumerBusy.
+* Exclusive cumulative ack: after acknowledge_cumulative() of x3 and of x7 (index 1 of a 4-message
+  batch, batch-index ack on), a new consumer gets x8 and x9 only; after a cumulative ack of x9,
+  nothing.
 * Producer name: a second producer with a connected producer's name is refused (ProducerBusy).
 * Two subscriptions on one topic each get all 20 messages.
 * A multi-topic consumer gets the messages of both topics.
@@ -34,6 +37,33 @@ def main():
         except pulsar.ConsumerBusy:
             done.append("exclusive busy")
         e1.close()
+
+        t = h.unique_topic("cumulative")
+        xc = cl.subscribe(t, "X", batch_index_ack_enabled=True)  # Exclusive
+        xp = cl.create_producer(t, batching_enabled=False)
+        for i in range(6):
+            xp.send(f"x{i}".encode())
+        bp = cl.create_producer(t, batching_enabled=True, batching_max_messages=4,
+                                batching_max_publish_delay_ms=1000)
+        for i in range(6, 10):
+            bp.send_async(f"x{i}".encode(), None)
+        bp.flush()
+        ms = h.drain(xc, 400)
+        h.check(len(ms) == 10, f"cumulative: got {len(ms)} of 10")
+        xc.acknowledge_cumulative(ms[3])
+        xc.acknowledge_cumulative(ms[7])  # index 1 of the 4-message batch
+        xc.close()
+        xc = cl.subscribe(t, "X", batch_index_ack_enabled=True)
+        rest = h.drain(xc, 600)
+        names = [m.data().decode() for m in rest]
+        h.check(names == ["x8", "x9"], f"after cumulative acks of x3 and x7 (in a batch): {names}")
+        xc.acknowledge_cumulative(rest[-1])
+        xc.close()
+        xc = cl.subscribe(t, "X")
+        left = h.drain(xc, 500)
+        h.check(not left, f"{len(left)} messages back after a cumulative ack of the last one")
+        xc.close()
+        done.append("exclusive cumulative ack")
 
         t = h.unique_topic("pname")
         p1 = cl.create_producer(t, producer_name="same-name")
