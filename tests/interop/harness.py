@@ -86,13 +86,17 @@ def wait_until(pred, seconds, what, step=0.02):
     check(pred(), f"timed out after {seconds:.1f} s waiting for {what}")
 
 
+try:
+    # Loaded here, not in the forked child: the child only calls it (no dlopen after fork).
+    _PRCTL = ctypes.CDLL("libc.so.6", use_errno=True).prctl
+except (OSError, AttributeError):
+    _PRCTL = None
+
+
 def _pdeathsig():
     # The broker dies with the scenario process even if that is SIGKILLed (Linux prctl).
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    if _PRCTL is not None:
+        _PRCTL(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
 _LIVE_BROKERS = []
