@@ -51,6 +51,8 @@ struct Consumer {
     forwarder: Option<JoinHandle<()>>,
     /// A non-durable subscription (a Reader's) goes away with its last consumer, as in Pulsar.
     non_durable: bool,
+    /// The last entry this consumer acked cumulatively (Exclusive subscriptions).
+    acked_through: Option<Position>,
 }
 
 /// Runs one accepted connection to its end (socket closed, protocol error or shutdown).
@@ -414,6 +416,16 @@ impl Conn {
             (Some(n), true) if !n.is_empty() => n.clone(),
             _ => self.shared.producer_name(),
         };
+        if !topic.claim_producer_name(&producer_name) {
+            return self.send_error(
+                p.request_id,
+                ServerError::ProducerBusy,
+                &format!(
+                    "producer with name '{producer_name}' is already connected to topic {}",
+                    topic.name
+                ),
+            );
+        }
         debug!(conn = self.id, topic = %topic.name, producer = %producer_name, "producer created");
         lock(&topic.producers).insert(
             (self.id, p.producer_id),
@@ -548,6 +560,7 @@ impl Conn {
         };
         if let Some(p) = self.producers.remove(&c.producer_id) {
             lock(&p.topic.producers).remove(&(self.id, c.producer_id));
+            p.topic.release_producer_name(&p.name);
         }
         self.send_success(c.request_id);
     }
@@ -606,7 +619,11 @@ impl Conn {
             // A re-subscribe after the broker closed the consumer (seek): the old one is gone.
             self.drop_consumer(old);
         }
+        let non_durable = s.durable == Some(false);
         let initial = match s.initial_position() {
+            // A Reader is positioned at its start id below; starting it at Latest first would
+            // log the whole topic as "dropped without an ack".
+            _ if non_durable && s.start_message_id.is_some() => InitialPosition::Earliest,
             proto::command_subscribe::InitialPosition::Earliest => InitialPosition::Earliest,
             proto::command_subscribe::InitialPosition::Latest => InitialPosition::Latest,
         };
@@ -616,7 +633,6 @@ impl Conn {
                 return self.send_error(s.request_id, ServerError::PersistenceError, &e.to_string())
             }
         };
-        let non_durable = s.durable == Some(false);
         let fresh = topic.get_subscription(&s.subscription).is_none();
         let sub = match topic.subscription(&s.subscription, kind, initial) {
             Ok(sub) => sub,
@@ -682,6 +698,7 @@ impl Conn {
                 handle,
                 forwarder,
                 non_durable,
+                acked_through: None,
             },
         );
         self.send_success(s.request_id);
@@ -706,7 +723,7 @@ impl Conn {
         let Some(a) = &cmd.ack else {
             return self.send_error(0, ServerError::UnknownError, "missing body");
         };
-        let Some(c) = self.consumers.get(&a.consumer_id) else {
+        let Some(c) = self.consumers.get_mut(&a.consumer_id) else {
             debug!(
                 conn = self.id,
                 consumer_id = a.consumer_id,
@@ -723,26 +740,39 @@ impl Conn {
         };
         let mut failure: Option<String> = None;
         if a.ack_type() == proto::command_ack::AckType::Cumulative {
-            failure = Some("cumulative ack is not allowed on Shared and Key_Shared".into());
+            match a.message_id.last() {
+                _ if c.sub.kind != SubKind::Exclusive => {
+                    failure = Some("cumulative ack is not allowed on Shared and Key_Shared".into());
+                }
+                Some(id) => {
+                    // Everything up to the id is acked (the id itself only in part when it
+                    // carries an ack_set); entries acked before are acked again, harmlessly.
+                    let upto = Position::new(id.ledger_id, id.entry_id);
+                    for pos in c.topic.positions_between(c.acked_through, upto) {
+                        if pos < upto {
+                            if let Err(e) = c.handle.ack(pos) {
+                                debug!(conn = self.id, position = %pos, error = %e, "cumulative ack refused");
+                            }
+                        }
+                    }
+                    if let Err(e) = ack_one(c, id) {
+                        debug!(conn = self.id, position = %upto, error = %e, "ack refused");
+                        failure = Some(e);
+                    }
+                    let through = if id.ack_set.is_empty() {
+                        upto
+                    } else {
+                        upto.before()
+                    };
+                    c.acked_through = c.acked_through.max(Some(through));
+                }
+                None => {}
+            }
         } else {
             for id in &a.message_id {
-                let pos = Position::new(id.ledger_id, id.entry_id);
-                let result = if id.ack_set.is_empty() {
-                    c.handle.ack(pos).map(|_| ())
-                } else {
-                    let size = match id.batch_size {
-                        Some(n) if n > 0 => n as u32,
-                        _ => c.topic.meta(pos).map_or(0, |m| m.messages()),
-                    };
-                    if size == 0 {
-                        continue;
-                    }
-                    let acked = wire::convert::acked_indexes_from_ack_set(&id.ack_set, size);
-                    c.handle.ack_batch_index(pos, size, &acked).map(|_| ())
-                };
-                if let Err(e) = result {
-                    debug!(conn = self.id, position = %pos, error = %e, "ack refused");
-                    failure.get_or_insert_with(|| e.to_string());
+                if let Err(e) = ack_one(c, id) {
+                    debug!(conn = self.id, ledger = id.ledger_id, entry = id.entry_id, error = %e, "ack refused");
+                    failure.get_or_insert(e);
                 }
             }
         }
@@ -916,8 +946,28 @@ impl Conn {
         }
         for (id, p) in self.producers.drain() {
             lock(&p.topic.producers).remove(&(self.id, id));
+            p.topic.release_producer_name(&p.name);
         }
     }
+}
+
+/// An individual ack of one id: the whole entry, or the indexes its `ack_set` marks as acked.
+fn ack_one(c: &Consumer, id: &proto::MessageIdData) -> Result<(), String> {
+    let pos = Position::new(id.ledger_id, id.entry_id);
+    let result = if id.ack_set.is_empty() {
+        c.handle.ack(pos).map(|_| ())
+    } else {
+        let size = match id.batch_size {
+            Some(n) if n > 0 => n as u32,
+            _ => c.topic.meta(pos).map_or(0, |m| m.messages()),
+        };
+        if size == 0 {
+            return Ok(());
+        }
+        let acked = wire::convert::acked_indexes_from_ack_set(&id.ack_set, size);
+        c.handle.ack_batch_index(pos, size, &acked).map(|_| ())
+    };
+    result.map_err(|e| e.to_string())
 }
 
 fn has_key_shared(topic: &Topic) -> bool {

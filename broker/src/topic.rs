@@ -8,7 +8,7 @@
 //! assigns the same positions (metadata is shared through `Arc`). Entries below every
 //! subscription's mark-delete position are trimmed with their payloads.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -262,6 +262,8 @@ struct TopicState {
     /// Chunk uuid → positions of its chunks (for redelivery expansion).
     chunks: HashMap<String, Vec<Position>>,
     subs: BTreeMap<String, Arc<Subscription>>,
+    /// Names of the connected producers (clients build chunk uuids from them).
+    producers: HashSet<String>,
 }
 
 /// Publish counters of a topic.
@@ -309,6 +311,7 @@ impl Topic {
                 ledger: InMemoryLedger::new(entries_per_ledger),
                 chunks: HashMap::new(),
                 subs: BTreeMap::new(),
+                producers: HashSet::new(),
             }),
             payloads: RwLock::new(BTreeMap::new()),
             counters: Mutex::new(TopicCounters::default()),
@@ -376,6 +379,7 @@ impl Topic {
                 ledger,
                 chunks,
                 subs: BTreeMap::new(),
+                producers: HashSet::new(),
             }),
             payloads: RwLock::new(payloads),
             counters: Mutex::new(counters),
@@ -463,6 +467,17 @@ impl Topic {
         Ok(pos)
     }
 
+    /// Claims `name` for a new producer: false when a connected producer already has it
+    /// (Pulsar answers ProducerBusy; two producers with one name would send the same chunk uuids).
+    pub(crate) fn claim_producer_name(&self, name: &str) -> bool {
+        lock(&self.state).producers.insert(name.to_owned())
+    }
+
+    /// A producer closed: its name is free again.
+    pub(crate) fn release_producer_name(&self, name: &str) {
+        lock(&self.state).producers.remove(name);
+    }
+
     /// The stored `0e01…` section of the entry at `p`.
     pub(crate) fn payload(&self, p: Position) -> Option<Arc<[u8]>> {
         match self.payloads.read() {
@@ -488,6 +503,26 @@ impl Topic {
             Some(ps) => ps.clone(),
             None => vec![p],
         }
+    }
+
+    /// The existing entries after `after` (from the first entry when `None`) up to `upto`
+    /// inclusive, in order.
+    pub(crate) fn positions_between(
+        &self,
+        after: Option<Position>,
+        upto: Position,
+    ) -> Vec<Position> {
+        let st = lock(&self.state);
+        let mut out = Vec::new();
+        let mut p = match after {
+            Some(a) => st.ledger.next_position(a),
+            None => st.ledger.first_position(),
+        };
+        while let Some(q) = p.filter(|q| *q <= upto) {
+            out.push(q);
+            p = st.ledger.next_position(q);
+        }
+        out
     }
 
     /// The last entry's position, or the position before the first when there is none.
@@ -880,6 +915,16 @@ mod tests {
         let latest = i64::MAX as u64;
         assert_eq!(t.resolve_message_id(latest, latest), ps[3].next());
         assert_eq!(t.resolve_message_id(1, 2), Position::new(1, 2));
+        // Ledgers of 3 entries: 1:0 1:1 1:2 2:0.
+        assert_eq!(
+            t.positions_between(None, Position::new(1, 1)),
+            ps[..2].to_vec()
+        );
+        assert_eq!(t.positions_between(Some(ps[1]), ps[3]), ps[2..].to_vec());
+        assert_eq!(
+            t.positions_between(Some(ps[3]), ps[3]),
+            Vec::<Position>::new()
+        );
         t.close();
     }
 

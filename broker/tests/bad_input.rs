@@ -165,7 +165,7 @@ fn broken_frames_and_misuse_are_refused_per_connection() {
         3,
         SubType::Shared,
         None,
-        InitialPosition::Earliest,
+        InitialPosition::Latest,
     ));
     c.expect(Type::Success);
     c.send(&wire::commands::flow(3, 0));

@@ -65,7 +65,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         let outcome = run_scenario(&python, script, &broker, &logs)?;
         let verdict = if outcome.ok { "PASS" } else { "FAIL" };
         println!(
-            "interop: {name:<28} {verdict} {:>5.1}s  {}",
+            "interop: {name:<32} {verdict} {:>5.1}s  {}",
             outcome.secs, outcome.summary
         );
         if outcome.ok {
