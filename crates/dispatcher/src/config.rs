@@ -18,12 +18,15 @@ impl fmt::Display for ConsumerId {
 /// Which hash-to-consumer rule a Key_Shared subscription uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KeySharedMode {
-    /// AUTO_SPLIT with the consistent-hashing ring (Pulsar's default), `points` per consumer.
+    /// AUTO_SPLIT with the consistent-hashing ring (Pulsar's default,
+    /// `subscriptionKeySharedUseConsistentHashing=true`), `points` per consumer.
     ConsistentHashing {
-        /// Ring points per consumer (Pulsar default 100).
+        /// Ring points per consumer (Pulsar's `subscriptionKeySharedConsistentHashingReplicaPoints`,
+        /// default 100; at least 1).
         points: u32,
     },
-    /// AUTO_SPLIT with the hash-range auto-split selector.
+    /// AUTO_SPLIT with the hash-range auto-split selector
+    /// (`subscriptionKeySharedUseConsistentHashing=false`).
     AutoSplit,
     /// STICKY: each consumer brings its own hash ranges ([`ConsumerSpec::ranges`]).
     Exclusive,
@@ -34,7 +37,8 @@ pub enum KeySharedMode {
 pub struct KeySharedConfig {
     /// Selector mode.
     pub mode: KeySharedMode,
-    /// Pulsar's `allowOutOfOrderDelivery`: no draining, replay hashes not ref-counted.
+    /// Pulsar's `allowOutOfOrderDelivery` (a consumer's `KeySharedPolicy` setting, taken from
+    /// the subscription's first consumer): no draining, replay hashes not ref-counted.
     pub allow_out_of_order: bool,
 }
 
@@ -64,39 +68,50 @@ pub enum SubscriptionType {
 pub struct DispatcherConfig {
     /// Shared or Key_Shared.
     pub subscription: SubscriptionType,
-    /// Smallest read batch (entries); the batch doubles on every successful read.
+    /// Smallest read batch (entries); the batch doubles on every successful read. Pulsar's
+    /// `dispatcherMinReadBatchSize` (default 1; at least 1).
     pub min_read_batch: usize,
-    /// Largest read batch (entries).
+    /// Largest read batch (entries). Pulsar's `dispatcherMaxReadBatchSize` (default 100; at
+    /// least `min_read_batch`).
     pub max_read_batch: usize,
-    /// Shared: at most this many entries go to one consumer per round-robin turn.
+    /// Shared: at most this many entries go to one consumer per round-robin turn. Pulsar's
+    /// `dispatcherMaxRoundRobinBatchSize` (default 20; at least 1).
     pub max_round_robin_batch: usize,
-    /// Block a consumer at this many unacked messages, resume at half (0 = off).
+    /// Block a consumer at this many unacked messages, resume at half (0 = off). Pulsar's
+    /// `maxUnackedMessagesPerConsumer` (default 50,000).
     pub max_unacked_per_consumer: u32,
     /// Block the subscription's normal reads at this many unacked messages, resume at half
-    /// (0 = off).
+    /// (0 = off). Pulsar's `maxUnackedMessagesPerSubscription` (default 200,000).
     pub max_unacked_per_subscription: u64,
     /// Key_Shared look-ahead: replay entries allowed per consumer (× consumers); ≤ 0 uses the
-    /// per-subscription value.
+    /// per-subscription value. Pulsar's `keySharedLookAheadMsgInReplayThresholdPerConsumer`
+    /// (default 2,000).
     pub look_ahead_per_consumer: i64,
-    /// Key_Shared look-ahead cap for the whole subscription (≤ 0 = no cap).
+    /// Key_Shared look-ahead cap for the whole subscription (≤ 0 = no cap). Pulsar's
+    /// `keySharedLookAheadMsgInReplayThresholdPerSubscription` (default 20,000).
     pub look_ahead_per_subscription: i64,
     /// Key_Shared: unblock notifications are coalesced over this interval before reading.
+    /// Pulsar's `keySharedUnblockingIntervalMs` (default 10 ms).
     pub unblocking_interval: u64,
-    /// LEGACY, only to demonstrate Pulsar bug B-1: on Key_Shared, a mark-delete move by skip,
+    /// LEGACY, only to demonstrate Pulsar's bug (no Pulsar setting: it is Pulsar's behaviour): on Key_Shared, a mark-delete move by skip,
     /// clear-backlog, expiry or quota eviction also removes pending acks at or below the new
     /// mark-delete, which releases draining hashes early and breaks per-key order.
     pub legacy_mark_delete_cleanup: bool,
     /// Key_Shared: force-release a draining hash that has blocked dispatch for this long
     /// (`None` = never, the default). Trades per-key order for liveness when an owner never
-    /// acks; every release is a WARN and counts in [`crate::DispatcherStats`].
+    /// acks; every release is a WARN and counts in [`crate::DispatcherStats`]. Pulsar has no
+    /// such setting (a draining hash waits for its owner however long).
     pub draining_timeout: Option<u64>,
-    /// Shared chunk assignor settings.
+    /// Shared chunk assignor settings (pins and the orphan-chunk policy). Pulsar has no
+    /// settings for these: its pins are unbounded and an orphan chunk is replayed forever.
     pub assignor: chunk_assignor::AssignorConfig,
     /// Nack redelivery delay when a nack carries none
     /// ([`Dispatcher::handle_nack`](crate::Dispatcher::handle_nack) with `delay: None`).
-    /// Default: no delay.
+    /// Default: no delay. In Pulsar this is the client's `negativeAckRedeliveryDelay` /
+    /// `negativeAckRedeliveryBackoff`, not a broker setting.
     pub nack_backoff: NackBackoff,
-    /// Dead-letter policy for nacked entries (`None` = off, the default).
+    /// Dead-letter policy for nacked entries (`None` = off, the default). In Pulsar this is the
+    /// client's `DeadLetterPolicy` (`maxRedeliverCount`), not a broker setting.
     pub dead_letter: Option<DeadLetterPolicy>,
 }
 
@@ -161,7 +176,59 @@ pub struct DeadLetterPolicy {
     pub action: DeadLetterAction,
 }
 
+/// A [`DispatcherConfig`] the dispatcher cannot run with.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidConfig {
+    /// A setting that must be at least 1 is 0.
+    #[error("`{0}` must be at least 1")]
+    Zero(&'static str),
+    /// `min_read_batch` above `max_read_batch`.
+    #[error("min_read_batch ({min}) is above max_read_batch ({max})")]
+    ReadBatchOrder {
+        /// The minimum given.
+        min: usize,
+        /// The maximum given.
+        max: usize,
+    },
+}
+
 impl DispatcherConfig {
+    /// Checks the settings that have a valid range: `points`, the read and round-robin batch
+    /// sizes, and `min_read_batch <= max_read_batch`. The runtime and the broker call it before
+    /// starting a dispatcher.
+    ///
+    /// ```
+    /// let mut c = dispatcher::DispatcherConfig::shared();
+    /// assert!(c.validate().is_ok());
+    /// c.max_read_batch = 0;
+    /// assert!(c.validate().is_err());
+    /// ```
+    pub fn validate(&self) -> Result<(), InvalidConfig> {
+        if let SubscriptionType::KeyShared(KeySharedConfig {
+            mode: KeySharedMode::ConsistentHashing { points: 0 },
+            ..
+        }) = self.subscription
+        {
+            return Err(InvalidConfig::Zero("points"));
+        }
+        for (name, v) in [
+            ("min_read_batch", self.min_read_batch),
+            ("max_read_batch", self.max_read_batch),
+            ("max_round_robin_batch", self.max_round_robin_batch),
+        ] {
+            if v == 0 {
+                return Err(InvalidConfig::Zero(name));
+            }
+        }
+        if self.min_read_batch > self.max_read_batch {
+            return Err(InvalidConfig::ReadBatchOrder {
+                min: self.min_read_batch,
+                max: self.max_read_batch,
+            });
+        }
+        Ok(())
+    }
+
     /// Pulsar's defaults for the given subscription type.
     pub fn new(subscription: SubscriptionType) -> Self {
         DispatcherConfig {

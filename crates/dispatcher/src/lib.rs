@@ -211,7 +211,7 @@ pub use crate::selector::{
 
 pub use crate::ack::{AckHandle, AckOutcome, BatchAck, ConsumerAckHandle, CursorAck, CursorCell};
 pub use crate::config::{
-    ConsumerId, ConsumerSpec, DeadLetterAction, DeadLetterPolicy, DispatcherConfig,
+    ConsumerId, ConsumerSpec, DeadLetterAction, DeadLetterPolicy, DispatcherConfig, InvalidConfig,
     KeySharedConfig, KeySharedMode, NackBackoff, SubscriptionType,
 };
 pub use crate::core::{BoxedSelector, Command, Dispatcher, Gate, Verdict};
