@@ -250,10 +250,10 @@ def analyse(policy, apps, kills, ups, restart_ms, downtimes, want):
             # The kill that explains it: one between the two processings, or one just before
             # both when the previous copy came from the dead broker's deliveries still in the
             # client's receive queue (processed before the consumer had reconnected).
-            kill = None
-            for k, up in zip(kills, ups):
-                if k < e["t"] and (prev["t"] < k or prev["t"] <= up + RECONNECT_SLACK_S):
-                    kill = k
+            kill = next((k for k in kills if prev["t"] < k < e["t"]), None)
+            if kill is None:
+                kill = next((k for k, up in zip(kills, ups)
+                             if k < prev["t"] <= up + RECONNECT_SLACK_S), None)
             if e["mid"] != prev["mid"]:
                 cause = "resend"
             elif kill is None:
