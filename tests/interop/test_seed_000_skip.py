@@ -218,9 +218,12 @@ def main():
     for ln in lines:
         print(ln, flush=True)
     n = sum(x["recvs"] for v in results.values() for x in v)
-    return (f"seed 000: {len(VARIANTS)} variants x {TOTAL} msgs ({n} processings); ours holds "
-            f"the draining keys through skip/expire/clear, legacy releases them early in all "
-            f"{len(VARIANTS)}")
+    ours = "/".join(f"{len(x['bad'])}" for x in results["ours"])
+    drn = "/".join(f"{len(x['draining'])}" for x in results["ours"])
+    leg = "/".join(f"{len(x['bad'])}" for x in results["legacy"])
+    return (f"seed 000: {len(VARIANTS)} variants (skip/10, expire/0, skip_all) x {TOTAL} msgs "
+            f"({n} processings); c2 got a key c1 still held: ours {ours} times (keys draining "
+            f"{drn}), legacy {leg} times")
 
 
 if __name__ == "__main__":
