@@ -189,7 +189,11 @@ impl Conn {
                     }
                     if idle >= keep_alive && !pinged && self.connected {
                         pinged = true;
-                        self.send(&command(Type::Ping));
+                        // Never wait for room: a full write queue means the peer does not
+                        // read, and a reader blocked here would never reach the close above.
+                        let mut out = Vec::with_capacity(16);
+                        wire::encode_command(&command(Type::Ping), &mut out);
+                        let _ = self.out.try_send(out);
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
