@@ -37,6 +37,9 @@ const WRITE_QUEUE: usize = 1024;
 /// How often a blocked read wakes up to look at the shutdown flag and the keep-alive.
 const READ_TICK: Duration = Duration::from_millis(100);
 
+/// How long a closing connection waits for its queued frames to be written.
+const CLOSE_FLUSH: Duration = Duration::from_millis(500);
+
 struct Producer {
     topic: Arc<Topic>,
     name: String,
@@ -100,8 +103,15 @@ pub(crate) fn serve(shared: Arc<Shared>, conn_id: u64, stream: TcpStream) {
     conn.shared.unregister_writer(conn_id);
     let Conn { out, stream, .. } = conn;
     drop(out);
-    let _ = writer.join();
+    // Let the writer flush what is queued (CLOSE_* at shutdown), but not forever: a peer that
+    // does not read would block it in `write_all` (and the forwarders behind the full queue)
+    // for good. Cutting the socket makes the write fail, which ends the writer and them.
+    let until = Instant::now() + CLOSE_FLUSH;
+    while !writer.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let _ = stream.shutdown(Shutdown::Both);
+    let _ = writer.join();
 }
 
 fn write_loop(mut stream: TcpStream, rx: Receiver<Vec<u8>>) {
@@ -181,7 +191,11 @@ impl Conn {
                     }
                     if idle >= keep_alive && !pinged && self.connected {
                         pinged = true;
-                        self.send(&command(Type::Ping));
+                        // Never wait for room: a full write queue means the peer does not
+                        // read, and a reader blocked here would never reach the close above.
+                        let mut out = Vec::with_capacity(16);
+                        wire::encode_command(&command(Type::Ping), &mut out);
+                        let _ = self.out.try_send(out);
                     }
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
@@ -929,13 +943,25 @@ impl Conn {
         }
     }
 
-    /// Tells the client its producers and consumers are closed (broker shutdown).
+    /// Tells the client its producers and consumers are closed (broker shutdown). Gives up
+    /// when the write queue stays full (the peer does not read), so shutdown is not held up.
     fn send_closes(&mut self) {
-        for &id in self.producers.keys() {
-            self.send(&wire::commands::close_producer(id, 0));
-        }
-        for &id in self.consumers.keys() {
-            self.send(&wire::commands::close_consumer(id, 0));
+        let cmds = self
+            .producers
+            .keys()
+            .map(|&id| wire::commands::close_producer(id, 0))
+            .chain(
+                self.consumers
+                    .keys()
+                    .map(|&id| wire::commands::close_consumer(id, 0)),
+            );
+        for cmd in cmds {
+            let mut out = Vec::with_capacity(64);
+            wire::encode_command(&cmd, &mut out);
+            if self.out.send_timeout(out, CLOSE_FLUSH).is_err() {
+                debug!(conn = self.id, peer = %self.peer, "write queue full at shutdown; not telling the client");
+                return;
+            }
         }
     }
 
