@@ -17,6 +17,13 @@
 //!   latency per entry from it, and marks `(producer, sequence)` in a bitmap, so the run knows
 //!   every entry arrived exactly once.
 //!
+//! **Cost.** The codec's `BaseCommand` holds every sub-command inline (about 5.7 KB), so
+//! decoding a frame into a [`wire::Frame`] moves kilobytes per 40-byte receipt. Setup uses
+//! the codec's [`FrameReader`]; the hot loops split frames themselves and decode only the
+//! fields they read ([`LiteCommand`], the `wire::proto` sub-messages under their
+//! `BaseCommand` tags, which prost reads from the same bytes), and encode SEND from one reused
+//! `BaseCommand`, so the generator spends less of the shared cores than the broker does.
+//!
 //! [`run`] sets every connection up (CONNECT, PRODUCER, SUBSCRIBE, FLOW), releases them
 //! together, and returns the end-to-end rate (published → received messages per second) and
 //! the latency samples; it fails on a lost or duplicated entry, a SEND_ERROR, or a timeout.
@@ -105,6 +112,126 @@ impl LoadResult {
 /// Bytes at the front of each payload: publish ns, producer index, sequence id.
 const STAMP: usize = 20;
 
+/// The few `BaseCommand` fields the hot loops read (same tags, so the same bytes decode).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct LiteCommand {
+    /// `BaseCommand.type`.
+    #[prost(int32, optional, tag = "1")]
+    pub r#type: Option<i32>,
+    /// `BaseCommand.send_receipt`.
+    #[prost(message, optional, tag = "7")]
+    pub send_receipt: Option<wire::proto::CommandSendReceipt>,
+    /// `BaseCommand.send_error`.
+    #[prost(message, optional, tag = "8")]
+    pub send_error: Option<wire::proto::CommandSendError>,
+    /// `BaseCommand.message`.
+    #[prost(message, optional, tag = "9")]
+    pub message: Option<wire::proto::CommandMessage>,
+}
+
+/// `MessageMetadata.num_messages_in_batch` alone.
+#[derive(Clone, PartialEq, prost::Message)]
+struct LiteMeta {
+    #[prost(int32, optional, tag = "11")]
+    num_messages_in_batch: Option<i32>,
+}
+
+fn be_u32(b: &[u8], at: usize) -> Option<usize> {
+    let s = b.get(at..at + 4)?;
+    Some(u32::from_be_bytes([s[0], s[1], s[2], s[3]]) as usize)
+}
+
+/// One frame as the hot loops see it: the lite command and, for MESSAGE, the number of
+/// messages in the entry and its payload bytes.
+struct LiteFrame<'a> {
+    command: LiteCommand,
+    messages: u32,
+    body: &'a [u8],
+}
+
+/// Splits frames out of a socket's bytes in place (no copy per frame).
+struct Splitter {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl Splitter {
+    fn new() -> Splitter {
+        Splitter {
+            buf: vec![0; 256 * 1024],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// Reads once into the free space; false on timeout.
+    fn fill(&mut self, stream: &mut TcpStream) -> Result<bool, String> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.end == self.buf.len() {
+            let n = self.buf.len();
+            self.buf.resize(n * 2, 0);
+        }
+        match stream.read(&mut self.buf[self.end..]) {
+            Ok(0) => Err("connection closed by the broker".into()),
+            Ok(n) => {
+                self.end += n;
+                Ok(true)
+            }
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Ok(false),
+            Err(e) if e.kind() == ErrorKind::Interrupted => Ok(false),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// The next whole frame, if buffered.
+    fn next(&mut self) -> Result<Option<LiteFrame<'_>>, String> {
+        use prost::Message as _;
+        let avail = &self.buf[self.start..self.end];
+        let Some(total) = be_u32(avail, 0) else {
+            return Ok(None);
+        };
+        if total > wire::DEFAULT_MAX_FRAME_SIZE {
+            return Err(format!("frame of {total} bytes"));
+        }
+        if avail.len() < total + 4 {
+            return Ok(None);
+        }
+        let frame = &avail[4..total + 4];
+        self.start += total + 4;
+        let cmd_size = be_u32(frame, 0).ok_or("short frame")?;
+        let cmd_bytes = frame.get(4..4 + cmd_size).ok_or("command beyond frame")?;
+        let command = LiteCommand::decode(cmd_bytes).map_err(|e| e.to_string())?;
+        let mut rest = &frame[4 + cmd_size..];
+        if rest.is_empty() {
+            return Ok(Some(LiteFrame {
+                command,
+                messages: 0,
+                body: &[],
+            }));
+        }
+        if rest.starts_with(&wire::MAGIC_BROKER_ENTRY_METADATA.to_be_bytes()) {
+            let n = be_u32(rest, 2).ok_or("short 0e02 section")?;
+            rest = rest.get(6 + n..).ok_or("0e02 section beyond frame")?;
+        }
+        if !rest.starts_with(&wire::MAGIC_CRC32C.to_be_bytes()) {
+            return Err("payload section without 0e01".into());
+        }
+        let meta_size = be_u32(rest, 6).ok_or("short section")?;
+        let meta = rest.get(10..10 + meta_size).ok_or("metadata beyond frame")?;
+        let meta = LiteMeta::decode(meta).map_err(|e| e.to_string())?;
+        Ok(Some(LiteFrame {
+            command,
+            messages: u32::try_from(meta.num_messages_in_batch.unwrap_or(1)).unwrap_or(1).max(1),
+            body: &rest[10 + meta_size..],
+        }))
+    }
+}
+
 struct Shared {
     clock: Instant,
     deadline: Instant,
@@ -151,6 +278,14 @@ impl Conn {
         c.send(&wire::commands::connect("loadgen", 21))?;
         c.expect(Type::Connected)?;
         Ok(c)
+    }
+
+    /// The socket, once setup left nothing buffered (the hot loops read it themselves).
+    fn into_stream(self) -> Result<TcpStream, String> {
+        if self.reader.buffered() > 0 {
+            return Err(format!("{} unexpected bytes after setup", self.reader.buffered()));
+        }
+        Ok(self.stream)
     }
 
     fn send(&mut self, cmd: &BaseCommand) -> Result<(), String> {
@@ -333,40 +468,32 @@ fn producer_run(
     let window = (cfg.window_msgs / batch).max(1);
     let receipted = Arc::new(AtomicU64::new(0));
     let writer = std::thread::current();
-    let Conn {
-        mut stream,
-        reader,
-        buf,
-    } = conn;
-    let read_half = stream.try_clone().map_err(|e| e.to_string())?;
+    let mut stream = conn.into_stream()?;
+    let mut read_half = stream.try_clone().map_err(|e| e.to_string())?;
     let receipts = {
         let (receipted, shared) = (receipted.clone(), shared.clone());
         std::thread::Builder::new()
             .name(format!("lg-receipts-{index}"))
             .spawn(move || {
-                let mut c = Conn {
-                    stream: read_half,
-                    reader,
-                    buf,
-                };
+                let mut split = Splitter::new();
                 let mut next_seq = 0u64;
                 while next_seq < entries {
                     if shared.over() {
                         return Err(format!("{next_seq} of {entries} receipts before the end"));
                     }
-                    if !c.fill()? {
+                    if !split.fill(&mut read_half)? {
                         continue;
                     }
-                    while let Some(f) = c.next()? {
-                        match f.command.r#type() {
-                            Type::SendReceipt => {
+                    while let Some(f) = split.next()? {
+                        match f.command.r#type.and_then(|t| Type::try_from(t).ok()) {
+                            Some(Type::SendReceipt) => {
                                 let seq = f.command.send_receipt.map_or(u64::MAX, |r| r.sequence_id);
                                 if seq != next_seq {
                                     return Err(format!("receipt for {seq}, want {next_seq}"));
                                 }
                                 next_seq += 1;
                             }
-                            Type::Ping => {}
+                            Some(Type::Ping) => {}
                             _ => return Err(format!("producer got {:?}", f.command)),
                         }
                     }
@@ -386,6 +513,9 @@ fn producer_run(
     let mut payload = vec![0xabu8; (cfg.msg_size * batch as usize).max(STAMP)];
     payload[8..12].copy_from_slice(&(index as u32).to_le_bytes());
     let mut out: Vec<u8> = Vec::with_capacity(256 * 1024);
+    // One command, its sequence id updated per entry (building a BaseCommand per SEND costs
+    // more than encoding it).
+    let mut cmd = wire::commands::send(1, 0, batch as i32);
     let run_start = Instant::now();
     let mut sent = 0u64;
     let mut result = Ok(());
@@ -417,7 +547,9 @@ fn producer_run(
             payload[12..20].copy_from_slice(&sent.to_le_bytes());
             meta.sequence_id = sent;
             meta.publish_time = now / 1_000_000;
-            let cmd = wire::commands::send(1, sent, batch as i32);
+            if let Some(send) = cmd.send.as_mut() {
+                send.sequence_id = sent;
+            }
             wire::encode_with_payload(&cmd, &meta, &payload, &mut out);
             sent += 1;
         }
@@ -457,7 +589,7 @@ fn consumer_setup(addr: &str, topic: &str, id: u64, cfg: &LoadConfig) -> Result<
 }
 
 fn consumer_loop(
-    mut c: Conn,
+    c: Conn,
     consumer_id: u64,
     cfg: &LoadConfig,
     shared: &Arc<Shared>,
@@ -472,6 +604,8 @@ fn consumer_loop(
     let mut acks: Vec<wire::proto::MessageIdData> = Vec::with_capacity(128);
     let mut last_ack = Instant::now();
     let mut out = Vec::with_capacity(4096);
+    let mut stream = c.into_stream()?;
+    let mut split = Splitter::new();
     loop {
         if shared.received.load(Ordering::Acquire) >= shared.expected {
             break;
@@ -483,19 +617,15 @@ fn consumer_loop(
                 shared.expected
             ));
         }
-        c.fill()?;
-        while let Some(f) = c.next()? {
-            match f.command.r#type() {
-                Type::Message => {
+        split.fill(&mut stream)?;
+        while let Some(f) = split.next()? {
+            match f.command.r#type.and_then(|t| Type::try_from(t).ok()) {
+                Some(Type::Message) => {
                     let now = shared.now_ns();
                     let Some(msg) = f.command.message else {
                         return Err("MESSAGE without its body".into());
                     };
-                    let Some(p) = f.payload else {
-                        return Err("MESSAGE without a payload".into());
-                    };
-                    let n = u32::try_from(p.metadata.num_messages_in_batch()).unwrap_or(1);
-                    let body = p.body();
+                    let (n, body) = (f.messages, f.body);
                     if body.len() < STAMP {
                         return Err(format!("payload of {} bytes", body.len()));
                     }
@@ -527,7 +657,7 @@ fn consumer_loop(
                         shared.done_ns.store(shared.now_ns(), Ordering::Relaxed);
                     }
                 }
-                Type::Ping => {
+                Some(Type::Ping) => {
                     wire::encode_command(&wire::commands::pong(), &mut out);
                 }
                 _ => return Err(format!("consumer got {:?}", f.command)),
@@ -546,12 +676,14 @@ fn consumer_loop(
             last_ack = Instant::now();
         }
         if !out.is_empty() {
-            c.stream.write_all(&out).map_err(|e| format!("write: {e}"))?;
+            stream.write_all(&out).map_err(|e| format!("write: {e}"))?;
             out.clear();
         }
     }
     if !acks.is_empty() {
-        let _ = c.send(&wire::commands::ack_ids(consumer_id, acks));
+        out.clear();
+        wire::encode_command(&wire::commands::ack_ids(consumer_id, acks), &mut out);
+        let _ = stream.write_all(&out);
         stats.ack_commands += 1;
     }
     Ok(stats)
