@@ -56,6 +56,9 @@ pub struct LoadConfig {
     pub permits: u32,
     /// Total rate limit in messages per second (spread evenly over the producers).
     pub rate: Option<f64>,
+    /// With a rate limit: the shortest sleep between writes; what fell due meanwhile goes out
+    /// in one write (each entry stamped when it is encoded). Zero paces every entry alone.
+    pub pace: Duration,
     /// The whole run fails after this long.
     pub timeout: Duration,
 }
@@ -71,6 +74,7 @@ impl Default for LoadConfig {
             window_msgs: 1000,
             permits: 1000,
             rate: None,
+            pace: Duration::from_micros(200),
             timeout: Duration::from_secs(60),
         }
     }
@@ -87,6 +91,9 @@ pub struct LoadResult {
     pub elapsed: Duration,
     /// Publish→deliver latency per entry in ns, sorted.
     pub latencies_ns: Vec<u64>,
+    /// Per entry: (publish time in ns since the release, latency in ns), in arrival order per
+    /// consumer (to see when the slow ones were published).
+    pub timeline: Vec<(u64, u64)>,
     /// ACK commands the consumers sent.
     pub ack_commands: u64,
     /// FLOW commands the consumers sent (after the first).
@@ -443,6 +450,11 @@ pub fn run(service_url: &str, topic: &str, cfg: &LoadConfig) -> Result<LoadResul
             shared.expected
         ));
     }
+    let timeline: Vec<(u64, u64)> = latencies
+        .iter()
+        .map(|&(ts, l)| (ts.saturating_sub(start_ns), l))
+        .collect();
+    let mut latencies: Vec<u64> = latencies.into_iter().map(|(_, l)| l).collect();
     latencies.sort_unstable();
     let done = shared.done_ns.load(Ordering::Relaxed).max(start_ns + 1);
     Ok(LoadResult {
@@ -450,6 +462,7 @@ pub fn run(service_url: &str, topic: &str, cfg: &LoadConfig) -> Result<LoadResul
         entries,
         elapsed: Duration::from_nanos(done - start_ns),
         latencies_ns: latencies,
+        timeline,
         ack_commands: acks,
         flow_commands: flows,
     })
@@ -537,7 +550,7 @@ fn producer_run(
             if due == 0 {
                 let next_at = Duration::from_secs_f64((sent as f64) / r);
                 let wait = next_at.saturating_sub(run_start.elapsed());
-                std::thread::sleep(wait.min(Duration::from_millis(1)));
+                std::thread::sleep(wait.clamp(cfg.pace, cfg.pace.max(Duration::from_millis(1))));
                 continue;
             }
         }
@@ -566,7 +579,8 @@ fn producer_run(
 }
 
 struct ConsumerStats {
-    latencies_ns: Vec<u64>,
+    /// (publish ns, latency ns) per entry.
+    latencies_ns: Vec<(u64, u64)>,
     messages: u64,
     ack_commands: u64,
     flow_commands: u64,
@@ -635,7 +649,7 @@ fn consumer_loop(
                         u64::from_le_bytes(b)
                     };
                     let (ts, producer, seq) = (word(0..8), word(8..12), word(12..20));
-                    stats.latencies_ns.push(now.saturating_sub(ts));
+                    stats.latencies_ns.push((ts, now.saturating_sub(ts)));
                     let slot = shared
                         .seen
                         .get(producer as usize)
