@@ -229,11 +229,15 @@ impl Splitter {
             return Err("payload section without 0e01".into());
         }
         let meta_size = be_u32(rest, 6).ok_or("short section")?;
-        let meta = rest.get(10..10 + meta_size).ok_or("metadata beyond frame")?;
+        let meta = rest
+            .get(10..10 + meta_size)
+            .ok_or("metadata beyond frame")?;
         let meta = LiteMeta::decode(meta).map_err(|e| e.to_string())?;
         Ok(Some(LiteFrame {
             command,
-            messages: u32::try_from(meta.num_messages_in_batch.unwrap_or(1)).unwrap_or(1).max(1),
+            messages: u32::try_from(meta.num_messages_in_batch.unwrap_or(1))
+                .unwrap_or(1)
+                .max(1),
             body: &rest[10 + meta_size..],
         }))
     }
@@ -290,7 +294,10 @@ impl Conn {
     /// The socket, once setup left nothing buffered (the hot loops read it themselves).
     fn into_stream(self) -> Result<TcpStream, String> {
         if self.reader.buffered() > 0 {
-            return Err(format!("{} unexpected bytes after setup", self.reader.buffered()));
+            return Err(format!(
+                "{} unexpected bytes after setup",
+                self.reader.buffered()
+            ));
         }
         Ok(self.stream)
     }
@@ -500,7 +507,8 @@ fn producer_run(
                     while let Some(f) = split.next()? {
                         match f.command.r#type.and_then(|t| Type::try_from(t).ok()) {
                             Some(Type::SendReceipt) => {
-                                let seq = f.command.send_receipt.map_or(u64::MAX, |r| r.sequence_id);
+                                let seq =
+                                    f.command.send_receipt.map_or(u64::MAX, |r| r.sequence_id);
                                 if seq != next_seq {
                                     return Err(format!("receipt for {seq}, want {next_seq}"));
                                 }
@@ -701,4 +709,48 @@ fn consumer_loop(
         stats.ack_commands += 1;
     }
     Ok(stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn broker() -> broker::Broker {
+        let cfg =
+            broker::BrokerConfig::parse_args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+                .unwrap();
+        broker::Broker::start(cfg).unwrap()
+    }
+
+    /// Counts only (never times): every entry arrives once, batched or not, rate-limited or not.
+    #[test]
+    fn every_entry_arrives_exactly_once() {
+        let b = broker();
+        for (i, (batch, rate)) in [(1, None), (10, None), (1, Some(20_000.0))]
+            .into_iter()
+            .enumerate()
+        {
+            let cfg = LoadConfig {
+                producers: 2,
+                consumers: 2,
+                entries_per_producer: 2_000,
+                batch,
+                rate,
+                timeout: Duration::from_secs(30),
+                ..LoadConfig::default()
+            };
+            let r = run(
+                &b.service_url(),
+                &format!("persistent://public/default/lg-{i}"),
+                &cfg,
+            )
+            .unwrap();
+            assert_eq!(r.entries, 4_000);
+            assert_eq!(r.messages, 4_000 * u64::from(batch));
+            assert_eq!(r.latencies_ns.len(), 4_000);
+            assert_eq!(r.timeline.len(), 4_000);
+            assert!(r.ack_commands > 0);
+        }
+        b.shutdown(Duration::from_secs(5));
+    }
 }
