@@ -2,6 +2,7 @@
 //!
 //! * [`bench`]: the benchmark workloads of `shared/bench/workloads.md` and a small harness
 //!   (warm-up, rounds, medians) run by `cargo xtask bench`.
+//! * [`loadgen`]: a load generator for the broker on the `wire` codec (the B rows of the bench).
 //! * [`sim`]: the deterministic simulator run by `cargo xtask sim` (`docs/SIMULATOR.md`).
 //! * `tests/loom_*.rs`: loom models that cross `pending-acks` and `draining-hashes`
 //!   (`cargo xtask loom`).
@@ -9,4 +10,5 @@
 //! Does not: ship anything a broker would link; it only drives the product crates.
 
 pub mod bench;
+pub mod loadgen;
 pub mod sim;

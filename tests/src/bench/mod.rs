@@ -10,6 +10,7 @@
 
 use std::fmt::Write as _;
 
+pub mod broker;
 pub mod chunk_assignor;
 pub mod client;
 pub mod cursor;
@@ -154,6 +155,7 @@ pub fn all() -> Vec<Workload> {
     w.extend(cursor::workloads());
     w.extend(dispatcher::workloads());
     w.extend(client::workloads());
+    w.extend(broker::workloads());
     let _ = &mut w;
     w
 }

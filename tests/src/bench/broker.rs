@@ -1,0 +1,349 @@
+//! B1–B3: the broker binary end to end over loopback (127.0.0.1), driven by the load generator
+//! in [`crate::loadgen`] (written on the `wire` codec, so no client library sits in the path).
+//!
+//! ## Where the time goes
+//!
+//! perf (cpu-clock, 1999 Hz) and `perf stat` on this 2-core machine shared with other builds,
+//! load average 4.7–8.5 during the runs; broker and generator share one process, so the
+//! thread names split the samples.
+//! * **Unbatched, 230k msg/s (load 8.5)**: the process spends 7.7 µs CPU per message; the
+//!   broker takes 83% of the samples, the generator 15%. Broker: connection readers 37%
+//!   (decode, publish, receipt, acks), dispatcher 15% (1.2 µs per entry), forwarders 14%
+//!   (MESSAGE headers), writers 14% (mostly the kernel's send). 1, 2 or 4 consumers give
+//!   231k / 230k / 226k msg/s: it is CPU-bound as a whole, no single stage.
+//! * **The codec's `BaseCommand` holds all 54 sub-commands inline: 5,752 bytes (`Frame` 6,272).**
+//!   Decoding a frame and building a receipt or MESSAGE header move it several times:
+//!   memmove is 9–12% of all samples (dwarf call graphs: `decode_frame`'s `Result::map` /
+//!   `map_err`, `FrameReader::next_frame`, `Conn::handle`, `commands::base` / `send_receipt`),
+//!   plus `BaseCommand::encoded_len` 2–4%. Boxing the sub-messages would shrink it to ~0.5 KB.
+//!   (The generator splits frames itself for this reason: while it decoded `Frame`s, memmove
+//!   was 30% of the process's samples, two thirds of that in the generator's readers.)
+//! * **Batched (B1, 1.7M msg/s, load 6.5)**: 1.1 µs per message, 11 µs per 10-message entry;
+//!   the same split across threads.
+//! * **Latency at half of B2's rate is CPU-bound, not half-loaded.** At 100k msg/s with little
+//!   to batch per wakeup every hop (reader → dispatcher → forwarder → writer, each a channel)
+//!   wakes a thread: 1.5 context switches per message against 0.15 at full speed, 54% system
+//!   time, and the process uses 1.8 of the 2 cores. So p99 follows the machine's load:
+//!   4.4 ms at load 4.7, 20–40 ms at load 7–8 (p50 0.3–1 ms).
+//! * **Retention trim stalls once per second.** `Topic::trim` took 24–33 ms at 50k msg/s
+//!   (~50k entries: 16–18 ms in the dispatcher's `TrimLedgerBelow`, the rest under the
+//!   topic's state lock and the payloads write lock while the payloads are dropped); the
+//!   timeline shows a 20–25 ms spike at each second. With a 100 ms housekeeping interval
+//!   (experiment, not committed) the pauses were 2–3 ms.
+//! * **Disk, `--sync always`**: 496 `fdatasync` for 200k messages (group commit works, ~400
+//!   per sync) but 200,012 `write(2)`: one unbuffered write per entry, under the topic's state
+//!   lock; readers are 50% of the samples, 22% in the kernel (load 6.0).
+//!
+//! Rows (each round a fresh topic on the workload's own broker, started on first use; the
+//! in-memory rows use `Broker::start` in process, B3 execs `target/release/broker`):
+//! * `B1`: batched produce→consume, 10 messages of 100 bytes per entry, msg/s.
+//! * `B2`: unbatched 100-byte messages, msg/s.
+//! * `B2-p99` / `B2-p50`: publish→deliver latency (ms) with the producers rate-limited to half
+//!   of B2's measured median (B2's rounds of this run; a calibration round when B2 was filtered
+//!   out). `B2-p50` reads the figure its B2-p99 round measured (same round, no extra run) and
+//!   measures itself only when B2-p99 did not run.
+//! * `B3-start`: exec of the release binary to its first stdout line (the service URL), ms.
+//! * `B3-rss`: its VmRSS shortly (200 ms) after start, MB (read in B3-start's round, the same
+//!   way B2-p50 reads B2-p99's).
+//! * `B1-disk-*`, `B2-disk-*`: B1/B2 with `--data-dir <tmp>` and `--sync always|interval`
+//!   (300,000 and 100,000 messages a round).
+//!
+//! Check in every round: each published entry is received exactly once (a bitmap per
+//! producer), message counts match, receipts come in sequence order; a mismatch is an error.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use broker::{Broker, BrokerConfig};
+
+use super::Workload;
+use crate::loadgen::{self, LoadConfig};
+
+/// Messages per B1 round (50,000 entries of 10).
+const B1_MESSAGES: u64 = 500_000;
+/// Messages per B2 round.
+const B2_MESSAGES: u64 = 200_000;
+/// Messages per round of the disk rows (fewer: `--sync always` runs at a third of the speed,
+/// and the default 15 + 3 rounds of every row must fit in about two minutes).
+const B1_DISK_MESSAGES: u64 = 300_000;
+const B2_DISK_MESSAGES: u64 = 100_000;
+/// How long a rate-limited latency round lasts.
+const LATENCY_ROUND: Duration = Duration::from_secs(1);
+/// Producer and consumer connections.
+const PRODUCERS: usize = 2;
+const CONSUMERS: usize = 2;
+
+static ROUND: AtomicU64 = AtomicU64::new(0);
+
+fn topic() -> String {
+    format!(
+        "persistent://public/default/bench-{}-{}",
+        std::process::id(),
+        ROUND.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A broker started on first use and shut down (its data directory removed) when dropped.
+struct Host {
+    extra: Vec<String>,
+    dir: Option<PathBuf>,
+    broker: Option<Broker>,
+}
+
+impl Host {
+    fn memory() -> Host {
+        Host {
+            extra: Vec::new(),
+            dir: None,
+            broker: None,
+        }
+    }
+
+    fn disk(sync: &str) -> Host {
+        let dir = std::env::temp_dir().join(format!(
+            "broker-bench-{}-{sync}-{}",
+            std::process::id(),
+            ROUND.fetch_add(1, Ordering::Relaxed)
+        ));
+        Host {
+            extra: vec![
+                "--data-dir".into(),
+                dir.display().to_string(),
+                "--sync".into(),
+                sync.into(),
+            ],
+            dir: Some(dir),
+            broker: None,
+        }
+    }
+
+    fn url(&mut self) -> Result<String, String> {
+        if self.broker.is_none() {
+            let mut args: Vec<String> = ["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"]
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            args.extend(self.extra.iter().cloned());
+            let cfg = BrokerConfig::parse_args(&args).map_err(|e| e.to_string())?;
+            self.broker = Some(Broker::start(cfg).map_err(|e| format!("broker start: {e}"))?);
+        }
+        Ok(self
+            .broker
+            .as_ref()
+            .map(Broker::service_url)
+            .unwrap_or_default())
+    }
+}
+
+impl Drop for Host {
+    fn drop(&mut self) {
+        if let Some(b) = self.broker.take() {
+            b.shutdown(Duration::from_secs(5));
+        }
+        if let Some(d) = &self.dir {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
+}
+
+fn load(messages: u64, batch: u32, rate: Option<f64>) -> LoadConfig {
+    let per = messages / PRODUCERS as u64 / u64::from(batch);
+    LoadConfig {
+        producers: PRODUCERS,
+        consumers: CONSUMERS,
+        entries_per_producer: per.max(1),
+        batch,
+        msg_size: 100,
+        window_msgs: 1000,
+        permits: 1000,
+        rate,
+        pace: Duration::from_micros(200),
+        timeout: Duration::from_secs(60),
+    }
+}
+
+fn throughput(host: &mut Host, messages: u64, batch: u32) -> Result<f64, String> {
+    let url = host.url()?;
+    let r = loadgen::run(&url, &topic(), &load(messages, batch, None))?;
+    Ok(r.msg_per_sec())
+}
+
+/// One rate-limited round: (p50, p99) in ms.
+fn latency(host: &mut Host, rate: f64) -> Result<(f64, f64), String> {
+    let url = host.url()?;
+    let messages = (rate * LATENCY_ROUND.as_secs_f64()) as u64;
+    let r = loadgen::run(&url, &topic(), &load(messages.max(1000), 1, Some(rate)))?;
+    Ok((r.latency_ms(0.50), r.latency_ms(0.99)))
+}
+
+fn release_binary() -> Result<PathBuf, String> {
+    let sibling = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(|d| d.join("broker")));
+    let candidates = sibling
+        .into_iter()
+        .chain([PathBuf::from("target/release/broker")]);
+    for c in candidates {
+        if c.is_file() {
+            return Ok(c);
+        }
+    }
+    Err("target/release/broker not found: `cargo build --release -p broker` first".into())
+}
+
+/// Execs the binary: (ms to the first stdout line, VmRSS in MB 200 ms after it).
+fn exec_broker() -> Result<(f64, f64), String> {
+    let bin = release_binary()?;
+    let start = Instant::now();
+    let mut child = Command::new(&bin)
+        .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("exec {}: {e}", bin.display()))?;
+    let mut line = String::new();
+    let read = child
+        .stdout
+        .take()
+        .map(|o| BufReader::new(o).read_line(&mut line));
+    let ms = start.elapsed().as_secs_f64() * 1e3;
+    let result = match read {
+        Some(Ok(_)) if line.starts_with("pulsar://127.0.0.1:") => {
+            std::thread::sleep(Duration::from_millis(200));
+            let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
+                .map_err(|e| e.to_string());
+            status.and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+                    .map(|kb| (ms, kb / 1024.0))
+                    .ok_or_else(|| "no VmRSS in /proc/<pid>/status".to_string())
+            })
+        }
+        _ => Err(format!("first stdout line {line:?}, want the service URL")),
+    };
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
+/// The B1/B2 throughput rows for one broker setup.
+fn throughput_rows(
+    b1: &'static str,
+    b2: &'static str,
+    (m1, m2): (u64, u64),
+    host: fn() -> Host,
+    b2_rounds: Option<Rc<RefCell<Vec<f64>>>>,
+) -> Vec<Workload> {
+    let mut h1 = None::<Host>;
+    let mut h2 = None::<Host>;
+    vec![
+        Workload::higher(b1, "msg/s", None, Some(1_000_000.0), move || {
+            throughput(h1.get_or_insert_with(host), m1, 10)
+        }),
+        Workload::higher(b2, "msg/s", None, Some(200_000.0), move || {
+            let x = throughput(h2.get_or_insert_with(host), m2, 1)?;
+            if let Some(r) = &b2_rounds {
+                r.borrow_mut().push(x);
+            }
+            Ok(x)
+        }),
+    ]
+}
+
+/// Every broker row, in table order.
+pub fn workloads() -> Vec<Workload> {
+    let b2_rounds = Rc::new(RefCell::new(Vec::<f64>::new()));
+    let p50s = Rc::new(RefCell::new(VecDeque::<f64>::new()));
+    let mut w = throughput_rows(
+        "B1",
+        "B2",
+        (B1_MESSAGES, B2_MESSAGES),
+        Host::memory,
+        Some(b2_rounds.clone()),
+    );
+
+    let mut lat_host = None::<Host>;
+    let mut rate = None::<f64>;
+    let p50_out = p50s.clone();
+    w.push(Workload::lower(
+        "B2-p99",
+        "ms",
+        None,
+        Some(5.0),
+        move || {
+            let host = lat_host.get_or_insert_with(Host::memory);
+            let r = match rate {
+                Some(r) => r,
+                None => {
+                    let mut xs = b2_rounds.borrow().clone();
+                    if xs.is_empty() {
+                        xs.push(throughput(host, B2_MESSAGES, 1)?);
+                    }
+                    let r = super::median(&mut xs) / 2.0;
+                    *rate.insert(r)
+                }
+            };
+            let (p50, p99) = latency(host, r)?;
+            p50_out.borrow_mut().push_back(p50);
+            Ok(p99)
+        },
+    ));
+    let mut own = None::<Host>;
+    w.push(Workload::lower("B2-p50", "ms", None, None, move || {
+        if let Some(x) = p50s.borrow_mut().pop_front() {
+            return Ok(x);
+        }
+        let host = own.get_or_insert_with(Host::memory);
+        let r = throughput(host, B2_MESSAGES, 1)? / 2.0;
+        Ok(latency(host, r)?.0)
+    }));
+
+    let rss = Rc::new(RefCell::new(VecDeque::<f64>::new()));
+    let rss_out = rss.clone();
+    w.push(Workload::lower(
+        "B3-start",
+        "ms",
+        None,
+        Some(100.0),
+        move || {
+            let (ms, mb) = exec_broker()?;
+            rss_out.borrow_mut().push_back(mb);
+            Ok(ms)
+        },
+    ));
+    w.push(Workload::lower(
+        "B3-rss",
+        "MB",
+        None,
+        Some(30.0),
+        move || match rss.borrow_mut().pop_front() {
+            Some(mb) => Ok(mb),
+            None => Ok(exec_broker()?.1),
+        },
+    ));
+
+    w.extend(throughput_rows(
+        "B1-disk-always",
+        "B2-disk-always",
+        (B1_DISK_MESSAGES, B2_DISK_MESSAGES),
+        || Host::disk("always"),
+        None,
+    ));
+    w.extend(throughput_rows(
+        "B1-disk-interval",
+        "B2-disk-interval",
+        (B1_DISK_MESSAGES, B2_DISK_MESSAGES),
+        || Host::disk("interval"),
+        None,
+    ));
+    w
+}
