@@ -144,9 +144,16 @@ impl Summary {
 pub fn summary_table(rows: &[Summary], with_rate: bool) -> String {
     let mut s = String::new();
     let with_checked = rows.iter().any(|r| !r.checked.is_empty());
+    // The name column fits the longest name (a scenario given by path can be long).
+    let w = rows
+        .iter()
+        .map(|r| r.scenario.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(24);
     let _ = write!(
         s,
-        "{:<24} {:>5} {:>9} {:>5} {:>6} {:>10}",
+        "{:<w$} {:>5} {:>9} {:>5} {:>6} {:>10}",
         "scenario", "seeds", "messages", "keys", "faults", "violations"
     );
     if with_rate {
@@ -163,7 +170,7 @@ pub fn summary_table(rows: &[Summary], with_rate: bool) -> String {
     for r in rows {
         let _ = write!(
             s,
-            "{:<24} {:>5} {:>9} {:>5} {:>6} {:>10}",
+            "{:<w$} {:>5} {:>9} {:>5} {:>6} {:>10}",
             r.scenario, r.seeds, r.messages, r.keys, r.faults, r.violations
         );
         if with_rate {
@@ -183,7 +190,7 @@ pub fn summary_table(rows: &[Summary], with_rate: bool) -> String {
     }
     let _ = write!(
         s,
-        "{:<24} {:>5} {:>9} {:>5} {:>6} {:>10}",
+        "{:<w$} {:>5} {:>9} {:>5} {:>6} {:>10}",
         total.scenario, total.seeds, total.messages, total.keys, total.faults, total.violations
     );
     if with_rate {
