@@ -308,7 +308,7 @@ fn render(p: &Parsed, title: &str, violations: &[Violation], opts: &TimelineOpti
 
     // A little room after the last event, so what starts there is visible.
     let end = p.end.max(1) + (p.end / 25).max(2);
-    let (left, top, right) = (110u32, 95u32, 30u32);
+    let (left, top, right) = (110u32, 110u32, 30u32);
     let width = opts.width.max(200);
     let scale = f64::from(width) / end as f64;
     let x = |t: u64| f64::from(left) + t as f64 * scale;
@@ -330,8 +330,12 @@ fn render(p: &Parsed, title: &str, violations: &[Violation], opts: &TimelineOpti
         bars.sort_by_key(|b| (held(b), b.delivered));
         let mut rows: Vec<(u64, Vec<&Bar>)> = Vec::new();
         for b in bars {
-            // A message still held at the end occupies its row to the end of the picture.
-            let end_b = b.finished.unwrap_or(u64::MAX).max(held(b));
+            // A message still held at the end occupies its row to the end of the picture; a
+            // delivery never started is a tick at its delivery.
+            let end_b = match (b.started, b.finished) {
+                (None, _) => b.delivered,
+                (Some(st), f) => f.unwrap_or(u64::MAX).max(st),
+            };
             // Bars touch when one ends at the instant the next starts: no overlap.
             match rows.iter_mut().find(|(free, _)| *free <= held(b)) {
                 Some((free, row)) => {
@@ -398,10 +402,14 @@ fn render(p: &Parsed, title: &str, violations: &[Violation], opts: &TimelineOpti
     };
     let _ = writeln!(
         s,
-        r#"<text x="10" y="38">{}; {} message bars; simulated time 0–{end} ms; {}. Bar: thin = delivered, waiting in the client; solid = the application holds it, until its ack (hatched end: nack; faded: lost with a crash or restart).</text>"#,
+        r#"<text x="10" y="38">{}; {} message bars; simulated time 0–{end} ms; {}.</text>"#,
         xml_escape(&shown),
         p.bars.len(),
         xml_escape(&verdict)
+    );
+    s.push_str(
+        r#"<text x="10" y="53">Bars coloured by consumer: thin = delivered, waiting in the client; solid = held by the application until its ack (hatched end: nack; faded: lost in a crash or restart). Stacked: a key held twice at once.</text>
+"#,
     );
     s.push_str(
         r##"<defs><pattern id="nack" width="4" height="4" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="2" height="4" fill="#000000" fill-opacity="0.45"/></pattern></defs>
