@@ -6,7 +6,10 @@
 //! reproducible by seed: the seed fixes the workload, the threads decide the interleaving.
 //! Faults: joins, graceful leaves and the admin operations (skip, clear-backlog, expiry,
 //! backlog-quota eviction, through `Runtime::admin`, whose mark-delete moves list what they
-//! dropped); crashes and broker restarts need the deterministic world.
+//! dropped); crashes, broker restarts, manual consumers with their scripted acks, and
+//! `evict age=` need the deterministic world: they are skipped and returned by name. The
+//! scenario's `expect` lines are checked from the event log; a scenario with `expect` lines
+//! that needs a skipped step is refused.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
