@@ -11,7 +11,6 @@
 //! went and the totals. Exit status: 0 no violation, 1 a violation, 2 bad arguments or a
 //! scenario the simulator cannot run (it does not parse, publishes nothing, …).
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -248,8 +247,8 @@ struct Finish<'a> {
     results: Vec<RunResult>,
     walls: Vec<f64>,
     started: Instant,
-    /// Threaded runs: steps skipped per scenario, and over how many seeds.
-    skipped: BTreeMap<String, (Skipped, u64)>,
+    /// Threaded runs: steps skipped per scenario (in run order), and over how many seeds.
+    skipped: Vec<(String, Skipped, u64)>,
 }
 
 impl Finish<'_> {
@@ -259,7 +258,7 @@ impl Finish<'_> {
         let mut rows = Summary::group(&self.results, &self.walls);
         Summary::annotate(&mut rows, self.scenarios, threads);
         print!("{}", summary_table(&rows, true));
-        for (name, (sk, seeds)) in &self.skipped {
+        for (name, sk, seeds) in &self.skipped {
             if !sk.is_empty() {
                 println!(
                     "threads: {name}: skipped {} over {seeds} seed(s) (they need the deterministic world)",
@@ -364,7 +363,7 @@ fn run_threads(args: &Args, scenarios: Vec<Scenario>) -> ExitCode {
     let total = scenarios.len() * args.seeds as usize;
     let mut results = Vec::new();
     let mut walls = Vec::new();
-    let mut skipped: BTreeMap<String, (Skipped, u64)> = BTreeMap::new();
+    let mut skipped: Vec<(String, Skipped, u64)> = Vec::new();
     for s in &scenarios {
         for seed in args.seed..args.seed.saturating_add(args.seeds) {
             let t = Instant::now();
@@ -376,10 +375,14 @@ fn run_threads(args: &Args, scenarios: Vec<Scenario>) -> ExitCode {
             match run_threaded_with(s, &opts) {
                 Ok((r, sk)) => {
                     walls.push(t.elapsed().as_secs_f64());
-                    let e = skipped.entry(s.name.clone()).or_default();
-                    e.1 += 1;
-                    for (k, n) in sk {
-                        *e.0.entry(k).or_insert(0) += n;
+                    if skipped.last().is_none_or(|(n, _, _)| *n != s.name) {
+                        skipped.push((s.name.clone(), Skipped::new(), 0));
+                    }
+                    if let Some((_, all, seeds)) = skipped.last_mut() {
+                        *seeds += 1;
+                        for (k, n) in sk {
+                            *all.entry(k).or_insert(0) += n;
+                        }
                     }
                     results.push(r);
                 }
@@ -553,7 +556,7 @@ fn main() -> ExitCode {
         results,
         walls,
         started,
-        skipped: BTreeMap::new(),
+        skipped: Vec::new(),
     }
     .report()
 }
