@@ -248,11 +248,11 @@ pub fn seed_ranges(seeds: &[u64], max: usize) -> String {
     items.join(" ")
 }
 
-/// The repro line of a run, as the report prints it.
+/// The command that reruns `r` (on the threaded runtime with `style.threads`).
 pub fn repro_line(r: &RunResult, style: &ReportStyle) -> String {
     let base = crate::sim::repro_command(&r.scenario, r.seed, style.legacy);
     if style.threads {
-        format!("{base} --runtime threads   (the workload; the threads decide the interleaving)")
+        format!("{base} --runtime threads")
     } else {
         base
     }
@@ -281,7 +281,12 @@ fn full_violation(
             let _ = writeln!(out, "  failed expectation: line {n}: {text}");
         }
     }
-    let _ = writeln!(out, "  reproduce: {}", repro_line(r, style));
+    let note = if style.threads {
+        "   (the workload; the threads decide the interleaving)"
+    } else {
+        ""
+    };
+    let _ = writeln!(out, "  reproduce: {}{note}", repro_line(r, style));
     if with_tail && !r.log_tail.is_empty() {
         out.push_str("  last events before it:\n");
         let from = r.log_tail.len().saturating_sub(15);
