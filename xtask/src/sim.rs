@@ -19,9 +19,20 @@ fn sim(args: &[&str]) -> std::process::Command {
     c
 }
 
+/// Runs the simulator and exits with its exit status (0 no violation, 1 a violation, 2 bad
+/// arguments or a scenario that does not parse; cargo's own status if the build fails): the
+/// simulator has already said what went wrong, so there is no extra error line here.
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    sh(sim(&args))
+    let status = match sim(&args).status() {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("xtask sim: cannot run cargo: {e}");
+            std::process::exit(2);
+        }
+    };
+    // A child killed by a signal has no code: report it as a failure.
+    std::process::exit(status.code().unwrap_or(1))
 }
 
 /// The simulator steps of `cargo xtask ci` (each well under a minute in release):

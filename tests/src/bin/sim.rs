@@ -2,17 +2,25 @@
 //!
 //! ```text
 //! sim [--seed S] [--seeds N] [--scenario NAME|FILE]... [--legacy NAME] [--expect-violation]
-//!     [--check-determinism] [--runtime sim|threads] [--log FILE] [--json FILE] [--list]
+//!     [--check-determinism] [--runtime sim|threads] [--log FILE] [--json FILE]
+//!     [--all-violations] [--timeline FILE.svg] [--timeline-keys N] [--list] [--help]
 //! ```
+//!
+//! Output: the summary table (with the invariants each scenario's runs checked), then the
+//! violations grouped (the first in full, one line per further kind), then where the reports
+//! went and the totals. Exit status: 0 no violation, 1 a violation, 2 bad arguments or a
+//! scenario the simulator cannot run (it does not parse, publishes nothing, …).
 
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Instant;
 
 use tests::sim::{
-    default_mix, json_report, load, repro_command, run_scenario, summary_table, Legacy, RunOptions,
-    RunResult, Scenario, Summary,
+    default_mix, describe_skipped, json_report, load, repro_command, repro_line, run_scenario,
+    run_threaded_with, summary_table, timeline_svg, violation_report, Legacy, ReportStyle,
+    RunOptions, RunResult, Scenario, Skipped, Summary, TimelineOptions,
 };
 
 const DEFAULT_SEED: u64 = 1;
@@ -29,17 +37,29 @@ struct Args {
     log: Option<String>,
     json: String,
     list: bool,
+    all_violations: bool,
+    timeline: Option<String>,
+    timeline_keys: usize,
+}
+
+/// Why the command line was not run: `Help` prints the usage and exits 0.
+enum ArgError {
+    Help,
+    Bad(String),
 }
 
 fn usage() -> &'static str {
     "usage: cargo xtask sim [--seed S] [--seeds N] [--scenario NAME|FILE]... [--legacy NAME] \
      [--expect-violation] [--check-determinism] [--runtime sim|threads] [--log FILE] \
-     [--json FILE] [--list]\n\
+     [--json FILE] [--all-violations] [--timeline FILE.svg] [--timeline-keys N] [--list]\n\
      legacy switches: mark-delete-cleanup (expects an order violation), orphan-chunk-replay \
-     (expects a stall), unordered-nack (Pulsar-mode nack on Key_Shared; expects an order violation)"
+     (expects a stall), unordered-nack (Pulsar-mode nack on Key_Shared; expects an order violation)\n\
+     exit status: 0 no violation, 1 a violation, 2 bad arguments or a scenario that cannot run\n\
+     details: docs/SIMULATOR.md"
 }
 
-fn parse_args() -> Result<Args, String> {
+fn parse_args() -> Result<Args, ArgError> {
+    let bad = |m: String| ArgError::Bad(m);
     let mut a = Args {
         seed: DEFAULT_SEED,
         seeds: DEFAULT_SEEDS,
@@ -51,22 +71,32 @@ fn parse_args() -> Result<Args, String> {
         log: None,
         json: "target/sim/report.json".into(),
         list: false,
+        all_violations: false,
+        timeline: None,
+        timeline_keys: TimelineOptions::default().max_keys,
     };
     let mut seeds_given = false;
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
-        let mut val = |name: &str| it.next().ok_or_else(|| format!("{name} needs a value"));
+        let mut val = |name: &str| {
+            it.next()
+                .ok_or_else(|| ArgError::Bad(format!("{name} needs a value\n{}", usage())))
+        };
         match arg.as_str() {
             "--seed" => {
-                a.seed = val("--seed")?.parse().map_err(|_| "--seed: not a number")?;
+                let v = val("--seed")?;
+                a.seed = v
+                    .parse()
+                    .map_err(|_| bad(format!("--seed: `{v}` is not a number")))?;
                 if !seeds_given {
                     a.seeds = 1;
                 }
             }
             "--seeds" => {
-                a.seeds = val("--seeds")?
+                let v = val("--seeds")?;
+                a.seeds = v
                     .parse()
-                    .map_err(|_| "--seeds: not a number")?;
+                    .map_err(|_| bad(format!("--seeds: `{v}` is not a number")))?;
                 seeds_given = true;
             }
             "--scenario" => a.scenarios.push(val("--scenario")?),
@@ -74,7 +104,7 @@ fn parse_args() -> Result<Args, String> {
                 let v = val("--legacy")?;
                 a.legacy = Some(
                     Legacy::parse(&v)
-                        .ok_or_else(|| format!("unknown legacy switch `{v}`\n{}", usage()))?,
+                        .ok_or_else(|| bad(format!("unknown legacy switch `{v}`\n{}", usage())))?,
                 );
             }
             "--expect-violation" => a.expect_violation = true,
@@ -82,19 +112,66 @@ fn parse_args() -> Result<Args, String> {
             "--runtime" => match val("--runtime")?.as_str() {
                 "sim" => a.runtime_threads = false,
                 "threads" => a.runtime_threads = true,
-                other => return Err(format!("unknown runtime `{other}` (sim or threads)")),
+                other => return Err(bad(format!("unknown runtime `{other}` (sim or threads)"))),
             },
             "--log" => a.log = Some(val("--log")?),
             "--json" => a.json = val("--json")?,
             "--list" => a.list = true,
-            "-h" | "--help" => return Err(usage().into()),
-            other => return Err(format!("unknown argument `{other}`\n{}", usage())),
+            "--all-violations" => a.all_violations = true,
+            "--timeline" => a.timeline = Some(val("--timeline")?),
+            "--timeline-keys" => {
+                let v = val("--timeline-keys")?;
+                a.timeline_keys = v
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| bad(format!("--timeline-keys: `{v}` is not a count")))?;
+            }
+            "-h" | "--help" => return Err(ArgError::Help),
+            other => return Err(bad(format!("unknown argument `{other}`\n{}", usage()))),
         }
     }
     if a.seeds == 0 {
-        return Err("--seeds must be at least 1".into());
+        return Err(bad("--seeds must be at least 1".into()));
+    }
+    if a.timeline.is_some() && a.runtime_threads {
+        return Err(bad(
+            "--timeline draws one deterministic run; drop --runtime threads".into(),
+        ));
+    }
+    if a.check_determinism && a.runtime_threads {
+        return Err(bad(
+            "--runtime threads is not deterministic (the threads decide the interleaving); \
+             drop --check-determinism"
+                .into(),
+        ));
     }
     Ok(a)
+}
+
+/// Makes sure `path` can be written (creating its directory), before the runs start, so a typo
+/// fails at once and names the path.
+fn writable(what: &str, path: &str) -> Result<(), String> {
+    let p = Path::new(path);
+    if p.is_dir() {
+        return Err(format!(
+            "cannot write {what} to `{path}`: it is a directory"
+        ));
+    }
+    if let Some(dir) = p.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot write {what} to `{path}`: {e}"))?;
+    }
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(p)
+        .map(|_| ())
+        .map_err(|e| format!("cannot write {what} to `{path}`: {e}"))
+}
+
+fn write_file(what: &str, path: &str, text: &str) -> Result<(), String> {
+    std::fs::write(path, text).map_err(|e| format!("cannot write {what} to `{path}`: {e}"))
 }
 
 /// What one job produced.
@@ -136,27 +213,140 @@ fn run_one(s: &Scenario, seed: u64, args: &Args, keep_log: bool) -> Outcome {
     Outcome::Ran(r, wall)
 }
 
-fn print_violations(r: &RunResult, legacy: Option<Legacy>) {
-    for v in &r.violations {
-        println!("VIOLATION [{} seed={}] {v}", r.scenario, r.seed);
-        println!(
-            "  reproduce: {}",
-            repro_command(&r.scenario, r.seed, legacy)
-        );
-    }
-    if !r.violations.is_empty() {
-        println!("  last events before it:");
-        for l in r
-            .log_tail
-            .iter()
-            .rev()
-            .take(15)
-            .collect::<Vec<_>>()
-            .into_iter()
-            .rev()
-        {
-            println!("    {l}");
+/// Progress on stderr, at most every 3 s, for long runs.
+struct Progress {
+    started: Instant,
+    last: Mutex<Instant>,
+}
+
+impl Progress {
+    fn new() -> Self {
+        Progress {
+            started: Instant::now(),
+            last: Mutex::new(Instant::now()),
         }
+    }
+
+    fn tick(&self, done: usize, total: usize) {
+        if let Ok(mut last) = self.last.lock() {
+            if last.elapsed().as_secs() >= 3 {
+                eprintln!(
+                    "sim: {done}/{total} runs, {:.0?} elapsed",
+                    self.started.elapsed()
+                );
+                *last = Instant::now();
+            }
+        }
+    }
+}
+
+/// Everything after the runs: table, violations, reports, totals, verdict.
+struct Finish<'a> {
+    args: &'a Args,
+    scenarios: &'a [Scenario],
+    results: Vec<RunResult>,
+    walls: Vec<f64>,
+    started: Instant,
+    /// Threaded runs: steps skipped per scenario (in run order), and over how many seeds.
+    skipped: Vec<(String, Skipped, u64)>,
+}
+
+impl Finish<'_> {
+    fn report(self) -> ExitCode {
+        let args = self.args;
+        let threads = args.runtime_threads;
+        let mut rows = Summary::group(&self.results, &self.walls);
+        Summary::annotate(&mut rows, self.scenarios, threads);
+        print!("{}", summary_table(&rows, true));
+        for (name, sk, seeds) in &self.skipped {
+            if !sk.is_empty() {
+                println!(
+                    "threads: {name}: skipped {} over {seeds} seed(s) (they need the deterministic world)",
+                    describe_skipped(sk)
+                );
+            }
+        }
+        let style = ReportStyle {
+            legacy: args.legacy,
+            all: args.all_violations,
+            threads,
+        };
+        print!(
+            "{}",
+            violation_report(&self.results, self.scenarios, &style)
+        );
+        if args.check_determinism {
+            println!("determinism: every run repeated with an identical event-log hash");
+        }
+        let mut failed_write = false;
+        if let Some(h) = self.results.first().filter(|_| self.results.len() == 1) {
+            if !threads {
+                println!(
+                    "event-log hash: {:016x} ({} lines)",
+                    h.log_hash, h.log_lines
+                );
+            }
+        }
+        if let Some(path) = &args.log {
+            let mut full = String::new();
+            for r in &self.results {
+                if let Some(log) = &r.log {
+                    full.push_str(&format!("# {} seed={}\n", r.scenario, r.seed));
+                    for l in log {
+                        full.push_str(l);
+                        full.push('\n');
+                    }
+                }
+            }
+            match write_file("the event log", path, &full) {
+                Ok(()) => println!("log: {path}"),
+                Err(e) => {
+                    eprintln!("sim: {e}");
+                    failed_write = true;
+                }
+            }
+        }
+        if let (Some(path), Some(r)) = (&args.timeline, self.results.first()) {
+            let title = repro_command(&r.scenario, r.seed, args.legacy);
+            let opts = TimelineOptions {
+                max_keys: args.timeline_keys,
+                ..TimelineOptions::default()
+            };
+            match timeline_svg(r, &title, &opts)
+                .and_then(|svg| write_file("the timeline", path, &svg))
+            {
+                Ok(()) => println!("timeline: {path}"),
+                Err(e) => {
+                    eprintln!("sim: {e}");
+                    failed_write = true;
+                }
+            }
+        }
+        let json = json_report(
+            &self.results,
+            &self.walls,
+            args.legacy.map(Legacy::as_str),
+            |r| repro_line(r, &style),
+        );
+        match write_file("the JSON report", &args.json, &json) {
+            Ok(()) => println!("report: {}", args.json),
+            Err(e) => {
+                eprintln!("sim: {e}");
+                failed_write = true;
+            }
+        }
+        let violations: usize = self.results.iter().map(|r| r.violations.len()).sum();
+        println!(
+            "{} {}runs in {:.1?}, {violations} violation(s)",
+            self.results.len(),
+            if threads { "threaded " } else { "" },
+            self.started.elapsed()
+        );
+        let code = verdict(&self.results, args.legacy, args.expect_violation);
+        if failed_write && code == ExitCode::SUCCESS {
+            return ExitCode::from(2);
+        }
+        code
     }
 }
 
@@ -168,34 +358,31 @@ fn run_threads(args: &Args, scenarios: Vec<Scenario>) -> ExitCode {
     } else {
         scenarios
     };
-    if args.check_determinism {
-        eprintln!(
-            "sim: --runtime threads is not deterministic (the threads decide the interleaving); \
-             drop --check-determinism"
-        );
-        return ExitCode::from(2);
-    }
     let started = Instant::now();
+    let progress = Progress::new();
+    let total = scenarios.len() * args.seeds as usize;
     let mut results = Vec::new();
     let mut walls = Vec::new();
+    let mut skipped: Vec<(String, Skipped, u64)> = Vec::new();
     for s in &scenarios {
         for seed in args.seed..args.seed.saturating_add(args.seeds) {
             let t = Instant::now();
-            match tests::sim::run_threaded(s, seed, args.legacy) {
-                Ok((r, skipped)) => {
+            let opts = RunOptions {
+                seed,
+                legacy: args.legacy,
+                keep_log: args.log.is_some(),
+            };
+            match run_threaded_with(s, &opts) {
+                Ok((r, sk)) => {
                     walls.push(t.elapsed().as_secs_f64());
-                    if skipped > 0 {
-                        eprintln!(
-                            "sim: [{} seed={seed}] threads: {skipped} crash/restart fault(s) skipped (they need the deterministic world)",
-                            s.name
-                        );
+                    if skipped.last().is_none_or(|(n, _, _)| *n != s.name) {
+                        skipped.push((s.name.clone(), Skipped::new(), 0));
                     }
-                    for v in &r.violations {
-                        println!("VIOLATION [{} seed={seed} runtime=threads] {v}", r.scenario);
-                        println!(
-                            "  reproduce (the workload; threads decide the interleaving): {} --runtime threads",
-                            repro_command(&r.scenario, seed, args.legacy)
-                        );
+                    if let Some((_, all, seeds)) = skipped.last_mut() {
+                        *seeds += 1;
+                        for (k, n) in sk {
+                            *all.entry(k).or_insert(0) += n;
+                        }
                     }
                     results.push(r);
                 }
@@ -204,27 +391,18 @@ fn run_threads(args: &Args, scenarios: Vec<Scenario>) -> ExitCode {
                     return ExitCode::from(2);
                 }
             }
+            progress.tick(results.len(), total);
         }
     }
-    let rows = Summary::group(&results, &walls);
-    print!("{}", summary_table(&rows, true));
-    let json = json_report(&results, &walls, None, |r| {
-        format!(
-            "{} --runtime threads",
-            repro_command(&r.scenario, r.seed, None)
-        )
-    });
-    if let Some(dir) = std::path::Path::new(&args.json).parent() {
-        let _ = std::fs::create_dir_all(dir);
+    Finish {
+        args,
+        scenarios: &scenarios,
+        results,
+        walls,
+        started,
+        skipped,
     }
-    let _ = std::fs::write(&args.json, json);
-    let violations: usize = results.iter().map(|r| r.violations.len()).sum();
-    println!(
-        "{} threaded runs in {:.1?}, {violations} violation(s)",
-        results.len(),
-        started.elapsed()
-    );
-    verdict(&results, args.legacy, args.expect_violation)
+    .report()
 }
 
 /// The exit status: 0 without violations; with a legacy switch, 0 only when
@@ -264,8 +442,12 @@ fn verdict(results: &[RunResult], legacy: Option<Legacy>, expect_violation: bool
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
+        Err(ArgError::Help) => {
+            println!("{}", usage());
+            return ExitCode::SUCCESS;
+        }
+        Err(ArgError::Bad(e)) => {
+            eprintln!("sim: {e}");
             return ExitCode::from(2);
         }
     };
@@ -290,10 +472,30 @@ fn main() -> ExitCode {
         }
         v
     };
+    if args.timeline.is_some() && (scenarios.len() != 1 || args.seeds != 1) {
+        eprintln!(
+            "sim: --timeline draws one run: give one --scenario and one --seed (e.g. the repro \
+             line of a violation)"
+        );
+        return ExitCode::from(2);
+    }
+    let mut outputs = vec![("the JSON report", args.json.as_str())];
+    if let Some(l) = &args.log {
+        outputs.push(("the event log", l));
+    }
+    if let Some(t) = &args.timeline {
+        outputs.push(("the timeline", t));
+    }
+    for (what, path) in outputs {
+        if let Err(e) = writable(what, path) {
+            eprintln!("sim: {e}");
+            return ExitCode::from(2);
+        }
+    }
     if args.runtime_threads {
         return run_threads(&args, scenarios);
     }
-    let keep_log = args.log.is_some();
+    let keep_log = args.log.is_some() || args.timeline.is_some();
     let started = Instant::now();
     let jobs: Vec<(usize, u64)> = (0..scenarios.len())
         .flat_map(|i| (args.seed..args.seed.saturating_add(args.seeds)).map(move |s| (i, s)))
@@ -308,7 +510,7 @@ fn main() -> ExitCode {
         .min(total.max(1));
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
-    let last_progress = Mutex::new(Instant::now());
+    let progress = Progress::new();
     let slots: Vec<Mutex<Option<Outcome>>> = (0..total).map(|_| Mutex::new(None)).collect();
     std::thread::scope(|scope| {
         for _ in 0..workers {
@@ -321,12 +523,7 @@ fn main() -> ExitCode {
                     *slot = Some(out);
                 }
                 let n = done.fetch_add(1, Ordering::SeqCst) + 1;
-                if let Ok(mut last) = last_progress.lock() {
-                    if last.elapsed().as_secs() >= 3 {
-                        eprintln!("sim: {n}/{total} runs, {:.0?} elapsed", started.elapsed());
-                        *last = Instant::now();
-                    }
-                }
+                progress.tick(n, total);
                 if failed {
                     // Stop handing out work; the others finish their current run.
                     next.store(total, Ordering::SeqCst);
@@ -336,7 +533,6 @@ fn main() -> ExitCode {
     });
     let mut results = Vec::new();
     let mut walls = Vec::new();
-    let mut full_logs = String::new();
     for slot in slots {
         match slot.into_inner().ok().flatten() {
             None => {}
@@ -349,52 +545,18 @@ fn main() -> ExitCode {
                 return ExitCode::from(1);
             }
             Some(Outcome::Ran(r, wall)) => {
-                if let Some(log) = &r.log {
-                    full_logs.push_str(&format!("# {} seed={}\n", r.scenario, r.seed));
-                    for l in log {
-                        full_logs.push_str(l);
-                        full_logs.push('\n');
-                    }
-                }
-                print_violations(&r, args.legacy);
                 results.push(r);
                 walls.push(wall);
             }
         }
     }
-    let rows = Summary::group(&results, &walls);
-    print!("{}", summary_table(&rows, true));
-    if args.check_determinism {
-        println!("determinism: every run repeated with an identical event-log hash");
+    Finish {
+        args: &args,
+        scenarios: &scenarios,
+        results,
+        walls,
+        started,
+        skipped: Vec::new(),
     }
-    if let Some(h) = results.first().filter(|_| results.len() == 1) {
-        println!(
-            "event-log hash: {:016x} ({} lines)",
-            h.log_hash, h.log_lines
-        );
-    }
-    if let Some(path) = &args.log {
-        if let Err(e) = std::fs::write(path, full_logs) {
-            eprintln!("sim: cannot write {path}: {e}");
-        }
-    }
-    let legacy = args.legacy;
-    let json = json_report(&results, &walls, legacy.map(Legacy::as_str), |r| {
-        repro_command(&r.scenario, r.seed, legacy)
-    });
-    if let Some(dir) = std::path::Path::new(&args.json).parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    if let Err(e) = std::fs::write(&args.json, json) {
-        eprintln!("sim: cannot write {}: {e}", args.json);
-    } else {
-        println!("report: {}", args.json);
-    }
-    let violations: usize = results.iter().map(|r| r.violations.len()).sum();
-    println!(
-        "{} runs in {:.1?}, {violations} violation(s)",
-        results.len(),
-        started.elapsed()
-    );
-    verdict(&results, legacy, args.expect_violation)
+    .report()
 }

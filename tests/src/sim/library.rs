@@ -107,10 +107,23 @@ pub fn load(name_or_file: &str) -> Result<Scenario, String> {
         return Scenario::parse(n, text).map_err(|e| format!("{n}: {e}"));
     }
     let path = std::path::Path::new(name_or_file);
-    let text = std::fs::read_to_string(path).map_err(|e| {
+    if path.is_dir() {
+        return Err(format!(
+            "`{name_or_file}` is a directory, not a scenario file (give one `.sim` file per \
+             --scenario)"
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| {
         format!(
             "`{name_or_file}` is neither a shipped scenario ({}) nor a readable file: {e}",
             builtin_names().join(", ")
+        )
+    })?;
+    let text = String::from_utf8(bytes).map_err(|e| {
+        format!(
+            "`{name_or_file}` is not UTF-8 text (invalid byte at offset {}); a scenario file is \
+             text",
+            e.utf8_error().valid_up_to()
         )
     })?;
     Scenario::parse(name_or_file, &text).map_err(|e| format!("{name_or_file}: {e}"))

@@ -12,7 +12,8 @@
 //!
 //! Invariants: per-key order on Key_Shared, no loss, no stall, the cursor never passes an
 //! un-acked and un-dropped position, and pending acks / draining refcounts equal a reference
-//! model. See [`ViolationKind`].
+//! model. See [`ViolationKind`] and [`Invariant`]. A run's event log can be drawn as a per-key
+//! timeline ([`timeline_svg`]).
 //!
 //! Does not: re-implement any product crate (it drives them), or read the clock — except
 //! [`run_threaded`], which runs the same workload on the dispatcher's threaded runtime with real
@@ -33,14 +34,19 @@ mod report;
 mod rng;
 mod scenario;
 mod threads;
+mod timeline;
 mod world;
 
 pub use check::{Violation, ViolationKind};
 pub use library::{builtin, builtin_names, default_mix, load};
-pub use report::{json_report, summary_table, Summary};
+pub use report::{
+    invariants_checked, json_report, repro_line, seed_ranges, summary_table, violation_report,
+    Invariant, ReportStyle, Summary,
+};
 pub use rng::{Purpose, Rng, Zipf};
 pub use scenario::{ParseError, Scenario};
-pub use threads::run_threaded;
+pub use threads::{describe_skipped, run_threaded, run_threaded_with, threads_cannot_run, Skipped};
+pub use timeline::{check_well_formed, timeline_svg, xml_escape, TimelineOptions};
 pub use world::{Legacy, RunOptions, RunResult, World};
 
 /// Builds and runs one scenario for one seed.

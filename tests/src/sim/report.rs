@@ -1,8 +1,75 @@
-//! The summary table and the JSON report.
+//! The summary table, the grouped violation report and the JSON report.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::sim::world::RunResult;
+use crate::sim::check::{Violation, ViolationKind};
+use crate::sim::scenario::{Scenario, SubKind};
+use crate::sim::world::{Legacy, RunResult};
+
+/// An invariant a run checks (what the summary table's `checked` column names).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Invariant {
+    /// Per-key order (Key_Shared only).
+    Order,
+    /// No loss: every entry acked or dropped by a recorded operation at the end.
+    Loss,
+    /// No stall: the backlog keeps draining after the last step.
+    Stall,
+    /// The cursor's mark-delete never passes an entry neither acked nor dropped.
+    Cursor,
+    /// The dispatcher's structures agree with the simulator's reference model.
+    Model,
+    /// The scenario's `expect` lines hold.
+    Expect,
+}
+
+impl Invariant {
+    /// The short name in the table.
+    pub fn short(self) -> &'static str {
+        match self {
+            Invariant::Order => "order",
+            Invariant::Loss => "loss",
+            Invariant::Stall => "stall",
+            Invariant::Cursor => "cursor",
+            Invariant::Model => "model",
+            Invariant::Expect => "expect",
+        }
+    }
+
+    /// What it means, for the legend under the table.
+    pub fn meaning(self) -> &'static str {
+        match self {
+            Invariant::Order => "per-key order",
+            Invariant::Loss => "no loss",
+            Invariant::Stall => "no stall",
+            Invariant::Cursor => "cursor never passes an unacked entry",
+            Invariant::Model => "model agreement",
+            Invariant::Expect => "the scenario's expect lines",
+        }
+    }
+}
+
+/// The invariants a run of `s` checks: on the deterministic world every one (per-key order on
+/// Key_Shared only; `expect` when the scenario has such lines); on the threaded runtime
+/// (`threads`) per-key order, no loss, no stall and the `expect` lines, as the threaded run
+/// checks them from its event log.
+pub fn invariants_checked(s: &Scenario, threads: bool) -> Vec<Invariant> {
+    let mut v = Vec::new();
+    if s.config.sub != SubKind::Shared {
+        v.push(Invariant::Order);
+    }
+    v.push(Invariant::Loss);
+    v.push(Invariant::Stall);
+    if !threads {
+        v.push(Invariant::Cursor);
+        v.push(Invariant::Model);
+    }
+    if !s.expects.is_empty() {
+        v.push(Invariant::Expect);
+    }
+    v
+}
 
 /// Totals of one scenario over its seeds.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -21,6 +88,8 @@ pub struct Summary {
     pub violations: u64,
     /// Wall time spent, seconds (measured by the caller).
     pub wall_secs: f64,
+    /// The invariants its runs checked (empty: the table leaves the column out).
+    pub checked: Vec<Invariant>,
 }
 
 impl Summary {
@@ -50,6 +119,15 @@ impl Summary {
         out
     }
 
+    /// Fills in [`checked`](Self::checked) of every row from its scenario in `scenarios`.
+    pub fn annotate(rows: &mut [Summary], scenarios: &[Scenario], threads: bool) {
+        for r in rows {
+            if let Some(s) = scenarios.iter().find(|s| s.name == r.scenario) {
+                r.checked = invariants_checked(s, threads);
+            }
+        }
+    }
+
     /// Simulated messages per wall second.
     pub fn rate(&self) -> f64 {
         if self.wall_secs > 0.0 {
@@ -61,16 +139,28 @@ impl Summary {
 }
 
 /// The human summary table. `with_rate: false` leaves out the wall-clock column (for
-/// snapshots).
+/// snapshots). When a row says what it [`checked`](Summary::checked), a `checked` column and a
+/// legend naming each invariant follow.
 pub fn summary_table(rows: &[Summary], with_rate: bool) -> String {
     let mut s = String::new();
+    let with_checked = rows.iter().any(|r| !r.checked.is_empty());
+    // The name column fits the longest name (a scenario given by path can be long).
+    let w = rows
+        .iter()
+        .map(|r| r.scenario.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(24);
     let _ = write!(
         s,
-        "{:<24} {:>5} {:>9} {:>5} {:>6} {:>10}",
+        "{:<w$} {:>5} {:>9} {:>5} {:>6} {:>10}",
         "scenario", "seeds", "messages", "keys", "faults", "violations"
     );
     if with_rate {
         let _ = write!(s, " {:>12}", "msgs/wall-s");
+    }
+    if with_checked {
+        s.push_str("  checked");
     }
     s.push('\n');
     let mut total = Summary {
@@ -80,11 +170,15 @@ pub fn summary_table(rows: &[Summary], with_rate: bool) -> String {
     for r in rows {
         let _ = write!(
             s,
-            "{:<24} {:>5} {:>9} {:>5} {:>6} {:>10}",
+            "{:<w$} {:>5} {:>9} {:>5} {:>6} {:>10}",
             r.scenario, r.seeds, r.messages, r.keys, r.faults, r.violations
         );
         if with_rate {
             let _ = write!(s, " {:>12.0}", r.rate());
+        }
+        if with_checked {
+            let names: Vec<&str> = r.checked.iter().map(|i| i.short()).collect();
+            let _ = write!(s, "  {}", names.join(","));
         }
         s.push('\n');
         total.seeds += r.seeds;
@@ -96,14 +190,168 @@ pub fn summary_table(rows: &[Summary], with_rate: bool) -> String {
     }
     let _ = write!(
         s,
-        "{:<24} {:>5} {:>9} {:>5} {:>6} {:>10}",
+        "{:<w$} {:>5} {:>9} {:>5} {:>6} {:>10}",
         total.scenario, total.seeds, total.messages, total.keys, total.faults, total.violations
     );
     if with_rate {
         let _ = write!(s, " {:>12.0}", total.rate());
     }
     s.push('\n');
+    if with_checked {
+        let mut seen: Vec<Invariant> = rows.iter().flat_map(|r| r.checked.clone()).collect();
+        seen.sort();
+        seen.dedup();
+        let legend: Vec<String> = seen
+            .iter()
+            .map(|i| format!("{} = {}", i.short(), i.meaning()))
+            .collect();
+        let _ = writeln!(s, "checked: {}", legend.join("; "));
+    }
     s
+}
+
+/// How [`violation_report`] prints.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ReportStyle {
+    /// The legacy switch of the runs (goes into repro lines).
+    pub legacy: Option<Legacy>,
+    /// Print every violation in full, not only the first.
+    pub all: bool,
+    /// The runs were on the threaded runtime.
+    pub threads: bool,
+}
+
+/// `1-3 7 9-12`: sorted seeds with runs of consecutive seeds collapsed, at most `max` items.
+pub fn seed_ranges(seeds: &[u64], max: usize) -> String {
+    let mut v = seeds.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    let mut items: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < v.len() {
+        let mut j = i;
+        while j + 1 < v.len() && v[j + 1] == v[j] + 1 {
+            j += 1;
+        }
+        items.push(if j > i {
+            format!("{}-{}", v[i], v[j])
+        } else {
+            v[i].to_string()
+        });
+        i = j + 1;
+    }
+    if items.len() > max {
+        let more = items.len() - max;
+        items.truncate(max);
+        items.push(format!("… ({more} more)"));
+    }
+    items.join(" ")
+}
+
+/// The command that reruns `r` (on the threaded runtime with `style.threads`).
+pub fn repro_line(r: &RunResult, style: &ReportStyle) -> String {
+    let base = crate::sim::repro_command(&r.scenario, r.seed, style.legacy);
+    if style.threads {
+        format!("{base} --runtime threads")
+    } else {
+        base
+    }
+}
+
+fn full_violation(
+    out: &mut String,
+    r: &RunResult,
+    v: &Violation,
+    scenarios: &[Scenario],
+    style: &ReportStyle,
+    with_tail: bool,
+) {
+    let rt = if style.threads {
+        " runtime=threads"
+    } else {
+        ""
+    };
+    let _ = writeln!(out, "VIOLATION [{} seed={}{rt}] {v}", r.scenario, r.seed);
+    if v.kind == ViolationKind::Expectation {
+        let line = scenarios
+            .iter()
+            .find(|s| s.name == r.scenario)
+            .and_then(|s| s.expect_line_of(&v.detail));
+        if let Some((n, text)) = line {
+            let _ = writeln!(out, "  failed expectation: line {n}: {text}");
+        }
+    }
+    let note = if style.threads {
+        "   (the workload; the threads decide the interleaving)"
+    } else {
+        ""
+    };
+    let _ = writeln!(out, "  reproduce: {}{note}", repro_line(r, style));
+    if with_tail && !r.log_tail.is_empty() {
+        out.push_str("  last events before it:\n");
+        let from = r.log_tail.len().saturating_sub(15);
+        for l in &r.log_tail[from..] {
+            let _ = writeln!(out, "    {l}");
+        }
+    }
+}
+
+/// The violations of `results`, grouped: the first in full (its repro line, the `expect` line
+/// of a failed expectation, the last events), then one line per violation kind with how many
+/// more there are and in which scenarios and seeds. `style.all` prints every violation in full
+/// instead. Empty when there is none.
+pub fn violation_report(
+    results: &[RunResult],
+    scenarios: &[Scenario],
+    style: &ReportStyle,
+) -> String {
+    let mut out = String::new();
+    let all: Vec<(&RunResult, &Violation)> = results
+        .iter()
+        .flat_map(|r| r.violations.iter().map(move |v| (r, v)))
+        .collect();
+    let Some(&(r0, v0)) = all.first() else {
+        return out;
+    };
+    if style.all {
+        for (i, &(r, v)) in all.iter().enumerate() {
+            // A run's last events once, after its last violation.
+            let same_run_next = all
+                .get(i + 1)
+                .is_some_and(|(n, _)| n.scenario == r.scenario && n.seed == r.seed);
+            full_violation(&mut out, r, v, scenarios, style, !same_run_next);
+        }
+        return out;
+    }
+    full_violation(&mut out, r0, v0, scenarios, style, true);
+    let rest = &all[1..];
+    if rest.is_empty() {
+        return out;
+    }
+    // kind → (count, scenario in first-seen order → seeds).
+    type PerScenario = Vec<(String, Vec<u64>)>;
+    let mut by_kind: BTreeMap<ViolationKind, (usize, PerScenario)> = BTreeMap::new();
+    for &(r, v) in rest {
+        let e = by_kind.entry(v.kind).or_default();
+        e.0 += 1;
+        match e.1.iter_mut().find(|(s, _)| *s == r.scenario) {
+            Some((_, seeds)) => seeds.push(r.seed),
+            None => e.1.push((r.scenario.clone(), vec![r.seed])),
+        }
+    }
+    let _ = writeln!(
+        out,
+        "{} more violation(s), by kind (--all-violations prints each in full):",
+        rest.len()
+    );
+    for (kind, (n, per)) in by_kind {
+        let places: Vec<String> = per
+            .iter()
+            .map(|(s, seeds)| format!("{s} seeds {}", seed_ranges(seeds, 8)))
+            .collect();
+        let _ = writeln!(out, "  {:<13} {n:>5}  {}", kind.as_str(), places.join("; "));
+    }
+    out
 }
 
 fn esc(s: &str) -> String {
@@ -189,7 +437,7 @@ mod tests {
     }
 
     #[test]
-    fn table_has_a_total_row() {
+    fn table_has_a_total_row_and_a_legend() {
         let rows = vec![Summary {
             scenario: "x".into(),
             seeds: 2,
@@ -198,9 +446,21 @@ mod tests {
             faults: 1,
             violations: 0,
             wall_secs: 0.5,
+            checked: vec![Invariant::Loss, Invariant::Stall],
         }];
         let t = summary_table(&rows, true);
-        assert!(t.lines().last().unwrap().starts_with("total"));
+        assert!(t.lines().rev().nth(1).unwrap().starts_with("total"), "{t}");
         assert!(t.contains("20"), "{t}"); // 10 messages / 0.5 s
+        assert!(t.contains("  loss,stall\n"), "{t}");
+        assert!(
+            t.ends_with("checked: loss = no loss; stall = no stall\n"),
+            "{t}"
+        );
+    }
+
+    #[test]
+    fn seeds_collapse_into_ranges() {
+        assert_eq!(seed_ranges(&[5, 1, 2, 3, 9, 10], 8), "1-3 5 9-10");
+        assert_eq!(seed_ranges(&[1, 3, 5, 7], 2), "1 3 … (2 more)");
     }
 }

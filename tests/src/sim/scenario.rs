@@ -13,6 +13,7 @@
 //! expect order 1:0 1:3
 //! ```
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use cursor::Position;
@@ -340,6 +341,9 @@ pub struct Scenario {
     pub steps: Vec<Step>,
     /// End-of-run checks.
     pub expects: Vec<Expect>,
+    /// For each of [`expects`](Self::expects): its 1-based line number and its text, so a
+    /// failed expectation can be traced to the line that asked for it.
+    pub expect_lines: Vec<(usize, String)>,
 }
 
 /// A scenario file that could not be parsed.
@@ -353,7 +357,12 @@ pub struct ParseError {
 
 impl fmt::Display for ParseError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "line {}: {}", self.line, self.message)
+        if self.line == 0 {
+            // A whole-file problem (nothing published), not one line's.
+            f.write_str(&self.message)
+        } else {
+            write!(f, "line {}: {}", self.line, self.message)
+        }
     }
 }
 
@@ -573,8 +582,45 @@ fn parse_expect(words: &[&str]) -> Result<Expect, String> {
     })
 }
 
+impl Expect {
+    /// Whether a violation's `detail` is this expectation failing (the world words a failed
+    /// expectation as `expected …`; see `docs/SIMULATOR.md`).
+    pub fn matches_failure(&self, detail: &str) -> bool {
+        match self {
+            Expect::Start(n, p) => detail.starts_with(&format!("expected {n} to start {p};")),
+            Expect::NoStart(n, p) => {
+                detail.starts_with(&format!("expected {n} never to start {p};"))
+            }
+            Expect::Order(a, b) => {
+                detail.starts_with(&format!("expected {a} finished "))
+                    && detail.contains(&format!(" before {b} first started "))
+            }
+        }
+    }
+}
+
 impl Scenario {
-    /// Parses a scenario named `name`.
+    /// The `expect` line (1-based number and text) a failed expectation's `detail` comes from,
+    /// if any.
+    pub fn expect_line_of(&self, detail: &str) -> Option<&(usize, String)> {
+        self.expects
+            .iter()
+            .position(|e| e.matches_failure(detail))
+            .and_then(|i| self.expect_lines.get(i))
+    }
+
+    /// Whether the scenario publishes anything (a `publish` step, or a `mix` with messages).
+    pub fn publishes(&self) -> bool {
+        self.mix.as_ref().is_some_and(|m| m.messages > 0)
+            || self
+                .steps
+                .iter()
+                .any(|s| matches!(&s.action, Action::Publish(p) if p.count > 0))
+    }
+
+    /// Parses a scenario named `name`. Besides a line that does not parse, a scenario that
+    /// publishes nothing (line 0 in the error: the whole file) and a scripted `join` of a
+    /// consumer that is still connected at that time are errors.
     pub fn parse(name: &str, text: &str) -> Result<Scenario, ParseError> {
         let mut s = Scenario {
             name: name.to_string(),
@@ -582,7 +628,10 @@ impl Scenario {
             mix: None,
             steps: Vec::new(),
             expects: Vec::new(),
+            expect_lines: Vec::new(),
         };
+        // The line of each step, for the duplicate-join check.
+        let mut step_lines: Vec<usize> = Vec::new();
         for (i, raw) in text.lines().enumerate() {
             let line = raw.split('#').next().unwrap_or("").trim();
             if line.is_empty() {
@@ -603,13 +652,55 @@ impl Scenario {
                     let at = num(t, "time").map_err(err)?;
                     let action = parse_action(&words[2..]).map_err(err)?;
                     s.steps.push(Step { at, action });
+                    step_lines.push(i + 1);
                 }
-                "expect" => s.expects.push(parse_expect(&words[1..]).map_err(err)?),
+                "expect" => {
+                    s.expects.push(parse_expect(&words[1..]).map_err(err)?);
+                    s.expect_lines.push((i + 1, line.to_string()));
+                }
                 other => return Err(err(format!("unknown directive `{other}`"))),
             }
         }
+        check_joins(&s.steps, &step_lines)?;
+        if !s.publishes() {
+            return Err(ParseError {
+                line: 0,
+                message: "the scenario publishes nothing (no `at T publish` step and no `mix` \
+                          with messages), so there is nothing to check"
+                    .into(),
+            });
+        }
         Ok(s)
     }
+}
+
+/// A scripted `join` of a name that already joined and has not left or crashed since (in time
+/// order, as the world runs the steps) is a scenario error: the world would refuse it.
+fn check_joins(steps: &[Step], lines: &[usize]) -> Result<(), ParseError> {
+    let mut order: Vec<usize> = (0..steps.len()).collect();
+    order.sort_by_key(|&i| steps[i].at); // stable: file order within one time
+    let mut joined: BTreeMap<&str, usize> = BTreeMap::new();
+    for i in order {
+        let line = lines.get(i).copied().unwrap_or(0);
+        match &steps[i].action {
+            Action::Join(n, _) => {
+                if let Some(first) = joined.insert(n.as_str(), line) {
+                    return Err(ParseError {
+                        line,
+                        message: format!(
+                            "`join {n}`: {n} already joined on line {first} and has not left or \
+                             crashed by then (leave or crash it first, or use another name)"
+                        ),
+                    });
+                }
+            }
+            Action::Leave(n) | Action::Crash(n) => {
+                joined.remove(n.as_str());
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -654,5 +745,53 @@ mod tests {
         assert!(e.message.contains("batched or chunked"), "{e}");
         let e = Scenario::parse("t", "frobnicate").unwrap_err();
         assert!(e.message.contains("unknown directive"));
+    }
+
+    #[test]
+    fn an_empty_scenario_is_an_error() {
+        let e = Scenario::parse("t", "# nothing\nconfig type=shared\nat 0 join c1\n").unwrap_err();
+        assert_eq!(e.line, 0);
+        assert!(
+            e.to_string().starts_with("the scenario publishes nothing"),
+            "{e}"
+        );
+        assert!(Scenario::parse("t", "mix messages=0").is_err());
+        assert!(Scenario::parse("t", "at 0 publish count=0").is_err());
+    }
+
+    #[test]
+    fn a_duplicate_join_is_a_scenario_error() {
+        let e = Scenario::parse("t", "at 0 join c1\nat 1 publish\nat 5 join c1\n").unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(e.message.contains("already joined on line 1"), "{e}");
+        // Rejoining after a leave or a crash is fine; time order, not file order, decides.
+        Scenario::parse(
+            "t",
+            "at 0 join c1\nat 1 publish\nat 5 leave c1\nat 9 join c1\n",
+        )
+        .unwrap();
+        Scenario::parse(
+            "t",
+            "at 9 join c1\nat 0 join c1\nat 5 crash c1\nat 1 publish\n",
+        )
+        .unwrap();
+    }
+
+    #[test]
+    fn an_expectation_knows_its_line() {
+        let s = Scenario::parse(
+            "t",
+            "at 0 join c1\nat 1 publish\nexpect start c1 1:0\n\nexpect order 1:0 1:1\n",
+        )
+        .unwrap();
+        let l =
+            s.expect_line_of("expected 1:0 finished (t=Some(3)) before 1:1 first started (t=None)");
+        assert_eq!(l, Some(&(5, "expect order 1:0 1:1".to_string())));
+        let l = s.expect_line_of("expected c1 to start 1:0; it never did");
+        assert_eq!(l.map(|l| l.0), Some(3));
+        assert_eq!(
+            s.expect_line_of("script: c1 holds no message to finish"),
+            None
+        );
     }
 }

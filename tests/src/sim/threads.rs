@@ -6,7 +6,10 @@
 //! reproducible by seed: the seed fixes the workload, the threads decide the interleaving.
 //! Faults: joins, graceful leaves and the admin operations (skip, clear-backlog, expiry,
 //! backlog-quota eviction, through `Runtime::admin`, whose mark-delete moves list what they
-//! dropped); crashes and broker restarts need the deterministic world.
+//! dropped); crashes, broker restarts, manual consumers with their scripted acks, and
+//! `evict age=` need the deterministic world: they are skipped and returned by name. The
+//! scenario's `expect` lines are checked from the event log; a scenario with `expect` lines
+//! that needs a skipped step is refused.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,7 +22,7 @@ use cursor::{ChunkMeta, EntryMeta, InMemoryLedger, ManagedCursor, MemoryStore, P
 use dispatcher::{AdminOp, ConsumerHandle, ConsumerSpec, Runtime};
 
 use crate::sim::check::{MsgRef, OrderChecker, Violation, ViolationKind};
-use crate::sim::scenario::{Action, ConsumerOpts, FaultKind, Scenario, Step};
+use crate::sim::scenario::{Action, ConsumerOpts, Evict, Expect, FaultKind, Scenario, Step};
 use crate::sim::world::{
     apply_legacy, client_config, dispatcher_config, Legacy, RunOptions, RunResult, World,
 };
@@ -188,14 +191,82 @@ fn consumer_loop(
     }
 }
 
+/// Script steps a threaded run could not apply, by name (`crash`, `restart`, `ack`, …) with
+/// how many of each.
+pub type Skipped = BTreeMap<&'static str, u64>;
+
+/// The steps of `s` that need the deterministic world (a threaded run skips them): crashes,
+/// broker restarts, the scripted `ack` / `nack` / `auto` of a manual consumer, `manual` itself
+/// (a threaded consumer always processes on its own) and `evict age=`.
+pub fn threads_cannot_run(s: &Scenario) -> Skipped {
+    let mut out = Skipped::new();
+    for st in &s.steps {
+        if let Some(n) = unsupported(&st.action) {
+            *out.entry(n).or_insert(0) += 1;
+        }
+        if matches!(&st.action, Action::Join(_, o) if o.manual) {
+            *out.entry("manual").or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+/// The name of a step a threaded run skips, `None` for one it applies.
+fn unsupported(a: &Action) -> Option<&'static str> {
+    Some(match a {
+        Action::Crash(_) | Action::RandomFault(FaultKind::Crash) => "crash",
+        Action::Restart | Action::RandomFault(FaultKind::Restart) => "restart",
+        Action::Ack(..) => "ack",
+        Action::Nack(..) => "nack",
+        Action::Auto(_) => "auto",
+        Action::Evict(Evict::Age(_)) => "evict age",
+        _ => return None,
+    })
+}
+
 /// Runs `scenario`'s workload (consumers, publishes, joins, graceful leaves and admin
 /// operations) on the threaded runtime and checks per-key order and no loss from the event log.
-/// Crashes and restarts are skipped (the count is returned; the CLI prints it).
+/// Steps it cannot apply are skipped and returned by name (the CLI prints them). Shorthand for
+/// [`run_threaded_with`] without the event log.
 pub fn run_threaded(
     scenario: &Scenario,
     seed: u64,
     legacy: Option<Legacy>,
-) -> Result<(RunResult, u64), String> {
+) -> Result<(RunResult, Skipped), String> {
+    run_threaded_with(
+        scenario,
+        &RunOptions {
+            seed,
+            legacy,
+            keep_log: false,
+        },
+    )
+}
+
+/// Like [`run_threaded`], keeping the whole event log in the result with `opts.keep_log`.
+///
+/// A scenario's `expect` lines are checked from the event log (in its sequence order). A
+/// scenario with `expect` lines whose script needs steps a threaded run skips (see
+/// [`threads_cannot_run`]) is refused with an error: its expectations could not mean what
+/// they say.
+pub fn run_threaded_with(
+    scenario: &Scenario,
+    opts: &RunOptions,
+) -> Result<(RunResult, Skipped), String> {
+    let (seed, legacy, keep_log) = (opts.seed, opts.legacy, opts.keep_log);
+    let cannot = threads_cannot_run(scenario);
+    if !scenario.expects.is_empty() && !cannot.is_empty() {
+        let first = scenario
+            .expect_lines
+            .first()
+            .map(|(l, t)| format!(" (line {l}: `{t}`)"))
+            .unwrap_or_default();
+        return Err(format!(
+            "--runtime threads cannot honour the `expect` lines of this scenario{first}: its \
+             script uses {}, which need the deterministic world; run it without --runtime threads",
+            describe_skipped(&cannot)
+        ));
+    }
     let opts = RunOptions {
         seed,
         ..RunOptions::default()
@@ -220,7 +291,7 @@ pub fn run_threaded(
     let mut published: u64 = 0;
     let mut messages = 0u64;
     let mut keys = BTreeSet::new();
-    let mut skipped = 0u64;
+    let mut skipped = Skipped::new();
     let mut faults = 0u64;
     let mut producer_seq: BTreeMap<u32, u64> = BTreeMap::new();
     let mut dropped: BTreeSet<Position> = BTreeSet::new();
@@ -285,7 +356,7 @@ pub fn run_threaded(
                 // An empty name (a random leave from a mix): a drawn consumer, if two are left.
                 let name = if name.is_empty() {
                     if workers.len() < 2 {
-                        skipped += 1;
+                        *skipped.entry("leave (one consumer left)").or_insert(0) += 1;
                         continue;
                     }
                     let i = rng.below(workers.len() as u64) as usize;
@@ -347,7 +418,31 @@ pub fn run_threaded(
                     dropped.extend(mv.dropped);
                 }
             }
-            _ => skipped += 1,
+            Action::Skip(_) | Action::Clear | Action::Expire(_) | Action::Evict(_)
+                if unsupported(&step.action).is_none() =>
+            {
+                let op = match &step.action {
+                    Action::Skip(n) => AdminOp::Skip(*n),
+                    Action::Clear => AdminOp::ClearBacklog,
+                    Action::Expire(age) => AdminOp::Expire(shared.now().saturating_sub(*age)),
+                    Action::Evict(Evict::Size(b)) => AdminOp::EvictToSize(*b),
+                    Action::Evict(Evict::Count(n)) => AdminOp::EvictToCount(*n),
+                    _ => continue,
+                };
+                faults += 1;
+                if let Some(mv) = rt.admin(op) {
+                    dropped.extend(mv.dropped);
+                }
+            }
+            other => {
+                let name = unsupported(other).unwrap_or("step");
+                *skipped.entry(name).or_insert(0) += 1;
+            }
+        }
+    }
+    for (name, n) in threads_cannot_run(scenario) {
+        if name == "manual" {
+            skipped.insert(name, n);
         }
     }
     // Wait for every published entry to be acked.
@@ -381,12 +476,21 @@ pub fn run_threaded(
     let mut order = OrderChecker::new(ordered);
     let mut violations: Vec<Violation> = Vec::new();
     let mut hash = 0xCBF2_9CE4_8422_2325u64;
+    let mut full = opts_keep_log(scenario, seed, legacy, keep_log);
+    // For the `expect` lines: sequence numbers of first starts and last finishes per entry.
+    let mut first_start: BTreeMap<Position, u64> = BTreeMap::new();
+    let mut last_finish: BTreeMap<Position, u64> = BTreeMap::new();
+    let mut held: BTreeMap<String, Position> = BTreeMap::new();
+    let mut started_by: BTreeSet<(String, Position)> = BTreeSet::new();
     // Checked in sequence order; the times in a report are wall ms since the start.
     for (s, ms, r) in &log {
         let line = format!("{s} {r:?}");
         for b in line.bytes() {
             hash ^= u64::from(b);
             hash = hash.wrapping_mul(0x0000_0100_0000_01B3);
+        }
+        if let Some(full) = &mut full {
+            full.push(format!("seq={s} wall_ms={ms} {}", rec_line(r)));
         }
         match r {
             Rec::Start {
@@ -395,9 +499,17 @@ pub fn run_threaded(
                 first,
                 msg,
             } => {
+                first_start.entry(msg.0).or_insert(*s);
+                held.insert(consumer.clone(), msg.0);
+                started_by.insert((consumer.clone(), msg.0));
                 violations.extend(order.start_span(*ms, consumer, key.as_deref(), *first, *msg));
             }
-            Rec::Finish { consumer } => order.finish(*ms, consumer),
+            Rec::Finish { consumer } => {
+                if let Some(p) = held.remove(consumer) {
+                    last_finish.insert(p, *s);
+                }
+                order.finish(*ms, consumer);
+            }
         }
     }
     let acked = shared.acked.lock().map(|g| g.clone()).unwrap_or_default();
@@ -434,6 +546,43 @@ pub fn run_threaded(
             });
         }
     }
+    if violations.is_empty() {
+        for e in &scenario.expects {
+            let failed = match e {
+                Expect::Start(n, p) => (!started_by.contains(&(n.clone(), *p)))
+                    .then(|| format!("expected {n} to start {p}; it never did")),
+                Expect::NoStart(n, p) => started_by
+                    .contains(&(n.clone(), *p))
+                    .then(|| format!("expected {n} never to start {p}; it did")),
+                Expect::Order(a, b) => match (last_finish.get(a), first_start.get(b)) {
+                    (Some(fa), Some(sb)) if fa < sb => None,
+                    (fa, sb) => Some(format!(
+                        "expected {a} finished (t={fa:?}) before {b} first started (t={sb:?}) \
+                         (t = event-log sequence numbers on threads)"
+                    )),
+                },
+            };
+            if let Some(detail) = failed {
+                violations.push(Violation {
+                    kind: ViolationKind::Expectation,
+                    at: shared.now(),
+                    key: None,
+                    positions: Vec::new(),
+                    consumers: Vec::new(),
+                    detail,
+                });
+            }
+        }
+    }
+    if let Some(full) = &mut full {
+        for v in &violations {
+            full.push(format!("VIOLATION {v}"));
+        }
+    }
+    let log_tail: Vec<String> = full
+        .as_ref()
+        .map(|f| f[f.len().saturating_sub(15)..].to_vec())
+        .unwrap_or_default();
     Ok((
         RunResult {
             scenario: scenario.name.clone(),
@@ -448,9 +597,48 @@ pub fn run_threaded(
             sim_time: shared.now(),
             events: log.len() as u64,
             starts: order.starts,
-            log_tail: Vec::new(),
-            log: None,
+            log_tail,
+            log: full,
         },
         skipped,
     ))
+}
+
+/// The first line of a kept threaded event log (`None`: no log asked for).
+fn opts_keep_log(
+    scenario: &Scenario,
+    seed: u64,
+    legacy: Option<Legacy>,
+    keep: bool,
+) -> Option<Vec<String>> {
+    keep.then(|| {
+        vec![format!(
+            "threads scenario={} seed={seed} legacy={}",
+            scenario.name,
+            legacy.map(Legacy::as_str).unwrap_or("none")
+        )]
+    })
+}
+
+fn rec_line(r: &Rec) -> String {
+    match r {
+        Rec::Start {
+            consumer, key, msg, ..
+        } => format!(
+            "app {consumer} starts {} key={}",
+            crate::sim::check::msg_str(*msg),
+            key.as_deref()
+                .map(crate::sim::check::key_str)
+                .unwrap_or_else(|| "-".into())
+        ),
+        Rec::Finish { consumer } => format!("app {consumer} finishes"),
+    }
+}
+
+/// `2 crash, 1 restart`: skipped steps as a reader wants them.
+pub fn describe_skipped(s: &Skipped) -> String {
+    s.iter()
+        .map(|(n, c)| format!("{c} {n}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
