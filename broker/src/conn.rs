@@ -519,8 +519,9 @@ impl Conn {
                     s.highest_sequence_id,
                     wire::convert::message_id(pos),
                 );
-                if topic.sync_policy() == Some(crate::storage::SyncPolicy::Always) {
-                    // Group commit: receipts wait for one fsync after this read's frames.
+                if topic.sync_policy().is_some() {
+                    // Group commit: receipts wait until the entries of this read's frames are
+                    // written (and, with `--sync always`, fsynced) in one go.
                     self.pending_receipts
                         .push((topic, s.producer_id, s.sequence_id, receipt));
                 } else {
@@ -539,8 +540,8 @@ impl Conn {
         }
     }
 
-    /// Syncs the topics written since the last call, then sends their receipts (or
-    /// SEND_ERROR when the sync failed).
+    /// Commits the topics written since the last call (see `Topic::commit`), then sends their
+    /// receipts (or SEND_ERROR when the commit failed).
     fn flush_receipts(&mut self) {
         if self.pending_receipts.is_empty() {
             return;
@@ -551,7 +552,7 @@ impl Conn {
             let result = match synced.iter().find(|(t, _)| Arc::ptr_eq(t, &topic)) {
                 Some((_, r)) => r.clone(),
                 None => {
-                    let r = topic.sync().map_err(|e| e.to_string());
+                    let r = topic.commit().map_err(|e| e.to_string());
                     synced.push((topic.clone(), r.clone()));
                     r
                 }

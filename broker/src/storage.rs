@@ -21,7 +21,7 @@
 //! go to a new ledger id, so a position is never reused even if the OS lost the tail.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use cursor::Position;
@@ -35,10 +35,12 @@ const MAX_RECORD: u32 = 300 * 1024 * 1024;
 /// When an appended entry is flushed to the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SyncPolicy {
-    /// `fsync` before the SEND_RECEIPT (group-committed per read batch of a connection).
+    /// `fsync` before the SEND_RECEIPT (group-committed: one write and one fsync per batch of
+    /// frames read from a connection).
     Always,
-    /// Written to the OS before the receipt (survives the broker being killed), `fsync`ed
-    /// every 100 ms: an OS crash or power loss can lose the receipts of the last 100 ms.
+    /// Written to the OS before the receipt (one write per batch of frames read from a
+    /// connection; survives the broker being killed), `fsync`ed every 100 ms: an OS crash or
+    /// power loss can lose the receipts of the last 100 ms.
     Interval,
 }
 
@@ -114,7 +116,11 @@ pub(crate) type Recovered = (Position, Vec<u8>);
 #[derive(Debug)]
 pub(crate) struct TopicLog {
     dir: PathBuf,
-    current: Option<(u64, File)>,
+    /// The ledger being written and its buffered file.
+    current: Option<(u64, BufWriter<File>)>,
+    /// Bytes are buffered (not yet handed to the OS).
+    buffered: bool,
+    /// Bytes were handed to the OS but not fsynced.
     dirty: bool,
 }
 
@@ -146,13 +152,15 @@ impl TopicLog {
             TopicLog {
                 dir: dir.to_path_buf(),
                 current: None,
+                buffered: false,
                 dirty: false,
             },
             entries,
         ))
     }
 
-    /// Appends one entry (written to the OS; see [`TopicLog::sync`]).
+    /// Appends one entry to the write buffer: it is in the OS after [`TopicLog::flush`] (enough
+    /// to survive the broker being killed) and on the disk after [`TopicLog::sync`].
     pub(crate) fn append(&mut self, p: Position, section: &[u8]) -> Result<(), StorageError> {
         if self.current.as_ref().map(|(id, _)| *id) != Some(p.ledger_id) {
             self.sync()?;
@@ -168,7 +176,7 @@ impl TopicLog {
                 f.sync_all().map_err(io_err("sync", &path))?;
                 sync_dir(&self.dir)?;
             }
-            self.current = Some((p.ledger_id, f));
+            self.current = Some((p.ledger_id, BufWriter::with_capacity(256 * 1024, f)));
         }
         let body_len = 16 + section.len();
         let mut rec = Vec::with_capacity(8 + body_len);
@@ -182,17 +190,34 @@ impl TopicLog {
         let (_, f) = self.current.as_mut().expect("opened above");
         f.write_all(&rec)
             .map_err(io_err("append", &ledger_path(&self.dir, p.ledger_id)))?;
+        self.buffered = true;
+        Ok(())
+    }
+
+    /// Hands the buffered entries to the OS (one `write`): after this they survive the broker
+    /// process being killed.
+    pub(crate) fn flush(&mut self) -> Result<(), StorageError> {
+        if !self.buffered {
+            return Ok(());
+        }
+        if let Some((id, f)) = &mut self.current {
+            f.flush()
+                .map_err(io_err("write", &ledger_path(&self.dir, *id)))?;
+        }
+        self.buffered = false;
         self.dirty = true;
         Ok(())
     }
 
-    /// `fsync`s what was appended since the last sync.
+    /// Flushes, then `fsync`s what was appended since the last sync.
     pub(crate) fn sync(&mut self) -> Result<(), StorageError> {
+        self.flush()?;
         if !self.dirty {
             return Ok(());
         }
         if let Some((id, f)) = &self.current {
-            f.sync_data()
+            f.get_ref()
+                .sync_data()
                 .map_err(io_err("sync", &ledger_path(&self.dir, *id)))?;
         }
         self.dirty = false;

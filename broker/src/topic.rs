@@ -426,6 +426,16 @@ impl Topic {
         }
     }
 
+    /// Makes appended entries as durable as the sync policy promises before a receipt: handed
+    /// to the OS (`interval`) or fsynced (`always`).
+    pub(crate) fn commit(&self) -> Result<(), StorageError> {
+        match (&self.storage, self.sync) {
+            (Some((_, log)), SyncPolicy::Always) => lock(log).sync(),
+            (Some((_, log)), SyncPolicy::Interval) => lock(log).flush(),
+            (None, _) => Ok(()),
+        }
+    }
+
     /// The sync policy receipts wait for.
     pub(crate) fn sync_policy(&self) -> Option<SyncPolicy> {
         self.storage.as_ref().map(|_| self.sync)
@@ -745,9 +755,13 @@ impl Topic {
             return;
         };
         let below = Position::new(min.next().ledger_id, 0);
-        for s in &subs {
-            s.runtime.admin(dispatcher::AdminOp::TrimLedgerBelow(below));
+        let first = lock(&self.state).ledger.first_position();
+        if first.is_none_or(|f| f >= below) {
+            return;
         }
+        // The master and the payloads first, each dropped outside its lock; the replicas
+        // last, so the entries' metadata is freed on the subscriptions' own threads and
+        // publishers never wait for it.
         let mut st = lock(&self.state);
         st.ledger.trim_below(below);
         st.chunks.retain(|_, ps| {
@@ -755,16 +769,21 @@ impl Topic {
             !ps.is_empty()
         });
         drop(st);
-        let mut payloads = match self.payloads.write() {
-            Ok(p) => p,
-            Err(p) => p.into_inner(),
+        let old = {
+            let mut payloads = match self.payloads.write() {
+                Ok(p) => p,
+                Err(p) => p.into_inner(),
+            };
+            let keep = payloads.split_off(&below);
+            std::mem::replace(&mut *payloads, keep)
         };
-        let keep = payloads.split_off(&below);
-        let dropped = payloads.len();
-        *payloads = keep;
-        drop(payloads);
+        let dropped = old.len();
+        drop(old);
         if let Some((_, log)) = &self.storage {
             lock(log).delete_below(below);
+        }
+        for s in &subs {
+            s.runtime.admin(dispatcher::AdminOp::TrimLedgerBelow(below));
         }
         if dropped > 0 {
             debug!(topic = %self.name, dropped, below = %below, "entries trimmed");
