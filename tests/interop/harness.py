@@ -316,6 +316,18 @@ def drain(consumer, quiet_ms, deadline_s=10.0, max_messages=100000):
     return got
 
 
+def receive_n(consumer, n, deadline_s=10.0, quiet_ms=300):
+    """Receives until `n` messages arrived (or `deadline_s` passed), then keeps receiving until
+    nothing more comes for `quiet_ms` (so extras and duplicates show). Unacked."""
+    got = []
+    d = Deadline(deadline_s)
+    while len(got) < n and not d.expired():
+        m = receive_or_none(consumer, d.left_ms(500))
+        if m is not None:
+            got.append(m)
+    return got + drain(consumer, quiet_ms, deadline_s=5)
+
+
 def msg_key(m):
     mid = m.message_id()
     return (mid.ledger_id(), mid.entry_id(), mid.batch_index())

@@ -61,7 +61,7 @@ def main():
         ks = subscribe(cl, topic, "ks", pulsar.ConsumerType.KeyShared)
         p = cl.create_producer(topic, batching_enabled=False)
         first_ids = [p.send(payload(i), partition_key=f"k{i % KEYS}") for i in range(100)]
-        got = h.drain(sub, quiet_ms=500)
+        got = h.receive_n(sub, 100)
         h.check(sorted(index(m) for m in got) == list(range(100)), f"A: sub got {len(got)} of 100")
         for m in got:
             if index(m) < 40:
@@ -73,14 +73,14 @@ def main():
     try:
         cl = h.client(b.service_url)
         sub = subscribe(cl, topic, "sub", pulsar.ConsumerType.Shared)
-        got = h.drain(sub, quiet_ms=700)
+        got = h.receive_n(sub, 60, quiet_ms=500)
         idx = sorted(index(m) for m in got)
         h.check(idx == list(range(40, 100)), f"B after SIGTERM: sub got {len(idx)} ({idx[:3]}…), expected m40..m99")
         for m in got:
             if index(m) < 70:
                 sub.acknowledge(m)
         ks = subscribe(cl, topic, "ks", pulsar.ConsumerType.KeyShared)
-        kgot = h.drain(ks, quiet_ms=700)
+        kgot = h.receive_n(ks, 100, quiet_ms=500)
         kidx = [index(m) for m in kgot]
         h.check(sorted(kidx) == list(range(100)), f"B: ks got {len(kidx)} of 100")
         per_key_order(kidx, "B: ks")
@@ -97,7 +97,7 @@ def main():
     with h.Broker("broker-c", args) as c:
         cl = h.client(c.service_url)
         sub = subscribe(cl, topic, "sub", pulsar.ConsumerType.Shared)
-        got = h.drain(sub, quiet_ms=700)
+        got = h.receive_n(sub, 50, quiet_ms=500)
         idx = sorted(index(m) for m in got)
         must = set(range(70, 120))
         h.check(must <= set(idx), f"C after kill -9: sub is missing {sorted(must - set(idx))[:5]}")
@@ -107,7 +107,7 @@ def main():
         for m in got:
             sub.acknowledge(m)
         ks = subscribe(cl, topic, "ks", pulsar.ConsumerType.KeyShared)
-        kgot = h.drain(ks, quiet_ms=700)
+        kgot = h.receive_n(ks, 20, quiet_ms=500)
         kidx = [index(m) for m in kgot]
         h.check(set(range(100, 120)) <= set(kidx), f"C: ks is missing some of m100..m119: {sorted(kidx)}")
         per_key_order(kidx, "C: ks")
