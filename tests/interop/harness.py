@@ -237,6 +237,21 @@ class Broker:
         except (AttributeError, OSError):
             pass
 
+    def kill(self):
+        """SIGKILL (a crash on purpose): no graceful shutdown, and not counted as a failure."""
+        if self.proc is None or self.exit_code is not None:
+            return
+        if self in _LIVE_BROKERS:
+            _LIVE_BROKERS.remove(self)
+        self.proc.kill()
+        self.proc.wait(timeout=5)
+        self.exit_code = self.proc.returncode
+        try:
+            self.proc.stdout.close()
+            self._stderr.close()
+        except (AttributeError, OSError):
+            pass
+
     def __enter__(self):
         return self.start()
 
@@ -248,6 +263,19 @@ class Broker:
 
 
 _client_logger = None
+
+
+def broker_supports(flag):
+    """Whether the broker's --help mentions `flag` (for scenarios that need a newer broker)."""
+    out = subprocess.run([broker_bin(), "--help"], capture_output=True, timeout=10)
+    return flag in out.stdout.decode("utf-8", "replace")
+
+
+class Skip(Exception):
+    """The scenario cannot run against this broker; `run` exits with SKIP_EXIT."""
+
+
+SKIP_EXIT = 77  # automake's "skipped"
 
 
 def client(url):
@@ -286,6 +314,18 @@ def drain(consumer, quiet_ms, deadline_s=10.0, max_messages=100000):
             break
         got.append(m)
     return got
+
+
+def receive_n(consumer, n, deadline_s=10.0, quiet_ms=300):
+    """Receives until `n` messages arrived (or `deadline_s` passed), then keeps receiving until
+    nothing more comes for `quiet_ms` (so extras and duplicates show). Unacked."""
+    got = []
+    d = Deadline(deadline_s)
+    while len(got) < n and not d.expired():
+        m = receive_or_none(consumer, d.left_ms(500))
+        if m is not None:
+            got.append(m)
+    return got + drain(consumer, quiet_ms, deadline_s=5)
 
 
 def msg_key(m):
@@ -422,7 +462,8 @@ _self_test_hash()
 
 
 def run(main):
-    """Runs `main()`; it returns the summary line. Exit 0 on pass, 1 with a message on failure.
+    """Runs `main()`; it returns the summary line. Exit 0 on pass, 1 with a message on failure,
+    77 when the scenario raised `Skip` (it needs something this broker does not have).
 
     The summary (or the failure) is the last line printed, which `cargo xtask interop` shows.
     """
@@ -434,6 +475,10 @@ def run(main):
         _stop_all_at_exit()
         print(f"FAIL: {e}", flush=True)
         sys.exit(1)
+    except Skip as e:
+        _stop_all_at_exit()
+        print(f"SKIP: {e}", flush=True)
+        sys.exit(SKIP_EXIT)
     except Exception as e:  # noqa: BLE001 - any error is a scenario failure with its trace
         traceback.print_exc()
         _stop_all_at_exit()

@@ -37,7 +37,7 @@ def main():
         for i in range(5):
             producer.send_async(f"b-{i}".encode(), None, partition_key="kb")
         producer.flush()
-        first = h.drain(c1, quiet_ms=500, deadline_s=5)
+        first = h.receive_n(c1, 5)
         h.check(len(first) == 5, f"c1 got {len(first)} messages, expected the 5 of the batch")
         ids = [h.msg_key(m) for m in first]
         entries = {(l, e) for l, e, _ in ids}
@@ -48,7 +48,7 @@ def main():
         c1.close()  # flushes the grouped acks before CLOSE_CONSUMER
 
         c2 = subscribe(cl, topic, "c2")
-        second = h.drain(c2, quiet_ms=700, deadline_s=5)
+        second = h.receive_n(c2, 3, quiet_ms=700)
         got = sorted((h.msg_key(m)[2], m.data().decode()) for m in second)
         h.check(
             got == [(1, "b-1"), (3, "b-3"), (4, "b-4")],

@@ -48,13 +48,13 @@ def main():
         for i in range(6, 10):
             bp.send_async(f"x{i}".encode(), None)
         bp.flush()
-        ms = h.drain(xc, 400)
+        ms = h.receive_n(xc, 10)
         h.check(len(ms) == 10, f"cumulative: got {len(ms)} of 10")
         xc.acknowledge_cumulative(ms[3])
         xc.acknowledge_cumulative(ms[7])  # index 1 of the 4-message batch
         xc.close()
         xc = cl.subscribe(t, "X", batch_index_ack_enabled=True)
-        rest = h.drain(xc, 600)
+        rest = h.receive_n(xc, 2, quiet_ms=500)
         names = [m.data().decode() for m in rest]
         h.check(names == ["x8", "x9"], f"after cumulative acks of x3 and x7 (in a batch): {names}")
         xc.acknowledge_cumulative(rest[-1])
@@ -82,7 +82,7 @@ def main():
         p = cl.create_producer(t)
         for i in range(20):
             p.send(f"f{i}".encode())
-        ga, gb = len(h.drain(sa, 400)), len(h.drain(sb, 400))
+        ga, gb = len(h.receive_n(sa, 20)), len(h.receive_n(sb, 20))
         h.check(ga == 20 and gb == 20, f"fan-out: A got {ga}, B got {gb}, expected 20 each")
         done.append("fan-out 20+20")
         sa.close()
@@ -94,7 +94,7 @@ def main():
         mc = cl.subscribe([ta, tb], "M", consumer_type=pulsar.ConsumerType.Shared)
         pa.send(b"A")
         pb.send(b"B")
-        got = sorted(m.data() for m in h.drain(mc, 500))
+        got = sorted(m.data() for m in h.receive_n(mc, 2))
         h.check(got == [b"A", b"B"], f"multi-topic consumer got {got}")
         done.append("multi-topic")
         mc.close()
@@ -133,11 +133,11 @@ def main():
         rp = cl.create_producer(t, batching_enabled=False)
         for i in range(5):
             rp.send(f"r{i}".encode())
-        first = h.drain(rc, 400)
+        first = h.receive_n(rc, 5)
         h.check(len(first) == 5, f"redeliver-all: got {len(first)} of 5")
         rc.acknowledge(first[0])
         rc.redeliver_unacknowledged_messages()
-        again = sorted((m.data(), m.redelivery_count()) for m in h.drain(rc, 700))
+        again = sorted((m.data(), m.redelivery_count()) for m in h.receive_n(rc, 4))
         h.check(again == [(f"r{i}".encode(), 1) for i in range(1, 5)], f"redeliver-all gave {again}")
         done.append("redeliver-all 4")
 
@@ -148,14 +148,14 @@ def main():
         for i in range(5):
             bp.send_async(f"b{i}".encode(), None)
         bp.flush()
-        ms = h.drain(bc, 400)
+        ms = h.receive_n(bc, 5)
         h.check(len(ms) == 5, f"batch: got {len(ms)} of 5")
         for m in ms:
             if m.data() == b"b1":
                 bc.negative_acknowledge(m)
             else:
                 bc.acknowledge(m)
-        again = sorted(m.data() for m in h.drain(bc, 800))
+        again = sorted(m.data() for m in h.receive_n(bc, 5))
         h.check(again == [f"b{i}".encode() for i in range(5)],
                 f"nack of one message of a batch without batch-index ack redelivered {again}")
         done.append("batch nack = whole batch")

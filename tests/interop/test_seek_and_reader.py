@@ -40,20 +40,20 @@ def main():
         producer = cl.create_producer(topic, batching_enabled=False)
         ids = [producer.send(f"m{i}".encode()) for i in range(N)]
         want = [f"m{i}" for i in range(N)]
-        got = h.drain(cons, quiet_ms=500)
+        got = h.receive_n(cons, N)
         h.check(names(got) == want, f"first pass {names(got)}")
         for m in got:
             cons.acknowledge(m)
         time.sleep(0.3)  # the grouped acks reach the broker
 
         cons.seek(pulsar.MessageId.earliest)
-        again = h.drain(cons, quiet_ms=700)
+        again = h.receive_n(cons, N, quiet_ms=500)
         h.check(sorted(names(again)) == sorted(want), f"after seek(earliest): {names(again)}")
         for m in again:
             cons.acknowledge(m)
         time.sleep(0.3)
         cons.seek(ids[6])
-        tail = h.drain(cons, quiet_ms=700)
+        tail = h.receive_n(cons, 3, quiet_ms=500)
         h.check(sorted(names(tail)) == want[7:], f"after seek(#6): {names(tail)} (the client drops #6 itself: its start is exclusive)")
         for m in tail:
             cons.acknowledge(m)

@@ -7,7 +7,8 @@
 //! logs of passing scenarios are removed unless `--keep-logs` is given.
 //!
 //! Output: one line per scenario (name, PASS/FAIL, seconds, the last line the script printed),
-//! then `interop: N passed, M failed` alone. Fails if any scenario failed.
+//! then `interop: N passed, M failed` alone (`, K skipped` added when a scenario exited 77: it
+//! needs something this broker lacks). Fails if any scenario failed.
 
 use std::fs;
 use std::os::unix::process::CommandExt;
@@ -22,6 +23,9 @@ pub(crate) const CLIENT_VERSION: &str = "3.13.0";
 
 /// The hard limit for one scenario process (and everything it started).
 const SCENARIO_DEADLINE: Duration = Duration::from_secs(90);
+
+/// The exit code of a scenario that cannot run against this broker (automake's "skipped").
+const SKIP_EXIT: i32 = 77;
 
 /// Lines of a failed scenario's output shown inline.
 const TAIL_LINES: usize = 25;
@@ -53,7 +57,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let logs_root = target_dir().join("interop").join("logs");
     fs::create_dir_all(&logs_root)?;
 
-    let (mut passed, mut failed) = (0usize, 0usize);
+    let (mut passed, mut failed, mut skipped) = (0usize, 0usize, 0usize);
     for script in &scenarios {
         let name = script
             .file_stem()
@@ -63,12 +67,19 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         let _ = fs::remove_dir_all(&logs);
         fs::create_dir_all(&logs)?;
         let outcome = run_scenario(&python, script, &broker, &logs)?;
-        let verdict = if outcome.ok { "PASS" } else { "FAIL" };
+        let verdict = match (outcome.ok, outcome.skipped) {
+            (_, true) => "SKIP",
+            (true, false) => "PASS",
+            (false, false) => "FAIL",
+        };
         println!(
             "interop: {name:<32} {verdict} {:>5.1}s  {}",
             outcome.secs, outcome.summary
         );
-        if outcome.ok {
+        if outcome.skipped {
+            skipped += 1;
+            let _ = fs::remove_dir_all(&logs);
+        } else if outcome.ok {
             passed += 1;
             if !keep_logs {
                 let _ = fs::remove_dir_all(&logs);
@@ -81,7 +92,11 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             println!("    logs: {}", logs.display());
         }
     }
-    println!("interop: {passed} passed, {failed} failed");
+    if skipped > 0 {
+        println!("interop: {passed} passed, {failed} failed, {skipped} skipped");
+    } else {
+        println!("interop: {passed} passed, {failed} failed");
+    }
     if failed > 0 {
         anyhow::bail!("{failed} interop scenario(s) failed");
     }
@@ -183,6 +198,7 @@ fn installed_version(python: &Path) -> Option<String> {
 
 struct Outcome {
     ok: bool,
+    skipped: bool,
     secs: f64,
     summary: String,
     tail: Vec<String>,
@@ -241,19 +257,20 @@ fn run_scenario(
         .trim()
         .to_owned();
     let ok = !timed_out && status.is_some_and(|s| s.success());
+    let skipped = !timed_out && status.and_then(|s| s.code()) == Some(SKIP_EXIT);
     let summary = if timed_out {
         format!(
             "timed out after {}s (process group killed); last output: {last}",
             SCENARIO_DEADLINE.as_secs()
         )
-    } else if !ok && !last.starts_with("FAIL") {
+    } else if !ok && !skipped && !last.starts_with("FAIL") {
         let code = status.map_or_else(|| "?".to_owned(), |s| s.to_string());
         format!("{code}; last output: {last}")
     } else {
         last
     };
     let mut tail: Vec<String> = Vec::new();
-    if !ok {
+    if !ok && !skipped {
         let mut lines: Vec<&str> = err.lines().chain(out.lines()).collect();
         let skip = lines.len().saturating_sub(TAIL_LINES);
         lines.drain(..skip);
@@ -261,6 +278,7 @@ fn run_scenario(
     }
     Ok(Outcome {
         ok,
+        skipped,
         secs,
         summary,
         tail,
