@@ -191,7 +191,6 @@ mod ack;
 mod config;
 mod core;
 mod error;
-mod explain;
 mod hash;
 mod replay;
 mod runtime;
@@ -214,8 +213,8 @@ pub use crate::config::{
     ConsumerId, ConsumerSpec, DeadLetterAction, DeadLetterPolicy, DispatcherConfig,
     KeySharedConfig, KeySharedMode, NackBackoff, SubscriptionType,
 };
+pub use crate::core::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
 pub use crate::core::{BoxedSelector, Command, Dispatcher, Gate, Verdict};
 pub use crate::error::{AckError, AddConsumerError};
-pub use crate::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
 pub use crate::runtime::{AdminOp, ConsumerHandle, Event, Runtime};
 pub use crate::shared::{NoopWaker, Waker};

@@ -20,8 +20,8 @@ use tracing::{debug, warn};
 use crate::ack::{AckHandle, AckOutcome, ConsumerAckHandle, CursorCell};
 use crate::config::{ConsumerId, ConsumerSpec, DispatcherConfig};
 use crate::core::{Command, Dispatcher};
+use crate::core::{ConsumerStats, DispatcherStats};
 use crate::error::{AckError, AddConsumerError};
-use crate::explain::{ConsumerStats, DispatcherStats};
 use crate::shared::Waker;
 
 /// An administrative operation on the subscription's cursor, run on the dispatcher thread; the

@@ -1,0 +1,216 @@
+//! Membership: consumers join and leave, flow permits, draining registration.
+
+use super::*;
+
+impl Dispatcher {
+    pub(super) fn publish_registry(&self) {
+        self.shared
+            .set_consumers(self.consumers.iter().map(|c| c.shared.clone()).collect());
+    }
+
+    /// A consumer joins. On Key_Shared the selector places it and, when draining is required,
+    /// every other consumer's pending acks whose hash moved to it start draining.
+    pub fn handle_consumer_added(
+        &mut self,
+        now: u64,
+        spec: ConsumerSpec,
+    ) -> Result<(), AddConsumerError> {
+        if self.find(spec.id).is_some() {
+            return Err(AddConsumerError::DuplicateConsumer(spec.id));
+        }
+        let impacted = match &mut self.ks {
+            Some(ks) => {
+                let info =
+                    ConsumerInfo::with_ranges(spec.id, spec.name.clone(), spec.ranges.clone());
+                Some(
+                    ks.selector
+                        .add_consumer(info)
+                        .map_err(AddConsumerError::Selector)?,
+                )
+            }
+            None => None,
+        };
+        if self.consumers.is_empty() {
+            // Pulsar §8.1: the first consumer starts from a clean slate (the rewind was already
+            // issued when the last consumer left).
+            self.replay.clear();
+            self.at_end = false;
+        }
+        let pending = PendingAcks::new(spec.id);
+        let count_next = Arc::new(AtomicBool::new(false));
+        if let Some(dr) = self.ks.as_ref().and_then(|k| k.draining.clone()) {
+            let add: pending_acks::Arc<dyn pending_acks::AddHandler<PaPos, ConsumerId>> =
+                pending_acks::Arc::new(DrainAddHandler {
+                    draining: dr.clone(),
+                    count_next: count_next.clone(),
+                });
+            let remove: pending_acks::Arc<dyn pending_acks::RemoveHandler<PaPos, ConsumerId>> =
+                pending_acks::Arc::new(DrainRemoveHandler { draining: dr });
+            pending.set_add_handler(add);
+            pending.set_remove_handler(remove);
+        }
+        let max_unacked = i64::from(self.cfg.max_unacked_per_consumer);
+        let shared = Arc::new(ConsumerShared {
+            id: spec.id,
+            pending,
+            unacked: AtomicI64::new(0),
+            blocked: AtomicBool::new(false),
+            max_unacked,
+        });
+        let c = Consumer {
+            id: spec.id,
+            name: spec.name,
+            priority: spec.priority,
+            permits: 0,
+            parked_permits: 0,
+            shared,
+            count_next,
+            blocked_by_hash: false,
+        };
+        let at = self.consumers.partition_point(|x| x.priority <= c.priority);
+        debug!(consumer = %c.id, name = %c.name, priority = c.priority, "consumer added");
+        self.consumers.insert(at, c);
+        self.ids.insert(at, spec.id);
+        self.publish_registry();
+        if let Some(imp) = impacted {
+            self.register_draining(&imp, spec.id);
+        }
+        self.input_arrived();
+        self.read_more(now);
+        Ok(())
+    }
+
+    /// PIP-379 registration (Pulsar §4): for every consumer other than `changed`, pending acks
+    /// whose hash lies in a range it lost start draining on it; pending acks whose hash came back
+    /// to the consumer that drains it release that draining entry.
+    pub(super) fn register_draining(
+        &mut self,
+        imp: &ImpactedConsumers<ConsumerId>,
+        changed: ConsumerId,
+    ) {
+        let Some(dr) = self.ks.as_ref().and_then(|k| k.draining.clone()) else {
+            return;
+        };
+        for (cid, ranges) in &imp.removed {
+            if *cid == changed {
+                continue;
+            }
+            let Some(i) = self.find(*cid) else { continue };
+            let c = &self.consumers[i];
+            let mut n = 0u32;
+            c.shared.pending.for_each(|pos, ack| {
+                if ack.hash == 0 {
+                    warn!(consumer = %c.id, ledger = pos.0, entry = pos.1, "pending ack without hash on Key_Shared, not draining");
+                    return;
+                }
+                if ranges_contain(ranges, ack.hash) {
+                    match dr.add_entry(c.id, ack.hash) {
+                        Ok(()) => n += 1,
+                        Err(e) => warn!(consumer = %c.id, hash = ack.hash, error = %e, "draining registration refused"),
+                    }
+                }
+            });
+            debug!(consumer = %c.id, references = n, "draining registered");
+        }
+        for (cid, ranges) in &imp.added {
+            if *cid == changed {
+                continue;
+            }
+            let Some(i) = self.find(*cid) else { continue };
+            let c = &self.consumers[i];
+            c.shared.pending.for_each(|_, ack| {
+                if ack.hash != 0
+                    && ranges_contain(ranges, ack.hash)
+                    && dr.get(ack.hash).is_some_and(|e| e.owner == c.id)
+                {
+                    let _ = dr.reduce_ref_count(c.id, ack.hash, false);
+                }
+            });
+        }
+    }
+
+    /// A consumer leaves (close or disconnect). Its pending acks go to replay with their hash
+    /// (their draining references drop without an unblock notification); on Shared its chunk
+    /// pins are dropped. When it was the last consumer: replay, pins and draining are cleared
+    /// and the next read is preceded by a [`Command::Rewind`]. Unknown id: no-op, returns false.
+    pub fn handle_consumer_removed(&mut self, now: u64, id: ConsumerId) -> bool {
+        let Some(i) = self.find(id) else {
+            return false;
+        };
+        let impacted = self.ks.as_mut().map(|ks| ks.selector.remove_consumer(id));
+        let c = self.consumers.remove(i);
+        self.ids.remove(i);
+        self.publish_registry();
+        let last = self.consumers.is_empty();
+        let mut requeued = Vec::new();
+        let mut debit = 0i64;
+        c.shared.pending.for_each_and_close(|pos, ack| {
+            debit += i64::from(ack.remaining);
+            requeued.push((from_pa(pos), ack.hash));
+        });
+        c.shared.unacked.fetch_sub(debit, Ordering::SeqCst);
+        self.shared.debit(debit);
+        self.assignor.remove_consumer(id);
+        if let Some(ks) = &mut self.ks {
+            ks.pins.retain(|_, (c, _)| *c != id);
+            ks.hash_pins.retain(|_, (c, _)| *c != id);
+        }
+        self.replay.unpin(|p| p == id);
+        if self.rr_last == Some(id) {
+            self.rr_last = None;
+        }
+        debug!(consumer = %id, requeued = requeued.len(), last, "consumer removed");
+        if last {
+            self.replay.clear();
+            self.nack_timer = None;
+            self.assignor.clear();
+            if let Some(ks) = &mut self.ks {
+                ks.pins.clear();
+                ks.hash_pins.clear();
+                ks.blocked_since.clear();
+                if let Some(dr) = &ks.draining {
+                    dr.clear();
+                }
+            }
+            self.shared.unacked.store(0, Ordering::SeqCst);
+            self.shared.blocked.store(false, Ordering::SeqCst);
+            self.rewind_pending = true;
+            self.at_end = false;
+            self.skip_next_replay = false;
+            self.read_more(now);
+            return true;
+        }
+        for (p, h) in requeued {
+            if self.last_md.is_none_or(|md| p > md) {
+                self.replay.add(p, h, None);
+            }
+        }
+        if let Some(imp) = impacted {
+            self.register_draining(&imp, id);
+        }
+        if let Some(dr) = self.ks.as_ref().and_then(|k| k.draining.as_ref()) {
+            dr.consumer_removed(id);
+        }
+        self.input_arrived();
+        self.read_more(now);
+        true
+    }
+
+    /// A consumer grants `permits` more messages (a client Flow). While the consumer is blocked
+    /// on unacked messages the permits are parked until it resumes. Unknown id: no-op, false.
+    pub fn handle_flow(&mut self, now: u64, id: ConsumerId, permits: u32) -> bool {
+        let Some(i) = self.find(id) else {
+            return false;
+        };
+        let c = &mut self.consumers[i];
+        if c.blocked() {
+            c.parked_permits = c.parked_permits.saturating_add(i64::from(permits));
+        } else {
+            c.permits = c.permits.saturating_add(i64::from(permits));
+        }
+        trace!(consumer = %id, permits, total = c.permits, "flow");
+        self.input_arrived();
+        self.read_more(now);
+        true
+    }
+}

@@ -1,0 +1,359 @@
+//! The sans-IO dispatcher core: inputs are `handle_*(now, …)`, outputs are [`Command`]s.
+//!
+//! One struct, [`Dispatcher`], whose state and methods are split by concern:
+//!
+//! | module | concern |
+//! |---|---|
+//! | `mod.rs` | the struct, construction, the outputs `poll_command` / `poll_timeout` |
+//! | `membership` | consumers join and leave, flow permits, draining registration |
+//! | `read_loop` | wake and timers, choosing the next read or replay, read results |
+//! | `gate` | the dispatch predicate (`can_dispatch`) and its gates |
+//! | `key_shared` | Key_Shared routing: selector, draining, chunk and hash pins |
+//! | `send` | Shared dispatch, the send step, permit and unacked accounting |
+//! | `redelivery` | redelivery, ordered nack, release, parked entries and dead letters |
+//! | `mark_delete` | the mark-delete hook |
+//! | `explain` | `why_blocked`, stats and views, beside their types |
+//!
+//! Method categories: inputs are `handle_*` (every one takes `now`), outputs are `poll_*`,
+//! everything else (`stats`, `why_blocked`, `entry_hash`, …) is a query that changes nothing.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use ahash::{AHashMap, AHashSet};
+use chunk_assignor::{AssignEntry, ChunkAssignor, ChunkRef, ConsumerSlot};
+use cursor::{Entry, MarkDeleteMove, MarkDeleteReason, Position};
+use draining_hashes::{DrainingHashes, Reduced};
+use pending_acks::{AddRefused, PendingAcks, RemovalCause};
+use tracing::{debug, trace, warn};
+
+use crate::config::{
+    ConsumerId, ConsumerSpec, DeadLetterAction, DispatcherConfig, KeySharedConfig, KeySharedMode,
+    SubscriptionType,
+};
+use crate::error::AddConsumerError;
+use crate::hash::{key_hash31, slot, sticky_key_bytes, KeyFields};
+use crate::replay::{ReplaySet, PARKED};
+use crate::selector::{
+    ranges_contain, AutoSplitSelector, ConsistentHashingSelector, ConsumerInfo,
+    ExclusiveRangeSelector, ImpactedConsumers, StickyKeySelector,
+};
+use crate::shared::{
+    ConsumerShared, DrainAddHandler, DrainListener, DrainRemoveHandler, PaPos, SubShared,
+    WakeState, Waker,
+};
+use crate::sync::{Arc, AtomicBool, AtomicI64, Ordering, RwLock};
+
+/// A boxed selector, as the dispatcher holds it (users may plug their own).
+pub type BoxedSelector = Box<dyn StickyKeySelector<ConsumerId> + Send>;
+
+mod explain;
+mod gate;
+mod key_shared;
+mod mark_delete;
+mod membership;
+mod read_loop;
+mod redelivery;
+mod send;
+
+pub use self::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
+pub use self::gate::{Gate, Verdict};
+use self::key_shared::*;
+
+/// What the driver must do next. Drain with [`Dispatcher::poll_command`] after every
+/// `handle_*` call and execute in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Command {
+    /// Rewind the cursor (`cursor.rewind`): the last consumer left (or a read completed after
+    /// it left), so the next read starts at the first unacked entry again. Emitted once no read
+    /// is in flight.
+    Rewind,
+    /// Read up to `max_entries` entries from the cursor's read position and pass them to
+    /// [`Dispatcher::handle_read_complete`]. At the end of the topic the driver reports an empty
+    /// result; the dispatcher then waits for [`Dispatcher::handle_entries_appended`].
+    Read {
+        /// Largest number of entries to read.
+        max_entries: usize,
+    },
+    /// Read these positions (`cursor.replay`) and pass the result to
+    /// [`Dispatcher::handle_replay_complete`].
+    Replay {
+        /// Ascending positions.
+        positions: Vec<Position>,
+    },
+    /// Deliver these entries, in order, to the consumer.
+    Send {
+        /// The receiving consumer.
+        consumer: ConsumerId,
+        /// The entries, ascending within one command.
+        entries: Vec<Entry>,
+    },
+    /// Call [`Dispatcher::handle_timeout`] at or after this time (replaces earlier timers; see
+    /// also [`Dispatcher::poll_timeout`]).
+    SetTimer {
+        /// Absolute time in the caller's unit.
+        at: u64,
+    },
+}
+
+/// Core-side consumer state.
+struct Consumer {
+    id: ConsumerId,
+    name: String,
+    priority: i32,
+    /// Permits in messages; may go negative (dispatch is per entry, at least one).
+    permits: i64,
+    /// Permits received while blocked on unacked messages.
+    parked_permits: i64,
+    shared: Arc<ConsumerShared>,
+    count_next: Arc<AtomicBool>,
+    /// Key_Shared: a normal read was blocked for this consumer by a hash rule in the last batch.
+    blocked_by_hash: bool,
+}
+
+impl Consumer {
+    fn blocked(&self) -> bool {
+        self.shared.blocked.load(Ordering::SeqCst)
+    }
+
+    fn unacked(&self) -> i64 {
+        self.shared.unacked.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReadKind {
+    Normal,
+    Replay,
+}
+
+#[derive(Default)]
+struct Counters {
+    look_ahead_triggers: u64,
+    orphan_chunks: u64,
+    draining_force_released: u64,
+    entries_sent: u64,
+    messages_sent: u64,
+    read_results_discarded: u64,
+    send_time_refusals: u64,
+    redeliveries: u64,
+    nacks: u64,
+    releases: u64,
+    dead_letters: u64,
+    holds_ended_by_mark_delete: u64,
+}
+
+/// The sans-IO dispatcher of one subscription (Shared or Key_Shared).
+///
+/// Single-threaded (`&mut self`), no clock, no threads: every input is a `handle_*` call with
+/// the current time, every output a [`Command`] from [`poll_command`](Self::poll_command).
+/// The driver owns the cursor and the ledger. Acks do not go through the core: they run on the
+/// consumer's thread through an [`AckHandle`](crate::AckHandle) and, when they unblock
+/// something, call the [`Waker`]; the driver then calls [`handle_wake`](Self::handle_wake).
+pub struct Dispatcher {
+    cfg: DispatcherConfig,
+    ks: Option<KeyShared>,
+    shared: Arc<SubShared>,
+    wake: Arc<WakeState>,
+    /// Sorted by priority (stable: join order within a level).
+    consumers: Vec<Consumer>,
+    /// `consumers[i].id`, densely, for fast look-ups.
+    ids: Vec<ConsumerId>,
+    replay: ReplaySet<Position, ConsumerId>,
+    assignor: ChunkAssignor<ConsumerId>,
+    rr_last: Option<ConsumerId>,
+    commands: VecDeque<Command>,
+    pending_read: Option<ReadKind>,
+    read_batch: usize,
+    at_end: bool,
+    rewind_pending: bool,
+    min_replay_at_read: Option<Position>,
+    skip_next_replay: bool,
+    unblock_timer: Option<u64>,
+    draining_timer: Option<u64>,
+    /// A read that dispatched nothing backs off (Pulsar's retry backoff) instead of spinning.
+    retry_timer: Option<u64>,
+    retry_backoff: u64,
+    skip_backoff: bool,
+    /// Key_Shared: the last replay pick found nothing dispatchable and nothing relevant changed
+    /// since (the pick scans the replay set, so it is not repeated for nothing).
+    replay_settled: bool,
+    scratch_blocked: AHashSet<u32>,
+    last_timer_sent: Option<u64>,
+    last_md: Option<Position>,
+    redelivery_counts: BTreeMap<Position, u32>,
+    /// Earliest not-before time of a delayed (nacked) replay entry.
+    nack_timer: Option<u64>,
+    /// Dead letters for the driver (see `poll_dead_letter`).
+    dead_letters: VecDeque<Position>,
+    counters: Counters,
+}
+
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("subscription", &self.cfg.subscription)
+            .field("consumers", &self.ids)
+            .field("replay", &self.replay.len())
+            .field("pending_read", &self.pending_read)
+            .field("commands", &self.commands.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn pa(p: Position) -> PaPos {
+    (p.ledger_id, p.entry_id)
+}
+
+fn from_pa(p: PaPos) -> Position {
+    Position::new(p.0, p.1)
+}
+
+impl Dispatcher {
+    /// A dispatcher for `cfg`, waking its driver through `waker`.
+    ///
+    /// On Key_Shared the selector follows `cfg`'s mode; use
+    /// [`with_selector`](Self::with_selector) to plug in your own.
+    pub fn new(cfg: DispatcherConfig, waker: std::sync::Arc<dyn Waker>) -> Self {
+        let selector: Option<BoxedSelector> = match cfg.subscription {
+            SubscriptionType::Shared => None,
+            SubscriptionType::KeyShared(k) => Some(match k.mode {
+                KeySharedMode::ConsistentHashing { points } => {
+                    Box::new(ConsistentHashingSelector::new(points))
+                }
+                KeySharedMode::AutoSplit => Box::new(AutoSplitSelector::new()),
+                KeySharedMode::Exclusive => Box::new(ExclusiveRangeSelector::new()),
+            }),
+        };
+        Self::build(cfg, waker, selector)
+    }
+
+    /// A Key_Shared dispatcher with a caller-supplied selector (the mode in `cfg` then only
+    /// decides whether draining is required: AUTO_SPLIT modes and not out-of-order). On a
+    /// Shared `cfg` the selector is ignored.
+    pub fn with_selector(
+        cfg: DispatcherConfig,
+        waker: std::sync::Arc<dyn Waker>,
+        selector: BoxedSelector,
+    ) -> Self {
+        Self::build(cfg, waker, Some(selector))
+    }
+
+    fn build(
+        cfg: DispatcherConfig,
+        waker: std::sync::Arc<dyn Waker>,
+        selector: Option<BoxedSelector>,
+    ) -> Self {
+        let wake = Arc::new(WakeState {
+            hashes_unblocked: AtomicBool::new(false),
+            unacked_unblocked: AtomicBool::new(false),
+            unblock_notifications: crate::sync::AtomicU64::new(0),
+            waker,
+        });
+        let (ks, count_hashes) = match (cfg.subscription, selector) {
+            (SubscriptionType::KeyShared(k), Some(selector)) => {
+                let draining_required =
+                    !k.allow_out_of_order && !matches!(k.mode, KeySharedMode::Exclusive);
+                let draining = draining_required.then(|| {
+                    let listener: draining_hashes::Arc<dyn draining_hashes::UnblockListener> =
+                        draining_hashes::Arc::new(DrainListener(wake.clone()));
+                    Arc::new(DrainingHashes::new(listener))
+                });
+                (
+                    Some(KeyShared {
+                        cfg: k,
+                        selector,
+                        draining,
+                        pins: AHashMap::new(),
+                        hash_pins: AHashMap::new(),
+                        blocked_since: AHashMap::new(),
+                    }),
+                    !k.allow_out_of_order,
+                )
+            }
+            _ => (None, false),
+        };
+        let shared = Arc::new(SubShared {
+            consumers: RwLock::new(Vec::new()),
+            unacked: AtomicI64::new(0),
+            blocked: AtomicBool::new(false),
+            max_unacked: i64::try_from(cfg.max_unacked_per_subscription).unwrap_or(i64::MAX),
+            wake: wake.clone(),
+        });
+        let read_batch = cfg.min_read_batch.max(1);
+        let assignor = ChunkAssignor::new(cfg.assignor);
+        Dispatcher {
+            cfg,
+            ks,
+            shared,
+            wake,
+            consumers: Vec::new(),
+            ids: Vec::new(),
+            replay: ReplaySet::new(count_hashes),
+            assignor,
+            rr_last: None,
+            commands: VecDeque::new(),
+            pending_read: None,
+            read_batch,
+            at_end: false,
+            rewind_pending: false,
+            min_replay_at_read: None,
+            skip_next_replay: false,
+            unblock_timer: None,
+            draining_timer: None,
+            retry_timer: None,
+            retry_backoff: 0,
+            skip_backoff: false,
+            replay_settled: false,
+            scratch_blocked: AHashSet::new(),
+            last_timer_sent: None,
+            last_md: None,
+            redelivery_counts: BTreeMap::new(),
+            nack_timer: None,
+            dead_letters: VecDeque::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &DispatcherConfig {
+        &self.cfg
+    }
+
+    pub(crate) fn sub_shared(&self) -> Arc<SubShared> {
+        self.shared.clone()
+    }
+
+    // ------------------------------------------------------------------ outputs
+
+    /// The next command for the driver, if any.
+    pub fn poll_command(&mut self) -> Option<Command> {
+        self.commands.pop_front()
+    }
+
+    /// The earliest armed timer: call [`handle_timeout`](Self::handle_timeout) at or after it.
+    pub fn poll_timeout(&self) -> Option<u64> {
+        [
+            self.unblock_timer,
+            self.draining_timer,
+            self.retry_timer,
+            self.nack_timer,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    fn arm_timer_command(&mut self) {
+        let t = self.poll_timeout();
+        if t.is_some() && t != self.last_timer_sent {
+            if let Some(at) = t {
+                self.commands.push_back(Command::SetTimer { at });
+            }
+        }
+        self.last_timer_sent = t;
+    }
+
+    fn find(&self, id: ConsumerId) -> Option<usize> {
+        self.ids.iter().position(|c| *c == id)
+    }
+}

@@ -1,0 +1,252 @@
+//! Sending: Shared dispatch, the send step, permit and unacked accounting.
+
+use super::*;
+
+/// Adapter: the chunk assignor looks at an entry's chunk metadata through this.
+pub(super) struct Item(pub(super) Entry);
+
+impl AssignEntry for Item {
+    fn chunk(&self) -> Option<ChunkRef<'_>> {
+        self.0.meta.chunk.as_ref().map(|c| ChunkRef {
+            uuid: &c.uuid,
+            chunk_id: c.chunk_id,
+            num_chunks: c.num_chunks,
+        })
+    }
+}
+
+impl Dispatcher {
+    pub(super) fn available_permits(&self, c: &Consumer) -> i64 {
+        if c.blocked() || c.permits <= 0 {
+            return 0;
+        }
+        let mut p = c.permits;
+        if c.shared.max_unacked > 0 {
+            p = p.min(c.shared.max_unacked - c.unacked());
+        }
+        p.max(0)
+    }
+
+    pub(super) fn recheck_unacked_blocks(&mut self) {
+        for c in &mut self.consumers {
+            if c.shared.max_unacked > 0 && c.blocked() && c.unacked() <= c.shared.max_unacked / 2 {
+                c.shared.blocked.store(false, Ordering::SeqCst);
+                c.permits = c
+                    .permits
+                    .saturating_add(std::mem::take(&mut c.parked_permits));
+                self.replay_settled = false;
+                debug!(consumer = %c.id, permits = c.permits, "consumer resumed below half its unacked limit");
+            }
+        }
+        let max = self.shared.max_unacked;
+        if max > 0
+            && self.shared.blocked.load(Ordering::SeqCst)
+            && self.shared.unacked.load(Ordering::SeqCst) <= max / 2
+        {
+            self.shared.blocked.store(false, Ordering::SeqCst);
+            debug!("subscription resumed below half its unacked limit");
+        }
+    }
+
+    // ------------------------------------------------------------------ sending
+
+    /// Adds `entries` to the consumer's pending acks and emits the send. Entries refused at send
+    /// time (draining conflict, closed map) go back to replay with their hash. Returns the
+    /// number of entries sent.
+    pub(super) fn send_to(
+        &mut self,
+        i: usize,
+        mut out: Vec<Entry>,
+        hashes: &[u32],
+        pinned: &[bool],
+    ) -> usize {
+        let mut messages = 0i64;
+        let id = self.consumers[i].id;
+        let mut refused_n = 0u64;
+        {
+            let c = &self.consumers[i];
+            let replay = &mut self.replay;
+            let ks = &mut self.ks;
+            let last_md = self.last_md;
+            let mut k = 0usize;
+            // A message whose chunk 0 was refused here must not get its later chunks.
+            let mut refused_uuids: Vec<String> = Vec::new();
+            out.retain(|e| {
+                let hash = hashes.get(k).copied().unwrap_or(0);
+                let is_pinned = pinned.get(k).copied().unwrap_or(false);
+                k += 1;
+                if let Some(ch) = &e.meta.chunk {
+                    if ch.chunk_id > 0 && refused_uuids.contains(&ch.uuid) {
+                        refused_n += 1;
+                        replay.add(e.position, hash, None);
+                        return false;
+                    }
+                }
+                let n = e.meta.messages();
+                if is_pinned {
+                    c.count_next.store(true, Ordering::SeqCst);
+                }
+                let r = c.shared.pending.add_if_allowed(pa(e.position), n, hash);
+                if is_pinned {
+                    c.count_next.store(false, Ordering::SeqCst);
+                }
+                match r {
+                    Ok(_) => {
+                        if !replay.is_empty() {
+                            replay.remove(e.position);
+                        }
+                        if let Some(ks) = ks.as_mut() {
+                            note_chunk_sent(ks, e, id, hash);
+                        }
+                        messages += i64::from(n);
+                        true
+                    }
+                    Err(refused) => {
+                        refused_n += 1;
+                        if let Some(ch) = e.meta.chunk.as_ref().filter(|c| c.chunk_id == 0) {
+                            refused_uuids.push(ch.uuid.clone());
+                        }
+                        debug!(consumer = %id, ledger = e.position.ledger_id, entry = e.position.entry_id, hash, reason = ?refused, "send-time add refused, entry back to replay");
+                        let continuation =
+                            e.meta.chunk.as_ref().is_some_and(|c| c.chunk_id > 0);
+                        let pin = if is_pinned && continuation {
+                            Some(id)
+                        } else {
+                            None
+                        };
+                        if !matches!(refused, AddRefused::Closed)
+                            || last_md.is_none_or(|md| e.position > md)
+                        {
+                            replay.add(e.position, hash, pin);
+                        }
+                        false
+                    }
+                }
+            });
+        }
+        self.counters.send_time_refusals += refused_n;
+        if out.is_empty() {
+            return 0;
+        }
+        let c = &mut self.consumers[i];
+        c.permits = c.permits.saturating_sub(messages);
+        c.shared.unacked.fetch_add(messages, Ordering::SeqCst);
+        let unacked_sub = self.shared.unacked.fetch_add(messages, Ordering::SeqCst) + messages;
+        if c.shared.max_unacked > 0 && c.unacked() >= c.shared.max_unacked && !c.blocked() {
+            c.shared.blocked.store(true, Ordering::SeqCst);
+            debug!(consumer = %c.id, unacked = c.unacked(), "consumer blocked on unacked messages");
+            // The ack path may have crossed half before it saw the flag: re-check.
+            if c.unacked() <= c.shared.max_unacked / 2 {
+                self.wake.unacked_unblocked.store(true, Ordering::SeqCst);
+            }
+        }
+        let max = self.shared.max_unacked;
+        if max > 0 && unacked_sub >= max && !self.shared.blocked.load(Ordering::SeqCst) {
+            self.shared.blocked.store(true, Ordering::SeqCst);
+            debug!(
+                unacked = unacked_sub,
+                "subscription blocked on unacked messages"
+            );
+            if self.shared.unacked.load(Ordering::SeqCst) <= max / 2 {
+                self.wake.unacked_unblocked.store(true, Ordering::SeqCst);
+            }
+        }
+        if self.wake.unacked_unblocked.load(Ordering::SeqCst)
+            && self.wake.unacked_unblocked.swap(false, Ordering::SeqCst)
+        {
+            self.recheck_unacked_blocks();
+        }
+        self.counters.entries_sent += out.len() as u64;
+        self.counters.messages_sent += messages as u64;
+        let sent = out.len();
+        trace!(consumer = %id, entries = sent, messages, "send");
+        self.commands.push_back(Command::Send {
+            consumer: id,
+            entries: out,
+        });
+        sent
+    }
+
+    pub(super) fn dispatch_shared(&mut self, now: u64, entries: Vec<Entry>, from_replay: bool) {
+        if entries.iter().any(|e| e.meta.chunk.is_some()) {
+            let slots: Vec<ConsumerSlot<ConsumerId>> = self
+                .consumers
+                .iter()
+                .map(|c| ConsumerSlot {
+                    id: c.id,
+                    permits: self.available_permits(c),
+                    priority: c.priority,
+                })
+                .collect();
+            let before = self.assignor.stats().orphan_chunks;
+            let items = entries.into_iter().map(Item);
+            let a = self.assignor.assign(now, items.collect(), &slots);
+            self.counters.orphan_chunks += self.assignor.stats().orphan_chunks - before;
+            for (cid, list) in a.per_consumer {
+                if list.is_empty() {
+                    continue;
+                }
+                if let Some(i) = self.find(cid) {
+                    let v: Vec<Entry> = list.into_iter().map(|it| it.0).collect();
+                    self.send_to(i, v, &[], &[]);
+                } else {
+                    for it in list {
+                        self.replay.add(it.0.position, 0, None);
+                    }
+                }
+            }
+            for it in a.replay {
+                self.replay.add(it.0.position, 0, None);
+            }
+            return;
+        }
+        let total = entries.len();
+        let mut consumed = 0usize;
+        let mut rest = entries.into_iter().peekable();
+        while rest.peek().is_some() {
+            let Some(i) = self.next_round_robin() else {
+                break;
+            };
+            let avail = self.available_permits(&self.consumers[i]);
+            let cap = self.cfg.max_round_robin_batch.max(1);
+            let limit = avail.max(1);
+            let mut take = Vec::with_capacity(cap.min(total - consumed));
+            let mut msgs = 0i64;
+            while let Some(e) = rest.peek() {
+                let n = i64::from(e.meta.messages());
+                if !take.is_empty() && (msgs + n > limit || take.len() >= cap) {
+                    break;
+                }
+                msgs += n;
+                if let Some(e) = rest.next() {
+                    take.push(e);
+                }
+            }
+            consumed += take.len();
+            self.rr_last = Some(self.consumers[i].id);
+            self.send_to(i, take, &[], &[]);
+        }
+        let _ = from_replay;
+        for e in rest {
+            self.replay.add(e.position, 0, None);
+        }
+    }
+
+    /// Pulsar's ConsumerPrioritySelector: the highest priority level with an available consumer,
+    /// rotating within the level after the last consumer served.
+    pub(super) fn next_round_robin(&self) -> Option<usize> {
+        let avail = |c: &Consumer| self.available_permits(c) > 0;
+        let level = self.consumers.iter().find(|c| avail(c))?.priority;
+        // Consumers are sorted by priority: the level is one contiguous run.
+        let lo = self.consumers.partition_point(|c| c.priority < level);
+        let hi = self.consumers.partition_point(|c| c.priority <= level);
+        let len = hi - lo;
+        let start = self
+            .rr_last
+            .and_then(|l| self.consumers[lo..hi].iter().position(|c| c.id == l))
+            .map_or(0, |p| p + 1);
+        (0..len)
+            .map(|k| lo + (start + k) % len)
+            .find(|&i| avail(&self.consumers[i]))
+    }
+}
