@@ -247,7 +247,7 @@ impl Dispatcher {
                 .ks
                 .as_ref()
                 .map_or(self.assignor.pin_count(), |k| k.pins.len()),
-            read_batch: self.read_batch,
+            read_batch: self.read.batch,
         }
     }
 

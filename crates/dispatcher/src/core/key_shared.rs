@@ -89,7 +89,7 @@ impl Dispatcher {
             false
         });
         self.counters.draining_force_released += released;
-        self.draining_timer = next;
+        self.timers.draining = next;
     }
 
     /// The sticky-key hash (slot) of an entry under the current selector; 0 on Shared.
@@ -115,11 +115,12 @@ impl Dispatcher {
         entries: Vec<Entry>,
         from_replay: bool,
         has_more: bool,
+        min_replay_at_read: Option<Position>,
     ) {
         let ordered = self.ks.as_ref().is_some_and(|k| k.ordered());
         if !from_replay && ordered {
             let first = self.replay.first();
-            let earlier = match (first, self.min_replay_at_read) {
+            let earlier = match (first, min_replay_at_read) {
                 (Some(f), Some(m)) => f < m,
                 (Some(_), None) => true,
                 _ => false,
@@ -128,7 +129,7 @@ impl Dispatcher {
                 // Something earlier entered replay while this read was in flight: park the
                 // whole result in replay so the earlier positions go first.
                 self.counters.read_results_discarded += 1;
-                self.skip_backoff = true;
+                self.read.discarded_read = true;
                 debug!(
                     entries = entries.len(),
                     "read result discarded: an earlier position entered replay meanwhile"
@@ -338,7 +339,7 @@ impl Dispatcher {
                 });
             if someone && has_more {
                 self.counters.look_ahead_triggers += 1;
-                self.skip_next_replay = true;
+                self.read.look_ahead_next = true;
                 debug!(
                     replay = self.replay.len(),
                     "look-ahead: reading past blocked keys"
@@ -354,9 +355,9 @@ impl Dispatcher {
         let Some(ks) = &mut self.ks else { return };
         ks.blocked_since.entry(hash).or_insert(now);
         let due = now.saturating_add(timeout);
-        if self.draining_timer.is_none_or(|t| t > due) {
+        if self.timers.draining.is_none_or(|t| t > due) {
             let earliest = ks.blocked_since.values().min().copied().unwrap_or(now);
-            self.draining_timer = Some(earliest.saturating_add(timeout));
+            self.timers.draining = Some(earliest.saturating_add(timeout));
         }
     }
 

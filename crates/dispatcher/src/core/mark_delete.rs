@@ -20,10 +20,10 @@ impl Dispatcher {
         let md = mv.to;
         if mv.reason == MarkDeleteReason::Reset {
             self.replay.clear();
-            self.nack_timer = None;
+            self.timers.nack = None;
             self.redelivery_counts.clear();
             self.last_md = Some(md);
-            self.at_end = false;
+            self.read.state.set_at_end(false);
             self.input_arrived();
             self.read_more(now);
             return;
@@ -35,7 +35,7 @@ impl Dispatcher {
         }
         self.counters.holds_ended_by_mark_delete += ended.len() as u64;
         if !ended.is_empty() {
-            self.nack_timer = self.replay.next_due(now);
+            self.timers.nack = self.replay.next_due(now);
         }
         self.redelivery_counts = self.redelivery_counts.split_off(&md.next());
         let admin = matches!(
@@ -65,8 +65,8 @@ impl Dispatcher {
                 self.recheck_unacked_blocks();
             }
             if self.ks.is_some() && self.cfg.unblocking_interval > 0 {
-                if self.unblock_timer.is_none() {
-                    self.unblock_timer = Some(now.saturating_add(self.cfg.unblocking_interval));
+                if self.timers.unblock.is_none() {
+                    self.timers.unblock = Some(now.saturating_add(self.cfg.unblocking_interval));
                 }
                 self.arm_timer_command();
                 return;

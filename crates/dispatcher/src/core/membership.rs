@@ -34,7 +34,7 @@ impl Dispatcher {
             // Pulsar §8.1: the first consumer starts from a clean slate (the rewind was already
             // issued when the last consumer left).
             self.replay.clear();
-            self.at_end = false;
+            self.read.state.set_at_end(false);
         }
         let pending = PendingAcks::new(spec.id);
         let count_next = Arc::new(AtomicBool::new(false));
@@ -162,7 +162,7 @@ impl Dispatcher {
         debug!(consumer = %id, requeued = requeued.len(), last, "consumer removed");
         if last {
             self.replay.clear();
-            self.nack_timer = None;
+            self.timers.nack = None;
             self.assignor.clear();
             if let Some(ks) = &mut self.ks {
                 ks.pins.clear();
@@ -174,9 +174,9 @@ impl Dispatcher {
             }
             self.shared.unacked.store(0, Ordering::SeqCst);
             self.shared.blocked.store(false, Ordering::SeqCst);
-            self.rewind_pending = true;
-            self.at_end = false;
-            self.skip_next_replay = false;
+            self.read.rewind_pending = true;
+            self.read.state.set_at_end(false);
+            self.read.look_ahead_next = false;
             self.read_more(now);
             return true;
         }

@@ -58,6 +58,7 @@ mod send;
 pub use self::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
 pub use self::gate::{Gate, Verdict};
 use self::key_shared::*;
+use self::read_loop::ReadLoop;
 
 /// What the driver must do next. Drain with [`Dispatcher::poll_command`] after every
 /// `handle_*` call and execute in order.
@@ -120,12 +121,6 @@ impl Consumer {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum ReadKind {
-    Normal,
-    Replay,
-}
-
 #[derive(Default)]
 struct Counters {
     look_ahead_triggers: u64,
@@ -140,6 +135,20 @@ struct Counters {
     releases: u64,
     dead_letters: u64,
     holds_ended_by_mark_delete: u64,
+}
+
+/// The core's timers besides the read loop's retry; [`Dispatcher::poll_timeout`] is the
+/// earliest of them and the retry.
+#[derive(Debug, Default)]
+struct Timers {
+    /// Coalesces draining-hash releases (the unblocking interval).
+    unblock: Option<u64>,
+    /// The earliest draining timeout.
+    draining: Option<u64>,
+    /// Earliest not-before time of a delayed (nacked) replay entry.
+    nack: Option<u64>,
+    /// The last time sent as a [`Command::SetTimer`] (not re-sent while unchanged).
+    last_sent: Option<u64>,
 }
 
 /// The sans-IO dispatcher of one subscription (Shared or Key_Shared).
@@ -162,27 +171,13 @@ pub struct Dispatcher {
     assignor: ChunkAssignor<ConsumerId>,
     rr_last: Option<ConsumerId>,
     commands: VecDeque<Command>,
-    pending_read: Option<ReadKind>,
-    read_batch: usize,
-    at_end: bool,
-    rewind_pending: bool,
-    min_replay_at_read: Option<Position>,
-    skip_next_replay: bool,
-    unblock_timer: Option<u64>,
-    draining_timer: Option<u64>,
-    /// A read that dispatched nothing backs off (Pulsar's retry backoff) instead of spinning.
-    retry_timer: Option<u64>,
-    retry_backoff: u64,
-    skip_backoff: bool,
-    /// Key_Shared: the last replay pick found nothing dispatchable and nothing relevant changed
-    /// since (the pick scans the replay set, so it is not repeated for nothing).
-    replay_settled: bool,
+    /// The read loop: one state enum plus the hints for its next decision.
+    read: ReadLoop,
+    /// The timers besides the read loop's retry (see [`Timers`]).
+    timers: Timers,
     scratch_blocked: AHashSet<u32>,
-    last_timer_sent: Option<u64>,
     last_md: Option<Position>,
     redelivery_counts: BTreeMap<Position, u32>,
-    /// Earliest not-before time of a delayed (nacked) replay entry.
-    nack_timer: Option<u64>,
     /// Dead letters for the driver (see `poll_dead_letter`).
     dead_letters: VecDeque<Position>,
     counters: Counters,
@@ -194,7 +189,7 @@ impl std::fmt::Debug for Dispatcher {
             .field("subscription", &self.cfg.subscription)
             .field("consumers", &self.ids)
             .field("replay", &self.replay.len())
-            .field("pending_read", &self.pending_read)
+            .field("read", &self.read.state)
             .field("commands", &self.commands.len())
             .finish_non_exhaustive()
     }
@@ -292,23 +287,11 @@ impl Dispatcher {
             assignor,
             rr_last: None,
             commands: VecDeque::new(),
-            pending_read: None,
-            read_batch,
-            at_end: false,
-            rewind_pending: false,
-            min_replay_at_read: None,
-            skip_next_replay: false,
-            unblock_timer: None,
-            draining_timer: None,
-            retry_timer: None,
-            retry_backoff: 0,
-            skip_backoff: false,
-            replay_settled: false,
+            read: ReadLoop::new(read_batch),
+            timers: Timers::default(),
             scratch_blocked: AHashSet::new(),
-            last_timer_sent: None,
             last_md: None,
             redelivery_counts: BTreeMap::new(),
-            nack_timer: None,
             dead_letters: VecDeque::new(),
             counters: Counters::default(),
         }
@@ -333,10 +316,10 @@ impl Dispatcher {
     /// The earliest armed timer: call [`handle_timeout`](Self::handle_timeout) at or after it.
     pub fn poll_timeout(&self) -> Option<u64> {
         [
-            self.unblock_timer,
-            self.draining_timer,
-            self.retry_timer,
-            self.nack_timer,
+            self.timers.unblock,
+            self.timers.draining,
+            self.read.state.retry_at(),
+            self.timers.nack,
         ]
         .into_iter()
         .flatten()
@@ -345,12 +328,12 @@ impl Dispatcher {
 
     fn arm_timer_command(&mut self) {
         let t = self.poll_timeout();
-        if t.is_some() && t != self.last_timer_sent {
+        if t.is_some() && t != self.timers.last_sent {
             if let Some(at) = t {
                 self.commands.push_back(Command::SetTimer { at });
             }
         }
-        self.last_timer_sent = t;
+        self.timers.last_sent = t;
     }
 
     fn find(&self, id: ConsumerId) -> Option<usize> {

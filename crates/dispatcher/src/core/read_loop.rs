@@ -2,6 +2,168 @@
 
 use super::*;
 
+/// Which kind of read is in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReadKind {
+    /// A normal read at the cursor's read position.
+    Normal,
+    /// A replay read of chosen positions.
+    Replay,
+}
+
+/// Where the read loop is. At most one read (normal or replay) is in flight; otherwise the loop
+/// is idle, parked at the end of the topic, or backing off after a read that dispatched nothing.
+///
+/// A replay may be issued while parked at the end (and a backoff may follow one), so those two
+/// states carry whether the loop returns to `AtEnd` afterwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReadState {
+    /// Nothing in flight: the next `read_more` may issue a read or a replay.
+    Idle,
+    /// A normal read is in flight; `min_replay` was the first replay position when it was
+    /// issued (an earlier one entering replay meanwhile discards the result).
+    Reading {
+        /// First replay position at issue time.
+        min_replay: Option<Position>,
+    },
+    /// A replay read is in flight.
+    Replaying {
+        /// The loop was parked at the end of the topic when the replay was issued.
+        at_end: bool,
+    },
+    /// The last normal read found nothing: no normal read until entries are appended (replays
+    /// still go out).
+    AtEnd,
+    /// A read dispatched nothing: nothing is read before `until` unless new input arrives.
+    BackingOff {
+        /// The retry time.
+        until: u64,
+        /// Parked at the end of the topic underneath.
+        at_end: bool,
+    },
+}
+
+impl ReadState {
+    pub(super) fn in_flight(&self) -> bool {
+        matches!(
+            self,
+            ReadState::Reading { .. } | ReadState::Replaying { .. }
+        )
+    }
+
+    pub(super) fn at_end(&self) -> bool {
+        match *self {
+            ReadState::AtEnd => true,
+            ReadState::Replaying { at_end } | ReadState::BackingOff { at_end, .. } => at_end,
+            ReadState::Idle | ReadState::Reading { .. } => false,
+        }
+    }
+
+    /// The retry time while backing off.
+    pub(super) fn retry_at(&self) -> Option<u64> {
+        match *self {
+            ReadState::BackingOff { until, .. } => Some(until),
+            _ => None,
+        }
+    }
+
+    /// Parks at (or leaves) the end of the topic, keeping whatever else is going on.
+    pub(super) fn set_at_end(&mut self, v: bool) {
+        *self = match *self {
+            ReadState::Idle | ReadState::AtEnd => match v {
+                true => ReadState::AtEnd,
+                false => ReadState::Idle,
+            },
+            ReadState::Replaying { .. } => ReadState::Replaying { at_end: v },
+            ReadState::BackingOff { until, .. } => ReadState::BackingOff { until, at_end: v },
+            reading @ ReadState::Reading { .. } => reading,
+        };
+    }
+
+    pub(super) fn start_read(&mut self, min_replay: Option<Position>) {
+        *self = ReadState::Reading { min_replay };
+    }
+
+    pub(super) fn start_replay(&mut self) {
+        *self = ReadState::Replaying {
+            at_end: self.at_end(),
+        };
+    }
+
+    /// A read of `kind` completed: back to idle (or at end). For a normal read, returns the
+    /// first replay position at issue time; `None` if no read of that kind was in flight.
+    pub(super) fn finish(&mut self, kind: ReadKind) -> Option<Option<Position>> {
+        match (*self, kind) {
+            (ReadState::Reading { min_replay }, ReadKind::Normal) => {
+                *self = ReadState::Idle;
+                Some(min_replay)
+            }
+            (ReadState::Replaying { at_end }, ReadKind::Replay) => {
+                *self = if at_end {
+                    ReadState::AtEnd
+                } else {
+                    ReadState::Idle
+                };
+                Some(None)
+            }
+            _ => None,
+        }
+    }
+
+    /// Backs off until `until` (replacing an earlier retry time).
+    pub(super) fn back_off(&mut self, until: u64) {
+        if !self.in_flight() {
+            let at_end = self.at_end();
+            *self = ReadState::BackingOff { until, at_end };
+        }
+    }
+
+    /// New input or a due timer ends the backoff.
+    pub(super) fn cancel_backoff(&mut self) {
+        if let ReadState::BackingOff { at_end, .. } = *self {
+            *self = if at_end {
+                ReadState::AtEnd
+            } else {
+                ReadState::Idle
+            };
+        }
+    }
+}
+
+/// The read loop's state plus the hints that shape its next decision.
+#[derive(Debug)]
+pub(super) struct ReadLoop {
+    /// Where the loop is.
+    pub(super) state: ReadState,
+    /// The adaptive read batch (doubles per non-empty read up to the configured maximum).
+    pub(super) batch: usize,
+    /// The last backoff step (1, 2, 4 … 10); 0 after progress.
+    pub(super) backoff_step: u64,
+    /// Issue a [`Command::Rewind`] as soon as nothing is in flight (the last consumer left).
+    pub(super) rewind_pending: bool,
+    /// Look-ahead: the next read skips the replay set and reads past blocked keys.
+    pub(super) look_ahead_next: bool,
+    /// Key_Shared: the last replay pick found nothing dispatchable and nothing relevant changed
+    /// since (the pick scans the replay set, so it is not repeated for nothing).
+    pub(super) replay_settled: bool,
+    /// The last read result was discarded into replay (not a reason to back off).
+    pub(super) discarded_read: bool,
+}
+
+impl ReadLoop {
+    pub(super) fn new(batch: usize) -> Self {
+        ReadLoop {
+            state: ReadState::Idle,
+            batch,
+            backoff_step: 0,
+            rewind_pending: false,
+            look_ahead_next: false,
+            replay_settled: false,
+            discarded_read: false,
+        }
+    }
+}
+
 impl Dispatcher {
     // ------------------------------------------------------------------ wake and timers
 
@@ -15,12 +177,12 @@ impl Dispatcher {
         }
         if self.wake.hashes_unblocked.swap(false, Ordering::SeqCst) {
             if self.cfg.unblocking_interval == 0 {
-                self.skip_next_replay = false;
-            } else if self.unblock_timer.is_none() {
-                self.unblock_timer = Some(now.saturating_add(self.cfg.unblocking_interval));
+                self.read.look_ahead_next = false;
+            } else if self.timers.unblock.is_none() {
+                self.timers.unblock = Some(now.saturating_add(self.cfg.unblocking_interval));
             }
         }
-        if self.unblock_timer.is_none() {
+        if self.timers.unblock.is_none() {
             self.read_more(now);
         }
         self.arm_timer_command();
@@ -28,25 +190,25 @@ impl Dispatcher {
 
     /// A timer armed through [`Command::SetTimer`] is due.
     pub fn handle_timeout(&mut self, now: u64) {
-        self.replay_settled = false;
-        if self.unblock_timer.is_some_and(|t| t <= now) {
-            self.unblock_timer = None;
-            self.skip_next_replay = false;
+        self.read.replay_settled = false;
+        if self.timers.unblock.is_some_and(|t| t <= now) {
+            self.timers.unblock = None;
+            self.read.look_ahead_next = false;
             // Pulsar cancels a parked read so the replay of unblocked entries is not starved.
-            self.at_end = false;
+            self.read.state.set_at_end(false);
         }
-        if self.draining_timer.is_some_and(|t| t <= now) {
-            self.draining_timer = None;
+        if self.timers.draining.is_some_and(|t| t <= now) {
+            self.timers.draining = None;
             self.force_release_expired(now);
         }
-        if self.retry_timer.is_some_and(|t| t <= now) {
-            self.retry_timer = None;
+        if self.read.state.retry_at().is_some_and(|t| t <= now) {
+            self.read.state.cancel_backoff();
         }
-        if self.nack_timer.is_some_and(|t| t <= now) {
-            self.nack_timer = self.replay.next_due(now);
-            trace!(next = ?self.nack_timer, "nack delay elapsed");
+        if self.timers.nack.is_some_and(|t| t <= now) {
+            self.timers.nack = self.replay.next_due(now);
+            trace!(next = ?self.timers.nack, "nack delay elapsed");
             // Delayed entries became due: a read backing off must not wait for its retry.
-            self.retry_timer = None;
+            self.read.state.cancel_backoff();
         }
         self.read_more(now);
     }
@@ -54,19 +216,21 @@ impl Dispatcher {
     /// After a read that dispatched nothing: wait before reading again (1, 2, 4 … up to 10
     /// time units), unless new input (flow, wake, join, leave, appended entries) arrives first.
     pub(super) fn back_off(&mut self, now: u64) {
-        self.retry_backoff = (self.retry_backoff * 2).clamp(1, 10);
-        self.retry_timer = Some(now.saturating_add(self.retry_backoff));
+        self.read.backoff_step = (self.read.backoff_step * 2).clamp(1, 10);
+        self.read
+            .state
+            .back_off(now.saturating_add(self.read.backoff_step));
     }
 
     /// New input may allow progress: cancel the retry backoff.
     pub(super) fn input_arrived(&mut self) {
-        self.retry_timer = None;
-        self.replay_settled = false;
+        self.read.state.cancel_backoff();
+        self.read.replay_settled = false;
     }
 
     /// New entries were appended to the ledger: a read parked at the end of the topic resumes.
     pub fn handle_entries_appended(&mut self, now: u64) {
-        self.at_end = false;
+        self.read.state.set_at_end(false);
         self.input_arrived();
         self.read_more(now);
     }
@@ -99,17 +263,17 @@ impl Dispatcher {
 
     pub(super) fn read_more(&mut self, now: u64) {
         self.arm_timer_command();
-        if self.pending_read.is_some() {
+        if self.read.state.in_flight() {
             return;
         }
-        if std::mem::take(&mut self.rewind_pending) {
+        if std::mem::take(&mut self.read.rewind_pending) {
             // The last consumer left (Pulsar rewinds when the next one joins; rewinding as soon
             // as no read is in flight is equivalent and keeps every unacked entry accounted
             // for: it is ahead of the read position again).
             self.commands.push_back(Command::Rewind);
-            self.at_end = false;
+            self.read.state.set_at_end(false);
         }
-        if self.consumers.is_empty() || self.retry_timer.is_some() {
+        if self.consumers.is_empty() || self.read.state.retry_at().is_some() {
             return;
         }
         let total: i64 = self
@@ -122,19 +286,19 @@ impl Dispatcher {
         }
         let n = usize::try_from(total)
             .unwrap_or(usize::MAX)
-            .min(self.read_batch)
+            .min(self.read.batch)
             .max(1);
-        let settled = self.ks.is_some() && self.replay_settled;
-        if !self.replay.is_empty() && !std::mem::take(&mut self.skip_next_replay) && !settled {
+        let settled = self.ks.is_some() && self.read.replay_settled;
+        if !self.replay.is_empty() && !std::mem::take(&mut self.read.look_ahead_next) && !settled {
             let positions = self.pick_replay(now, n);
             if !positions.is_empty() {
                 trace!(count = positions.len(), "replay read");
-                self.pending_read = Some(ReadKind::Replay);
+                self.read.state.start_replay();
                 self.commands.push_back(Command::Replay { positions });
                 return;
             }
         }
-        if self.at_end {
+        if self.read.state.at_end() {
             return;
         }
         let max = self.cfg.max_unacked_per_subscription;
@@ -149,8 +313,7 @@ impl Dispatcher {
             }
             n = n.min(limit - self.replay.len()).max(1);
         }
-        self.min_replay_at_read = self.replay.first();
-        self.pending_read = Some(ReadKind::Normal);
+        self.read.state.start_read(self.replay.first());
         trace!(max_entries = n, "normal read");
         self.commands.push_back(Command::Read { max_entries: n });
     }
@@ -254,7 +417,7 @@ impl Dispatcher {
         if out.is_empty() {
             // Nothing in replay can go now; only new permits, an unblock, a membership change or
             // new redeliveries can change that (entries a dispatch pass holds back cannot).
-            self.replay_settled = true;
+            self.read.replay_settled = true;
         }
         out
     }
@@ -264,28 +427,28 @@ impl Dispatcher {
     /// `has_more_entries` is the cursor's answer after the read (look-ahead is only taken while
     /// it is true).
     pub fn handle_read_complete(&mut self, now: u64, entries: Vec<Entry>, has_more_entries: bool) {
-        if self.pending_read == Some(ReadKind::Normal) {
-            self.pending_read = None;
-        }
+        let min_replay_at_read = self.read.state.finish(ReadKind::Normal).flatten();
         if self.consumers.is_empty() {
             // Nobody to send to: drop them and rewind, so they are read again later.
-            self.rewind_pending = true;
+            self.read.rewind_pending = true;
             self.read_more(now);
             return;
         }
         if entries.is_empty() {
-            self.at_end = true;
+            self.read.state.set_at_end(true);
             self.read_more(now);
             return;
         }
-        self.read_batch = (self.read_batch * 2).min(self.cfg.max_read_batch.max(1));
+        self.read.batch = (self.read.batch * 2).min(self.cfg.max_read_batch.max(1));
         let mut entries = entries;
         if let Some(md) = self.last_md {
             entries.retain(|e| e.position > md);
         }
         let before = self.counters.entries_sent;
         match self.ks.is_some() {
-            true => self.dispatch_key_shared(now, entries, false, has_more_entries),
+            true => {
+                self.dispatch_key_shared(now, entries, false, has_more_entries, min_replay_at_read)
+            }
             false => self.dispatch_shared(now, entries, false),
         }
         self.after_dispatch(now, before);
@@ -300,10 +463,8 @@ impl Dispatcher {
         entries: Vec<Entry>,
         already_acked: &[Position],
     ) {
-        if self.pending_read == Some(ReadKind::Replay) {
-            self.pending_read = None;
-        }
-        self.replay_settled = false;
+        self.read.state.finish(ReadKind::Replay);
+        self.read.replay_settled = false;
         for p in already_acked {
             self.replay.remove(*p);
         }
@@ -314,13 +475,13 @@ impl Dispatcher {
         let before = self.counters.entries_sent;
         if !entries.is_empty() && !self.consumers.is_empty() {
             match self.ks.is_some() {
-                true => self.dispatch_key_shared(now, entries, true, true),
+                true => self.dispatch_key_shared(now, entries, true, true, None),
                 false => self.dispatch_shared(now, entries, true),
             }
         }
         if !already_acked.is_empty() && self.counters.entries_sent == before {
             // Progress of a kind: acked positions left replay. Read again at once.
-            self.retry_backoff = 0;
+            self.read.backoff_step = 0;
         } else {
             self.after_dispatch(now, before);
         }
@@ -329,10 +490,10 @@ impl Dispatcher {
 
     pub(super) fn after_dispatch(&mut self, now: u64, sent_before: u64) {
         if self.counters.entries_sent > sent_before
-            || self.skip_next_replay
-            || std::mem::take(&mut self.skip_backoff)
+            || self.read.look_ahead_next
+            || std::mem::take(&mut self.read.discarded_read)
         {
-            self.retry_backoff = 0;
+            self.read.backoff_step = 0;
         } else {
             self.back_off(now);
         }

@@ -161,7 +161,7 @@ impl Dispatcher {
             }
         }
         shared.debit(&self.shared, debit);
-        self.nack_timer = self.replay.next_due(now);
+        self.timers.nack = self.replay.next_due(now);
         self.after_redelivery(i);
         self.input_arrived();
         self.read_more(now);

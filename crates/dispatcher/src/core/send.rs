@@ -34,7 +34,7 @@ impl Dispatcher {
                 c.permits = c
                     .permits
                     .saturating_add(std::mem::take(&mut c.parked_permits));
-                self.replay_settled = false;
+                self.read.replay_settled = false;
                 debug!(consumer = %c.id, permits = c.permits, "consumer resumed below half its unacked limit");
             }
         }
