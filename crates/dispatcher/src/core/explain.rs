@@ -141,14 +141,14 @@ impl Dispatcher {
         if self.consumers.is_empty() {
             return BlockReason::UnassignedRange;
         }
-        let owner = match &self.ks {
+        let owner = match self.mode.key_shared() {
             Some(k) => match k.selector.select(hash) {
                 Some(o) => Some(o),
                 None => return BlockReason::UnassignedRange,
             },
             None => None,
         };
-        if let Some(dr) = self.ks.as_ref().and_then(|k| k.draining.as_ref()) {
+        if let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.as_ref()) {
             if let Some(e) = dr.get(hash) {
                 if Some(e.owner) != owner {
                     return BlockReason::DrainingOn {
@@ -197,7 +197,7 @@ impl Dispatcher {
 
     /// [`why_blocked`](Self::why_blocked) for a sticky key (ordering key bytes).
     pub fn why_blocked_key(&self, key: &[u8]) -> BlockReason {
-        let h = match &self.ks {
+        let h = match self.mode.key_shared() {
             Some(ks) => slot(key_hash31(key), ks.selector.key_range()),
             None => 0,
         };
@@ -206,7 +206,7 @@ impl Dispatcher {
 
     /// The consumer owning `hash` now (Key_Shared), if any.
     pub fn owner_of_hash(&self, hash: u32) -> Option<ConsumerId> {
-        self.ks.as_ref().and_then(|k| k.selector.select(hash))
+        self.mode.key_shared().and_then(|k| k.selector.select(hash))
     }
 
     /// Subscription-wide figures.
@@ -220,8 +220,8 @@ impl Dispatcher {
             unblock_notifications: self.wake.unblock_notifications.load(Ordering::Relaxed),
             draining_force_released: self.counters.draining_force_released,
             draining_hashes: self
-                .ks
-                .as_ref()
+                .mode
+                .key_shared()
                 .and_then(|k| k.draining.as_ref())
                 .map_or(0, |d| d.len()),
             entries_sent: self.counters.entries_sent,
@@ -244,16 +244,16 @@ impl Dispatcher {
             unacked: self.shared.unacked.load(Ordering::SeqCst),
             blocked_on_unacked: self.shared.blocked.load(Ordering::SeqCst),
             chunk_pins: self
-                .ks
-                .as_ref()
-                .map_or(self.assignor.pin_count(), |k| k.pins.len()),
+                .mode
+                .key_shared()
+                .map_or_else(|| self.mode.shared_pin_count(), |k| k.pins.len()),
             read_batch: self.read.batch,
         }
     }
 
     /// Per-consumer figures, in dispatch (priority) order.
     pub fn consumer_stats(&self) -> Vec<ConsumerStats> {
-        let dr = self.ks.as_ref().and_then(|k| k.draining.as_ref());
+        let dr = self.mode.key_shared().and_then(|k| k.draining.as_ref());
         self.consumers
             .iter()
             .map(|c| {
@@ -310,7 +310,7 @@ impl Dispatcher {
 
     /// The draining hashes now: (hash, owner, pending references), ascending by hash.
     pub fn draining_hashes(&self) -> Vec<(u32, ConsumerId, u32)> {
-        match self.ks.as_ref().and_then(|k| k.draining.as_ref()) {
+        match self.mode.key_shared().and_then(|k| k.draining.as_ref()) {
             Some(d) => {
                 let mut v: Vec<_> = d
                     .entries()

@@ -54,7 +54,7 @@ impl Dispatcher {
         if gate == Gate::NormalRead && self.replay.contains_hash(hash) {
             return Verdict::BehindReplay;
         }
-        if let Some(dr) = self.ks.as_ref().and_then(|k| k.draining.as_ref()) {
+        if let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.as_ref()) {
             if draining_conflict(dr, gate, consumer, hash) {
                 return Verdict::Draining;
             }

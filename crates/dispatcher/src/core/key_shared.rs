@@ -65,7 +65,9 @@ impl Dispatcher {
         let Some(timeout) = self.cfg.draining_timeout else {
             return;
         };
-        let Some(ks) = &mut self.ks else { return };
+        let Some(ks) = self.mode.key_shared_mut() else {
+            return;
+        };
         let Some(dr) = ks.draining.clone() else {
             return;
         };
@@ -94,7 +96,7 @@ impl Dispatcher {
 
     /// The sticky-key hash (slot) of an entry under the current selector; 0 on Shared.
     pub fn entry_hash(&self, entry: &Entry) -> u32 {
-        match &self.ks {
+        match self.mode.key_shared() {
             Some(ks) => {
                 let m = &entry.meta;
                 let f = KeyFields {
@@ -117,7 +119,7 @@ impl Dispatcher {
         has_more: bool,
         min_replay_at_read: Option<Position>,
     ) {
-        let ordered = self.ks.as_ref().is_some_and(|k| k.ordered());
+        let ordered = self.mode.key_shared().is_some_and(|k| k.ordered());
         if !from_replay && ordered {
             let first = self.replay.first();
             let earlier = match (first, min_replay_at_read) {
@@ -159,7 +161,7 @@ impl Dispatcher {
         let mut pins: Vec<bool> = Vec::new();
         let mut blocked: AHashSet<u32> = AHashSet::new();
         let mut dispatched = 0usize;
-        let draining_on = self.ks.as_ref().is_some_and(|k| k.draining.is_some());
+        let draining_on = self.mode.key_shared().is_some_and(|k| k.draining.is_some());
         // Pass 1: decide per entry (entries held back go to replay with their hash).
         // Chunk pins decided in this batch (chunk 0 accepted into a send group) and messages
         // whose chunk 0 was held back in this batch.
@@ -232,7 +234,7 @@ impl Dispatcher {
                 decision.push(HELD);
                 continue;
             }
-            let selected = self.ks.as_ref().and_then(|k| k.selector.select(hash));
+            let selected = self.mode.key_shared().and_then(|k| k.selector.select(hash));
             let Some(t) = pin.or(selected).and_then(|t| self.find(t)) else {
                 blocked.insert(hash);
                 self.replay.add(e.position, hash, None);
@@ -352,7 +354,9 @@ impl Dispatcher {
         let Some(timeout) = self.cfg.draining_timeout else {
             return;
         };
-        let Some(ks) = &mut self.ks else { return };
+        let Some(ks) = self.mode.key_shared_mut() else {
+            return;
+        };
         ks.blocked_since.entry(hash).or_insert(now);
         let due = now.saturating_add(timeout);
         if self.timers.draining.is_none_or(|t| t > due) {
@@ -363,7 +367,7 @@ impl Dispatcher {
 
     /// The consumer holding a half-delivered chunked message of this hash, if connected.
     pub(super) fn hash_pin(&self, hash: u32) -> Option<ConsumerId> {
-        let ks = self.ks.as_ref()?;
+        let ks = self.mode.key_shared()?;
         if ks.hash_pins.is_empty() {
             return None;
         }
@@ -379,7 +383,7 @@ impl Dispatcher {
         if ch.chunk_id == 0 || ch.chunk_id >= ch.num_chunks || ch.uuid.is_empty() {
             return None;
         }
-        let ks = self.ks.as_ref()?;
+        let ks = self.mode.key_shared()?;
         match ks.pins.get(ch.uuid.as_str()) {
             Some((c, _)) if self.find(*c).is_some() => Some(*c),
             _ => {

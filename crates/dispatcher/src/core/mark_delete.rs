@@ -47,7 +47,7 @@ impl Dispatcher {
         );
         debug!(reason = ?mv.reason, ledger = md.ledger_id, entry = md.entry_id, replay_dropped = dropped, "mark-delete moved");
         if admin {
-            let clean = self.ks.is_none() || self.cfg.legacy_mark_delete_cleanup;
+            let clean = !self.mode.is_key_shared() || self.cfg.legacy_mark_delete_cleanup;
             if clean {
                 let mut removed_total = 0usize;
                 for c in &self.consumers {
@@ -59,12 +59,12 @@ impl Dispatcher {
                     );
                     c.shared.debit(&self.shared, debit);
                 }
-                if self.ks.is_some() && removed_total > 0 {
+                if self.mode.is_key_shared() && removed_total > 0 {
                     warn!(removed = removed_total, "legacy mark-delete cleanup removed Key_Shared pending acks (Pulsar bug B-1 behaviour)");
                 }
                 self.recheck_unacked_blocks();
             }
-            if self.ks.is_some() && self.cfg.unblocking_interval > 0 {
+            if self.mode.is_key_shared() && self.cfg.unblocking_interval > 0 {
                 if self.timers.unblock.is_none() {
                     self.timers.unblock = Some(now.saturating_add(self.cfg.unblocking_interval));
                 }

@@ -18,7 +18,7 @@ impl Dispatcher {
         if self.find(spec.id).is_some() {
             return Err(AddConsumerError::DuplicateConsumer(spec.id));
         }
-        let impacted = match &mut self.ks {
+        let impacted = match self.mode.key_shared_mut() {
             Some(ks) => {
                 let info =
                     ConsumerInfo::with_ranges(spec.id, spec.name.clone(), spec.ranges.clone());
@@ -38,7 +38,7 @@ impl Dispatcher {
         }
         let pending = PendingAcks::new(spec.id);
         let count_next = Arc::new(AtomicBool::new(false));
-        if let Some(dr) = self.ks.as_ref().and_then(|k| k.draining.clone()) {
+        if let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.clone()) {
             let add: pending_acks::Arc<dyn pending_acks::AddHandler<PaPos, ConsumerId>> =
                 pending_acks::Arc::new(DrainAddHandler {
                     draining: dr.clone(),
@@ -88,7 +88,7 @@ impl Dispatcher {
         imp: &ImpactedConsumers<ConsumerId>,
         changed: ConsumerId,
     ) {
-        let Some(dr) = self.ks.as_ref().and_then(|k| k.draining.clone()) else {
+        let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.clone()) else {
             return;
         };
         for (cid, ranges) in &imp.removed {
@@ -137,7 +137,10 @@ impl Dispatcher {
         let Some(i) = self.find(id) else {
             return false;
         };
-        let impacted = self.ks.as_mut().map(|ks| ks.selector.remove_consumer(id));
+        let impacted = self
+            .mode
+            .key_shared_mut()
+            .map(|ks| ks.selector.remove_consumer(id));
         let c = self.consumers.remove(i);
         self.ids.remove(i);
         self.publish_registry();
@@ -150,21 +153,25 @@ impl Dispatcher {
         });
         c.shared.unacked.fetch_sub(debit, Ordering::SeqCst);
         self.shared.debit(debit);
-        self.assignor.remove_consumer(id);
-        if let Some(ks) = &mut self.ks {
+        if let Mode::Shared(routing) = &mut self.mode {
+            routing.assignor.remove_consumer(id);
+            if routing.rr_last == Some(id) {
+                routing.rr_last = None;
+            }
+        }
+        if let Some(ks) = self.mode.key_shared_mut() {
             ks.pins.retain(|_, (c, _)| *c != id);
             ks.hash_pins.retain(|_, (c, _)| *c != id);
         }
         self.replay.unpin(|p| p == id);
-        if self.rr_last == Some(id) {
-            self.rr_last = None;
-        }
         debug!(consumer = %id, requeued = requeued.len(), last, "consumer removed");
         if last {
             self.replay.clear();
             self.timers.nack = None;
-            self.assignor.clear();
-            if let Some(ks) = &mut self.ks {
+            if let Mode::Shared(routing) = &mut self.mode {
+                routing.assignor.clear();
+            }
+            if let Some(ks) = self.mode.key_shared_mut() {
                 ks.pins.clear();
                 ks.hash_pins.clear();
                 ks.blocked_since.clear();
@@ -188,7 +195,7 @@ impl Dispatcher {
         if let Some(imp) = impacted {
             self.register_draining(&imp, id);
         }
-        if let Some(dr) = self.ks.as_ref().and_then(|k| k.draining.as_ref()) {
+        if let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.as_ref()) {
             dr.consumer_removed(id);
         }
         self.input_arrived();

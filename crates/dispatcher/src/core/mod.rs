@@ -137,6 +137,51 @@ struct Counters {
     holds_ended_by_mark_delete: u64,
 }
 
+/// The subscription type's routing state: Shared and Key_Shared as one enum, so each mode's
+/// state exists only in that mode.
+enum Mode {
+    /// Shared: round robin by priority; chunked messages through the chunk assignor.
+    Shared(SharedRouting),
+    /// Key_Shared: selector, draining, chunk and hash pins.
+    KeyShared(KeyShared),
+}
+
+/// Shared routing state.
+struct SharedRouting {
+    /// Chunked messages stay on one consumer.
+    assignor: ChunkAssignor<ConsumerId>,
+    /// The consumer served last by the round robin.
+    rr_last: Option<ConsumerId>,
+}
+
+impl Mode {
+    fn is_key_shared(&self) -> bool {
+        matches!(self, Mode::KeyShared(_))
+    }
+
+    fn key_shared(&self) -> Option<&KeyShared> {
+        match self {
+            Mode::KeyShared(k) => Some(k),
+            Mode::Shared(_) => None,
+        }
+    }
+
+    fn key_shared_mut(&mut self) -> Option<&mut KeyShared> {
+        match self {
+            Mode::KeyShared(k) => Some(k),
+            Mode::Shared(_) => None,
+        }
+    }
+
+    /// Chunk pins of the Shared assignor (0 on Key_Shared).
+    fn shared_pin_count(&self) -> usize {
+        match self {
+            Mode::Shared(s) => s.assignor.pin_count(),
+            Mode::KeyShared(_) => 0,
+        }
+    }
+}
+
 /// The core's timers besides the read loop's retry; [`Dispatcher::poll_timeout`] is the
 /// earliest of them and the retry.
 #[derive(Debug, Default)]
@@ -160,7 +205,8 @@ struct Timers {
 /// something, call the [`Waker`]; the driver then calls [`handle_wake`](Self::handle_wake).
 pub struct Dispatcher {
     cfg: DispatcherConfig,
-    ks: Option<KeyShared>,
+    /// Shared or Key_Shared routing state.
+    mode: Mode,
     shared: Arc<SubShared>,
     wake: Arc<WakeState>,
     /// Sorted by priority (stable: join order within a level).
@@ -168,8 +214,6 @@ pub struct Dispatcher {
     /// `consumers[i].id`, densely, for fast look-ups.
     ids: Vec<ConsumerId>,
     replay: ReplaySet<Position, ConsumerId>,
-    assignor: ChunkAssignor<ConsumerId>,
-    rr_last: Option<ConsumerId>,
     commands: VecDeque<Command>,
     /// The read loop: one state enum plus the hints for its next decision.
     read: ReadLoop,
@@ -244,7 +288,7 @@ impl Dispatcher {
             unblock_notifications: crate::sync::AtomicU64::new(0),
             waker,
         });
-        let (ks, count_hashes) = match (cfg.subscription, selector) {
+        let (mode, count_hashes) = match (cfg.subscription, selector) {
             (SubscriptionType::KeyShared(k), Some(selector)) => {
                 let draining_required =
                     !k.allow_out_of_order && !matches!(k.mode, KeySharedMode::Exclusive);
@@ -254,7 +298,7 @@ impl Dispatcher {
                     Arc::new(DrainingHashes::new(listener))
                 });
                 (
-                    Some(KeyShared {
+                    Mode::KeyShared(KeyShared {
                         cfg: k,
                         selector,
                         draining,
@@ -265,7 +309,13 @@ impl Dispatcher {
                     !k.allow_out_of_order,
                 )
             }
-            _ => (None, false),
+            _ => (
+                Mode::Shared(SharedRouting {
+                    assignor: ChunkAssignor::new(cfg.assignor),
+                    rr_last: None,
+                }),
+                false,
+            ),
         };
         let shared = Arc::new(SubShared {
             consumers: RwLock::new(Vec::new()),
@@ -275,17 +325,14 @@ impl Dispatcher {
             wake: wake.clone(),
         });
         let read_batch = cfg.min_read_batch.max(1);
-        let assignor = ChunkAssignor::new(cfg.assignor);
         Dispatcher {
             cfg,
-            ks,
+            mode,
             shared,
             wake,
             consumers: Vec::new(),
             ids: Vec::new(),
             replay: ReplaySet::new(count_hashes),
-            assignor,
-            rr_last: None,
             commands: VecDeque::new(),
             read: ReadLoop::new(read_batch),
             timers: Timers::default(),

@@ -288,7 +288,7 @@ impl Dispatcher {
             .unwrap_or(usize::MAX)
             .min(self.read.batch)
             .max(1);
-        let settled = self.ks.is_some() && self.read.replay_settled;
+        let settled = self.mode.is_key_shared() && self.read.replay_settled;
         if !self.replay.is_empty() && !std::mem::take(&mut self.read.look_ahead_next) && !settled {
             let positions = self.pick_replay(now, n);
             if !positions.is_empty() {
@@ -306,7 +306,7 @@ impl Dispatcher {
             return;
         }
         let mut n = n;
-        if self.ks.is_some() {
+        if self.mode.is_key_shared() {
             let limit = self.look_ahead_limit();
             if self.replay.len() >= limit {
                 return;
@@ -321,7 +321,7 @@ impl Dispatcher {
     /// Replay positions to read now: ascending; on Key_Shared filtered by the dispatch
     /// predicate with a per-pass permit snapshot (Pulsar's replay position filter).
     pub(super) fn pick_replay(&mut self, now: u64, n: usize) -> Vec<Position> {
-        if self.ks.is_none() {
+        if !self.mode.is_key_shared() {
             // Shared: a nacked entry waits for its delay; nothing else waits for it.
             let out: Vec<Position> = self
                 .replay
@@ -342,7 +342,7 @@ impl Dispatcher {
         blocked.clear();
         let mut pinned_blocked: AHashSet<(ConsumerId, u32)> = AHashSet::new();
         let mut out = Vec::new();
-        let ordered = self.ks.as_ref().is_some_and(|k| k.ordered());
+        let ordered = self.mode.key_shared().is_some_and(|k| k.ordered());
         let holds = self.replay.has_holds();
         // Nacked entries picked in this pass (later entries of their key may follow them).
         let mut going: Vec<Position> = Vec::new();
@@ -382,7 +382,10 @@ impl Dispatcher {
             }
             let target = match pin {
                 Some(c) => Some(c),
-                None => self.ks.as_ref().and_then(|k| k.selector.select(e.hash)),
+                None => self
+                    .mode
+                    .key_shared()
+                    .and_then(|k| k.selector.select(e.hash)),
             };
             let slot = target.and_then(|t| snapshot.iter().position(|(c, _)| *c == t));
             let ok = match (target, slot) {
@@ -445,7 +448,7 @@ impl Dispatcher {
             entries.retain(|e| e.position > md);
         }
         let before = self.counters.entries_sent;
-        match self.ks.is_some() {
+        match self.mode.is_key_shared() {
             true => {
                 self.dispatch_key_shared(now, entries, false, has_more_entries, min_replay_at_read)
             }
@@ -474,7 +477,7 @@ impl Dispatcher {
         entries.sort_by_key(|e| e.position);
         let before = self.counters.entries_sent;
         if !entries.is_empty() && !self.consumers.is_empty() {
-            match self.ks.is_some() {
+            match self.mode.is_key_shared() {
                 true => self.dispatch_key_shared(now, entries, true, true, None),
                 false => self.dispatch_shared(now, entries, true),
             }

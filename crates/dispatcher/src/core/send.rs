@@ -66,7 +66,7 @@ impl Dispatcher {
         {
             let c = &self.consumers[i];
             let replay = &mut self.replay;
-            let ks = &mut self.ks;
+            let mode = &mut self.mode;
             let last_md = self.last_md;
             let mut k = 0usize;
             // A message whose chunk 0 was refused here must not get its later chunks.
@@ -95,7 +95,7 @@ impl Dispatcher {
                         if !replay.is_empty() {
                             replay.remove(e.position);
                         }
-                        if let Some(ks) = ks.as_mut() {
+                        if let Mode::KeyShared(ks) = mode {
                             note_chunk_sent(ks, e, id, hash);
                         }
                         messages += i64::from(n);
@@ -178,10 +178,13 @@ impl Dispatcher {
                     priority: c.priority,
                 })
                 .collect();
-            let before = self.assignor.stats().orphan_chunks;
+            let Mode::Shared(routing) = &mut self.mode else {
+                return;
+            };
+            let before = routing.assignor.stats().orphan_chunks;
             let items = entries.into_iter().map(Item);
-            let a = self.assignor.assign(now, items.collect(), &slots);
-            self.counters.orphan_chunks += self.assignor.stats().orphan_chunks - before;
+            let a = routing.assignor.assign(now, items.collect(), &slots);
+            self.counters.orphan_chunks += routing.assignor.stats().orphan_chunks - before;
             for (cid, list) in a.per_consumer {
                 if list.is_empty() {
                     continue;
@@ -223,7 +226,10 @@ impl Dispatcher {
                 }
             }
             consumed += take.len();
-            self.rr_last = Some(self.consumers[i].id);
+            let served = self.consumers[i].id;
+            if let Mode::Shared(routing) = &mut self.mode {
+                routing.rr_last = Some(served);
+            }
             self.send_to(i, take, &[], &[]);
         }
         let _ = from_replay;
@@ -241,8 +247,11 @@ impl Dispatcher {
         let lo = self.consumers.partition_point(|c| c.priority < level);
         let hi = self.consumers.partition_point(|c| c.priority <= level);
         let len = hi - lo;
-        let start = self
-            .rr_last
+        let rr_last = match &self.mode {
+            Mode::Shared(routing) => routing.rr_last,
+            Mode::KeyShared(_) => None,
+        };
+        let start = rr_last
             .and_then(|l| self.consumers[lo..hi].iter().position(|c| c.id == l))
             .map_or(0, |p| p + 1);
         (0..len)
