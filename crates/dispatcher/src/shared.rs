@@ -61,16 +61,105 @@ impl UnblockListener for DrainListener {
     }
 }
 
+/// An unacked-messages limit with Pulsar's hysteresis: charging up to `max` blocks, debiting
+/// down to half of it lets the core resume. One for each consumer and one for the subscription.
+///
+/// The counter is charged by the core (on send) and debited by the ack path (any thread).
+/// `debit` only *reports* that half was crossed while blocked (the caller wakes the core); the
+/// core clears the block in [`try_resume`](Self::try_resume), on its own thread.
+pub(crate) struct UnackedLimit {
+    /// Unacked messages (sum of the remaining counts charged and not yet debited).
+    unacked: AtomicI64,
+    /// Blocked on unacked messages (set by the core at `max`).
+    blocked: AtomicBool,
+    /// Block threshold (0 = off).
+    max: i64,
+}
+
+/// What a [`UnackedLimit::charge`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Charged {
+    /// Still below the limit (or already blocked, or no limit).
+    Open,
+    /// The charge reached the limit and blocked it.
+    Blocked {
+        /// Unacked messages after the charge.
+        unacked: i64,
+        /// The ack path already debited below half before it could see the block: the caller
+        /// must re-check (it would otherwise wait for a wake that never comes).
+        below_half: bool,
+    },
+}
+
+impl UnackedLimit {
+    pub fn new(max: i64) -> Self {
+        UnackedLimit {
+            unacked: AtomicI64::new(0),
+            blocked: AtomicBool::new(false),
+            max,
+        }
+    }
+
+    /// The threshold (0 = no limit).
+    pub fn max(&self) -> i64 {
+        self.max
+    }
+
+    pub fn unacked(&self) -> i64 {
+        self.unacked.load(Ordering::SeqCst)
+    }
+
+    pub fn is_blocked(&self) -> bool {
+        self.blocked.load(Ordering::SeqCst)
+    }
+
+    /// Messages that may still be charged before the limit (`None`: no limit).
+    pub fn headroom(&self) -> Option<i64> {
+        (self.max > 0).then(|| self.max - self.unacked())
+    }
+
+    /// Charges `n` sent messages; blocks at the limit.
+    pub fn charge(&self, n: i64) -> Charged {
+        let now = self.unacked.fetch_add(n, Ordering::SeqCst) + n;
+        if self.max > 0 && now >= self.max && !self.is_blocked() {
+            self.blocked.store(true, Ordering::SeqCst);
+            return Charged::Blocked {
+                unacked: now,
+                below_half: self.unacked() <= self.max / 2,
+            };
+        }
+        Charged::Open
+    }
+
+    /// Debits `n` messages; true when the limit is blocked and now at or below half (the
+    /// caller wakes the core, which then calls [`try_resume`](Self::try_resume)).
+    pub fn debit(&self, n: i64) -> bool {
+        let left = self.unacked.fetch_sub(n, Ordering::SeqCst) - n;
+        self.max > 0 && left <= self.max / 2 && self.is_blocked()
+    }
+
+    /// Core side: clears the block if the count is at or below half. True if it resumed.
+    pub fn try_resume(&self) -> bool {
+        if self.max > 0 && self.is_blocked() && self.unacked() <= self.max / 2 {
+            self.blocked.store(false, Ordering::SeqCst);
+            return true;
+        }
+        false
+    }
+
+    /// Forgets every charge and the block (the last consumer left).
+    pub fn reset(&self) {
+        self.unacked.store(0, Ordering::SeqCst);
+        self.blocked.store(false, Ordering::SeqCst);
+    }
+}
+
 /// The shared half of one consumer.
 pub(crate) struct ConsumerShared {
     pub id: ConsumerId,
     pub pending: PendingAcks<PaPos, ConsumerId>,
-    /// Unacked messages (sum of pending remaining counts this consumer is charged for).
-    pub unacked: AtomicI64,
-    /// Blocked on unacked messages (set by the core; the ack path wakes it at half).
-    pub blocked: AtomicBool,
-    /// Block threshold (0 = off).
-    pub max_unacked: i64,
+    /// This consumer's unacked messages and its limit.
+    pub limit: UnackedLimit,
 }
 
 impl ConsumerShared {
@@ -80,11 +169,7 @@ impl ConsumerShared {
         if n == 0 {
             return;
         }
-        let left = self.unacked.fetch_sub(n, Ordering::SeqCst) - n;
-        if self.max_unacked > 0
-            && left <= self.max_unacked / 2
-            && self.blocked.load(Ordering::SeqCst)
-        {
+        if self.limit.debit(n) {
             sub.wake.wake_unacked();
         }
         sub.debit(n);
@@ -94,19 +179,14 @@ impl ConsumerShared {
 /// The shared half of the subscription.
 pub(crate) struct SubShared {
     pub consumers: RwLock<Vec<Arc<ConsumerShared>>>,
-    pub unacked: AtomicI64,
-    pub blocked: AtomicBool,
-    pub max_unacked: i64,
+    /// The subscription's unacked messages and its limit.
+    pub limit: UnackedLimit,
     pub wake: Arc<WakeState>,
 }
 
 impl SubShared {
     pub fn debit(&self, n: i64) {
-        let left = self.unacked.fetch_sub(n, Ordering::SeqCst) - n;
-        if self.max_unacked > 0
-            && left <= self.max_unacked / 2
-            && self.blocked.load(Ordering::SeqCst)
-        {
+        if self.limit.debit(n) {
             self.wake.wake_unacked();
         }
     }

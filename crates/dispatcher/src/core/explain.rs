@@ -241,8 +241,8 @@ impl Dispatcher {
                 h.len()
             },
             parked_entries: parked.len(),
-            unacked: self.shared.unacked.load(Ordering::SeqCst),
-            blocked_on_unacked: self.shared.blocked.load(Ordering::SeqCst),
+            unacked: self.shared.limit.unacked(),
+            blocked_on_unacked: self.shared.limit.is_blocked(),
             chunk_pins: self
                 .mode
                 .key_shared()

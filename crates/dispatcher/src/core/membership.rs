@@ -53,9 +53,7 @@ impl Dispatcher {
         let shared = Arc::new(ConsumerShared {
             id: spec.id,
             pending,
-            unacked: AtomicI64::new(0),
-            blocked: AtomicBool::new(false),
-            max_unacked,
+            limit: UnackedLimit::new(max_unacked),
         });
         let c = Consumer {
             id: spec.id,
@@ -151,7 +149,8 @@ impl Dispatcher {
             debit += i64::from(ack.remaining);
             requeued.push((from_pa(pos), ack.hash));
         });
-        c.shared.unacked.fetch_sub(debit, Ordering::SeqCst);
+        // The consumer is gone: nobody waits for its half-limit wake.
+        let _ = c.shared.limit.debit(debit);
         self.shared.debit(debit);
         if let Mode::Shared(routing) = &mut self.mode {
             routing.assignor.remove_consumer(id);
@@ -179,8 +178,7 @@ impl Dispatcher {
                     dr.clear();
                 }
             }
-            self.shared.unacked.store(0, Ordering::SeqCst);
-            self.shared.blocked.store(false, Ordering::SeqCst);
+            self.shared.limit.reset();
             self.read.rewind_pending = true;
             self.read.state.set_at_end(false);
             self.read.look_ahead_next = false;

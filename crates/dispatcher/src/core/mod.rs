@@ -38,10 +38,10 @@ use crate::selector::{
     ExclusiveRangeSelector, ImpactedConsumers, StickyKeySelector,
 };
 use crate::shared::{
-    ConsumerShared, DrainAddHandler, DrainListener, DrainRemoveHandler, PaPos, SubShared,
-    WakeState, Waker,
+    Charged, ConsumerShared, DrainAddHandler, DrainListener, DrainRemoveHandler, PaPos, SubShared,
+    UnackedLimit, WakeState, Waker,
 };
-use crate::sync::{Arc, AtomicBool, AtomicI64, Ordering, RwLock};
+use crate::sync::{Arc, AtomicBool, Ordering, RwLock};
 
 /// A boxed selector, as the dispatcher holds it (users may plug their own).
 pub type BoxedSelector = Box<dyn StickyKeySelector<ConsumerId> + Send>;
@@ -113,11 +113,11 @@ struct Consumer {
 
 impl Consumer {
     fn blocked(&self) -> bool {
-        self.shared.blocked.load(Ordering::SeqCst)
+        self.shared.limit.is_blocked()
     }
 
     fn unacked(&self) -> i64 {
-        self.shared.unacked.load(Ordering::SeqCst)
+        self.shared.limit.unacked()
     }
 }
 
@@ -319,9 +319,9 @@ impl Dispatcher {
         };
         let shared = Arc::new(SubShared {
             consumers: RwLock::new(Vec::new()),
-            unacked: AtomicI64::new(0),
-            blocked: AtomicBool::new(false),
-            max_unacked: i64::try_from(cfg.max_unacked_per_subscription).unwrap_or(i64::MAX),
+            limit: UnackedLimit::new(
+                i64::try_from(cfg.max_unacked_per_subscription).unwrap_or(i64::MAX),
+            ),
             wake: wake.clone(),
         });
         let read_batch = cfg.min_read_batch.max(1);

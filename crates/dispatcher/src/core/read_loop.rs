@@ -249,7 +249,7 @@ impl Dispatcher {
             }
         };
         if limit <= 0 {
-            let a = self.shared.max_unacked;
+            let a = self.shared.limit.max();
             let b = i64::from(self.cfg.max_unacked_per_consumer).saturating_mul(n);
             limit = match (a > 0, b > 0) {
                 (true, true) => a.min(b),
@@ -302,7 +302,7 @@ impl Dispatcher {
             return;
         }
         let max = self.cfg.max_unacked_per_subscription;
-        if max > 0 && self.shared.blocked.load(Ordering::SeqCst) {
+        if max > 0 && self.shared.limit.is_blocked() {
             return;
         }
         let mut n = n;

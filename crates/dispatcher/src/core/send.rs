@@ -21,16 +21,15 @@ impl Dispatcher {
             return 0;
         }
         let mut p = c.permits;
-        if c.shared.max_unacked > 0 {
-            p = p.min(c.shared.max_unacked - c.unacked());
+        if let Some(headroom) = c.shared.limit.headroom() {
+            p = p.min(headroom);
         }
         p.max(0)
     }
 
     pub(super) fn recheck_unacked_blocks(&mut self) {
         for c in &mut self.consumers {
-            if c.shared.max_unacked > 0 && c.blocked() && c.unacked() <= c.shared.max_unacked / 2 {
-                c.shared.blocked.store(false, Ordering::SeqCst);
+            if c.shared.limit.try_resume() {
                 c.permits = c
                     .permits
                     .saturating_add(std::mem::take(&mut c.parked_permits));
@@ -38,12 +37,7 @@ impl Dispatcher {
                 debug!(consumer = %c.id, permits = c.permits, "consumer resumed below half its unacked limit");
             }
         }
-        let max = self.shared.max_unacked;
-        if max > 0
-            && self.shared.blocked.load(Ordering::SeqCst)
-            && self.shared.unacked.load(Ordering::SeqCst) <= max / 2
-        {
-            self.shared.blocked.store(false, Ordering::SeqCst);
+        if self.shared.limit.try_resume() {
             debug!("subscription resumed below half its unacked limit");
         }
     }
@@ -130,24 +124,24 @@ impl Dispatcher {
         }
         let c = &mut self.consumers[i];
         c.permits = c.permits.saturating_sub(messages);
-        c.shared.unacked.fetch_add(messages, Ordering::SeqCst);
-        let unacked_sub = self.shared.unacked.fetch_add(messages, Ordering::SeqCst) + messages;
-        if c.shared.max_unacked > 0 && c.unacked() >= c.shared.max_unacked && !c.blocked() {
-            c.shared.blocked.store(true, Ordering::SeqCst);
-            debug!(consumer = %c.id, unacked = c.unacked(), "consumer blocked on unacked messages");
+        if let Charged::Blocked {
+            unacked,
+            below_half,
+        } = c.shared.limit.charge(messages)
+        {
+            debug!(consumer = %c.id, unacked, "consumer blocked on unacked messages");
             // The ack path may have crossed half before it saw the flag: re-check.
-            if c.unacked() <= c.shared.max_unacked / 2 {
+            if below_half {
                 self.wake.unacked_unblocked.store(true, Ordering::SeqCst);
             }
         }
-        let max = self.shared.max_unacked;
-        if max > 0 && unacked_sub >= max && !self.shared.blocked.load(Ordering::SeqCst) {
-            self.shared.blocked.store(true, Ordering::SeqCst);
-            debug!(
-                unacked = unacked_sub,
-                "subscription blocked on unacked messages"
-            );
-            if self.shared.unacked.load(Ordering::SeqCst) <= max / 2 {
+        if let Charged::Blocked {
+            unacked,
+            below_half,
+        } = self.shared.limit.charge(messages)
+        {
+            debug!(unacked, "subscription blocked on unacked messages");
+            if below_half {
                 self.wake.unacked_unblocked.store(true, Ordering::SeqCst);
             }
         }
