@@ -2,71 +2,94 @@
 
 use super::*;
 
+/// Which pending entries [`Dispatcher::take_back`] takes back.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum TakeBack<'a> {
+    /// These positions (those not pending on the consumer are ignored).
+    Positions(&'a [Position]),
+    /// Every pending entry of the consumer.
+    All,
+}
+
 impl Dispatcher {
     /// The consumer asks for these positions again (a nack or ack timeout). Each one pending on
     /// it leaves its pending acks (cause: redelivery) and goes to replay WITH its hash, so on
     /// Key_Shared later entries of the key still wait behind it. Positions not pending on this
     /// consumer are ignored. Returns how many were requeued.
     pub fn handle_redeliver(&mut self, now: u64, id: ConsumerId, positions: &[Position]) -> usize {
-        let Some((i, n)) = self.take_back_pending(id, positions, |d, p, hash| {
-            d.requeue_redelivered(p, hash);
-        }) else {
-            return 0;
-        };
-        self.after_redelivery(i);
-        self.input_arrived();
-        self.read_more(now);
-        n
+        self.take_back(
+            now,
+            id,
+            TakeBack::Positions(positions),
+            RemovalCause::RedeliveryRequested,
+            |d, p, hash| {
+                d.requeue_redelivered(p, hash);
+            },
+        )
     }
 
     /// The consumer asks for all its unacked entries again (epoch bump): every pending ack is
     /// removed (cause: redelivery) and replayed with its hash. Returns how many.
     pub fn handle_redeliver_all(&mut self, now: u64, id: ConsumerId) -> usize {
+        self.take_back(
+            now,
+            id,
+            TakeBack::All,
+            RemovalCause::RedeliveryRequested,
+            |d, p, hash| {
+                d.requeue_redelivered(p, hash);
+            },
+        )
+    }
+
+    /// THE take-back loop, shared by redelivery, redeliver-all, nack and release: the chosen
+    /// entries pending on consumer `id` leave its pending acks with `cause` and are handed, with
+    /// their hash, to `requeue`; the consumer's unacked count is debited once for all of them;
+    /// then its parked permits are released (Pulsar does so on every redelivery) and the read
+    /// loop runs. Returns how many were pending (0 for an unknown consumer).
+    pub(super) fn take_back(
+        &mut self,
+        now: u64,
+        id: ConsumerId,
+        which: TakeBack<'_>,
+        cause: RemovalCause,
+        mut requeue: impl FnMut(&mut Self, Position, u32),
+    ) -> usize {
         let Some(i) = self.find(id) else { return 0 };
         let shared = self.consumers[i].shared.clone();
-        let mut items = Vec::new();
-        shared
-            .pending
-            .for_each_and_clear(RemovalCause::RedeliveryRequested, |pos, ack| {
-                items.push((from_pa(pos), ack));
-            });
-        let debit: i64 = items.iter().map(|(_, a)| i64::from(a.remaining)).sum();
+        let mut n = 0;
+        let mut debit = 0;
+        match which {
+            TakeBack::Positions(positions) => {
+                for &p in positions {
+                    if let Some(ack) = shared.pending.remove(pa(p), cause) {
+                        debit += i64::from(ack.remaining);
+                        requeue(self, p, ack.hash);
+                        n += 1;
+                    }
+                }
+            }
+            TakeBack::All => {
+                let mut items = Vec::new();
+                // One batch: the draining tracker sends one unblock notification for all.
+                shared.pending.for_each_and_clear(cause, |pos, ack| {
+                    items.push((from_pa(pos), ack.hash));
+                    debit += i64::from(ack.remaining);
+                });
+                for (p, hash) in items {
+                    requeue(self, p, hash);
+                    n += 1;
+                }
+            }
+        }
         shared.debit(&self.shared, debit);
-        for (p, ack) in &items {
-            self.requeue_redelivered(*p, ack.hash);
+        if cause == RemovalCause::Nacked {
+            self.timers.nack = self.replay.next_due(now);
         }
         self.after_redelivery(i);
         self.input_arrived();
         self.read_more(now);
-        items.len()
-    }
-
-    /// Takes `positions` back from consumer `id`: each one pending on it leaves its pending acks
-    /// (cause: redelivery requested) and is handed, with its hash, to `requeue`; the consumer's
-    /// unacked count is debited once for all of them. Returns the consumer's index and how many
-    /// were pending, or `None` for an unknown consumer. Shared by redelivery and release.
-    pub(super) fn take_back_pending(
-        &mut self,
-        id: ConsumerId,
-        positions: &[Position],
-        mut requeue: impl FnMut(&mut Self, Position, u32),
-    ) -> Option<(usize, usize)> {
-        let i = self.find(id)?;
-        let shared = self.consumers[i].shared.clone();
-        let mut n = 0;
-        let mut debit = 0;
-        for &p in positions {
-            if let Some(ack) = shared
-                .pending
-                .remove(pa(p), RemovalCause::RedeliveryRequested)
-            {
-                debit += i64::from(ack.remaining);
-                requeue(self, p, ack.hash);
-                n += 1;
-            }
-        }
-        shared.debit(&self.shared, debit);
-        Some((i, n))
+        n
     }
 
     pub(super) fn requeue_redelivered(&mut self, p: Position, hash: u32) {
@@ -118,54 +141,57 @@ impl Dispatcher {
         positions: &[Position],
         delay: Option<u64>,
     ) -> usize {
-        let Some(i) = self.find(id) else { return 0 };
-        let shared = self.consumers[i].shared.clone();
-        let mut n = 0;
-        let mut debit = 0;
-        for &p in positions {
-            let Some(ack) = shared.pending.remove(pa(p), RemovalCause::Nacked) else {
-                continue;
-            };
-            debit += i64::from(ack.remaining);
-            n += 1;
-            self.counters.nacks += 1;
-            self.counters.redeliveries += 1;
-            let count = {
-                let c = self.redelivery_counts.entry(p).or_insert(0);
-                *c = c.saturating_add(1);
-                *c
-            };
-            if self.last_md.is_some_and(|md| p <= md) {
-                continue;
+        self.take_back(
+            now,
+            id,
+            TakeBack::Positions(positions),
+            RemovalCause::Nacked,
+            |d, p, hash| {
+                d.requeue_nacked(now, id, p, hash, delay);
+            },
+        )
+    }
+
+    /// A nacked entry: count the delivery, then dead-letter, park or hold it in replay.
+    fn requeue_nacked(
+        &mut self,
+        now: u64,
+        id: ConsumerId,
+        p: Position,
+        hash: u32,
+        delay: Option<u64>,
+    ) {
+        self.counters.nacks += 1;
+        self.counters.redeliveries += 1;
+        let count = {
+            let c = self.redelivery_counts.entry(p).or_insert(0);
+            *c = c.saturating_add(1);
+            *c
+        };
+        if self.last_md.is_some_and(|md| p <= md) {
+            return;
+        }
+        let dead = self
+            .cfg
+            .dead_letter
+            .filter(|d| count >= d.max_deliveries.max(1));
+        match dead.map(|d| d.action) {
+            Some(DeadLetterAction::Continue) => {
+                warn!(consumer = %id, ledger = p.ledger_id, entry = p.entry_id, hash, deliveries = count, "dead letter: entry handed to the driver, its key continues without it");
+                self.counters.dead_letters += 1;
+                self.dead_letters.push_back(p);
             }
-            let dead = self
-                .cfg
-                .dead_letter
-                .filter(|d| count >= d.max_deliveries.max(1));
-            match dead.map(|d| d.action) {
-                Some(DeadLetterAction::Continue) => {
-                    warn!(consumer = %id, ledger = p.ledger_id, entry = p.entry_id, hash = ack.hash, deliveries = count, "dead letter: entry handed to the driver, its key continues without it");
-                    self.counters.dead_letters += 1;
-                    self.dead_letters.push_back(p);
-                }
-                Some(DeadLetterAction::Park) => {
-                    warn!(consumer = %id, ledger = p.ledger_id, entry = p.entry_id, hash = ack.hash, deliveries = count, "dead letter: entry parked, its key waits for an operator");
-                    self.replay.add_nacked(p, ack.hash, PARKED);
-                }
-                None => {
-                    let d = delay.unwrap_or_else(|| self.cfg.nack_backoff.delay(count));
-                    let not_before = if d == 0 { 0 } else { now.saturating_add(d) };
-                    debug!(consumer = %id, ledger = p.ledger_id, entry = p.entry_id, hash = ack.hash, redeliveries = count, not_before, "nacked: held until re-sent");
-                    self.replay.add_nacked(p, ack.hash, not_before);
-                }
+            Some(DeadLetterAction::Park) => {
+                warn!(consumer = %id, ledger = p.ledger_id, entry = p.entry_id, hash, deliveries = count, "dead letter: entry parked, its key waits for an operator");
+                self.replay.add_nacked(p, hash, PARKED);
+            }
+            None => {
+                let d = delay.unwrap_or_else(|| self.cfg.nack_backoff.delay(count));
+                let not_before = if d == 0 { 0 } else { now.saturating_add(d) };
+                debug!(consumer = %id, ledger = p.ledger_id, entry = p.entry_id, hash, redeliveries = count, not_before, "nacked: held until re-sent");
+                self.replay.add_nacked(p, hash, not_before);
             }
         }
-        shared.debit(&self.shared, debit);
-        self.timers.nack = self.replay.next_due(now);
-        self.after_redelivery(i);
-        self.input_arrived();
-        self.read_more(now);
-        n
     }
 
     /// The consumer gives back entries it received but never handed to its application (in
@@ -174,18 +200,19 @@ impl Dispatcher {
     /// position order behind the nacked entry, **without** counting a redelivery and without
     /// delay. Positions not pending on this consumer are ignored. Returns how many.
     pub fn handle_release(&mut self, now: u64, id: ConsumerId, positions: &[Position]) -> usize {
-        let Some((i, n)) = self.take_back_pending(id, positions, |d, p, hash| {
-            if d.last_md.is_none_or(|md| p > md) {
-                d.replay.add(p, hash, None);
-            }
-        }) else {
-            return 0;
-        };
-        self.counters.releases += n as u64;
+        let n = self.take_back(
+            now,
+            id,
+            TakeBack::Positions(positions),
+            RemovalCause::RedeliveryRequested,
+            |d, p, hash| {
+                d.counters.releases += 1;
+                if d.last_md.is_none_or(|md| p > md) {
+                    d.replay.add(p, hash, None);
+                }
+            },
+        );
         debug!(consumer = %id, released = n, "entries released back to replay");
-        self.after_redelivery(i);
-        self.input_arrived();
-        self.read_more(now);
         n
     }
 
