@@ -26,10 +26,7 @@ impl KeyShared {
 /// Key_Shared chunk pins: chunk 0 of a multi-chunk message pins its uuid (and its hash) to the
 /// consumer, the last chunk unpins them.
 pub(super) fn note_chunk_sent(ks: &mut KeyShared, e: &Entry, c: ConsumerId, hash: u32) {
-    let Some(ch) = &e.meta.chunk else { return };
-    if ch.num_chunks <= 1 || ch.chunk_id >= ch.num_chunks || ch.uuid.is_empty() {
-        return;
-    }
+    let Some(ch) = multi_chunk(e) else { return };
     if ch.chunk_id == 0 {
         match ks.pins.insert(ch.uuid.clone(), (c, hash)) {
             None => {
@@ -56,6 +53,96 @@ pub(super) fn unpin_hash(ks: &mut KeyShared, h: u32) {
         p.1 = p.1.saturating_sub(1);
         if p.1 == 0 {
             ks.hash_pins.remove(&h);
+        }
+    }
+}
+
+/// The chunk metadata of a multi-chunk message's entry, if well formed
+/// ([`ChunkRef::is_well_formed`]); single-chunk and malformed entries route as plain entries.
+pub(super) fn multi_chunk(e: &Entry) -> Option<&cursor::ChunkMeta> {
+    e.meta.chunk.as_ref().filter(|c| {
+        c.num_chunks > 1
+            && ChunkRef {
+                uuid: &c.uuid,
+                chunk_id: c.chunk_id,
+                num_chunks: c.num_chunks,
+            }
+            .is_well_formed()
+    })
+}
+
+/// One Key_Shared batch being routed: the per-batch tables that each entry's decision reads
+/// and updates (an entry's fate depends on the earlier entries of its key in the batch).
+pub(super) struct BatchRouting<'e> {
+    pub(super) from_replay: bool,
+    /// Ordered mode (not allow-out-of-order).
+    pub(super) ordered: bool,
+    /// Ordered mode with nack holds in replay.
+    pub(super) holds: bool,
+    /// Draining is on (a pinned entry sent while its hash maps elsewhere counts in draining).
+    pub(super) draining_on: bool,
+    /// Entries in the batch.
+    pub(super) len: usize,
+    /// Per consumer: permits left in this batch.
+    pub(super) permits: Vec<i64>,
+    /// Per consumer: some entry of the batch chose it.
+    pub(super) targeted: Vec<bool>,
+    /// Per consumer: entries accepted for it.
+    pub(super) counts: Vec<usize>,
+    /// Per entry: the consumer index, `None` when held back.
+    pub(super) decisions: Vec<Option<usize>>,
+    /// Per entry: its hash.
+    pub(super) hashes: Vec<u32>,
+    /// Per entry (empty when none): sent under a pin while its hash maps elsewhere.
+    pub(super) pinned: Vec<bool>,
+    /// Hashes held back in this batch: later entries of them wait too.
+    pub(super) blocked: AHashSet<u32>,
+    /// Pinned entries are ordered per (consumer, hash), not behind the hash's other entries:
+    /// their message started before them, on that consumer.
+    pub(super) pinned_blocked: AHashSet<(ConsumerId, u32)>,
+    /// Chunk-0 pins decided in this batch (uuid → consumer).
+    pub(super) batch_pins: AHashMap<&'e str, ConsumerId>,
+    /// Key pins decided in this batch (hash → consumer of a chunk 0 accepted here).
+    pub(super) batch_hash_pins: AHashMap<u32, ConsumerId>,
+    /// Messages whose chunk 0 was held back in this batch.
+    pub(super) held_uuids: AHashSet<&'e str>,
+    /// Ordered nack: nacked entries accepted in this batch (later entries of their key in the
+    /// batch may follow them).
+    pub(super) going_nacked: Vec<Position>,
+    /// Entries accepted.
+    pub(super) dispatched: usize,
+}
+
+impl<'e> BatchRouting<'e> {
+    pub(super) fn new(d: &Dispatcher, from_replay: bool, len: usize) -> Self {
+        let ordered = d.mode.key_shared().is_some_and(|k| k.ordered());
+        let nc = d.consumers.len();
+        BatchRouting {
+            from_replay,
+            ordered,
+            holds: ordered && d.replay.has_holds(),
+            draining_on: d.mode.key_shared().is_some_and(|k| k.draining.is_some()),
+            len,
+            permits: d.consumers.iter().map(|c| d.available_permits(c)).collect(),
+            targeted: vec![false; nc],
+            counts: vec![0; nc],
+            decisions: Vec::with_capacity(len),
+            hashes: Vec::with_capacity(len),
+            pinned: Vec::new(),
+            blocked: AHashSet::new(),
+            pinned_blocked: AHashSet::new(),
+            batch_pins: AHashMap::new(),
+            batch_hash_pins: AHashMap::new(),
+            held_uuids: AHashSet::new(),
+            going_nacked: Vec::new(),
+            dispatched: 0,
+        }
+    }
+
+    /// A held-back chunk 0 holds its later chunks in this batch.
+    fn hold(&mut self, chunk: Option<&'e cursor::ChunkMeta>) {
+        if let Some(c) = chunk.filter(|c| c.chunk_id == 0) {
+            self.held_uuids.insert(c.uuid.as_str());
         }
     }
 }
@@ -111,6 +198,9 @@ impl Dispatcher {
             None => 0,
         }
     }
+    /// Routes one Key_Shared batch: [`route_entry`](Self::route_entry) decides each entry in
+    /// position order (the decision for entry E and consumer C is made there), then
+    /// [`send_routed`](Self::send_routed) groups the accepted entries per consumer and sends.
     pub(super) fn dispatch_key_shared(
         &mut self,
         now: u64,
@@ -119,213 +209,246 @@ impl Dispatcher {
         has_more: bool,
         min_replay_at_read: Option<Position>,
     ) {
-        let ordered = self.mode.key_shared().is_some_and(|k| k.ordered());
-        if !from_replay && ordered {
-            let first = self.replay.first();
-            let earlier = match (first, min_replay_at_read) {
-                (Some(f), Some(m)) => f < m,
-                (Some(_), None) => true,
-                _ => false,
-            };
-            if earlier {
-                // Something earlier entered replay while this read was in flight: park the
-                // whole result in replay so the earlier positions go first.
-                self.counters.read_results_discarded += 1;
-                self.read.discarded_read = true;
-                debug!(
-                    entries = entries.len(),
-                    "read result discarded: an earlier position entered replay meanwhile"
-                );
-                for e in entries {
-                    let h = self.entry_hash(&e);
-                    self.replay.add(e.position, h, None);
-                }
-                return;
+        if !from_replay && self.discard_if_overtaken(&entries, min_replay_at_read) {
+            for e in entries {
+                let h = self.entry_hash(&e);
+                self.replay.add(e.position, h, None);
             }
+            return;
         }
-        let mut snapshot: Vec<i64> = self
-            .consumers
-            .iter()
-            .map(|c| self.available_permits(c))
-            .collect();
         for c in &mut self.consumers {
             c.blocked_by_hash = false;
         }
-        let n = entries.len();
-        let nc = self.consumers.len();
-        const HELD: u32 = u32::MAX;
-        let mut targets: Vec<bool> = vec![false; nc];
-        let mut counts: Vec<usize> = vec![0; nc];
-        let mut decision: Vec<u32> = Vec::with_capacity(n);
-        let mut hashes: Vec<u32> = Vec::with_capacity(n);
-        let mut pins: Vec<bool> = Vec::new();
-        let mut blocked: AHashSet<u32> = AHashSet::new();
-        let mut dispatched = 0usize;
-        let draining_on = self.mode.key_shared().is_some_and(|k| k.draining.is_some());
-        // Pass 1: decide per entry (entries held back go to replay with their hash).
-        // Chunk pins decided in this batch (chunk 0 accepted into a send group) and messages
-        // whose chunk 0 was held back in this batch.
-        let mut batch_pins: AHashMap<&str, ConsumerId> = AHashMap::new();
-        let mut batch_hash_pins: AHashMap<u32, ConsumerId> = AHashMap::new();
-        let mut held_uuids: AHashSet<&str> = AHashSet::new();
-        // Pinned continuation chunks are ordered per (consumer, hash), not behind the hash's
-        // other entries: their message started before them, on that consumer.
-        let mut pinned_blocked: AHashSet<(ConsumerId, u32)> = AHashSet::new();
-        // Ordered nack: nacked entries accepted in this batch (later entries of their key in
-        // the batch may follow them); any other earlier nacked entry of a key holds it.
-        let holds = ordered && self.replay.has_holds();
-        let mut going_nacked: Vec<Position> = Vec::new();
-        for (k, e) in entries.iter().enumerate() {
-            let hash = self.entry_hash(e);
-            hashes.push(hash);
-            let chunk =
-                e.meta.chunk.as_ref().filter(|c| {
-                    c.num_chunks > 1 && c.chunk_id < c.num_chunks && !c.uuid.is_empty()
-                });
-            let continuation = chunk.is_some_and(|c| c.chunk_id > 0);
-            if chunk.is_some_and(|c| c.chunk_id > 0 && held_uuids.contains(c.uuid.as_str())) {
-                // Its chunk 0 was held back in this batch: follow it to replay.
-                self.replay.add(e.position, hash, None);
-                decision.push(HELD);
-                continue;
-            }
-            // A continuation chunk follows the consumer that received chunk 0; any other entry
-            // of a key with a half-delivered chunked message follows that message.
-            // An entry held back under a pin keeps it (the replay pick chose it for that
-            // consumer, and that consumer still holds the key).
-            let stored = if from_replay {
-                self.replay
-                    .pinned_of(e.position)
-                    .filter(|c| self.find(*c).is_some())
-            } else {
-                None
-            };
-            let pin = match stored {
-                Some(c) => Some(c),
-                None => match chunk {
-                    Some(c) if c.chunk_id > 0 => match batch_pins.get(c.uuid.as_str()) {
-                        Some(p) => Some(*p),
-                        None => self.chunk_pin(e, now),
-                    },
-                    _ => batch_hash_pins
-                        .get(&hash)
-                        .copied()
-                        .or_else(|| self.hash_pin(hash)),
-                },
-            };
-            fn hold<'a>(held: &mut AHashSet<&'a str>, chunk: Option<&'a cursor::ChunkMeta>) {
-                if let Some(c) = chunk.filter(|c| c.chunk_id == 0) {
-                    held.insert(c.uuid.as_str());
-                }
-            }
-            let blocked_here = match pin {
-                Some(pc) => pinned_blocked.contains(&(pc, hash)),
-                None => !blocked.is_empty() && blocked.contains(&hash),
-            } || (holds
-                && hash != 0
-                && (from_replay || pin.is_some())
-                && self.replay.held_before(hash, e.position, &going_nacked));
-            if blocked_here {
-                // Only a continuation chunk keeps its pin in replay; other entries re-resolve
-                // the key's live pin (it ends with the half-delivered message).
-                self.replay
-                    .add(e.position, hash, pin.filter(|_| continuation));
-                hold(&mut held_uuids, chunk);
-                decision.push(HELD);
-                continue;
-            }
-            let selected = self.mode.key_shared().and_then(|k| k.selector.select(hash));
-            let Some(t) = pin.or(selected).and_then(|t| self.find(t)) else {
-                blocked.insert(hash);
-                self.replay.add(e.position, hash, None);
-                hold(&mut held_uuids, chunk);
-                decision.push(HELD);
-                continue;
-            };
-            targets[t] = true;
-            let verdict = if snapshot[t] <= 0 {
-                None
-            } else {
-                let gate = if from_replay {
-                    Gate::ReplayPick
-                } else {
-                    Gate::NormalRead
-                };
-                let v = match pin {
-                    // A continuation chunk only waits for earlier pinned entries of its key on
-                    // its consumer (its message started first); any other pinned entry waits
-                    // for every earlier entry of its key (e.g. a nacked one).
-                    Some(pc) => {
-                        let behind = if continuation {
-                            self.replay.contains_pinned(pc, hash)
-                        } else {
-                            self.replay.contains_hash(hash)
-                        };
-                        if gate == Gate::NormalRead && behind {
-                            Verdict::BehindReplay
-                        } else {
-                            Verdict::Allow
-                        }
-                    }
-                    None => self.can_dispatch(gate, self.consumers[t].id, hash),
-                };
-                Some(v)
-            };
-            match verdict {
-                Some(Verdict::Allow) => {
-                    snapshot[t] -= i64::from(e.meta.messages());
-                    if holds && from_replay && self.replay.first_held(hash).is_some() {
-                        going_nacked.push(e.position);
-                    }
-                    if pin.is_some() && selected != pin && draining_on {
-                        if pins.is_empty() {
-                            pins = vec![false; n];
-                        }
-                        pins[k] = true;
-                    }
-                    if let Some(c) = chunk.filter(|c| c.chunk_id == 0) {
-                        batch_pins.insert(c.uuid.as_str(), self.consumers[t].id);
-                        batch_hash_pins.insert(hash, self.consumers[t].id);
-                    }
-                    decision.push(t as u32);
-                    counts[t] += 1;
-                    dispatched += 1;
-                }
-                other => {
-                    if ordered || chunk.is_some() {
-                        blocked.insert(hash);
-                    }
-                    if let Some(pc) = pin {
-                        pinned_blocked.insert((pc, hash));
-                    }
-                    if matches!(other, Some(Verdict::Draining)) {
-                        self.note_draining_block(now, hash);
-                    }
-                    if other.is_some() && !from_replay {
-                        self.consumers[t].blocked_by_hash = true;
-                    }
-                    self.replay
-                        .add(e.position, hash, pin.filter(|_| continuation));
-                    hold(&mut held_uuids, chunk);
-                    decision.push(HELD);
-                }
-            }
+        let mut batch = BatchRouting::new(self, from_replay, entries.len());
+        for e in &entries {
+            let d = self.route_entry(now, &mut batch, e);
+            batch.decisions.push(d);
         }
-        // Pass 2: group per consumer (exact capacities) and send.
+        let BatchRouting {
+            decisions,
+            hashes,
+            pinned,
+            counts,
+            targeted,
+            dispatched,
+            ..
+        } = batch;
+        self.send_routed(entries, &decisions, &hashes, &pinned, &counts);
+        if dispatched == 0 && !from_replay {
+            self.look_ahead_if_stuck(&targeted, has_more);
+        }
+    }
+
+    /// Ordered mode: something earlier than this read's first replay position entered replay
+    /// while the read was in flight. The whole result then goes to replay (the caller does it)
+    /// so the earlier positions go first.
+    fn discard_if_overtaken(
+        &mut self,
+        entries: &[Entry],
+        min_replay_at_read: Option<Position>,
+    ) -> bool {
+        let ordered = self.mode.key_shared().is_some_and(|k| k.ordered());
+        if !ordered {
+            return false;
+        }
+        let earlier = match (self.replay.first(), min_replay_at_read) {
+            (Some(f), Some(m)) => f < m,
+            (Some(_), None) => true,
+            _ => false,
+        };
+        if earlier {
+            self.counters.read_results_discarded += 1;
+            self.read.discarded_read = true;
+            debug!(
+                entries = entries.len(),
+                "read result discarded: an earlier position entered replay meanwhile"
+            );
+        }
+        earlier
+    }
+
+    /// THE Key_Shared routing decision for one entry of a batch: the index of the consumer it
+    /// goes to, or `None` when it is held back (it is then already in replay, with its hash and,
+    /// for a continuation chunk, its pin).
+    ///
+    /// In order: a continuation whose chunk 0 was held in this batch follows it; the pin (stored
+    /// in replay, the chunk's uuid pin, or the key's half-delivered-message pin) beats the
+    /// selector; an entry behind a blocked or nack-held entry of its key waits; then the target
+    /// needs permits and the dispatch predicate ([`can_dispatch`](Self::can_dispatch)) at the
+    /// read or replay gate. Held entries go to replay right away: later decisions of the same
+    /// batch read the replay set.
+    pub(super) fn route_entry<'e>(
+        &mut self,
+        now: u64,
+        b: &mut BatchRouting<'e>,
+        e: &'e Entry,
+    ) -> Option<usize> {
+        let hash = self.entry_hash(e);
+        b.hashes.push(hash);
+        let chunk = multi_chunk(e);
+        let continuation = chunk.is_some_and(|c| c.chunk_id > 0);
+        if chunk.is_some_and(|c| c.chunk_id > 0 && b.held_uuids.contains(c.uuid.as_str())) {
+            // Its chunk 0 was held back in this batch: follow it to replay.
+            self.replay.add(e.position, hash, None);
+            return None;
+        }
+        let pin = self.pin_for(now, b, e, hash, chunk);
+        let blocked_here = match pin {
+            Some(pc) => b.pinned_blocked.contains(&(pc, hash)),
+            None => !b.blocked.is_empty() && b.blocked.contains(&hash),
+        } || (b.holds
+            && hash != 0
+            && (b.from_replay || pin.is_some())
+            && self.replay.held_before(hash, e.position, &b.going_nacked));
+        if blocked_here {
+            // Only a continuation chunk keeps its pin in replay; other entries re-resolve
+            // the key's live pin (it ends with the half-delivered message).
+            self.replay
+                .add(e.position, hash, pin.filter(|_| continuation));
+            b.hold(chunk);
+            return None;
+        }
+        let selected = self.mode.key_shared().and_then(|k| k.selector.select(hash));
+        let Some(t) = pin.or(selected).and_then(|t| self.find(t)) else {
+            b.blocked.insert(hash);
+            self.replay.add(e.position, hash, None);
+            b.hold(chunk);
+            return None;
+        };
+        b.targeted[t] = true;
+        let verdict = if b.permits[t] <= 0 {
+            None
+        } else {
+            Some(self.pinned_or_predicate(b.from_replay, t, pin, continuation, hash))
+        };
+        if verdict == Some(Verdict::Allow) {
+            b.permits[t] -= i64::from(e.meta.messages());
+            if b.holds && b.from_replay && self.replay.first_held(hash).is_some() {
+                b.going_nacked.push(e.position);
+            }
+            if pin.is_some() && selected != pin && b.draining_on {
+                if b.pinned.is_empty() {
+                    b.pinned = vec![false; b.len];
+                }
+                b.pinned[b.decisions.len()] = true;
+            }
+            if let Some(c) = chunk.filter(|c| c.chunk_id == 0) {
+                b.batch_pins.insert(c.uuid.as_str(), self.consumers[t].id);
+                b.batch_hash_pins.insert(hash, self.consumers[t].id);
+            }
+            b.counts[t] += 1;
+            b.dispatched += 1;
+            return Some(t);
+        }
+        if b.ordered || chunk.is_some() {
+            b.blocked.insert(hash);
+        }
+        if let Some(pc) = pin {
+            b.pinned_blocked.insert((pc, hash));
+        }
+        if verdict == Some(Verdict::Draining) {
+            self.note_draining_block(now, hash);
+        }
+        if verdict.is_some() && !b.from_replay {
+            self.consumers[t].blocked_by_hash = true;
+        }
+        self.replay
+            .add(e.position, hash, pin.filter(|_| continuation));
+        b.hold(chunk);
+        None
+    }
+
+    /// The consumer an entry must follow, if any: a pin stored with it in replay (the replay
+    /// pick chose it for that consumer, which still holds the key), else a continuation chunk's
+    /// chunk-0 consumer (decided in this batch or earlier), else the consumer holding a
+    /// half-delivered chunked message of its key.
+    fn pin_for(
+        &mut self,
+        now: u64,
+        b: &BatchRouting<'_>,
+        e: &Entry,
+        hash: u32,
+        chunk: Option<&cursor::ChunkMeta>,
+    ) -> Option<ConsumerId> {
+        let stored = if b.from_replay {
+            self.replay
+                .pinned_of(e.position)
+                .filter(|c| self.find(*c).is_some())
+        } else {
+            None
+        };
+        match stored {
+            Some(c) => Some(c),
+            None => match chunk {
+                Some(c) if c.chunk_id > 0 => match b.batch_pins.get(c.uuid.as_str()) {
+                    Some(p) => Some(*p),
+                    None => self.chunk_pin(e, now),
+                },
+                _ => b
+                    .batch_hash_pins
+                    .get(&hash)
+                    .copied()
+                    .or_else(|| self.hash_pin(hash)),
+            },
+        }
+    }
+
+    /// The verdict for a target with permits: a pinned entry skips the draining rule (its
+    /// consumer already holds the key) but still queues behind replay on a normal read — a
+    /// continuation chunk only behind earlier pinned entries of its key on its consumer (its
+    /// message started first), any other pinned entry behind every earlier entry of its key;
+    /// an unpinned entry asks the dispatch predicate.
+    fn pinned_or_predicate(
+        &self,
+        from_replay: bool,
+        t: usize,
+        pin: Option<ConsumerId>,
+        continuation: bool,
+        hash: u32,
+    ) -> Verdict {
+        let gate = if from_replay {
+            Gate::ReplayPick
+        } else {
+            Gate::NormalRead
+        };
+        match pin {
+            Some(pc) => {
+                let behind = if continuation {
+                    self.replay.contains_pinned(pc, hash)
+                } else {
+                    self.replay.contains_hash(hash)
+                };
+                if gate == Gate::NormalRead && behind {
+                    Verdict::BehindReplay
+                } else {
+                    Verdict::Allow
+                }
+            }
+            None => self.can_dispatch(gate, self.consumers[t].id, hash),
+        }
+    }
+
+    /// The send step of a routed batch: groups the accepted entries per consumer (exact
+    /// capacities, position order kept) and sends each group.
+    fn send_routed(
+        &mut self,
+        entries: Vec<Entry>,
+        decisions: &[Option<usize>],
+        hashes: &[u32],
+        pinned: &[bool],
+        counts: &[usize],
+    ) {
         let mut groups: Vec<(Vec<Entry>, Vec<u32>, Vec<bool>)> = counts
             .iter()
             .map(|&c| (Vec::with_capacity(c), Vec::with_capacity(c), Vec::new()))
             .collect();
         for (k, e) in entries.into_iter().enumerate() {
-            let t = decision[k];
-            if t == HELD {
-                continue;
-            }
-            let g = &mut groups[t as usize];
+            let Some(t) = decisions[k] else { continue };
+            let g = &mut groups[t];
             g.0.push(e);
             g.1.push(hashes[k]);
-            if !pins.is_empty() {
-                g.2.push(pins[k]);
+            if !pinned.is_empty() {
+                g.2.push(pinned[k]);
             }
         }
         for (i, (es, hs, ps)) in groups.into_iter().enumerate() {
@@ -333,20 +456,27 @@ impl Dispatcher {
                 self.send_to(i, es, &hs, &ps);
             }
         }
-        // Look-ahead (Pulsar §9.3): nothing went out, yet someone could take more.
-        if dispatched == 0 && !from_replay && self.replay.len() < self.look_ahead_limit() {
-            let someone =
-                self.consumers.iter().enumerate().any(|(i, c)| {
-                    (c.blocked_by_hash || !targets[i]) && self.available_permits(c) > 0
-                });
-            if someone && has_more {
-                self.counters.look_ahead_triggers += 1;
-                self.read.look_ahead_next = true;
-                debug!(
-                    replay = self.replay.len(),
-                    "look-ahead: reading past blocked keys"
-                );
-            }
+    }
+
+    /// Look-ahead (Pulsar's `lookAheadAllowed`): a normal read sent nothing, yet a consumer
+    /// with permits was blocked by a hash rule or not targeted at all: the next read skips the
+    /// replay set and reads further, within the look-ahead limit.
+    fn look_ahead_if_stuck(&mut self, targeted: &[bool], has_more: bool) {
+        if self.replay.len() >= self.look_ahead_limit() {
+            return;
+        }
+        let someone = self
+            .consumers
+            .iter()
+            .enumerate()
+            .any(|(i, c)| (c.blocked_by_hash || !targeted[i]) && self.available_permits(c) > 0);
+        if someone && has_more {
+            self.counters.look_ahead_triggers += 1;
+            self.read.look_ahead_next = true;
+            debug!(
+                replay = self.replay.len(),
+                "look-ahead: reading past blocked keys"
+            );
         }
     }
 
@@ -379,10 +509,7 @@ impl Dispatcher {
     /// was sent and that consumer is still connected. A continuation without a pin (an orphan,
     /// e.g. after a restart) is routed by its hash like any entry, with a WARN and a counter.
     pub(super) fn chunk_pin(&mut self, e: &Entry, _now: u64) -> Option<ConsumerId> {
-        let ch = e.meta.chunk.as_ref()?;
-        if ch.chunk_id == 0 || ch.chunk_id >= ch.num_chunks || ch.uuid.is_empty() {
-            return None;
-        }
+        let ch = multi_chunk(e).filter(|c| c.chunk_id > 0)?;
         let ks = self.mode.key_shared()?;
         match ks.pins.get(ch.uuid.as_str()) {
             Some((c, _)) if self.find(*c).is_some() => Some(*c),
