@@ -1,8 +1,8 @@
 //! The ack path: runs on the acking consumer's thread, not on the dispatcher's.
 
-use std::sync::Mutex as StdMutex;
+use std::sync::{Mutex as StdMutex, MutexGuard};
 
-use cursor::{CursorStore, Ledger, ManagedCursor, Position};
+use cursor::{CursorStore, Entry, Ledger, ManagedCursor, Position, ReplayResult};
 use tracing::trace;
 
 use crate::config::ConsumerId;
@@ -39,12 +39,46 @@ pub struct BatchAck {
     pub entry_complete: bool,
 }
 
-/// A cursor and its ledger behind one std mutex: the shape the runtime and simple drivers use.
+/// A cursor and its ledger behind one std mutex: the shape the [`Driver`](crate::Driver), the
+/// runtime and the ack path share. Lock it with [`CursorCell::lock`] (poison-tolerant).
 pub struct CursorCell<S: CursorStore, L: Ledger> {
     /// The cursor.
     pub cursor: ManagedCursor<S>,
     /// The ledger the cursor reads.
     pub ledger: L,
+}
+
+impl<S: CursorStore, L: Ledger> CursorCell<S, L> {
+    /// Locks `cell`. A panic on another thread while it held the lock does not poison it for
+    /// the others: the cursor's own operations leave it consistent, so the guard is recovered.
+    pub fn lock(cell: &StdMutex<Self>) -> MutexGuard<'_, Self> {
+        match cell.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// The cursor and the ledger, borrowed apart (for cursor calls that need both).
+    pub fn parts(&mut self) -> (&mut ManagedCursor<S>, &mut L) {
+        (&mut self.cursor, &mut self.ledger)
+    }
+
+    /// Reads up to `max_entries` at the read position; also answers `has_more_entries`.
+    pub fn read(&mut self, max_entries: usize) -> (Vec<Entry>, bool) {
+        let entries = self.cursor.read(&self.ledger, max_entries);
+        let more = self.cursor.has_more_entries(&self.ledger);
+        (entries, more)
+    }
+
+    /// Reads these positions again.
+    pub fn replay(&self, positions: &[Position]) -> ReplayResult {
+        self.cursor.replay(&self.ledger, positions)
+    }
+
+    /// Moves the read position back to the first unacked entry.
+    pub fn rewind(&mut self) {
+        self.cursor.rewind(&self.ledger);
+    }
 }
 
 impl<S, L> CursorAck for StdMutex<CursorCell<S, L>>
@@ -53,11 +87,8 @@ where
     L: Ledger + Send,
 {
     fn ack(&self, position: Position) -> Result<bool, cursor::CursorError> {
-        let mut g = match self.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        let CursorCell { cursor, ledger } = &mut *g;
+        let mut g = CursorCell::lock(self);
+        let (cursor, ledger) = g.parts();
         cursor.ack(ledger, position).map(|o| o.newly_acked)
     }
 
@@ -67,11 +98,8 @@ where
         batch_size: u32,
         indexes: &[u32],
     ) -> Result<BatchAck, cursor::CursorError> {
-        let mut g = match self.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        let CursorCell { cursor, ledger } = &mut *g;
+        let mut g = CursorCell::lock(self);
+        let (cursor, ledger) = g.parts();
         let was_acked = cursor.is_acked(position);
         let before = cursor
             .batch_acked_indexes(position)

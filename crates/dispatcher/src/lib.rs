@@ -48,13 +48,16 @@
 //! client crate models the consumer side of ordered nack. Selectors are plain single-threaded values (`Send`
 //! when the consumer id is); the dispatcher owns and serialises them.
 //!
-//! Driving the core by hand (what [`Runtime`] and the simulator do):
+//! Driving the core by hand with the [`Driver`] (what [`Runtime`], the simulator and the tests
+//! do): feed an input, then poll the driver until it has nothing left; it runs reads and
+//! replays against the cursor and hands back the sends.
 //!
 //! ```
 //! use std::sync::{Arc, Mutex};
 //! use cursor::{EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore};
 //! use dispatcher::{
-//!     Command, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig, NoopWaker,
+//!     ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig, Driver, NoopWaker,
+//!     Output,
 //! };
 //!
 //! let mut ledger = InMemoryLedger::new(1_000);
@@ -68,27 +71,17 @@
 //!
 //! let mut d = Dispatcher::new(DispatcherConfig::key_shared(), Arc::new(NoopWaker));
 //! let acks = d.ack_handle(cell.clone()); // cloneable, usable from consumer threads
+//! let mut driver = Driver::new();
 //! d.handle_consumer_added(0, ConsumerSpec::new(1, "consumer-1")).unwrap();
 //! d.handle_flow(0, ConsumerId(1), 10);
 //!
 //! let mut delivered = Vec::new();
-//! while let Some(cmd) = d.poll_command() {
-//!     match cmd {
-//!         Command::Read { max_entries } => {
-//!             let mut g = cell.lock().unwrap();
-//!             let CursorCell { cursor, ledger } = &mut *g;
-//!             let entries = cursor.read(ledger, max_entries);
-//!             let more = cursor.has_more_entries(ledger);
-//!             drop(g);
-//!             d.handle_read_complete(0, entries, more);
+//! while let Some(out) = driver.poll(0, &mut d, &cell) {
+//!     if let Output::Send { consumer, entries } = out {
+//!         for e in entries {
+//!             acks.ack(consumer, e.position).unwrap(); // the consumer processed it
+//!             delivered.push(e.position);
 //!         }
-//!         Command::Send { consumer, entries } => {
-//!             for e in entries {
-//!                 acks.ack(consumer, e.position).unwrap(); // the consumer processed it
-//!                 delivered.push(e.position);
-//!             }
-//!         }
-//!         _ => {}
 //!     }
 //! }
 //! assert_eq!(delivered.len(), 3);
@@ -103,8 +96,8 @@
 //! use std::sync::{Arc, Mutex};
 //! use cursor::{EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore, Position};
 //! use dispatcher::{
-//!     BlockReason, Command, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig,
-//!     NoopWaker,
+//!     BlockReason, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig, Driver,
+//!     NoopWaker, Output,
 //! };
 //!
 //! let mut ledger = InMemoryLedger::new(1_000);
@@ -114,31 +107,19 @@
 //!     ledger.append(m);
 //! }
 //! let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
-//! let cell = Arc::new(Mutex::new(CursorCell { cursor, ledger }));
+//! let cell = Mutex::new(CursorCell { cursor, ledger });
 //! let mut cfg = DispatcherConfig::key_shared();
 //! cfg.min_read_batch = 10;
 //! let mut d = Dispatcher::new(cfg, Arc::new(NoopWaker));
+//! let mut driver = Driver::new();
 //! let c = ConsumerId(1);
 //!
-//! // Executes the commands; returns the positions sent.
-//! let run = |d: &mut Dispatcher, now: u64| {
+//! // Runs the driver; returns the positions sent.
+//! let mut run = |d: &mut Dispatcher, now: u64| {
 //!     let mut sent = Vec::new();
-//!     while let Some(cmd) = d.poll_command() {
-//!         let mut g = cell.lock().unwrap();
-//!         let CursorCell { cursor, ledger } = &mut *g;
-//!         match cmd {
-//!             Command::Read { max_entries } => {
-//!                 let (e, more) = (cursor.read(ledger, max_entries), cursor.has_more_entries(ledger));
-//!                 drop(g);
-//!                 d.handle_read_complete(now, e, more);
-//!             }
-//!             Command::Replay { positions } => {
-//!                 let r = cursor.replay(ledger, &positions);
-//!                 drop(g);
-//!                 d.handle_replay_complete(now, r.entries, &r.already_acked);
-//!             }
-//!             Command::Send { entries, .. } => sent.extend(entries.iter().map(|e| e.position)),
-//!             _ => {}
+//!     while let Some(out) = driver.poll(now, d, &cell) {
+//!         if let Output::Send { entries, .. } = out {
+//!             sent.extend(entries.iter().map(|e| e.position));
 //!         }
 //!     }
 //!     sent
@@ -190,6 +171,7 @@
 mod ack;
 mod config;
 mod core;
+pub mod driver;
 mod error;
 mod hash;
 mod replay;
@@ -215,6 +197,7 @@ pub use crate::config::{
 };
 pub use crate::core::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
 pub use crate::core::{BoxedSelector, Command, Dispatcher, Gate, Verdict};
+pub use crate::driver::{AdminOp, Driver, FlagWaker, Output, Persist};
 pub use crate::error::{AckError, AddConsumerError};
-pub use crate::runtime::{AdminOp, ConsumerHandle, Event, Runtime};
+pub use crate::runtime::{ConsumerHandle, Event, Runtime};
 pub use crate::shared::{NoopWaker, Waker};

@@ -19,26 +19,11 @@ use tracing::{debug, warn};
 
 use crate::ack::{AckHandle, AckOutcome, ConsumerAckHandle, CursorCell};
 use crate::config::{ConsumerId, ConsumerSpec, DispatcherConfig};
-use crate::core::{Command, Dispatcher};
+use crate::core::Dispatcher;
 use crate::core::{ConsumerStats, DispatcherStats};
+use crate::driver::{AdminOp, Driver, Output};
 use crate::error::{AckError, AddConsumerError};
 use crate::shared::Waker;
-
-/// An administrative operation on the subscription's cursor, run on the dispatcher thread; the
-/// resulting mark-delete move goes through the core's hook.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AdminOp {
-    /// Skip the next `n` unacked entries.
-    Skip(u64),
-    /// Drop the whole backlog.
-    ClearBacklog,
-    /// Expire entries published before this time (ms).
-    Expire(u64),
-    /// Backlog-quota eviction down to at most this many messages.
-    EvictToCount(u64),
-    /// Backlog-quota eviction down to at most this many bytes.
-    EvictToSize(u64),
-}
 
 /// Everything the dispatcher thread reacts to (besides its timer).
 pub enum Event {
@@ -216,6 +201,7 @@ impl Runtime {
             .spawn(move || {
                 Loop {
                     core,
+                    driver: Driver::new(),
                     cell,
                     waker,
                     consumers: Vec::new(),
@@ -304,6 +290,7 @@ impl Drop for Runtime {
 
 struct Loop<S: CursorStore, L: Ledger> {
     core: Dispatcher,
+    driver: Driver,
     cell: StdArc<StdMutex<CursorCell<S, L>>>,
     waker: StdArc<ChannelWaker>,
     consumers: Vec<(ConsumerId, Sender<Vec<Entry>>)>,
@@ -313,13 +300,6 @@ struct Loop<S: CursorStore, L: Ledger> {
 impl<S: CursorStore, L: Ledger> Loop<S, L> {
     fn now(&self) -> u64 {
         u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, CursorCell<S, L>> {
-        match self.cell.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
     }
 
     fn run(mut self, rx: Receiver<Event>) {
@@ -381,29 +361,10 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 self.core.handle_release(now, id, &ps);
             }
             Event::Publish(metas) => {
-                {
-                    let mut g = self.lock();
-                    for m in metas {
-                        g.ledger.append(m);
-                    }
-                }
-                self.core.handle_entries_appended(now);
+                self.driver.publish(now, &mut self.core, &self.cell, metas);
             }
             Event::Admin(op, reply) => {
-                let mv = {
-                    let mut g = self.lock();
-                    let CursorCell { cursor, ledger } = &mut *g;
-                    match op {
-                        AdminOp::Skip(n) => cursor.skip(ledger, n),
-                        AdminOp::ClearBacklog => cursor.clear_backlog(ledger),
-                        AdminOp::Expire(t) => cursor.expire(ledger, t),
-                        AdminOp::EvictToCount(n) => cursor.evict_to_count(ledger, n),
-                        AdminOp::EvictToSize(n) => cursor.evict_to_size(ledger, n),
-                    }
-                };
-                if let Some(mv) = &mv {
-                    self.core.handle_mark_delete_moved(now, mv);
-                }
+                let mv = self.driver.admin(now, &mut self.core, &self.cell, op);
                 let _ = reply.send(mv);
             }
             Event::Wake => {
@@ -418,57 +379,25 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
         true
     }
 
-    /// Executes the core's commands until it has none.
+    /// Executes the core's commands until it has none (through the shared [`Driver`]).
     fn execute(&mut self) {
-        while let Some(cmd) = self.core.poll_command() {
+        loop {
             let now = self.now();
-            match cmd {
-                Command::Rewind => {
-                    let mut g = self.lock();
-                    let CursorCell { cursor, ledger } = &mut *g;
-                    cursor.rewind(ledger);
-                }
-                Command::Read { max_entries } => {
-                    let (entries, more) = {
-                        let mut g = self.lock();
-                        let CursorCell { cursor, ledger } = &mut *g;
-                        let e = cursor.read(ledger, max_entries);
-                        let more = cursor.has_more_entries(ledger);
-                        (e, more)
-                    };
-                    self.core.handle_read_complete(now, entries, more);
-                }
-                Command::Replay { positions } => {
-                    let r = {
-                        let g = self.lock();
-                        g.cursor.replay(&g.ledger, &positions)
-                    };
-                    self.core
-                        .handle_replay_complete(now, r.entries, &r.already_acked);
-                }
-                Command::Send { consumer, entries } => {
+            let Some(out) = self.driver.poll(now, &mut self.core, &self.cell) else {
+                break;
+            };
+            match out {
+                Output::Send { consumer, entries } => {
                     if let Some((_, tx)) = self.consumers.iter().find(|(c, _)| *c == consumer) {
                         if tx.send(entries).is_err() {
                             debug!(consumer = %consumer, "consumer channel closed");
                         }
                     }
                 }
-                Command::SetTimer { .. } => {}
-            }
-        }
-        // Dead letters (dead-letter policy): this runtime has no dead-letter topic; it logs
-        // and acks them on the cursor so the subscription moves on.
-        while let Some(p) = self.core.poll_dead_letter() {
-            let mut g = self.lock();
-            let CursorCell { cursor, ledger } = &mut *g;
-            if let Err(e) = cursor.ack(ledger, p) {
-                warn!(ledger = p.ledger_id, entry = p.entry_id, error = %e, "dead letter: cursor ack failed");
-            } else {
-                debug!(
-                    ledger = p.ledger_id,
-                    entry = p.entry_id,
-                    "dead letter acked on the cursor"
-                );
+                // The select! loop re-reads poll_timeout every turn; this runtime has no
+                // dead-letter topic (the driver already acked the entry on the cursor).
+                Output::SetTimer { .. } | Output::DeadLettered { .. } => {}
+                Output::Woke | Output::Rewound | Output::Read { .. } | Output::Replayed { .. } => {}
             }
         }
     }
