@@ -263,7 +263,7 @@ impl World {
         self.broker_epoch += 1;
         {
             let mut g = lock(&self.cell);
-            let CursorCell { cursor, ledger } = &mut *g;
+            let (cursor, ledger) = g.parts();
             // A crash: what was not persisted yet is lost (and redelivered).
             let recovered = cursor
                 .store()
@@ -290,7 +290,7 @@ impl World {
         let waker = Arc::new(FlagWaker::default());
         self.d = Dispatcher::new(self.dcfg.clone(), waker.clone());
         self.ack = self.d.ack_handle(self.cell.clone());
-        self.waker = waker;
+        self.driver.set_wake_flag(waker);
         self.model.clear();
         self.pins.clear();
         self.by_id.clear();
@@ -400,7 +400,7 @@ impl World {
     ) {
         let mv = {
             let mut g = lock(&self.cell);
-            let CursorCell { cursor, ledger } = &mut *g;
+            let (cursor, ledger) = g.parts();
             let mv = op(cursor, ledger);
             if mv.is_some() {
                 let _ = cursor.persist();
