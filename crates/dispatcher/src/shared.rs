@@ -4,8 +4,8 @@
 //! consumer's pending-acks lock, then the draining-hashes lock. The consumer registry lock is
 //! only held to clone an `Arc` out of it, never while calling into the maps.
 
-use draining_hashes::{DrainingHashes, SendCheck, UnblockListener};
-use pending_acks::{AddHandler, PendingAck, PendingAcks, RemovalCause, RemoveHandler};
+use draining_hashes::{DrainingHashes, UnblockListener};
+use pending_acks::{PendingAck, PendingAcks, RemovalCause, RemoveHandler};
 use tracing::warn;
 
 use crate::config::ConsumerId;
@@ -242,42 +242,6 @@ impl SubShared {
         match self.consumers.write() {
             Ok(mut g) => *g = list,
             Err(p) => *p.into_inner() = list,
-        }
-    }
-}
-
-/// Send-time gate (the third use of the dispatch predicate): refuses an add while another
-/// consumer drains the hash. When `count_next` is set by the core (a Key_Shared continuation
-/// chunk pinned to this consumer while its hash maps elsewhere), an allowed add also takes a
-/// draining reference, inside the map's lock, so the new owner waits for this chunk too.
-pub(crate) struct DrainAddHandler {
-    pub draining: Arc<DrainingHashes<ConsumerId>>,
-    pub count_next: Arc<AtomicBool>,
-}
-
-impl AddHandler<PaPos, ConsumerId> for DrainAddHandler {
-    fn allow_add(&self, consumer: ConsumerId, pos: PaPos, hash: u32) -> bool {
-        if hash == 0 {
-            return true;
-        }
-        // One atomic step in the tracker: refuse if another consumer drains the hash; count
-        // one more reference if this very consumer drains it (a continuation chunk pinned to
-        // the old owner: the new owner must wait for it too).
-        match self.draining.check_send(consumer, hash) {
-            SendCheck::Blocked { owner } => {
-                tracing::debug!(consumer = %consumer, owner = %owner, ledger = pos.0, entry = pos.1, hash, "send-time add refused: hash drains on another consumer");
-                false
-            }
-            SendCheck::Counted { .. } => true,
-            SendCheck::NotDraining => {
-                // A pinned chunk whose hash maps elsewhere starts draining on this consumer.
-                if self.count_next.load(Ordering::SeqCst) {
-                    if let Err(e) = self.draining.add_entry(consumer, hash) {
-                        warn!(consumer = %consumer, hash, error = %e, "could not count a pinned chunk in draining");
-                    }
-                }
-                true
-            }
         }
     }
 }

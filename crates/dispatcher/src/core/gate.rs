@@ -1,5 +1,7 @@
 //! The dispatch predicate: may an entry of a hash go to a consumer, at which gate.
 
+use draining_hashes::SendCheck;
+
 use super::*;
 
 /// Where the dispatch predicate is asked.
@@ -9,7 +11,8 @@ pub enum Gate {
     NormalRead,
     /// Choosing which replay positions to read.
     ReplayPick,
-    /// Adding to the consumer's pending acks right before the send (the add handler).
+    /// Right before the send, as a query: the send step itself runs `send_gate` inside the
+    /// pending-acks lock (same rule, and it counts).
     SendTime,
 }
 
@@ -24,7 +27,7 @@ pub enum Verdict {
     Draining,
 }
 
-/// The draining part of the dispatch predicate, shared with the send-time add handler.
+/// The draining part of the dispatch predicate.
 ///
 /// At the read and replay gates it is the tracker's `should_block` (which counts blocked
 /// attempts and lazily drops an entry whose hash came back to its owner). At send time it only
@@ -46,10 +49,14 @@ pub(super) fn draining_conflict(
 }
 
 impl Dispatcher {
-    /// THE dispatch predicate, used at every gate: may an entry with `hash` go to `consumer`?
+    /// The dispatch predicate at the read and replay gates: may an entry with `hash` go to
+    /// `consumer`? A normal read never sends a hash that waits in replay (ordered mode); no gate
+    /// sends a hash that another consumer still drains. Shared subscriptions always allow.
     ///
-    /// A normal read never sends a hash that waits in replay (ordered mode); no gate sends a
-    /// hash that another consumer still drains. Shared subscriptions always allow.
+    /// Entries following a pin (a chunked message's later chunks, or a key with a half-sent
+    /// chunked message) skip the draining rule here: their consumer already holds the key. Every
+    /// send, pinned or not, then passes the send-time gate inside the pending-acks lock; at
+    /// [`Gate::SendTime`] this method is that gate's question without its counting.
     pub fn can_dispatch(&self, gate: Gate, consumer: ConsumerId, hash: u32) -> Verdict {
         if gate == Gate::NormalRead && self.replay.contains_hash(hash) {
             return Verdict::BehindReplay;
@@ -60,5 +67,41 @@ impl Dispatcher {
             }
         }
         Verdict::Allow
+    }
+}
+
+/// THE send-time gate: runs inside the consumer's pending-acks lock right before an entry is
+/// recorded as sent ([`PendingAcks::add_if`](pending_acks::PendingAcks::add_if)), so the check
+/// and the draining reference it may take are atomic with the insert. Refuses while another
+/// consumer drains `hash`; when this very consumer drains it (a send decided before the range
+/// moved) the tracker counts one more reference. A `pinned` entry (a chunk or key pinned to
+/// this consumer while its hash maps elsewhere) that finds the hash not draining starts draining
+/// it on this consumer, so the new owner waits for it too.
+///
+/// [`Dispatcher::can_dispatch`] at [`Gate::SendTime`] asks the same question without counting.
+pub(super) fn send_gate(
+    draining: &DrainingHashes<ConsumerId>,
+    consumer: ConsumerId,
+    pos: PaPos,
+    hash: u32,
+    pinned: bool,
+) -> bool {
+    if hash == 0 {
+        return true;
+    }
+    match draining.check_send(consumer, hash) {
+        SendCheck::Blocked { owner } => {
+            debug!(consumer = %consumer, owner = %owner, ledger = pos.0, entry = pos.1, hash, "send-time add refused: hash drains on another consumer");
+            false
+        }
+        SendCheck::Counted { .. } => true,
+        SendCheck::NotDraining => {
+            if pinned {
+                if let Err(e) = draining.add_entry(consumer, hash) {
+                    warn!(consumer = %consumer, hash, error = %e, "could not count a pinned chunk in draining");
+                }
+            }
+            true
+        }
     }
 }

@@ -37,16 +37,10 @@ impl Dispatcher {
             self.read.state.set_at_end(false);
         }
         let pending = PendingAcks::new(spec.id);
-        let count_next = Arc::new(AtomicBool::new(false));
+        // The send-time gate is passed per add (`send_gate`); removals drop draining references.
         if let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.clone()) {
-            let add: pending_acks::Arc<dyn pending_acks::AddHandler<PaPos, ConsumerId>> =
-                pending_acks::Arc::new(DrainAddHandler {
-                    draining: dr.clone(),
-                    count_next: count_next.clone(),
-                });
             let remove: pending_acks::Arc<dyn pending_acks::RemoveHandler<PaPos, ConsumerId>> =
                 pending_acks::Arc::new(DrainRemoveHandler { draining: dr });
-            pending.set_add_handler(add);
             pending.set_remove_handler(remove);
         }
         let max_unacked = i64::from(self.cfg.max_unacked_per_consumer);
@@ -62,7 +56,6 @@ impl Dispatcher {
             permits: 0,
             parked_permits: 0,
             shared,
-            count_next,
             blocked_by_hash: false,
         };
         let at = self.consumers.partition_point(|x| x.priority <= c.priority);

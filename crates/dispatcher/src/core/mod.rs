@@ -38,8 +38,8 @@ use crate::selector::{
     ExclusiveRangeSelector, ImpactedConsumers, StickyKeySelector,
 };
 use crate::shared::{
-    Charged, ConsumerShared, DrainAddHandler, DrainListener, DrainRemoveHandler, PaPos, SubShared,
-    UnackedLimit, WakeState, Waker,
+    Charged, ConsumerShared, DrainListener, DrainRemoveHandler, PaPos, SubShared, UnackedLimit,
+    WakeState, Waker,
 };
 use crate::sync::{Arc, AtomicBool, Ordering, RwLock};
 
@@ -106,7 +106,6 @@ struct Consumer {
     /// Permits received while blocked on unacked messages.
     parked_permits: i64,
     shared: Arc<ConsumerShared>,
-    count_next: Arc<AtomicBool>,
     /// Key_Shared: a normal read was blocked for this consumer by a hash rule in the last batch.
     blocked_by_hash: bool,
 }

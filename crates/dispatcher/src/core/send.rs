@@ -1,5 +1,6 @@
 //! Sending: Shared dispatch, the send step, permit and unacked accounting.
 
+use super::gate::send_gate;
 use super::*;
 
 /// Adapter: the chunk assignor looks at an entry's chunk metadata through this.
@@ -57,6 +58,7 @@ impl Dispatcher {
         let mut messages = 0i64;
         let id = self.consumers[i].id;
         let mut refused_n = 0u64;
+        let draining = self.mode.key_shared().and_then(|k| k.draining.clone());
         {
             let c = &self.consumers[i];
             let replay = &mut self.replay;
@@ -77,13 +79,12 @@ impl Dispatcher {
                     }
                 }
                 let n = e.meta.messages();
-                if is_pinned {
-                    c.count_next.store(true, Ordering::SeqCst);
-                }
-                let r = c.shared.pending.add_if_allowed(pa(e.position), n, hash);
-                if is_pinned {
-                    c.count_next.store(false, Ordering::SeqCst);
-                }
+                let r = match &draining {
+                    Some(dr) => c.shared.pending.add_if(pa(e.position), n, hash, |c, p, h| {
+                        send_gate(dr, c, p, h, is_pinned)
+                    }),
+                    None => c.shared.pending.add_if_allowed(pa(e.position), n, hash),
+                };
                 match r {
                     Ok(_) => {
                         if !replay.is_empty() {
