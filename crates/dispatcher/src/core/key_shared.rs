@@ -6,13 +6,8 @@ pub(super) struct KeyShared {
     pub(super) cfg: KeySharedConfig,
     pub(super) selector: BoxedSelector,
     pub(super) draining: Option<Arc<DrainingHashes<ConsumerId>>>,
-    /// uuid → consumer that received chunk 0 of a half-delivered chunked message.
-    pub(super) pins: AHashMap<String, (ConsumerId, u32)>,
-    /// hash → (consumer, open chunked messages of that hash on it): while a chunked message of
-    /// a key is half-delivered, every later entry of the key follows it to that consumer, so
-    /// the client completes the messages in position order (a chunked message counts at its
-    /// last chunk) and nothing waits for something queued behind it.
-    pub(super) hash_pins: AHashMap<u32, (ConsumerId, u32)>,
+    /// Chunk and key pins of half-delivered chunked messages (bounded, see [`ChunkPins`]).
+    pub(super) pins: ChunkPins,
     /// Hash → time it was first refused by a draining rule (draining timeout only).
     pub(super) blocked_since: AHashMap<u32, u64>,
 }
@@ -28,32 +23,9 @@ impl KeyShared {
 pub(super) fn note_chunk_sent(ks: &mut KeyShared, e: &Entry, c: ConsumerId, hash: u32) {
     let Some(ch) = multi_chunk(e) else { return };
     if ch.chunk_id == 0 {
-        match ks.pins.insert(ch.uuid.clone(), (c, hash)) {
-            None => {
-                let p = ks.hash_pins.entry(hash).or_insert((c, 0));
-                p.0 = c;
-                p.1 += 1;
-            }
-            // A re-sent chunk 0 re-pins the message (and its hash) to the new consumer.
-            Some(_) => {
-                if let Some(p) = ks.hash_pins.get_mut(&hash) {
-                    p.0 = c;
-                }
-            }
-        }
+        ks.pins.pin(&ch.uuid, c, hash);
     } else if ch.chunk_id + 1 == ch.num_chunks {
-        if let Some((_, h)) = ks.pins.remove(&ch.uuid) {
-            unpin_hash(ks, h);
-        }
-    }
-}
-
-pub(super) fn unpin_hash(ks: &mut KeyShared, h: u32) {
-    if let Some(p) = ks.hash_pins.get_mut(&h) {
-        p.1 = p.1.saturating_sub(1);
-        if p.1 == 0 {
-            ks.hash_pins.remove(&h);
-        }
+        ks.pins.unpin(&ch.uuid);
     }
 }
 
@@ -498,11 +470,8 @@ impl Dispatcher {
     /// The consumer holding a half-delivered chunked message of this hash, if connected.
     pub(super) fn hash_pin(&self, hash: u32) -> Option<ConsumerId> {
         let ks = self.mode.key_shared()?;
-        if ks.hash_pins.is_empty() {
-            return None;
-        }
-        let (c, _) = ks.hash_pins.get(&hash)?;
-        self.find(*c).map(|_| *c)
+        let c = ks.pins.consumer_of_hash(hash)?;
+        self.find(c).map(|_| c)
     }
 
     /// Key_Shared chunk routing: the consumer a continuation chunk must follow, if its chunk 0
@@ -511,8 +480,8 @@ impl Dispatcher {
     pub(super) fn chunk_pin(&mut self, e: &Entry, _now: u64) -> Option<ConsumerId> {
         let ch = multi_chunk(e).filter(|c| c.chunk_id > 0)?;
         let ks = self.mode.key_shared()?;
-        match ks.pins.get(ch.uuid.as_str()) {
-            Some((c, _)) if self.find(*c).is_some() => Some(*c),
+        match ks.pins.consumer_of(&ch.uuid) {
+            Some(c) if self.find(c).is_some() => Some(c),
             _ => {
                 self.counters.orphan_chunks += 1;
                 warn!(uuid = %ch.uuid, chunk_id = ch.chunk_id, num_chunks = ch.num_chunks, "orphan chunk on Key_Shared routed by its key");

@@ -152,8 +152,7 @@ impl Dispatcher {
             }
         }
         if let Some(ks) = self.mode.key_shared_mut() {
-            ks.pins.retain(|_, (c, _)| *c != id);
-            ks.hash_pins.retain(|_, (c, _)| *c != id);
+            ks.pins.remove_consumer(id);
         }
         self.replay.unpin(|p| p == id);
         debug!(consumer = %id, requeued = requeued.len(), last, "consumer removed");
@@ -165,7 +164,6 @@ impl Dispatcher {
             }
             if let Some(ks) = self.mode.key_shared_mut() {
                 ks.pins.clear();
-                ks.hash_pins.clear();
                 ks.blocked_since.clear();
                 if let Some(dr) = &ks.draining {
                     dr.clear();

@@ -51,6 +51,7 @@ mod gate;
 mod key_shared;
 mod mark_delete;
 mod membership;
+mod pins;
 mod read_loop;
 mod redelivery;
 mod send;
@@ -58,6 +59,7 @@ mod send;
 pub use self::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
 pub use self::gate::{Gate, Verdict};
 use self::key_shared::*;
+use self::pins::ChunkPins;
 use self::read_loop::ReadLoop;
 
 /// What the driver must do next. Drain with [`Dispatcher::poll_command`] after every
@@ -304,8 +306,7 @@ impl Dispatcher {
                         cfg: k,
                         selector,
                         draining,
-                        pins: AHashMap::new(),
-                        hash_pins: AHashMap::new(),
+                        pins: ChunkPins::new(cfg.assignor.max_pins),
                         blocked_since: AHashMap::new(),
                     }),
                     !k.allow_out_of_order,
