@@ -147,9 +147,6 @@ impl Dispatcher {
         self.shared.debit(debit);
         if let Mode::Shared(routing) = &mut self.mode {
             routing.assignor.remove_consumer(id);
-            if routing.rr_last == Some(id) {
-                routing.rr_last = None;
-            }
         }
         if let Some(ks) = self.mode.key_shared_mut() {
             ks.pins.remove_consumer(id);

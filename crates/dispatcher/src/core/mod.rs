@@ -117,6 +117,18 @@ impl Consumer {
         self.shared.limit.is_blocked()
     }
 
+    /// Permits usable now: 0 while blocked, else the permits capped by the unacked headroom.
+    fn available_permits(&self) -> i64 {
+        if self.blocked() || self.permits <= 0 {
+            return 0;
+        }
+        let mut p = self.permits;
+        if let Some(headroom) = self.shared.limit.headroom() {
+            p = p.min(headroom);
+        }
+        p.max(0)
+    }
+
     fn unacked(&self) -> i64 {
         self.shared.limit.unacked()
     }
@@ -152,10 +164,9 @@ enum Mode {
 
 /// Shared routing state.
 struct SharedRouting {
-    /// Chunked messages stay on one consumer.
+    /// Chunked messages stay on one consumer; its PriorityRoundRobin is the one rotation for
+    /// plain and chunked batches.
     assignor: ChunkAssignor<ConsumerId>,
-    /// The consumer served last by the round robin.
-    rr_last: Option<ConsumerId>,
 }
 
 impl Mode {
@@ -315,7 +326,6 @@ impl Dispatcher {
             _ => (
                 Mode::Shared(SharedRouting {
                     assignor: ChunkAssignor::new(cfg.assignor),
-                    rr_last: None,
                 }),
                 false,
             ),

@@ -18,14 +18,7 @@ impl AssignEntry for Item {
 
 impl Dispatcher {
     pub(super) fn available_permits(&self, c: &Consumer) -> i64 {
-        if c.blocked() || c.permits <= 0 {
-            return 0;
-        }
-        let mut p = c.permits;
-        if let Some(headroom) = c.shared.limit.headroom() {
-            p = p.min(headroom);
-        }
-        p.max(0)
+        c.available_permits()
     }
 
     pub(super) fn recheck_unacked_blocks(&mut self) {
@@ -198,14 +191,32 @@ impl Dispatcher {
             }
             return;
         }
+        // Plain batches: slices of up to `max_round_robin_batch` entries per consumer, the
+        // consumer chosen by the assignor's PriorityRoundRobin (the one Shared rotation).
+        let slots: Vec<ConsumerSlot<ConsumerId>> = self
+            .consumers
+            .iter()
+            .map(|c| ConsumerSlot {
+                id: c.id,
+                permits: c.available_permits(),
+                priority: c.priority,
+            })
+            .collect();
         let total = entries.len();
         let mut consumed = 0usize;
         let mut rest = entries.into_iter().peekable();
         while rest.peek().is_some() {
-            let Some(i) = self.next_round_robin() else {
+            let Mode::Shared(routing) = &mut self.mode else {
                 break;
             };
-            let avail = self.available_permits(&self.consumers[i]);
+            let consumers = &self.consumers;
+            let Some(i) = routing
+                .assignor
+                .next_consumer(&slots, |i| consumers[i].available_permits() > 0)
+            else {
+                break;
+            };
+            let avail = self.consumers[i].available_permits();
             let cap = self.cfg.max_round_robin_batch.max(1);
             let limit = avail.max(1);
             let mut take = Vec::with_capacity(cap.min(total - consumed));
@@ -221,36 +232,11 @@ impl Dispatcher {
                 }
             }
             consumed += take.len();
-            let served = self.consumers[i].id;
-            if let Mode::Shared(routing) = &mut self.mode {
-                routing.rr_last = Some(served);
-            }
             self.send_to(i, take, &[], &[]);
         }
         let _ = from_replay;
         for e in rest {
             self.replay.add(e.position, 0, None);
         }
-    }
-
-    /// Pulsar's ConsumerPrioritySelector: the highest priority level with an available consumer,
-    /// rotating within the level after the last consumer served.
-    pub(super) fn next_round_robin(&self) -> Option<usize> {
-        let avail = |c: &Consumer| self.available_permits(c) > 0;
-        let level = self.consumers.iter().find(|c| avail(c))?.priority;
-        // Consumers are sorted by priority: the level is one contiguous run.
-        let lo = self.consumers.partition_point(|c| c.priority < level);
-        let hi = self.consumers.partition_point(|c| c.priority <= level);
-        let len = hi - lo;
-        let rr_last = match &self.mode {
-            Mode::Shared(routing) => routing.rr_last,
-            Mode::KeyShared(_) => None,
-        };
-        let start = rr_last
-            .and_then(|l| self.consumers[lo..hi].iter().position(|c| c.id == l))
-            .map_or(0, |p| p + 1);
-        (0..len)
-            .map(|k| lo + (start + k) % len)
-            .find(|&i| avail(&self.consumers[i]))
     }
 }
