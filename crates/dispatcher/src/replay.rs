@@ -463,6 +463,13 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
         self.entries.iter().map(|(p, e)| (*p, *e))
     }
 
+    /// Positions whose not-before time is due at `now`, ascending.
+    pub fn due(&self, now: u64) -> impl Iterator<Item = P> + '_ {
+        self.iter()
+            .filter(move |(_, e)| e.not_before <= now)
+            .map(|(p, _)| p)
+    }
+
     /// Every entry, ascending (explain, stats, tests).
     pub fn iter_all(&self) -> Vec<(P, ReplayEntry<C>)> {
         let mut v: Vec<(P, ReplayEntry<C>)> = self

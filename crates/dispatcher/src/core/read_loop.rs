@@ -323,14 +323,7 @@ impl Dispatcher {
     pub(super) fn pick_replay(&mut self, now: u64, n: usize) -> Vec<Position> {
         if !self.mode.is_key_shared() {
             // Shared: a nacked entry waits for its delay; nothing else waits for it.
-            let out: Vec<Position> = self
-                .replay
-                .iter()
-                .filter(|(_, e)| e.not_before <= now)
-                .take(n)
-                .map(|(p, _)| p)
-                .collect();
-            return out;
+            return self.replay.due(now).take(n).collect();
         }
         let mut snapshot: Vec<(ConsumerId, i64)> = self
             .consumers

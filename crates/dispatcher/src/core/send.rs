@@ -116,6 +116,22 @@ impl Dispatcher {
         if out.is_empty() {
             return 0;
         }
+        self.charge_send(i, messages);
+        self.counters.entries_sent += out.len() as u64;
+        self.counters.messages_sent += messages as u64;
+        let sent = out.len();
+        trace!(consumer = %id, entries = sent, messages, "send");
+        self.commands.push_back(Command::Send {
+            consumer: id,
+            entries: out,
+        });
+        sent
+    }
+
+    /// Accounting of one send: the consumer's permits, then the consumer's and the
+    /// subscription's unacked limits (either may block; a block that the ack path already
+    /// undid below half is re-checked at once).
+    fn charge_send(&mut self, i: usize, messages: i64) {
         let c = &mut self.consumers[i];
         c.permits = c.permits.saturating_sub(messages);
         if let Charged::Blocked {
@@ -144,15 +160,6 @@ impl Dispatcher {
         {
             self.recheck_unacked_blocks();
         }
-        self.counters.entries_sent += out.len() as u64;
-        self.counters.messages_sent += messages as u64;
-        let sent = out.len();
-        trace!(consumer = %id, entries = sent, messages, "send");
-        self.commands.push_back(Command::Send {
-            consumer: id,
-            entries: out,
-        });
-        sent
     }
 
     pub(super) fn dispatch_shared(&mut self, now: u64, entries: Vec<Entry>, from_replay: bool) {
