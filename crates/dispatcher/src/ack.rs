@@ -6,7 +6,7 @@ use cursor::{CursorStore, Entry, Ledger, ManagedCursor, Position, ReplayResult};
 use tracing::trace;
 
 use crate::config::ConsumerId;
-use crate::error::AckError;
+use crate::error::AckHandleError;
 use crate::shared::{ConsumerShared, SubShared};
 use crate::sync::Arc;
 use pending_acks::RemovalCause;
@@ -121,7 +121,7 @@ where
 
 /// What an ack did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AckOutcome {
+pub struct AckEffect {
     /// The cursor newly recorded the ack (false: already acked or at or below mark-delete).
     pub newly_acked: bool,
     /// The consumer whose pending ack was cleared or reduced (the acking one, or another one:
@@ -181,17 +181,17 @@ impl ConsumerAckHandle {
     }
 
     /// Acknowledges the whole entry at `position` (see [`AckHandle::ack`]).
-    pub fn ack(&self, position: Position) -> Result<AckOutcome, AckError> {
+    pub fn ack(&self, position: Position) -> Result<AckEffect, AckHandleError> {
         let newly_acked = self
             .inner
             .cursor
             .ack(position)
-            .map_err(|source| AckError::Cursor { position, source })?;
+            .map_err(|source| AckHandleError::Cursor { position, source })?;
         let pos = (position.ledger_id, position.entry_id);
         if let Some(ack) = self.consumer.pending.remove(pos, RemovalCause::Acked) {
             self.consumer
                 .debit(&self.inner.shared, i64::from(ack.remaining));
-            return Ok(AckOutcome {
+            return Ok(AckEffect {
                 newly_acked,
                 cleared_on: Some(self.id),
                 messages: ack.remaining,
@@ -206,7 +206,7 @@ impl ConsumerAckHandle {
         position: Position,
         batch_size: u32,
         indexes: &[u32],
-    ) -> Result<AckOutcome, AckError> {
+    ) -> Result<AckEffect, AckHandleError> {
         self.inner
             .ack_batch_index(self.id, position, batch_size, indexes)
     }
@@ -238,11 +238,15 @@ impl AckHandle {
     /// Errors only when the cursor refuses the ack (nothing changed then). Acking a position
     /// that is pending nowhere (a duplicate ack, or an ack after the consumer left) only reaches
     /// the cursor and reports `cleared_on: None`.
-    pub fn ack(&self, consumer: ConsumerId, position: Position) -> Result<AckOutcome, AckError> {
+    pub fn ack(
+        &self,
+        consumer: ConsumerId,
+        position: Position,
+    ) -> Result<AckEffect, AckHandleError> {
         let newly_acked = self
             .cursor
             .ack(position)
-            .map_err(|source| AckError::Cursor { position, source })?;
+            .map_err(|source| AckHandleError::Cursor { position, source })?;
         Ok(self.clear_pending(consumer, position, newly_acked))
     }
 
@@ -255,11 +259,11 @@ impl AckHandle {
         position: Position,
         batch_size: u32,
         indexes: &[u32],
-    ) -> Result<AckOutcome, AckError> {
+    ) -> Result<AckEffect, AckHandleError> {
         let r = self
             .cursor
             .ack_batch_index(position, batch_size, indexes)
-            .map_err(|source| AckError::Cursor { position, source })?;
+            .map_err(|source| AckHandleError::Cursor { position, source })?;
         if r.entry_complete {
             return Ok(self.clear_pending(consumer, position, true));
         }
@@ -268,7 +272,7 @@ impl AckHandle {
             0 => None,
             n => self.shared.partial_ack(consumer, pos, n),
         };
-        Ok(AckOutcome {
+        Ok(AckEffect {
             newly_acked: false,
             cleared_on,
             messages: if cleared_on.is_some() {
@@ -286,9 +290,9 @@ impl AckHandle {
         consumer: ConsumerId,
         position: Position,
         newly_acked: bool,
-    ) -> AckOutcome {
+    ) -> AckEffect {
         let pos = (position.ledger_id, position.entry_id);
-        let mut out = AckOutcome {
+        let mut out = AckEffect {
             newly_acked,
             cleared_on: None,
             messages: 0,

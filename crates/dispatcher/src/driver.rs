@@ -1,4 +1,4 @@
-//! The one driver: executes a [`Dispatcher`]'s [`Command`]s against a [`CursorCell`].
+//! The one driver: executes a [`Dispatcher`]'s [`DispatchCommand`]s against a [`CursorCell`].
 //!
 //! Every shell — the threaded [`Runtime`](crate::Runtime), the simulator, the test harness,
 //! the benchmark and a network broker — feeds inputs into the core (`handle_*`) and then calls
@@ -26,7 +26,7 @@ use tracing::{debug, trace, warn};
 
 use crate::ack::CursorCell;
 use crate::config::ConsumerId;
-use crate::core::{Command, Dispatcher};
+use crate::core::{DispatchCommand, Dispatcher};
 use crate::shared::Waker;
 
 /// An administrative operation on the subscription's cursor; the resulting mark-delete move
@@ -200,13 +200,13 @@ impl Driver {
             };
             self.executed += 1;
             match cmd {
-                Command::Rewind => {
+                DispatchCommand::Rewind => {
                     CursorCell::lock(cell).rewind();
                     if self.trace {
                         return Some(Output::Rewound);
                     }
                 }
-                Command::Read { max_entries } => {
+                DispatchCommand::Read { max_entries } => {
                     let (entries, more) = CursorCell::lock(cell).read(max_entries);
                     let positions = match self.trace {
                         true => entries.iter().map(|e| e.position).collect(),
@@ -220,7 +220,7 @@ impl Driver {
                         });
                     }
                 }
-                Command::Replay { positions } => {
+                DispatchCommand::Replay { positions } => {
                     let r = CursorCell::lock(cell).replay(&positions);
                     core.handle_replay_complete(now, r.entries, &r.already_acked);
                     if self.trace {
@@ -230,10 +230,10 @@ impl Driver {
                         });
                     }
                 }
-                Command::Send { consumer, entries } => {
+                DispatchCommand::Send { consumer, entries } => {
                     return Some(Output::Send { consumer, entries })
                 }
-                Command::SetTimer { at } => return Some(Output::SetTimer { at }),
+                DispatchCommand::SetTimer { at } => return Some(Output::SetTimer { at }),
             }
         }
     }

@@ -4,7 +4,7 @@
 //! * **Core** ([`Dispatcher`]): single-threaded state machine. Feed it inputs with the current
 //!   time (`handle_consumer_added`, `handle_flow`, `handle_read_complete`, `handle_replay_complete`,
 //!   `handle_mark_delete_moved`, `handle_redeliver`, `handle_wake`, `handle_timeout`, …) and
-//!   execute the [`Command`]s it returns (`Read`, `Replay`, `Send`, `Rewind`, `SetTimer`) against
+//!   execute the [`DispatchCommand`]s it returns (`Read`, `Replay`, `Send`, `Rewind`, `SetTimer`) against
 //!   your cursor and ledger. Shared: replay first, adaptive read batch, round robin by priority,
 //!   unacked limits, chunked messages through the chunk assignor. Key_Shared: selector per mode,
 //!   draining registration on every join and leave, one dispatch predicate ([`Dispatcher::can_dispatch`])
@@ -190,14 +190,14 @@ pub use crate::selector::{
     DEFAULT_POINTS_PER_CONSUMER,
 };
 
-pub use crate::ack::{AckHandle, AckOutcome, BatchAck, ConsumerAckHandle, CursorAck, CursorCell};
+pub use crate::ack::{AckEffect, AckHandle, BatchAck, ConsumerAckHandle, CursorAck, CursorCell};
 pub use crate::config::{
     ConsumerId, ConsumerSpec, DeadLetterAction, DeadLetterPolicy, DispatcherConfig,
     KeySharedConfig, KeySharedMode, NackBackoff, SubscriptionType,
 };
 pub use crate::core::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
-pub use crate::core::{BoxedSelector, Command, Dispatcher, Gate, Verdict};
+pub use crate::core::{BoxedSelector, DispatchCommand, DispatchGate, Dispatcher, Verdict};
 pub use crate::driver::{AdminOp, Driver, FlagWaker, Output, Persist};
-pub use crate::error::{AckError, AddConsumerError};
+pub use crate::error::{AckHandleError, AddConsumerError};
 pub use crate::runtime::{ConsumerHandle, Event, Runtime};
 pub use crate::shared::{NoopWaker, Waker};

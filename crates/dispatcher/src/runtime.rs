@@ -17,12 +17,12 @@ use crossbeam_channel::{after, never, select, unbounded, Receiver, Sender};
 use cursor::{CursorStore, Entry, EntryMeta, Ledger, ManagedCursor, MarkDeleteMove, Position};
 use tracing::{debug, warn};
 
-use crate::ack::{AckHandle, AckOutcome, ConsumerAckHandle, CursorCell};
+use crate::ack::{AckEffect, AckHandle, ConsumerAckHandle, CursorCell};
 use crate::config::{ConsumerId, ConsumerSpec, DispatcherConfig};
 use crate::core::Dispatcher;
 use crate::core::{ConsumerStats, DispatcherStats};
 use crate::driver::{AdminOp, Driver, Output};
-use crate::error::{AckError, AddConsumerError};
+use crate::error::{AckHandleError, AddConsumerError};
 use crate::shared::Waker;
 
 /// Everything the dispatcher thread reacts to (besides its timer).
@@ -134,7 +134,7 @@ pub struct ConsumerHandle {
 
 impl ConsumerHandle {
     /// Acknowledges `position` on this thread (see [`AckHandle::ack`]).
-    pub fn ack(&self, position: Position) -> Result<AckOutcome, AckError> {
+    pub fn ack(&self, position: Position) -> Result<AckEffect, AckHandleError> {
         match &self.fast {
             Some(f) => f.ack(position),
             None => self.ack.ack(self.id, position),
@@ -148,7 +148,7 @@ impl ConsumerHandle {
         position: Position,
         batch_size: u32,
         indexes: &[u32],
-    ) -> Result<AckOutcome, AckError> {
+    ) -> Result<AckEffect, AckHandleError> {
         self.ack
             .ack_batch_index(self.id, position, batch_size, indexes)
     }

@@ -12,7 +12,7 @@ use crate::config::ConsumerId;
 use crate::sync::{Arc, AtomicBool, AtomicI64, AtomicU64, Ordering, RwLock};
 
 /// Position as the pending-acks map stores it: (ledger id, entry id).
-pub(crate) type PaPos = (u64, u64);
+pub(crate) type PendingPos = (u64, u64);
 
 /// Tells whoever runs the dispatcher core that it should call
 /// [`Dispatcher::handle_wake`](crate::Dispatcher::handle_wake) soon.
@@ -157,7 +157,7 @@ impl UnackedLimit {
 /// The shared half of one consumer.
 pub(crate) struct ConsumerShared {
     pub id: ConsumerId,
-    pub pending: PendingAcks<PaPos, ConsumerId>,
+    pub pending: PendingAcks<PendingPos, ConsumerId>,
     /// This consumer's unacked messages and its limit.
     pub limit: UnackedLimit,
 }
@@ -207,7 +207,11 @@ impl SubShared {
     /// consumer has it (Shared clients may ack through another consumer), and debits its unacked
     /// messages. Lock order: registry (read) → pending-acks → draining-hashes; the core takes
     /// the registry's write lock only to publish a new list, never while holding a map lock.
-    pub fn remove_acked(&self, first: ConsumerId, pos: PaPos) -> Option<(ConsumerId, PendingAck)> {
+    pub fn remove_acked(
+        &self,
+        first: ConsumerId,
+        pos: PendingPos,
+    ) -> Option<(ConsumerId, PendingAck)> {
         let g = self.read_registry();
         let mine = g.iter().filter(|c| c.id == first);
         let others = g.iter().filter(|c| c.id != first);
@@ -222,7 +226,12 @@ impl SubShared {
 
     /// A partial batch-index ack: lowers the remaining count of `pos` on `first` (or the
     /// consumer that has it) by `delta` and debits that many unacked messages.
-    pub fn partial_ack(&self, first: ConsumerId, pos: PaPos, delta: u32) -> Option<ConsumerId> {
+    pub fn partial_ack(
+        &self,
+        first: ConsumerId,
+        pos: PendingPos,
+        delta: u32,
+    ) -> Option<ConsumerId> {
         let g = self.read_registry();
         let mine = g.iter().filter(|c| c.id == first);
         let others = g.iter().filter(|c| c.id != first);
@@ -251,11 +260,11 @@ pub(crate) struct DrainRemoveHandler {
     pub draining: Arc<DrainingHashes<ConsumerId>>,
 }
 
-impl RemoveHandler<PaPos, ConsumerId> for DrainRemoveHandler {
+impl RemoveHandler<PendingPos, ConsumerId> for DrainRemoveHandler {
     fn on_removed(
         &self,
         consumer: ConsumerId,
-        pos: PaPos,
+        pos: PendingPos,
         ack: PendingAck,
         cause: RemovalCause,
         closing: bool,

@@ -198,7 +198,7 @@ impl Dispatcher {
     /// [`why_blocked`](Self::why_blocked) for a sticky key (ordering key bytes).
     pub fn why_blocked_key(&self, key: &[u8]) -> BlockReason {
         let h = match self.mode.key_shared() {
-            Some(ks) => slot(key_hash31(key), ks.selector.key_range()),
+            Some(key_shared) => slot(key_hash31(key), key_shared.selector.key_range()),
             None => 0,
         };
         self.why_blocked(h)
@@ -294,7 +294,7 @@ impl Dispatcher {
             self.consumers[i]
                 .shared
                 .pending
-                .for_each(|p, a| v.push((from_pa(p), a.hash)));
+                .for_each(|p, a| v.push((position_of(p), a.hash)));
         }
         v
     }

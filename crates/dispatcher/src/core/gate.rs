@@ -6,7 +6,7 @@ use super::*;
 
 /// Where the dispatch predicate is asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Gate {
+pub enum DispatchGate {
     /// Entries from a normal (cursor) read.
     NormalRead,
     /// Choosing which replay positions to read.
@@ -35,7 +35,7 @@ pub enum Verdict {
 /// the owner of a draining entry without ending it).
 pub(super) fn draining_conflict(
     draining: &DrainingHashes<ConsumerId>,
-    gate: Gate,
+    gate: DispatchGate,
     consumer: ConsumerId,
     hash: u32,
 ) -> bool {
@@ -43,8 +43,10 @@ pub(super) fn draining_conflict(
         return false;
     }
     match gate {
-        Gate::SendTime => draining.get(hash).is_some_and(|e| e.owner != consumer),
-        Gate::NormalRead | Gate::ReplayPick => draining.should_block(consumer, hash),
+        DispatchGate::SendTime => draining.get(hash).is_some_and(|e| e.owner != consumer),
+        DispatchGate::NormalRead | DispatchGate::ReplayPick => {
+            draining.should_block(consumer, hash)
+        }
     }
 }
 
@@ -56,9 +58,9 @@ impl Dispatcher {
     /// Entries following a pin (a chunked message's later chunks, or a key with a half-sent
     /// chunked message) skip the draining rule here: their consumer already holds the key. Every
     /// send, pinned or not, then passes the send-time gate inside the pending-acks lock; at
-    /// [`Gate::SendTime`] this method is that gate's question without its counting.
-    pub fn can_dispatch(&self, gate: Gate, consumer: ConsumerId, hash: u32) -> Verdict {
-        if gate == Gate::NormalRead && self.replay.contains_hash(hash) {
+    /// [`DispatchGate::SendTime`] this method is that gate's question without its counting.
+    pub fn can_dispatch(&self, gate: DispatchGate, consumer: ConsumerId, hash: u32) -> Verdict {
+        if gate == DispatchGate::NormalRead && self.replay.contains_hash(hash) {
             return Verdict::BehindReplay;
         }
         if let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.as_ref()) {
@@ -78,11 +80,11 @@ impl Dispatcher {
 /// this consumer while its hash maps elsewhere) that finds the hash not draining starts draining
 /// it on this consumer, so the new owner waits for it too.
 ///
-/// [`Dispatcher::can_dispatch`] at [`Gate::SendTime`] asks the same question without counting.
+/// [`Dispatcher::can_dispatch`] at [`DispatchGate::SendTime`] asks the same question without counting.
 pub(super) fn send_gate(
     draining: &DrainingHashes<ConsumerId>,
     consumer: ConsumerId,
-    pos: PaPos,
+    pos: PendingPos,
     hash: u32,
     pinned: bool,
 ) -> bool {

@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub(super) struct KeyShared {
+pub(super) struct KeySharedRouting {
     pub(super) cfg: KeySharedConfig,
     pub(super) selector: BoxedSelector,
     pub(super) draining: Option<Arc<DrainingHashes<ConsumerId>>>,
@@ -12,7 +12,7 @@ pub(super) struct KeyShared {
     pub(super) blocked_since: AHashMap<u32, u64>,
 }
 
-impl KeyShared {
+impl KeySharedRouting {
     pub(super) fn ordered(&self) -> bool {
         !self.cfg.allow_out_of_order
     }
@@ -20,12 +20,17 @@ impl KeyShared {
 
 /// Key_Shared chunk pins: chunk 0 of a multi-chunk message pins its uuid (and its hash) to the
 /// consumer, the last chunk unpins them.
-pub(super) fn note_chunk_sent(ks: &mut KeyShared, e: &Entry, c: ConsumerId, hash: u32) {
+pub(super) fn note_chunk_sent(
+    key_shared: &mut KeySharedRouting,
+    e: &Entry,
+    c: ConsumerId,
+    hash: u32,
+) {
     let Some(ch) = multi_chunk(e) else { return };
     if ch.chunk_id == 0 {
-        ks.pins.pin(&ch.uuid, c, hash);
+        key_shared.pins.pin(&ch.uuid, c, hash);
     } else if ch.chunk_id + 1 == ch.num_chunks {
-        ks.pins.unpin(&ch.uuid);
+        key_shared.pins.unpin(&ch.uuid);
     }
 }
 
@@ -80,7 +85,7 @@ pub(super) struct BatchRouting<'e> {
     pub(super) held_uuids: AHashSet<&'e str>,
     /// Ordered nack: nacked entries accepted in this batch (later entries of their key in the
     /// batch may follow them).
-    pub(super) going_nacked: Vec<Position>,
+    pub(super) resent_nacked: Vec<Position>,
     /// Entries accepted.
     pub(super) dispatched: usize,
 }
@@ -106,7 +111,7 @@ impl<'e> BatchRouting<'e> {
             batch_pins: AHashMap::new(),
             batch_hash_pins: AHashMap::new(),
             held_uuids: AHashSet::new(),
-            going_nacked: Vec::new(),
+            resent_nacked: Vec::new(),
             dispatched: 0,
         }
     }
@@ -124,15 +129,15 @@ impl Dispatcher {
         let Some(timeout) = self.cfg.draining_timeout else {
             return;
         };
-        let Some(ks) = self.mode.key_shared_mut() else {
+        let Some(key_shared) = self.mode.key_shared_mut() else {
             return;
         };
-        let Some(dr) = ks.draining.clone() else {
+        let Some(dr) = key_shared.draining.clone() else {
             return;
         };
         let mut next: Option<u64> = None;
         let mut released = 0u64;
-        ks.blocked_since.retain(|hash, since| {
+        key_shared.blocked_since.retain(|hash, since| {
             let Some(e) = dr.get(*hash) else { return false };
             if now.saturating_sub(*since) < timeout {
                 let due = since.saturating_add(timeout);
@@ -156,7 +161,7 @@ impl Dispatcher {
     /// The sticky-key hash (slot) of an entry under the current selector; 0 on Shared.
     pub fn entry_hash(&self, entry: &Entry) -> u32 {
         match self.mode.key_shared() {
-            Some(ks) => {
+            Some(key_shared) => {
                 let m = &entry.meta;
                 let f = KeyFields {
                     ordering_key: m.ordering_key.as_deref(),
@@ -165,7 +170,10 @@ impl Dispatcher {
                     producer_name: m.producer_name.as_deref(),
                     sequence_id: m.sequence_id,
                 };
-                slot(key_hash31(&sticky_key_bytes(&f)), ks.selector.key_range())
+                slot(
+                    key_hash31(&sticky_key_bytes(&f)),
+                    key_shared.selector.key_range(),
+                )
             }
             None => 0,
         }
@@ -271,7 +279,7 @@ impl Dispatcher {
         } || (b.holds
             && hash != 0
             && (b.from_replay || pin.is_some())
-            && self.replay.held_before(hash, e.position, &b.going_nacked));
+            && self.replay.held_before(hash, e.position, &b.resent_nacked));
         if blocked_here {
             // Only a continuation chunk keeps its pin in replay; other entries re-resolve
             // the key's live pin (it ends with the half-delivered message).
@@ -296,7 +304,7 @@ impl Dispatcher {
         if verdict == Some(Verdict::Allow) {
             b.permits[t] -= i64::from(e.meta.messages());
             if b.holds && b.from_replay && self.replay.first_held(hash).is_some() {
-                b.going_nacked.push(e.position);
+                b.resent_nacked.push(e.position);
             }
             if pin.is_some() && selected != pin && b.draining_on {
                 if b.pinned.is_empty() {
@@ -379,9 +387,9 @@ impl Dispatcher {
         hash: u32,
     ) -> Verdict {
         let gate = if from_replay {
-            Gate::ReplayPick
+            DispatchGate::ReplayPick
         } else {
-            Gate::NormalRead
+            DispatchGate::NormalRead
         };
         match pin {
             Some(pc) => {
@@ -390,7 +398,7 @@ impl Dispatcher {
                 } else {
                     self.replay.contains_hash(hash)
                 };
-                if gate == Gate::NormalRead && behind {
+                if gate == DispatchGate::NormalRead && behind {
                     Verdict::BehindReplay
                 } else {
                     Verdict::Allow
@@ -456,21 +464,26 @@ impl Dispatcher {
         let Some(timeout) = self.cfg.draining_timeout else {
             return;
         };
-        let Some(ks) = self.mode.key_shared_mut() else {
+        let Some(key_shared) = self.mode.key_shared_mut() else {
             return;
         };
-        ks.blocked_since.entry(hash).or_insert(now);
+        key_shared.blocked_since.entry(hash).or_insert(now);
         let due = now.saturating_add(timeout);
         if self.timers.draining.is_none_or(|t| t > due) {
-            let earliest = ks.blocked_since.values().min().copied().unwrap_or(now);
+            let earliest = key_shared
+                .blocked_since
+                .values()
+                .min()
+                .copied()
+                .unwrap_or(now);
             self.timers.draining = Some(earliest.saturating_add(timeout));
         }
     }
 
     /// The consumer holding a half-delivered chunked message of this hash, if connected.
     pub(super) fn hash_pin(&self, hash: u32) -> Option<ConsumerId> {
-        let ks = self.mode.key_shared()?;
-        let c = ks.pins.consumer_of_hash(hash)?;
+        let key_shared = self.mode.key_shared()?;
+        let c = key_shared.pins.consumer_of_hash(hash)?;
         self.find(c).map(|_| c)
     }
 
@@ -479,8 +492,8 @@ impl Dispatcher {
     /// e.g. after a restart) is routed by its hash like any entry, with a WARN and a counter.
     pub(super) fn chunk_pin(&mut self, e: &Entry, _now: u64) -> Option<ConsumerId> {
         let ch = multi_chunk(e).filter(|c| c.chunk_id > 0)?;
-        let ks = self.mode.key_shared()?;
-        match ks.pins.consumer_of(&ch.uuid) {
+        let key_shared = self.mode.key_shared()?;
+        match key_shared.pins.consumer_of(&ch.uuid) {
             Some(c) if self.find(c).is_some() => Some(c),
             _ => {
                 self.counters.orphan_chunks += 1;

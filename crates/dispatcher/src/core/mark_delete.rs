@@ -22,13 +22,13 @@ impl Dispatcher {
             self.replay.clear();
             self.timers.nack = None;
             self.redelivery_counts.clear();
-            self.last_md = Some(md);
+            self.mark_delete = Some(md);
             self.read.state.set_at_end(false);
             self.input_arrived();
             self.read_more(now);
             return;
         }
-        self.last_md = Some(self.last_md.map_or(md, |m| m.max(md)));
+        self.mark_delete = Some(self.mark_delete.map_or(md, |m| m.max(md)));
         let (dropped, ended) = self.replay.remove_all_up_to(md);
         for (p, hash) in &ended {
             debug!(ledger = p.ledger_id, entry = p.entry_id, hash, reason = ?mv.reason, "nack hold ended: the nacked entry was dropped by a mark-delete move");
@@ -53,7 +53,7 @@ impl Dispatcher {
                 for c in &self.consumers {
                     let mut debit = 0i64;
                     removed_total += c.shared.pending.remove_all_up_to(
-                        pa(md),
+                        pending_key(md),
                         RemovalCause::MarkDeleteAdvanced,
                         |_, ack| debit += i64::from(ack.remaining),
                     );

@@ -19,11 +19,12 @@ impl Dispatcher {
             return Err(AddConsumerError::DuplicateConsumer(spec.id));
         }
         let impacted = match self.mode.key_shared_mut() {
-            Some(ks) => {
+            Some(key_shared) => {
                 let info =
                     ConsumerInfo::with_ranges(spec.id, spec.name.clone(), spec.ranges.clone());
                 Some(
-                    ks.selector
+                    key_shared
+                        .selector
                         .add_consumer(info)
                         .map_err(AddConsumerError::Selector)?,
                 )
@@ -39,7 +40,7 @@ impl Dispatcher {
         let pending = PendingAcks::new(spec.id);
         // The send-time gate is passed per add (`send_gate`); removals drop draining references.
         if let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.clone()) {
-            let remove: pending_acks::Arc<dyn pending_acks::RemoveHandler<PaPos, ConsumerId>> =
+            let remove: pending_acks::Arc<dyn pending_acks::RemoveHandler<PendingPos, ConsumerId>> =
                 pending_acks::Arc::new(DrainRemoveHandler { draining: dr });
             pending.set_remove_handler(remove);
         }
@@ -123,7 +124,7 @@ impl Dispatcher {
     /// A consumer leaves (close or disconnect). Its pending acks go to replay with their hash
     /// (their draining references drop without an unblock notification); on Shared its chunk
     /// pins are dropped. When it was the last consumer: replay, pins and draining are cleared
-    /// and the next read is preceded by a [`Command::Rewind`]. Unknown id: no-op, returns false.
+    /// and the next read is preceded by a [`DispatchCommand::Rewind`]. Unknown id: no-op, returns false.
     pub fn handle_consumer_removed(&mut self, now: u64, id: ConsumerId) -> bool {
         let Some(i) = self.find(id) else {
             return false;
@@ -131,7 +132,7 @@ impl Dispatcher {
         let impacted = self
             .mode
             .key_shared_mut()
-            .map(|ks| ks.selector.remove_consumer(id));
+            .map(|key_shared| key_shared.selector.remove_consumer(id));
         let c = self.consumers.remove(i);
         self.ids.remove(i);
         self.publish_registry();
@@ -140,7 +141,7 @@ impl Dispatcher {
         let mut debit = 0i64;
         c.shared.pending.for_each_and_close(|pos, ack| {
             debit += i64::from(ack.remaining);
-            requeued.push((from_pa(pos), ack.hash));
+            requeued.push((position_of(pos), ack.hash));
         });
         // The consumer is gone: nobody waits for its half-limit wake.
         let _ = c.shared.limit.debit(debit);
@@ -148,8 +149,8 @@ impl Dispatcher {
         if let Mode::Shared(routing) = &mut self.mode {
             routing.assignor.remove_consumer(id);
         }
-        if let Some(ks) = self.mode.key_shared_mut() {
-            ks.pins.remove_consumer(id);
+        if let Some(key_shared) = self.mode.key_shared_mut() {
+            key_shared.pins.remove_consumer(id);
         }
         self.replay.unpin(|p| p == id);
         debug!(consumer = %id, requeued = requeued.len(), last, "consumer removed");
@@ -159,10 +160,10 @@ impl Dispatcher {
             if let Mode::Shared(routing) = &mut self.mode {
                 routing.assignor.clear();
             }
-            if let Some(ks) = self.mode.key_shared_mut() {
-                ks.pins.clear();
-                ks.blocked_since.clear();
-                if let Some(dr) = &ks.draining {
+            if let Some(key_shared) = self.mode.key_shared_mut() {
+                key_shared.pins.clear();
+                key_shared.blocked_since.clear();
+                if let Some(dr) = &key_shared.draining {
                     dr.clear();
                 }
             }
@@ -174,7 +175,7 @@ impl Dispatcher {
             return true;
         }
         for (p, h) in requeued {
-            if self.last_md.is_none_or(|md| p > md) {
+            if self.mark_delete.is_none_or(|md| p > md) {
                 self.replay.add(p, h, None);
             }
         }

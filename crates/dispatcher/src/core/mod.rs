@@ -1,4 +1,4 @@
-//! The sans-IO dispatcher core: inputs are `handle_*(now, …)`, outputs are [`Command`]s.
+//! The sans-IO dispatcher core: inputs are `handle_*(now, …)`, outputs are [`DispatchCommand`]s.
 //!
 //! One struct, [`Dispatcher`], whose state and methods are split by concern:
 //!
@@ -38,8 +38,8 @@ use crate::selector::{
     ExclusiveRangeSelector, ImpactedConsumers, StickyKeySelector,
 };
 use crate::shared::{
-    Charged, ConsumerShared, DrainListener, DrainRemoveHandler, PaPos, SubShared, UnackedLimit,
-    WakeState, Waker,
+    Charged, ConsumerShared, DrainListener, DrainRemoveHandler, PendingPos, SubShared,
+    UnackedLimit, WakeState, Waker,
 };
 use crate::sync::{Arc, AtomicBool, Ordering, RwLock};
 
@@ -57,7 +57,7 @@ mod redelivery;
 mod send;
 
 pub use self::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
-pub use self::gate::{Gate, Verdict};
+pub use self::gate::{DispatchGate, Verdict};
 use self::key_shared::*;
 use self::pins::ChunkPins;
 use self::read_loop::ReadLoop;
@@ -65,7 +65,7 @@ use self::read_loop::ReadLoop;
 /// What the driver must do next. Drain with [`Dispatcher::poll_command`] after every
 /// `handle_*` call and execute in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Command {
+pub enum DispatchCommand {
     /// Rewind the cursor (`cursor.rewind`): the last consumer left (or a read completed after
     /// it left), so the next read starts at the first unacked entry again. Emitted once no read
     /// is in flight.
@@ -159,7 +159,7 @@ enum Mode {
     /// Shared: round robin by priority; chunked messages through the chunk assignor.
     Shared(SharedRouting),
     /// Key_Shared: selector, draining, chunk and hash pins.
-    KeyShared(KeyShared),
+    KeyShared(KeySharedRouting),
 }
 
 /// Shared routing state.
@@ -174,14 +174,14 @@ impl Mode {
         matches!(self, Mode::KeyShared(_))
     }
 
-    fn key_shared(&self) -> Option<&KeyShared> {
+    fn key_shared(&self) -> Option<&KeySharedRouting> {
         match self {
             Mode::KeyShared(k) => Some(k),
             Mode::Shared(_) => None,
         }
     }
 
-    fn key_shared_mut(&mut self) -> Option<&mut KeyShared> {
+    fn key_shared_mut(&mut self) -> Option<&mut KeySharedRouting> {
         match self {
             Mode::KeyShared(k) => Some(k),
             Mode::Shared(_) => None,
@@ -207,14 +207,14 @@ struct Timers {
     draining: Option<u64>,
     /// Earliest not-before time of a delayed (nacked) replay entry.
     nack: Option<u64>,
-    /// The last time sent as a [`Command::SetTimer`] (not re-sent while unchanged).
+    /// The last time sent as a [`DispatchCommand::SetTimer`] (not re-sent while unchanged).
     last_sent: Option<u64>,
 }
 
 /// The sans-IO dispatcher of one subscription (Shared or Key_Shared).
 ///
 /// Single-threaded (`&mut self`), no clock, no threads: every input is a `handle_*` call with
-/// the current time, every output a [`Command`] from [`poll_command`](Self::poll_command).
+/// the current time, every output a [`DispatchCommand`] from [`poll_command`](Self::poll_command).
 /// The driver owns the cursor and the ledger. Acks do not go through the core: they run on the
 /// consumer's thread through an [`AckHandle`](crate::AckHandle) and, when they unblock
 /// something, call the [`Waker`]; the driver then calls [`handle_wake`](Self::handle_wake).
@@ -229,13 +229,13 @@ pub struct Dispatcher {
     /// `consumers[i].id`, densely, for fast look-ups.
     ids: Vec<ConsumerId>,
     replay: ReplaySet<Position, ConsumerId>,
-    commands: VecDeque<Command>,
+    commands: VecDeque<DispatchCommand>,
     /// The read loop: one state enum plus the hints for its next decision.
     read: ReadLoop,
     /// The timers besides the read loop's retry (see [`Timers`]).
     timers: Timers,
     scratch_blocked: AHashSet<u32>,
-    last_md: Option<Position>,
+    mark_delete: Option<Position>,
     redelivery_counts: BTreeMap<Position, u32>,
     /// Dead letters for the driver (see `poll_dead_letter`).
     dead_letters: VecDeque<Position>,
@@ -254,11 +254,11 @@ impl std::fmt::Debug for Dispatcher {
     }
 }
 
-fn pa(p: Position) -> PaPos {
+fn pending_key(p: Position) -> PendingPos {
     (p.ledger_id, p.entry_id)
 }
 
-fn from_pa(p: PaPos) -> Position {
+fn position_of(p: PendingPos) -> Position {
     Position::new(p.0, p.1)
 }
 
@@ -313,7 +313,7 @@ impl Dispatcher {
                     Arc::new(DrainingHashes::new(listener))
                 });
                 (
-                    Mode::KeyShared(KeyShared {
+                    Mode::KeyShared(KeySharedRouting {
                         cfg: k,
                         selector,
                         draining,
@@ -350,7 +350,7 @@ impl Dispatcher {
             read: ReadLoop::new(read_batch),
             timers: Timers::default(),
             scratch_blocked: AHashSet::new(),
-            last_md: None,
+            mark_delete: None,
             redelivery_counts: BTreeMap::new(),
             dead_letters: VecDeque::new(),
             counters: Counters::default(),
@@ -369,7 +369,7 @@ impl Dispatcher {
     // ------------------------------------------------------------------ outputs
 
     /// The next command for the driver, if any.
-    pub fn poll_command(&mut self) -> Option<Command> {
+    pub fn poll_command(&mut self) -> Option<DispatchCommand> {
         self.commands.pop_front()
     }
 
@@ -390,7 +390,7 @@ impl Dispatcher {
         let t = self.poll_timeout();
         if t.is_some() && t != self.timers.last_sent {
             if let Some(at) = t {
-                self.commands.push_back(Command::SetTimer { at });
+                self.commands.push_back(DispatchCommand::SetTimer { at });
             }
         }
         self.timers.last_sent = t;

@@ -67,7 +67,7 @@ impl ReadState {
         }
     }
 
-    /// Parks at (or leaves) the end of the topic, keeping whatever else is going on.
+    /// Parks at (or leaves) the end of the topic, keeping whatever else is resent_nacked on.
     pub(super) fn set_at_end(&mut self, v: bool) {
         *self = match *self {
             ReadState::Idle | ReadState::AtEnd => match v {
@@ -139,7 +139,7 @@ pub(super) struct ReadLoop {
     pub(super) batch: usize,
     /// The last backoff step (1, 2, 4 … 10); 0 after progress.
     pub(super) backoff_step: u64,
-    /// Issue a [`Command::Rewind`] as soon as nothing is in flight (the last consumer left).
+    /// Issue a [`DispatchCommand::Rewind`] as soon as nothing is in flight (the last consumer left).
     pub(super) rewind_pending: bool,
     /// Look-ahead: the next read skips the replay set and reads past blocked keys.
     pub(super) look_ahead_next: bool,
@@ -188,7 +188,7 @@ impl Dispatcher {
         self.arm_timer_command();
     }
 
-    /// A timer armed through [`Command::SetTimer`] is due.
+    /// A timer armed through [`DispatchCommand::SetTimer`] is due.
     pub fn handle_timeout(&mut self, now: u64) {
         self.read.replay_settled = false;
         if self.timers.unblock.is_some_and(|t| t <= now) {
@@ -270,7 +270,7 @@ impl Dispatcher {
             // The last consumer left (Pulsar rewinds when the next one joins; rewinding as soon
             // as no read is in flight is equivalent and keeps every unacked entry accounted
             // for: it is ahead of the read position again).
-            self.commands.push_back(Command::Rewind);
+            self.commands.push_back(DispatchCommand::Rewind);
             self.read.state.set_at_end(false);
         }
         if self.consumers.is_empty() || self.read.state.retry_at().is_some() {
@@ -294,7 +294,8 @@ impl Dispatcher {
             if !positions.is_empty() {
                 trace!(count = positions.len(), "replay read");
                 self.read.state.start_replay();
-                self.commands.push_back(Command::Replay { positions });
+                self.commands
+                    .push_back(DispatchCommand::Replay { positions });
                 return;
             }
         }
@@ -315,7 +316,8 @@ impl Dispatcher {
         }
         self.read.state.start_read(self.replay.first());
         trace!(max_entries = n, "normal read");
-        self.commands.push_back(Command::Read { max_entries: n });
+        self.commands
+            .push_back(DispatchCommand::Read { max_entries: n });
     }
 
     /// Replay positions to read now: ascending; on Key_Shared filtered by the dispatch
@@ -338,7 +340,7 @@ impl Dispatcher {
         let ordered = self.mode.key_shared().is_some_and(|k| k.ordered());
         let holds = self.replay.has_holds();
         // Nacked entries picked in this pass (later entries of their key may follow them).
-        let mut going: Vec<Position> = Vec::new();
+        let mut resent_nacked: Vec<Position> = Vec::new();
         for (p, e) in self.replay.iter() {
             if out.len() >= n || capacity <= 0 {
                 break;
@@ -367,7 +369,7 @@ impl Dispatcher {
             }
             // Ordered nack: an earlier nacked entry of the hash (or an entry kept behind one)
             // still waits and is not re-sent in this pass.
-            if holds && self.replay.held_before(e.hash, p, &going) {
+            if holds && self.replay.held_before(e.hash, p, &resent_nacked) {
                 if pin.is_none() {
                     blocked.insert(e.hash);
                 }
@@ -385,7 +387,8 @@ impl Dispatcher {
                 (Some(t), Some(i)) => {
                     snapshot[i].1 > 0
                         && (pin.is_some()
-                            || self.can_dispatch(Gate::ReplayPick, t, e.hash) == Verdict::Allow)
+                            || self.can_dispatch(DispatchGate::ReplayPick, t, e.hash)
+                                == Verdict::Allow)
                 }
                 _ => false,
             };
@@ -395,7 +398,7 @@ impl Dispatcher {
                     capacity -= 1;
                 }
                 if e.nacked {
-                    going.push(p);
+                    resent_nacked.push(p);
                 }
                 out.push(p);
             } else {
@@ -437,7 +440,7 @@ impl Dispatcher {
         }
         self.read.batch = (self.read.batch * 2).min(self.cfg.max_read_batch.max(1));
         let mut entries = entries;
-        if let Some(md) = self.last_md {
+        if let Some(md) = self.mark_delete {
             entries.retain(|e| e.position > md);
         }
         let before = self.counters.entries_sent;

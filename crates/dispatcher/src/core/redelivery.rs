@@ -62,7 +62,7 @@ impl Dispatcher {
         match which {
             TakeBack::Positions(positions) => {
                 for &p in positions {
-                    if let Some(ack) = shared.pending.remove(pa(p), cause) {
+                    if let Some(ack) = shared.pending.remove(pending_key(p), cause) {
                         debit += i64::from(ack.remaining);
                         requeue(self, p, ack.hash);
                         n += 1;
@@ -73,7 +73,7 @@ impl Dispatcher {
                 let mut items = Vec::new();
                 // One batch: the draining tracker sends one unblock notification for all.
                 shared.pending.for_each_and_clear(cause, |pos, ack| {
-                    items.push((from_pa(pos), ack.hash));
+                    items.push((position_of(pos), ack.hash));
                     debit += i64::from(ack.remaining);
                 });
                 for (p, hash) in items {
@@ -95,7 +95,7 @@ impl Dispatcher {
     pub(super) fn requeue_redelivered(&mut self, p: Position, hash: u32) {
         self.counters.redeliveries += 1;
         *self.redelivery_counts.entry(p).or_insert(0) += 1;
-        if self.last_md.is_none_or(|md| p > md) {
+        if self.mark_delete.is_none_or(|md| p > md) {
             self.replay.add(p, hash, None);
         }
     }
@@ -120,7 +120,7 @@ impl Dispatcher {
     /// lists all its chunk entries). Each one pending on it leaves its pending acks (cause:
     /// nacked), its redelivery count increments, and it enters replay with its hash, not to be
     /// re-sent before `now + delay` (`delay: None` takes [`DispatcherConfig::nack_backoff`] on
-    /// the new count). A [`Command::SetTimer`] fires at that time.
+    /// the new count). A [`DispatchCommand::SetTimer`] fires at that time.
     ///
     /// On ordered Key_Shared the hash is **held**: no entry of it is sent to anyone until the
     /// nacked entry has been re-sent (later entries queue behind it in position order, whatever
@@ -168,7 +168,7 @@ impl Dispatcher {
             *c = c.saturating_add(1);
             *c
         };
-        if self.last_md.is_some_and(|md| p <= md) {
+        if self.mark_delete.is_some_and(|md| p <= md) {
             return;
         }
         let dead = self
@@ -207,7 +207,7 @@ impl Dispatcher {
             RemovalCause::RedeliveryRequested,
             |d, p, hash| {
                 d.counters.releases += 1;
-                if d.last_md.is_none_or(|md| p > md) {
+                if d.mark_delete.is_none_or(|md| p > md) {
                     d.replay.add(p, hash, None);
                 }
             },

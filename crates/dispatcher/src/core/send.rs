@@ -4,9 +4,9 @@ use super::gate::send_gate;
 use super::*;
 
 /// Adapter: the chunk assignor looks at an entry's chunk metadata through this.
-pub(super) struct Item(pub(super) Entry);
+pub(super) struct AssignedEntry(pub(super) Entry);
 
-impl AssignEntry for Item {
+impl AssignEntry for AssignedEntry {
     fn chunk(&self) -> Option<ChunkRef<'_>> {
         self.0.meta.chunk.as_ref().map(|c| ChunkRef {
             uuid: &c.uuid,
@@ -56,7 +56,7 @@ impl Dispatcher {
             let c = &self.consumers[i];
             let replay = &mut self.replay;
             let mode = &mut self.mode;
-            let last_md = self.last_md;
+            let mark_delete = self.mark_delete;
             let mut k = 0usize;
             // A message whose chunk 0 was refused here must not get its later chunks.
             let mut refused_uuids: Vec<String> = Vec::new();
@@ -73,18 +73,18 @@ impl Dispatcher {
                 }
                 let n = e.meta.messages();
                 let r = match &draining {
-                    Some(dr) => c.shared.pending.add_if(pa(e.position), n, hash, |c, p, h| {
+                    Some(dr) => c.shared.pending.add_if(pending_key(e.position), n, hash, |c, p, h| {
                         send_gate(dr, c, p, h, is_pinned)
                     }),
-                    None => c.shared.pending.add_if_allowed(pa(e.position), n, hash),
+                    None => c.shared.pending.add_if_allowed(pending_key(e.position), n, hash),
                 };
                 match r {
                     Ok(_) => {
                         if !replay.is_empty() {
                             replay.remove(e.position);
                         }
-                        if let Mode::KeyShared(ks) = mode {
-                            note_chunk_sent(ks, e, id, hash);
+                        if let Mode::KeyShared(key_shared) = mode {
+                            note_chunk_sent(key_shared, e, id, hash);
                         }
                         messages += i64::from(n);
                         true
@@ -103,7 +103,7 @@ impl Dispatcher {
                             None
                         };
                         if !matches!(refused, AddRefused::Closed)
-                            || last_md.is_none_or(|md| e.position > md)
+                            || mark_delete.is_none_or(|md| e.position > md)
                         {
                             replay.add(e.position, hash, pin);
                         }
@@ -121,7 +121,7 @@ impl Dispatcher {
         self.counters.messages_sent += messages as u64;
         let sent = out.len();
         trace!(consumer = %id, entries = sent, messages, "send");
-        self.commands.push_back(Command::Send {
+        self.commands.push_back(DispatchCommand::Send {
             consumer: id,
             entries: out,
         });
@@ -177,7 +177,7 @@ impl Dispatcher {
                 return;
             };
             let before = routing.assignor.stats().orphan_chunks;
-            let items = entries.into_iter().map(Item);
+            let items = entries.into_iter().map(AssignedEntry);
             let a = routing.assignor.assign(now, items.collect(), &slots);
             self.counters.orphan_chunks += routing.assignor.stats().orphan_chunks - before;
             for (cid, list) in a.per_consumer {

@@ -19,7 +19,7 @@ impl World {
         let conn = c.conn;
         self.schedule(
             at,
-            Ev::ToBroker {
+            SimEvent::ToBroker {
                 name: name.to_string(),
                 conn,
                 cmd,
@@ -199,7 +199,7 @@ impl World {
         &mut self,
         name: &str,
         p: Position,
-        o: dispatcher::AckOutcome,
+        o: dispatcher::AckEffect,
         expected: Option<ConsumerId>,
     ) {
         {
@@ -250,7 +250,7 @@ impl World {
                 Output::SetTimer { at } => {
                     self.log(format!("broker: timer at {at}"));
                     let epoch = self.broker_epoch;
-                    self.schedule(at, Ev::BrokerTimer { epoch });
+                    self.schedule(at, SimEvent::BrokerTimer { epoch });
                 }
                 Output::Rewound
                 | Output::Read { .. }
@@ -325,7 +325,7 @@ impl World {
         let conn = c.conn;
         self.schedule(
             at,
-            Ev::ToClient {
+            SimEvent::ToClient {
                 name,
                 conn,
                 entries: out,

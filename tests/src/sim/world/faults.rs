@@ -51,7 +51,7 @@ impl World {
                 }
                 if let Some((conn, task, (a, b))) = due {
                     let at = now + self.rng_time.range(a, b);
-                    self.schedule(at, Ev::AppDone { name, conn, task });
+                    self.schedule(at, SimEvent::AppDone { name, conn, task });
                 } else {
                     self.try_start(&name);
                 }
@@ -244,7 +244,7 @@ impl World {
         self.log(format!("crash {name}"));
         if let Some(id) = id {
             let at = self.now + self.cfg.notice;
-            self.schedule(at, Ev::CrashNoticed { id, epoch });
+            self.schedule(at, SimEvent::CrashNoticed { id, epoch });
         }
     }
 
@@ -315,7 +315,7 @@ impl World {
                         Err(_) => continue,
                     }
                     let at = self.now + self.rng_net.range(10, 100);
-                    self.schedule(at, Ev::Reconnect { name, epoch });
+                    self.schedule(at, SimEvent::Reconnect { name, epoch });
                 }
                 CState::Leaving | CState::Crashed => c.state = CState::Gone,
                 CState::Gone => {}
@@ -346,7 +346,7 @@ impl World {
                     } else {
                         let at = self.now + u64::from(i) * p.spread;
                         self.last_activity = self.last_activity.max(at);
-                        self.schedule(at, Ev::Append(Box::new(m)));
+                        self.schedule(at, SimEvent::Append(Box::new(m)));
                     }
                 }
             } else {

@@ -158,7 +158,7 @@ enum Wire {
 }
 
 #[derive(Debug)]
-enum Ev {
+enum SimEvent {
     Step(usize),
     Append(Box<EntryMeta>),
     /// The persistence interval passed: the main loop persists a dirty cursor.
@@ -198,7 +198,7 @@ enum Ev {
 struct Queued {
     at: u64,
     seq: u64,
-    ev: Ev,
+    ev: SimEvent,
 }
 
 impl PartialEq for Queued {
@@ -476,7 +476,7 @@ impl World {
         w.last_activity = steps.iter().map(|s| s.at).max().unwrap_or(0);
         for (i, s) in steps.iter().enumerate() {
             let at = s.at;
-            w.schedule(at, Ev::Step(i));
+            w.schedule(at, SimEvent::Step(i));
         }
         w.steps = steps;
         let legacy = opts.legacy.map(Legacy::as_str).unwrap_or("none");
@@ -570,7 +570,7 @@ impl World {
 
     // ------------------------------------------------------------------ plumbing
 
-    fn schedule(&mut self, at: u64, ev: Ev) {
+    fn schedule(&mut self, at: u64, ev: SimEvent) {
         self.seq += 1;
         self.queue.push(Queued {
             at: at.max(self.now),
@@ -715,29 +715,29 @@ impl World {
             Persist::NotBefore { due } => {
                 if !self.persist_scheduled {
                     self.persist_scheduled = true;
-                    self.schedule(due, Ev::Persist);
+                    self.schedule(due, SimEvent::Persist);
                 }
             }
             Persist::Failed(e) => self.log(format!("cursor persist failed: {e}")),
         }
     }
 
-    fn handle(&mut self, ev: Ev) {
+    fn handle(&mut self, ev: SimEvent) {
         match ev {
-            Ev::Step(i) => {
+            SimEvent::Step(i) => {
                 self.steps_done += 1;
                 let step = self.steps[i].clone();
                 self.run_step(step);
             }
-            Ev::Append(meta) => self.append(*meta),
-            Ev::Persist => self.persist_scheduled = false,
-            Ev::ToClient {
+            SimEvent::Append(meta) => self.append(*meta),
+            SimEvent::Persist => self.persist_scheduled = false,
+            SimEvent::ToClient {
                 name,
                 conn,
                 entries,
             } => self.client_receives(&name, conn, entries),
-            Ev::ToBroker { name, conn, cmd } => self.broker_receives(&name, conn, cmd),
-            Ev::AppDone { name, conn, task } => {
+            SimEvent::ToBroker { name, conn, cmd } => self.broker_receives(&name, conn, cmd),
+            SimEvent::AppDone { name, conn, task } => {
                 let ok = self
                     .consumers
                     .get(&name)
@@ -750,7 +750,7 @@ impl World {
                     self.finish_task(&name, nack);
                 }
             }
-            Ev::ClientTimer { name, conn } => {
+            SimEvent::ClientTimer { name, conn } => {
                 let now = self.now;
                 let ok = match self.consumers.get_mut(&name) {
                     Some(c) if c.conn == conn && c.conn != 0 => {
@@ -765,7 +765,7 @@ impl World {
                     self.try_start(&name);
                 }
             }
-            Ev::BrokerTimer { epoch } => {
+            SimEvent::BrokerTimer { epoch } => {
                 if epoch == self.broker_epoch
                     && self.d.poll_timeout().is_some_and(|t| t <= self.now)
                 {
@@ -774,14 +774,14 @@ impl World {
                     self.pump_broker();
                 }
             }
-            Ev::CrashNoticed { id, epoch } => {
+            SimEvent::CrashNoticed { id, epoch } => {
                 if epoch == self.broker_epoch {
                     let name = self.name_of(id);
                     self.log(format!("broker notices {name} ({id}) is gone"));
                     self.remove_from_broker(id);
                 }
             }
-            Ev::Reconnect { name, epoch } => {
+            SimEvent::Reconnect { name, epoch } => {
                 if epoch == self.broker_epoch
                     && self
                         .consumers
