@@ -56,7 +56,7 @@ pub enum SubscriptionType {
     KeyShared(KeySharedConfig),
 }
 
-/// Dispatcher configuration. Defaults follow Pulsar's broker defaults (pulsar-semantics §12).
+/// Dispatcher configuration. Defaults follow Pulsar's broker defaults (its ServiceConfiguration).
 ///
 /// Time values are in the caller's time unit, the same unit as the `now` passed to every
 /// `handle_*` call (milliseconds in the runtime and the tests).
@@ -82,7 +82,7 @@ pub struct DispatcherConfig {
     pub look_ahead_per_subscription: i64,
     /// Key_Shared: unblock notifications are coalesced over this interval before reading.
     pub unblocking_interval: u64,
-    /// LEGACY, only to demonstrate Pulsar bug B-1: on Key_Shared, a mark-delete move by skip,
+    /// LEGACY, only to demonstrate Pulsar's mark-delete cleanup bug: on Key_Shared, a mark-delete move by skip,
     /// clear-backlog, expiry or quota eviction also removes pending acks at or below the new
     /// mark-delete, which releases draining hashes early and breaks per-key order.
     pub legacy_mark_delete_cleanup: bool,

@@ -1,17 +1,23 @@
-//! Shared and Key_Shared (PIP-379) dispatch for one subscription: a sans-IO core, a thin threaded
-//! runtime, the sticky-key hash and the consumer selectors.
+//! Shared and Key_Shared (PIP-379) dispatch for one subscription: a sans-IO core, the one
+//! driver that executes its commands, a thin threaded runtime, the sticky-key hash and the
+//! consumer selectors.
 //!
 //! * **Core** ([`Dispatcher`]): single-threaded state machine. Feed it inputs with the current
-//!   time (`handle_consumer_added`, `handle_flow`, `handle_read_complete`, `handle_replay_complete`,
-//!   `handle_mark_delete_moved`, `handle_redeliver`, `handle_wake`, `handle_timeout`, …) and
-//!   execute the [`DispatchCommand`]s it returns (`Read`, `Replay`, `Send`, `Rewind`, `SetTimer`) against
-//!   your cursor and ledger. Shared: replay first, adaptive read batch, round robin by priority,
-//!   unacked limits, chunked messages through the chunk assignor. Key_Shared: selector per mode,
-//!   draining registration on every join and leave, one dispatch predicate ([`Dispatcher::can_dispatch`])
-//!   at the read, replay and send gates, look-ahead, chunked messages that follow their first
-//!   chunk's consumer, and the mark-delete hook per reason that keeps draining hashes blocked
-//!   (the fix for Pulsar bug B-1; [`DispatcherConfig::legacy_mark_delete_cleanup`] restores the bug
-//!   for demonstrations).
+//!   time (`handle_consumer_added`, `handle_flow`, `handle_read_complete`,
+//!   `handle_replay_complete`, `handle_mark_delete_moved`, `handle_redeliver`, `handle_wake`,
+//!   `handle_timeout`, …); it answers with [`DispatchCommand`]s (`Read`, `Replay`, `Send`,
+//!   `Rewind`, `SetTimer`). Shared: replay first, adaptive read batch, one priority round robin
+//!   (the chunk assignor's) for plain and chunked batches, unacked limits. Key_Shared: selector
+//!   per mode, draining registration on every join and leave, the dispatch predicate
+//!   ([`Dispatcher::can_dispatch`]) at the read and replay gates and one send-time gate inside
+//!   the pending-acks lock, look-ahead, chunked messages that follow their first chunk's
+//!   consumer, and a mark-delete hook that keeps draining hashes blocked (Pulsar removes their
+//!   pending acks on skip, clear-backlog, expiry and quota eviction, which ends draining early;
+//!   [`DispatcherConfig::legacy_mark_delete_cleanup`] restores that for demonstrations).
+//! * **Driver** ([`Driver`], module [`driver`]): executes the commands against a [`CursorCell`]
+//!   (reads, replays, rewinds, dead-letter acks), hands back sends and timers, and publishes,
+//!   runs admin operations and persists the cursor on the caller's cadence. The runtime, the
+//!   simulator, the tests and the benchmark all use it.
 //! * **Ordered nack** ([`Dispatcher::handle_nack`], [`Dispatcher::handle_release`]): on ordered
 //!   Key_Shared a nacked entry goes back to replay with its hash and a not-before time (the
 //!   nack's delay or [`DispatcherConfig::nack_backoff`]) and **holds** its key: no entry of the
@@ -26,8 +32,9 @@
 //!   then pending-ack removal (even for a position already at or below mark-delete), which may
 //!   release a draining hash and call your [`Waker`]. Lock order: cursor (released first) →
 //!   pending-acks → draining-hashes.
-//! * **Runtime** ([`Runtime`]): one dispatcher thread with a `crossbeam-channel` `select!` loop,
-//!   per-consumer delivery channels, acks on the consumers' threads ([`ConsumerHandle`]).
+//! * **Runtime** ([`Runtime`]): one dispatcher thread with a `crossbeam-channel` `select!` loop
+//!   around the core and the driver, per-consumer delivery channels, acks on the consumers'
+//!   threads ([`ConsumerHandle`]).
 //! * **Explain** ([`Dispatcher::why_blocked`]) and stats ([`Dispatcher::stats`],
 //!   [`Dispatcher::consumer_stats`]).
 //! * **Sticky key and hash** ([`sticky_key_bytes`], [`key_hash31`], [`slot`]): the key bytes of an
@@ -41,12 +48,12 @@
 //!   consumer, the hash ranges it lost and gained, which drives draining. [`Assignment`] is a
 //!   snapshot for stats; [`diff`] compares two snapshots.
 //!
-//! Does not: own the cursor or the ledger (the driver does), persist anything (nack holds,
+//! Does not: own the cursor or the ledger (the caller does), persist anything (nack holds,
 //! redelivery counts and parked keys live in memory: a restart or the last consumer leaving
 //! forgets them), read the clock or spawn threads outside [`Runtime`], implement delayed
-//! delivery, or publish dead letters anywhere (the driver does; the runtime only acks them). The
-//! client crate models the consumer side of ordered nack. Selectors are plain single-threaded values (`Send`
-//! when the consumer id is); the dispatcher owns and serialises them.
+//! delivery, or publish dead letters anywhere (the driver acks them; a broker publishes them).
+//! The client crate models the consumer side of ordered nack. Selectors are plain
+//! single-threaded values (`Send` when the consumer id is); the dispatcher owns them.
 //!
 //! Driving the core by hand with the [`Driver`] (what [`Runtime`], the simulator and the tests
 //! do): feed an input, then poll the driver until it has nothing left; it runs reads and

@@ -1,4 +1,4 @@
-//! One test per operation and edge case of the pending-acks contract (reference §2).
+//! One test per operation and edge case of the pending-acks contract.
 #![cfg(not(feature = "loom"))]
 
 mod common;

@@ -11,7 +11,7 @@ impl Dispatcher {
     ///   are removed (cause: mark-delete advanced) and unacked counts debited;
     /// * the same on **Key_Shared**: pending acks are KEPT, so a draining hash stays blocked
     ///   until its old owner acks, nacks, asks for redelivery or disconnects (the fix for
-    ///   Pulsar bug B-1; [`DispatcherConfig::legacy_mark_delete_cleanup`] restores the bug);
+    ///   Pulsar's mark-delete cleanup, which ends draining early; [`DispatcherConfig::legacy_mark_delete_cleanup`] restores the bug);
     ///   a read is scheduled after the unblocking interval;
     /// * Ack / CumulativeAck: nothing more (acks clear their own pending entries);
     /// * Reset: the caller must disconnect every consumer before resetting the cursor (as
@@ -60,7 +60,7 @@ impl Dispatcher {
                     c.shared.debit(&self.shared, debit);
                 }
                 if self.mode.is_key_shared() && removed_total > 0 {
-                    warn!(removed = removed_total, "legacy mark-delete cleanup removed Key_Shared pending acks (Pulsar bug B-1 behaviour)");
+                    warn!(removed = removed_total, "legacy mark-delete cleanup removed Key_Shared pending acks (Pulsar's behaviour)");
                 }
                 self.recheck_unacked_blocks();
             }

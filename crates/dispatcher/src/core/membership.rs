@@ -32,7 +32,7 @@ impl Dispatcher {
             None => None,
         };
         if self.consumers.is_empty() {
-            // Pulsar §8.1: the first consumer starts from a clean slate (the rewind was already
+            // As in Pulsar: the first consumer starts from a clean slate (the rewind was already
             // issued when the last consumer left).
             self.replay.clear();
             self.read.state.set_at_end(false);
@@ -72,7 +72,7 @@ impl Dispatcher {
         Ok(())
     }
 
-    /// PIP-379 registration (Pulsar §4): for every consumer other than `changed`, pending acks
+    /// PIP-379 draining registration: for every consumer other than `changed`, pending acks
     /// whose hash lies in a range it lost start draining on it; pending acks whose hash came back
     /// to the consumer that drains it release that draining entry.
     pub(super) fn register_draining(

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::*;
 use crate::hash::{key_hash31, CONSISTENT_RANGE, FULL_RANGE};
 
-/// SplitMix64 as `shared/bench/workloads.md` defines it.
+/// SplitMix64 as docs/BENCHMARKS.md defines it.
 struct SplitMix64(u64);
 impl SplitMix64 {
     fn next(&mut self) -> u64 {
@@ -40,7 +40,7 @@ fn all_points(r: &ConsistentHashingSelector<u32>, ids: &[u32]) -> BTreeMap<u32, 
     m
 }
 
-// ---------------------------------------------------------------- Pulsar §1.7 vectors
+// ---------------------------------------------------------------- vectors from Pulsar (its Murmur3_32Hash and selectors)
 
 #[test]
 fn ring_points_of_consumer_1_and_c1() {
