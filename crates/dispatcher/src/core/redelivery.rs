@@ -216,18 +216,22 @@ impl Dispatcher {
         n
     }
 
+    /// The parked entries of `hash`, ascending.
+    fn parked_of(&self, hash: u32) -> Vec<Position> {
+        self.replay
+            .parked()
+            .into_iter()
+            .filter(|(_, h)| *h == hash)
+            .map(|(p, _)| p)
+            .collect()
+    }
+
     /// Operator action: the parked entries of `hash` (dead-letter policy `Park`) are replayed
     /// now, in position order; their key stays held until they are re-sent. Their redelivery
     /// counts restart at 0 (a fresh chance). On Shared the hash of every entry is 0. Returns
     /// how many entries were released (0: nothing parked under that hash).
     pub fn release_parked(&mut self, now: u64, hash: u32) -> usize {
-        let ps: Vec<Position> = self
-            .replay
-            .parked()
-            .into_iter()
-            .filter(|(_, h)| *h == hash)
-            .map(|(p, _)| p)
-            .collect();
+        let ps = self.parked_of(hash);
         for p in &ps {
             self.replay.set_not_before(*p, 0);
             self.redelivery_counts.remove(p);
@@ -246,13 +250,7 @@ impl Dispatcher {
     /// ([`poll_dead_letter`](Self::poll_dead_letter)) and the key flows again. Returns how
     /// many.
     pub fn dead_letter_parked(&mut self, now: u64, hash: u32) -> usize {
-        let ps: Vec<Position> = self
-            .replay
-            .parked()
-            .into_iter()
-            .filter(|(_, h)| *h == hash)
-            .map(|(p, _)| p)
-            .collect();
+        let ps = self.parked_of(hash);
         for p in &ps {
             self.replay.remove(*p);
             self.dead_letters.push_back(*p);

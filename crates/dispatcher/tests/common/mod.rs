@@ -592,18 +592,7 @@ pub fn config_from(lines: &[&str]) -> (DispatcherConfig, usize) {
 
 /// Runs a script and returns the log.
 pub fn check(script: &str) -> String {
-    let lines: Vec<&str> = script
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .collect();
-    let (cfg, used) = config_from(&lines);
-    let mut w = World::new(cfg);
-    for l in &lines[used..] {
-        if !l.is_empty() {
-            w.step(l);
-        }
-    }
-    w.out
+    run(script).out
 }
 
 /// Runs a script and returns the world (for assertions).
