@@ -11,9 +11,8 @@
 //! cursor with the core's mark-delete hook ([`Driver::admin`]), and persisting the cursor on a
 //! cadence the caller sets ([`Driver::maybe_persist`], time passed in).
 //!
-//! Per-entry extras a broker puts on the wire are one call away after a send: the redelivery
-//! count ([`Dispatcher::redelivery_count`]) and a batch's acked indexes
-//! (`ManagedCursor::batch_acked_indexes`).
+//! Per-entry extras a broker puts on the wire (the redelivery count, a batch's already-acked
+//! indexes) come from [`Driver::delivery_extras`] right after an [`Output::Send`].
 //!
 //! Does not: own the core or the cursor (the shell does; both are passed in, so a shell's own
 //! state stays borrowable between polls), read the clock, or spawn threads.
@@ -111,6 +110,15 @@ pub enum Output {
         /// Those the cursor reported as already acked.
         already_acked: Vec<Position>,
     },
+}
+
+/// What a broker sends along with one delivered entry ([`Driver::delivery_extras`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeliveryExtras {
+    /// How many times the entry was asked for again ([`Dispatcher::redelivery_count`]).
+    pub redelivery_count: u32,
+    /// For a partially acked batch entry, the indexes already acked (the consumer skips them).
+    pub acked_indexes: Option<Vec<u32>>,
 }
 
 /// What [`Driver::maybe_persist`] did.
@@ -273,6 +281,23 @@ impl Driver {
             }
         }
         Some(Output::DeadLettered { position, acked })
+    }
+
+    /// The per-entry extras of a send (aligned with `entries`), read under one cursor lock.
+    pub fn delivery_extras<S: CursorStore, L: Ledger>(
+        &self,
+        core: &Dispatcher,
+        cell: &Mutex<CursorCell<S, L>>,
+        entries: &[Entry],
+    ) -> Vec<DeliveryExtras> {
+        let g = CursorCell::lock(cell);
+        entries
+            .iter()
+            .map(|e| DeliveryExtras {
+                redelivery_count: core.redelivery_count(e.position),
+                acked_indexes: g.cursor.batch_acked_indexes(e.position),
+            })
+            .collect()
     }
 
     /// Appends `metas` to the ledger and tells the core; returns the assigned positions.

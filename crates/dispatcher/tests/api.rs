@@ -317,3 +317,21 @@ fn consumer_bound_ack_handle_falls_back_to_the_owner() {
     assert_eq!(w.d.stats().unacked, 0);
     assert!(ha.ack(Position::new(1, 50)).is_err());
 }
+
+#[test]
+fn delivery_extras_carry_the_redelivery_count_and_the_acked_batch_indexes() {
+    let w = run(
+        "key_shared\njoin A\nflow A 20\nbatch k0 3\nackidx A 1:0 3 0\nonack A 10 1:0\nadvance 10\n",
+    );
+    let (name, resent) = w.sends.last().cloned().unwrap();
+    assert_eq!(name, "A");
+    assert_eq!(resent.position, Position::new(1, 0));
+    let extras = w.driver.delivery_extras(&w.d, &w.cell, &[resent]);
+    assert_eq!(
+        extras,
+        vec![dispatcher::DeliveryExtras {
+            redelivery_count: 1,
+            acked_indexes: Some(vec![0]),
+        }]
+    );
+}
