@@ -6,10 +6,11 @@
 //! |---|---|
 //! | `mod.rs` | the struct, construction, the outputs `poll_command` / `poll_timeout` |
 //! | `membership` | consumers join and leave, flow permits, draining registration |
-//! | `read_loop` | wake and timers, choosing the next read or replay, read results |
-//! | `gate` | the dispatch predicate (`can_dispatch`) and its gates |
-//! | `key_shared` | Key_Shared routing: selector, draining, chunk and hash pins |
-//! | `send` | Shared dispatch, the send step, permit and unacked accounting |
+//! | `read_loop` | `ReadState` (one enum), wake and timers, the next read or replay, read results |
+//! | `gate` | the dispatch predicate (`can_dispatch`) and the send-time gate (`send_gate`) |
+//! | `key_shared` | Key_Shared routing: `route_entry` decides, `send_routed` executes |
+//! | `pins` | bounded chunk and key pins (Key_Shared) |
+//! | `send` | Shared dispatch, the send step, permit and unacked accounting (`charge_send`) |
 //! | `redelivery` | redelivery, ordered nack, release, parked entries and dead letters |
 //! | `mark_delete` | the mark-delete hook |
 //! | `explain` | `why_blocked`, stats and views, beside their types |
