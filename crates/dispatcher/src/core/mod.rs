@@ -168,6 +168,8 @@ struct SharedRouting {
     /// Chunked messages stay on one consumer; its PriorityRoundRobin is the one rotation for
     /// plain and chunked batches.
     assignor: ChunkAssignor<ConsumerId>,
+    /// The consumers' snapshot of the current batch (a buffer reused across batches).
+    slots: Vec<ConsumerSlot<ConsumerId>>,
 }
 
 impl Mode {
@@ -327,6 +329,7 @@ impl Dispatcher {
             _ => (
                 Mode::Shared(SharedRouting {
                     assignor: ChunkAssignor::new(cfg.assignor),
+                    slots: Vec::new(),
                 }),
                 false,
             ),

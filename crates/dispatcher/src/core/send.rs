@@ -163,52 +163,63 @@ impl Dispatcher {
     }
 
     pub(super) fn dispatch_shared(&mut self, now: u64, entries: Vec<Entry>, from_replay: bool) {
-        if entries.iter().any(|e| e.meta.chunk.is_some()) {
-            let slots: Vec<ConsumerSlot<ConsumerId>> = self
-                .consumers
-                .iter()
-                .map(|c| ConsumerSlot {
-                    id: c.id,
-                    permits: self.available_permits(c),
-                    priority: c.priority,
-                })
-                .collect();
-            let Mode::Shared(routing) = &mut self.mode else {
-                return;
-            };
-            let before = routing.assignor.stats().orphan_chunks;
-            let items = entries.into_iter().map(AssignedEntry);
-            let a = routing.assignor.assign(now, items.collect(), &slots);
-            self.counters.orphan_chunks += routing.assignor.stats().orphan_chunks - before;
-            for (cid, list) in a.per_consumer {
-                if list.is_empty() {
-                    continue;
-                }
-                if let Some(i) = self.find(cid) {
-                    let v: Vec<Entry> = list.into_iter().map(|it| it.0).collect();
-                    self.send_to(i, v, &[], &[]);
-                } else {
-                    for it in list {
-                        self.replay.add(it.0.position, 0, None);
-                    }
-                }
-            }
-            for it in a.replay {
-                self.replay.add(it.0.position, 0, None);
-            }
+        let _ = from_replay;
+        let Mode::Shared(routing) = &mut self.mode else {
             return;
+        };
+        // The consumers' snapshot for this batch, in a buffer reused across batches.
+        let mut slots = std::mem::take(&mut routing.slots);
+        slots.clear();
+        slots.extend(self.consumers.iter().map(|c| ConsumerSlot {
+            id: c.id,
+            permits: c.available_permits(),
+            priority: c.priority,
+        }));
+        if entries.iter().any(|e| e.meta.chunk.is_some()) {
+            self.assign_chunked(now, entries, &slots);
+        } else {
+            self.round_robin_plain(entries, &slots);
         }
-        // Plain batches: slices of up to `max_round_robin_batch` entries per consumer, the
-        // consumer chosen by the assignor's PriorityRoundRobin (the one Shared rotation).
-        let slots: Vec<ConsumerSlot<ConsumerId>> = self
-            .consumers
-            .iter()
-            .map(|c| ConsumerSlot {
-                id: c.id,
-                permits: c.available_permits(),
-                priority: c.priority,
-            })
-            .collect();
+        if let Mode::Shared(routing) = &mut self.mode {
+            routing.slots = slots;
+        }
+    }
+
+    /// A Shared batch with chunks: the chunk assignor decides (pins, round robin, replay).
+    fn assign_chunked(
+        &mut self,
+        now: u64,
+        entries: Vec<Entry>,
+        slots: &[ConsumerSlot<ConsumerId>],
+    ) {
+        let Mode::Shared(routing) = &mut self.mode else {
+            return;
+        };
+        let before = routing.assignor.stats().orphan_chunks;
+        let items = entries.into_iter().map(AssignedEntry);
+        let a = routing.assignor.assign(now, items.collect(), slots);
+        self.counters.orphan_chunks += routing.assignor.stats().orphan_chunks - before;
+        for (cid, list) in a.per_consumer {
+            if list.is_empty() {
+                continue;
+            }
+            if let Some(i) = self.find(cid) {
+                let v: Vec<Entry> = list.into_iter().map(|it| it.0).collect();
+                self.send_to(i, v, &[], &[]);
+            } else {
+                for it in list {
+                    self.replay.add(it.0.position, 0, None);
+                }
+            }
+        }
+        for it in a.replay {
+            self.replay.add(it.0.position, 0, None);
+        }
+    }
+
+    /// A plain Shared batch: slices of up to `max_round_robin_batch` entries per consumer, the
+    /// consumer chosen by the assignor's PriorityRoundRobin (the one Shared rotation).
+    fn round_robin_plain(&mut self, entries: Vec<Entry>, slots: &[ConsumerSlot<ConsumerId>]) {
         let total = entries.len();
         let mut consumed = 0usize;
         let mut rest = entries.into_iter().peekable();
@@ -219,7 +230,7 @@ impl Dispatcher {
             let consumers = &self.consumers;
             let Some(i) = routing
                 .assignor
-                .next_consumer(&slots, |i| consumers[i].available_permits() > 0)
+                .next_consumer(slots, |i| consumers[i].available_permits() > 0)
             else {
                 break;
             };
@@ -241,7 +252,6 @@ impl Dispatcher {
             consumed += take.len();
             self.send_to(i, take, &[], &[]);
         }
-        let _ = from_replay;
         for e in rest {
             self.replay.add(e.position, 0, None);
         }
