@@ -1,10 +1,14 @@
-//! `cargo xtask tidy`: repository hygiene, run by `cargo xtask ci` (rust-analyzer's tidy idea).
+//! Repository hygiene (rust-analyzer's tidy): a test, so `cargo test` runs it (the `tidy` test
+//! at the bottom of this file); `cargo xtask tidy` runs the same checks alone.
 //!
 //! * no placeholder macros (todo, unimplemented) and no ignore / should_panic test attributes
 //!   in our code;
 //! * only `sync.rs` names `std::sync` or `loom` in the loom-checked crates;
-//! * library crates never read the clock, spawn threads or install a tracing subscriber
-//!   (the dispatcher's `runtime` module is the one place allowed to);
+//! * library code (`crates/*/src`, tests excluded) never reads the clock (`Instant::now`,
+//!   `SystemTime::now`), spawns threads (`thread::spawn`, `thread::Builder`, `thread::scope`),
+//!   owns channels (`crossbeam_channel`, `mpsc`) or installs a tracing subscriber — except the
+//!   runtime shell, `crates/dispatcher/src/runtime.rs`. Harness code (the `tests` package,
+//!   `crates/*/tests`, unit-test modules, benches) and `xtask` may;
 //! * every crate has a top doc, and the README and `.ci/run` keep the two set-up commands.
 
 use std::fs;
@@ -30,14 +34,48 @@ fn pat(parts: &[&str]) -> String {
     parts.concat()
 }
 
+/// The workspace root (this crate's parent directory), whatever the current directory.
+fn root() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent().unwrap_or(here).to_path_buf()
+}
+
 pub(crate) fn run() -> anyhow::Result<()> {
     println!("$ tidy (xtask/src/tidy.rs)");
+    let (files, problems) = check(&root())?;
+    if problems.is_empty() {
+        println!("tidy: ok ({files} Rust files)");
+        Ok(())
+    } else {
+        for p in &problems {
+            eprintln!("tidy: {p}");
+        }
+        anyhow::bail!("tidy found {} problem(s)", problems.len())
+    }
+}
+
+/// Files that may own threads, channels and the clock: the runtime shell, and the harness.
+fn may_do_io(rel: &str) -> bool {
+    rel == "crates/dispatcher/src/runtime.rs"
+        || rel.contains("/tests/")
+        || rel.ends_with("/tests.rs")
+        || rel.contains("/benches/")
+}
+
+/// Runs every check from `root`; returns the number of Rust files scanned and the problems.
+fn check(root: &Path) -> anyhow::Result<(usize, Vec<String>)> {
     let mut problems = Vec::new();
 
     let mut files = Vec::new();
     for d in ["crates", "tests", "xtask"] {
-        rust_files(Path::new(d), &mut files);
+        rust_files(&root.join(d), &mut files);
     }
+    let rel = |f: &Path| {
+        f.strip_prefix(root)
+            .unwrap_or(f)
+            .to_string_lossy()
+            .replace('\\', "/")
+    };
     let banned = [
         pat(&["todo", "!("]),
         pat(&["unimplemented", "!("]),
@@ -49,26 +87,28 @@ pub(crate) fn run() -> anyhow::Result<()> {
         for (i, line) in text.lines().enumerate() {
             for b in &banned {
                 if line.contains(b.as_str()) {
-                    problems.push(format!("{}:{}: `{b}` is not allowed", f.display(), i + 1));
+                    problems.push(format!("{}:{}: `{b}` is not allowed", rel(f), i + 1));
                 }
             }
         }
     }
 
-    // Library crates: no clock, threads or subscribers outside the dispatcher runtime.
+    // Library code: no clock, threads, channels or subscribers outside the runtime shell.
     let lib_banned = [
-        pat(&["Instant", "::now"]),
-        pat(&["SystemTime", "::now"]),
-        pat(&["thread", "::spawn"]),
-        pat(&["tracing_subscriber"]),
+        (pat(&["Instant", "::now"]), "the clock"),
+        (pat(&["SystemTime", "::now"]), "the clock"),
+        (pat(&["thread", "::spawn"]), "threads"),
+        (pat(&["thread", "::Builder"]), "threads"),
+        (pat(&["thread", "::scope"]), "threads"),
+        (pat(&["crossbeam", "_channel"]), "channels"),
+        (pat(&["mpsc", "::"]), "channels"),
+        (pat(&["tracing", "_subscriber"]), "a tracing subscriber"),
     ];
     let mut lib_files = Vec::new();
-    rust_files(Path::new("crates"), &mut lib_files);
+    rust_files(&root.join("crates"), &mut lib_files);
     for f in &lib_files {
-        let s = f.to_string_lossy();
-        let is_runtime = s.contains("dispatcher/src/runtime");
-        let is_test = s.contains("/tests/") || s.ends_with("tests.rs") || s.contains("/benches/");
-        if is_runtime || is_test {
+        let r = rel(f);
+        if !r.contains("/src/") || may_do_io(&r) {
             continue;
         }
         let text = fs::read_to_string(f)?;
@@ -76,11 +116,10 @@ pub(crate) fn run() -> anyhow::Result<()> {
             if line.trim_start().starts_with("//") {
                 continue;
             }
-            for b in &lib_banned {
+            for (b, what) in &lib_banned {
                 if line.contains(b.as_str()) {
                     problems.push(format!(
-                        "{}:{}: library code must not use `{b}` (time, threads and subscribers are passed in)",
-                        f.display(),
+                        "{r}:{}: library code must not use `{b}` ({what} belong to the runtime shell, crates/dispatcher/src/runtime.rs; time is passed in)",
                         i + 1
                     ));
                 }
@@ -91,7 +130,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
     // Loom-checked crates: only src/sync.rs names the primitives.
     for c in ["pending-acks", "draining-hashes"] {
         let mut fs_ = Vec::new();
-        rust_files(&Path::new("crates").join(c).join("src"), &mut fs_);
+        rust_files(&root.join("crates").join(c).join("src"), &mut fs_);
         for f in fs_ {
             if f.ends_with("sync.rs") {
                 continue;
@@ -101,7 +140,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
                 if line.contains(&pat(&["std::", "sync"])) || line.contains(&pat(&["loom", "::"])) {
                     problems.push(format!(
                         "{}:{}: import sync primitives from `crate::sync` so loom can check them",
-                        f.display(),
+                        rel(&f),
                         i + 1
                     ));
                 }
@@ -110,37 +149,49 @@ pub(crate) fn run() -> anyhow::Result<()> {
     }
 
     // Every crate has a top doc.
-    for e in fs::read_dir("crates")?.flatten() {
+    for e in fs::read_dir(root.join("crates"))?.flatten() {
         let lib = e.path().join("src/lib.rs");
         if let Ok(text) = fs::read_to_string(&lib) {
             if !text.trim_start().starts_with("//!") {
-                problems.push(format!("{}: missing crate-level `//!` doc", lib.display()));
+                problems.push(format!("{}: missing crate-level `//!` doc", rel(&lib)));
             }
         }
     }
 
     // The two set-up commands.
-    let readme = fs::read_to_string("README.md").unwrap_or_default();
+    let readme = fs::read_to_string(root.join("README.md")).unwrap_or_default();
     for c in ["cargo xtask ci", "cargo xtask sim"] {
         if !readme.contains(c) {
             problems.push(format!("README.md: must show `{c}`"));
         }
     }
-    let ci = fs::read_to_string(".ci/run").unwrap_or_default();
+    let ci = fs::read_to_string(root.join(".ci/run")).unwrap_or_default();
     if !ci.contains("cargo xtask ci") {
         problems.push(".ci/run: must run `cargo xtask ci`".into());
     }
-    if !Path::new("docs/ARCHITECTURE.md").exists() {
+    if !root.join("docs/ARCHITECTURE.md").exists() {
         problems.push("docs/ARCHITECTURE.md is missing".into());
     }
 
-    if problems.is_empty() {
-        println!("tidy: ok ({} Rust files)", files.len());
-        Ok(())
-    } else {
-        for p in &problems {
-            eprintln!("tidy: {p}");
-        }
-        anyhow::bail!("tidy found {} problem(s)", problems.len())
+    Ok((files.len(), problems))
+}
+
+#[cfg(test)]
+mod tests {
+    /// `cargo test` runs tidy (rust-analyzer's way): a hygiene problem fails the test suite.
+    #[test]
+    fn tidy() {
+        let (files, problems) = super::check(&super::root()).expect("tidy could read the tree");
+        assert!(files > 0, "tidy found no Rust files");
+        assert!(problems.is_empty(), "tidy:\n{}", problems.join("\n"));
+    }
+
+    #[test]
+    fn the_runtime_shell_and_the_harness_may_do_io_and_the_core_may_not() {
+        assert!(super::may_do_io("crates/dispatcher/src/runtime.rs"));
+        assert!(super::may_do_io("crates/dispatcher/tests/runtime.rs"));
+        assert!(super::may_do_io("crates/client/src/tests.rs"));
+        assert!(!super::may_do_io("crates/dispatcher/src/driver.rs"));
+        assert!(!super::may_do_io("crates/dispatcher/src/core/mod.rs"));
     }
 }

@@ -440,6 +440,18 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
             .map(|p| self.pins.get(p).consumer)
     }
 
+    /// The next consumer for a plain entry from the assignor's own [`PriorityRoundRobin`]
+    /// (the rotation [`assign`](Self::assign) uses), so a caller that routes plain batches
+    /// itself keeps one rotation across plain and chunked batches. See
+    /// [`PriorityRoundRobin::next`].
+    pub fn next_consumer(
+        &mut self,
+        consumers: &[ConsumerSlot<C>],
+        has_capacity: impl FnMut(usize) -> bool,
+    ) -> Option<usize> {
+        self.rr.next(consumers, has_capacity)
+    }
+
     /// How many uuids are pinned now.
     pub fn pin_count(&self) -> usize {
         self.pins.len()

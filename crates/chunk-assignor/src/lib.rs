@@ -13,7 +13,7 @@
 //!   replay, in order, while that consumer has no permits); the last chunk releases the pin.
 //! * An *orphan chunk* (id > 0 and no pin, for example after a broker restart when chunk 0 was
 //!   already acknowledged) is dispatched to the next consumer with a WARN and a counter instead of
-//!   being replayed forever (Pulsar issue #26395). [`OrphanPolicy::Replay`] keeps the old stall
+//!   being replayed forever. [`OrphanPolicy::Replay`] keeps the old stall
 //!   for demonstrations only.
 //! * Malformed chunk metadata (`chunk_id >= num_chunks`, `num_chunks == 0`, empty uuid) is logged,
 //!   counted and the entry treated as a plain one.

@@ -1,12 +1,12 @@
 //! The ack path: runs on the acking consumer's thread, not on the dispatcher's.
 
-use std::sync::Mutex as StdMutex;
+use std::sync::{Mutex as StdMutex, MutexGuard};
 
-use cursor::{CursorStore, Ledger, ManagedCursor, Position};
+use cursor::{CursorStore, Entry, Ledger, ManagedCursor, Position, ReplayResult};
 use tracing::trace;
 
 use crate::config::ConsumerId;
-use crate::error::AckError;
+use crate::error::AckHandleError;
 use crate::shared::{ConsumerShared, SubShared};
 use crate::sync::Arc;
 use pending_acks::RemovalCause;
@@ -39,12 +39,46 @@ pub struct BatchAck {
     pub entry_complete: bool,
 }
 
-/// A cursor and its ledger behind one std mutex: the shape the runtime and simple drivers use.
+/// A cursor and its ledger behind one std mutex: the shape the [`Driver`](crate::Driver), the
+/// runtime and the ack path share. Lock it with [`CursorCell::lock`] (poison-tolerant).
 pub struct CursorCell<S: CursorStore, L: Ledger> {
     /// The cursor.
     pub cursor: ManagedCursor<S>,
     /// The ledger the cursor reads.
     pub ledger: L,
+}
+
+impl<S: CursorStore, L: Ledger> CursorCell<S, L> {
+    /// Locks `cell`. A panic on another thread while it held the lock does not poison it for
+    /// the others: the cursor's own operations leave it consistent, so the guard is recovered.
+    pub fn lock(cell: &StdMutex<Self>) -> MutexGuard<'_, Self> {
+        match cell.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// The cursor and the ledger, borrowed apart (for cursor calls that need both).
+    pub fn parts(&mut self) -> (&mut ManagedCursor<S>, &mut L) {
+        (&mut self.cursor, &mut self.ledger)
+    }
+
+    /// Reads up to `max_entries` at the read position; also answers `has_more_entries`.
+    pub fn read(&mut self, max_entries: usize) -> (Vec<Entry>, bool) {
+        let entries = self.cursor.read(&self.ledger, max_entries);
+        let more = self.cursor.has_more_entries(&self.ledger);
+        (entries, more)
+    }
+
+    /// Reads these positions again.
+    pub fn replay(&self, positions: &[Position]) -> ReplayResult {
+        self.cursor.replay(&self.ledger, positions)
+    }
+
+    /// Moves the read position back to the first unacked entry.
+    pub fn rewind(&mut self) {
+        self.cursor.rewind(&self.ledger);
+    }
 }
 
 impl<S, L> CursorAck for StdMutex<CursorCell<S, L>>
@@ -53,11 +87,8 @@ where
     L: Ledger + Send,
 {
     fn ack(&self, position: Position) -> Result<bool, cursor::CursorError> {
-        let mut g = match self.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        let CursorCell { cursor, ledger } = &mut *g;
+        let mut g = CursorCell::lock(self);
+        let (cursor, ledger) = g.parts();
         cursor.ack(ledger, position).map(|o| o.newly_acked)
     }
 
@@ -67,11 +98,8 @@ where
         batch_size: u32,
         indexes: &[u32],
     ) -> Result<BatchAck, cursor::CursorError> {
-        let mut g = match self.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        };
-        let CursorCell { cursor, ledger } = &mut *g;
+        let mut g = CursorCell::lock(self);
+        let (cursor, ledger) = g.parts();
         let was_acked = cursor.is_acked(position);
         let before = cursor
             .batch_acked_indexes(position)
@@ -93,7 +121,7 @@ where
 
 /// What an ack did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AckOutcome {
+pub struct AckEffect {
     /// The cursor newly recorded the ack (false: already acked or at or below mark-delete).
     pub newly_acked: bool,
     /// The consumer whose pending ack was cleared or reduced (the acking one, or another one:
@@ -153,17 +181,17 @@ impl ConsumerAckHandle {
     }
 
     /// Acknowledges the whole entry at `position` (see [`AckHandle::ack`]).
-    pub fn ack(&self, position: Position) -> Result<AckOutcome, AckError> {
+    pub fn ack(&self, position: Position) -> Result<AckEffect, AckHandleError> {
         let newly_acked = self
             .inner
             .cursor
             .ack(position)
-            .map_err(|source| AckError::Cursor { position, source })?;
+            .map_err(|source| AckHandleError::Cursor { position, source })?;
         let pos = (position.ledger_id, position.entry_id);
         if let Some(ack) = self.consumer.pending.remove(pos, RemovalCause::Acked) {
             self.consumer
                 .debit(&self.inner.shared, i64::from(ack.remaining));
-            return Ok(AckOutcome {
+            return Ok(AckEffect {
                 newly_acked,
                 cleared_on: Some(self.id),
                 messages: ack.remaining,
@@ -178,7 +206,7 @@ impl ConsumerAckHandle {
         position: Position,
         batch_size: u32,
         indexes: &[u32],
-    ) -> Result<AckOutcome, AckError> {
+    ) -> Result<AckEffect, AckHandleError> {
         self.inner
             .ack_batch_index(self.id, position, batch_size, indexes)
     }
@@ -210,11 +238,15 @@ impl AckHandle {
     /// Errors only when the cursor refuses the ack (nothing changed then). Acking a position
     /// that is pending nowhere (a duplicate ack, or an ack after the consumer left) only reaches
     /// the cursor and reports `cleared_on: None`.
-    pub fn ack(&self, consumer: ConsumerId, position: Position) -> Result<AckOutcome, AckError> {
+    pub fn ack(
+        &self,
+        consumer: ConsumerId,
+        position: Position,
+    ) -> Result<AckEffect, AckHandleError> {
         let newly_acked = self
             .cursor
             .ack(position)
-            .map_err(|source| AckError::Cursor { position, source })?;
+            .map_err(|source| AckHandleError::Cursor { position, source })?;
         Ok(self.clear_pending(consumer, position, newly_acked))
     }
 
@@ -227,11 +259,11 @@ impl AckHandle {
         position: Position,
         batch_size: u32,
         indexes: &[u32],
-    ) -> Result<AckOutcome, AckError> {
+    ) -> Result<AckEffect, AckHandleError> {
         let r = self
             .cursor
             .ack_batch_index(position, batch_size, indexes)
-            .map_err(|source| AckError::Cursor { position, source })?;
+            .map_err(|source| AckHandleError::Cursor { position, source })?;
         if r.entry_complete {
             return Ok(self.clear_pending(consumer, position, true));
         }
@@ -240,7 +272,7 @@ impl AckHandle {
             0 => None,
             n => self.shared.partial_ack(consumer, pos, n),
         };
-        Ok(AckOutcome {
+        Ok(AckEffect {
             newly_acked: false,
             cleared_on,
             messages: if cleared_on.is_some() {
@@ -258,9 +290,9 @@ impl AckHandle {
         consumer: ConsumerId,
         position: Position,
         newly_acked: bool,
-    ) -> AckOutcome {
+    ) -> AckEffect {
         let pos = (position.ledger_id, position.entry_id);
-        let mut out = AckOutcome {
+        let mut out = AckEffect {
             newly_acked,
             cleared_on: None,
             messages: 0,

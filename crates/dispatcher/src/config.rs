@@ -60,7 +60,7 @@ pub enum SubscriptionType {
     KeyShared(KeySharedConfig),
 }
 
-/// Dispatcher configuration. Defaults follow Pulsar's broker defaults (pulsar-semantics §12).
+/// Dispatcher configuration. Defaults follow Pulsar's broker defaults (its ServiceConfiguration).
 ///
 /// Time values are in the caller's time unit, the same unit as the `now` passed to every
 /// `handle_*` call (milliseconds in the runtime and the tests).
@@ -93,7 +93,8 @@ pub struct DispatcherConfig {
     /// Key_Shared: unblock notifications are coalesced over this interval before reading.
     /// Pulsar's `keySharedUnblockingIntervalMs` (default 10 ms).
     pub unblocking_interval: u64,
-    /// LEGACY, only to demonstrate Pulsar's bug (no Pulsar setting: it is Pulsar's behaviour): on Key_Shared, a mark-delete move by skip,
+    /// LEGACY, only to demonstrate Pulsar's mark-delete cleanup bug (no Pulsar setting: it
+    /// is Pulsar's behaviour): on Key_Shared, a mark-delete move by skip,
     /// clear-backlog, expiry or quota eviction also removes pending acks at or below the new
     /// mark-delete, which releases draining hashes early and breaks per-key order.
     pub legacy_mark_delete_cleanup: bool,

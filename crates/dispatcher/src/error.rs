@@ -23,7 +23,7 @@ pub enum AddConsumerError {
 /// Why an ack through an [`AckHandle`](crate::AckHandle) failed. Nothing changed: the pending
 /// ack (if any) is still there.
 #[derive(Debug, thiserror::Error)]
-pub enum AckError {
+pub enum AckHandleError {
     /// The cursor refused the ack (position beyond the ledger, unknown ledger, bad batch
     /// index, store failure).
     #[error("cursor refused the ack of {position}: {source}")]

@@ -1,4 +1,4 @@
-//! The sticky key of an entry and its hash, bit-compatible with Pulsar (§1.1–§1.3).
+//! The sticky key of an entry and its hash, bit-compatible with Pulsar's StickyKeyConsumerSelector and Murmur3_32Hash.
 
 use std::borrow::Cow;
 
@@ -46,7 +46,7 @@ pub fn murmur3_x86_32(data: &[u8], seed: u32) -> u32 {
     h
 }
 
-/// The entry-level metadata fields that decide the sticky key (Pulsar §1.1).
+/// The entry-level metadata fields that decide the sticky key (as Pulsar reads them).
 ///
 /// Build one from your entry metadata and pass it to [`sticky_key_bytes`]. `None` means the field
 /// is absent; `Some` of an empty value is present (and hashes as the empty key).
@@ -74,7 +74,7 @@ fn b64_engine() -> GeneralPurpose {
     )
 }
 
-/// The sticky key bytes of an entry, in Pulsar's order (§1.1).
+/// The sticky key bytes of an entry, in Pulsar's order.
 ///
 /// 1. the ordering key, if present (borrowed);
 /// 2. else the partition key: base64-decoded when `partition_key_b64` is set, otherwise its UTF-8

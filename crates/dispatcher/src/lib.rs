@@ -1,17 +1,23 @@
-//! Shared and Key_Shared (PIP-379) dispatch for one subscription: a sans-IO core, a thin threaded
-//! runtime, the sticky-key hash and the consumer selectors.
+//! Shared and Key_Shared (PIP-379) dispatch for one subscription: a sans-IO core, the one
+//! driver that executes its commands, a thin threaded runtime, the sticky-key hash and the
+//! consumer selectors.
 //!
 //! * **Core** ([`Dispatcher`]): single-threaded state machine. Feed it inputs with the current
-//!   time (`handle_consumer_added`, `handle_flow`, `handle_read_complete`, `handle_replay_complete`,
-//!   `handle_mark_delete_moved`, `handle_redeliver`, `handle_wake`, `handle_timeout`, …) and
-//!   execute the [`Command`]s it returns (`Read`, `Replay`, `Send`, `Rewind`, `SetTimer`) against
-//!   your cursor and ledger. Shared: replay first, adaptive read batch, round robin by priority,
-//!   unacked limits, chunked messages through the chunk assignor. Key_Shared: selector per mode,
-//!   draining registration on every join and leave, one dispatch predicate ([`Dispatcher::can_dispatch`])
-//!   at the read, replay and send gates, look-ahead, chunked messages that follow their first
-//!   chunk's consumer, and the mark-delete hook per reason that keeps draining hashes blocked
-//!   (the fix for Pulsar bug B-1; [`DispatcherConfig::legacy_mark_delete_cleanup`] restores the bug
-//!   for demonstrations).
+//!   time (`handle_consumer_added`, `handle_flow`, `handle_read_complete`,
+//!   `handle_replay_complete`, `handle_mark_delete_moved`, `handle_redeliver`, `handle_wake`,
+//!   `handle_timeout`, …); it answers with [`DispatchCommand`]s (`Read`, `Replay`, `Send`,
+//!   `Rewind`, `SetTimer`). Shared: replay first, adaptive read batch, one priority round robin
+//!   (the chunk assignor's) for plain and chunked batches, unacked limits. Key_Shared: selector
+//!   per mode, draining registration on every join and leave, the dispatch predicate
+//!   ([`Dispatcher::can_dispatch`]) at the read and replay gates and one send-time gate inside
+//!   the pending-acks lock, look-ahead, chunked messages that follow their first chunk's
+//!   consumer, and a mark-delete hook that keeps draining hashes blocked (Pulsar removes their
+//!   pending acks on skip, clear-backlog, expiry and quota eviction, which ends draining early;
+//!   [`DispatcherConfig::legacy_mark_delete_cleanup`] restores that for demonstrations).
+//! * **Driver** ([`Driver`], module [`driver`]): executes the commands against a [`CursorCell`]
+//!   (reads, replays, rewinds, dead-letter acks), hands back sends and timers, and publishes,
+//!   runs admin operations and persists the cursor on the caller's cadence. The runtime, the
+//!   simulator, the tests and the benchmark all use it.
 //! * **Ordered nack** ([`Dispatcher::handle_nack`], [`Dispatcher::handle_release`]): on ordered
 //!   Key_Shared a nacked entry goes back to replay with its hash and a not-before time (the
 //!   nack's delay or [`DispatcherConfig::nack_backoff`]) and **holds** its key: no entry of the
@@ -26,8 +32,9 @@
 //!   then pending-ack removal (even for a position already at or below mark-delete), which may
 //!   release a draining hash and call your [`Waker`]. Lock order: cursor (released first) →
 //!   pending-acks → draining-hashes.
-//! * **Runtime** ([`Runtime`]): one dispatcher thread with a `crossbeam-channel` `select!` loop,
-//!   per-consumer delivery channels, acks on the consumers' threads ([`ConsumerHandle`]).
+//! * **Runtime** ([`Runtime`]): one dispatcher thread with a `crossbeam-channel` `select!` loop
+//!   around the core and the driver, per-consumer delivery channels, acks on the consumers'
+//!   threads ([`ConsumerHandle`]).
 //! * **Explain** ([`Dispatcher::why_blocked`]) and stats ([`Dispatcher::stats`],
 //!   [`Dispatcher::consumer_stats`]).
 //! * **Sticky key and hash** ([`sticky_key_bytes`], [`key_hash31`], [`slot`]): the key bytes of an
@@ -41,20 +48,23 @@
 //!   consumer, the hash ranges it lost and gained, which drives draining. [`Assignment`] is a
 //!   snapshot for stats; [`diff`] compares two snapshots.
 //!
-//! Does not: own the cursor or the ledger (the driver does), persist anything (nack holds,
+//! Does not: own the cursor or the ledger (the caller does), persist anything (nack holds,
 //! redelivery counts and parked keys live in memory: a restart or the last consumer leaving
 //! forgets them), read the clock or spawn threads outside [`Runtime`], implement delayed
-//! delivery, or publish dead letters anywhere (the driver does; the runtime only acks them). The
-//! client crate models the consumer side of ordered nack. Selectors are plain single-threaded values (`Send`
-//! when the consumer id is); the dispatcher owns and serialises them.
+//! delivery, or publish dead letters anywhere (the driver acks them; a broker publishes them).
+//! The client crate models the consumer side of ordered nack. Selectors are plain
+//! single-threaded values (`Send` when the consumer id is); the dispatcher owns them.
 //!
-//! Driving the core by hand (what [`Runtime`] and the simulator do):
+//! Driving the core by hand with the [`Driver`] (what [`Runtime`], the simulator and the tests
+//! do): feed an input, then poll the driver until it has nothing left; it runs reads and
+//! replays against the cursor and hands back the sends.
 //!
 //! ```
 //! use std::sync::{Arc, Mutex};
 //! use cursor::{EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore};
 //! use dispatcher::{
-//!     Command, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig, NoopWaker,
+//!     ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig, Driver, NoopWaker,
+//!     Output,
 //! };
 //!
 //! let mut ledger = InMemoryLedger::new(1_000);
@@ -68,27 +78,17 @@
 //!
 //! let mut d = Dispatcher::new(DispatcherConfig::key_shared(), Arc::new(NoopWaker));
 //! let acks = d.ack_handle(cell.clone()); // cloneable, usable from consumer threads
+//! let mut driver = Driver::new();
 //! d.handle_consumer_added(0, ConsumerSpec::new(1, "consumer-1")).unwrap();
 //! d.handle_flow(0, ConsumerId(1), 10);
 //!
 //! let mut delivered = Vec::new();
-//! while let Some(cmd) = d.poll_command() {
-//!     match cmd {
-//!         Command::Read { max_entries } => {
-//!             let mut g = cell.lock().unwrap();
-//!             let CursorCell { cursor, ledger } = &mut *g;
-//!             let entries = cursor.read(ledger, max_entries);
-//!             let more = cursor.has_more_entries(ledger);
-//!             drop(g);
-//!             d.handle_read_complete(0, entries, more);
+//! while let Some(out) = driver.poll(0, &mut d, &cell) {
+//!     if let Output::Send { consumer, entries } = out {
+//!         for e in entries {
+//!             acks.ack(consumer, e.position).unwrap(); // the consumer processed it
+//!             delivered.push(e.position);
 //!         }
-//!         Command::Send { consumer, entries } => {
-//!             for e in entries {
-//!                 acks.ack(consumer, e.position).unwrap(); // the consumer processed it
-//!                 delivered.push(e.position);
-//!             }
-//!         }
-//!         _ => {}
 //!     }
 //! }
 //! assert_eq!(delivered.len(), 3);
@@ -103,8 +103,8 @@
 //! use std::sync::{Arc, Mutex};
 //! use cursor::{EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore, Position};
 //! use dispatcher::{
-//!     BlockReason, Command, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig,
-//!     NoopWaker,
+//!     BlockReason, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig, Driver,
+//!     NoopWaker, Output,
 //! };
 //!
 //! let mut ledger = InMemoryLedger::new(1_000);
@@ -114,31 +114,19 @@
 //!     ledger.append(m);
 //! }
 //! let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
-//! let cell = Arc::new(Mutex::new(CursorCell { cursor, ledger }));
+//! let cell = Mutex::new(CursorCell { cursor, ledger });
 //! let mut cfg = DispatcherConfig::key_shared();
 //! cfg.min_read_batch = 10;
 //! let mut d = Dispatcher::new(cfg, Arc::new(NoopWaker));
+//! let mut driver = Driver::new();
 //! let c = ConsumerId(1);
 //!
-//! // Executes the commands; returns the positions sent.
-//! let run = |d: &mut Dispatcher, now: u64| {
+//! // Runs the driver; returns the positions sent.
+//! let mut run = |d: &mut Dispatcher, now: u64| {
 //!     let mut sent = Vec::new();
-//!     while let Some(cmd) = d.poll_command() {
-//!         let mut g = cell.lock().unwrap();
-//!         let CursorCell { cursor, ledger } = &mut *g;
-//!         match cmd {
-//!             Command::Read { max_entries } => {
-//!                 let (e, more) = (cursor.read(ledger, max_entries), cursor.has_more_entries(ledger));
-//!                 drop(g);
-//!                 d.handle_read_complete(now, e, more);
-//!             }
-//!             Command::Replay { positions } => {
-//!                 let r = cursor.replay(ledger, &positions);
-//!                 drop(g);
-//!                 d.handle_replay_complete(now, r.entries, &r.already_acked);
-//!             }
-//!             Command::Send { entries, .. } => sent.extend(entries.iter().map(|e| e.position)),
-//!             _ => {}
+//!     while let Some(out) = driver.poll(now, d, &cell) {
+//!         if let Output::Send { entries, .. } = out {
+//!             sent.extend(entries.iter().map(|e| e.position));
 //!         }
 //!     }
 //!     sent
@@ -190,8 +178,8 @@
 mod ack;
 mod config;
 mod core;
+pub mod driver;
 mod error;
-mod explain;
 mod hash;
 mod replay;
 mod runtime;
@@ -209,15 +197,16 @@ pub use crate::selector::{
     DEFAULT_POINTS_PER_CONSUMER,
 };
 
-pub use crate::ack::{AckHandle, AckOutcome, BatchAck, ConsumerAckHandle, CursorAck, CursorCell};
+pub use crate::ack::{AckEffect, AckHandle, BatchAck, ConsumerAckHandle, CursorAck, CursorCell};
 pub use crate::config::{
     ConsumerId, ConsumerSpec, DeadLetterAction, DeadLetterPolicy, DispatcherConfig, InvalidConfig,
     KeySharedConfig, KeySharedMode, NackBackoff, SubscriptionType,
 };
-pub use crate::core::{BoxedSelector, Command, Dispatcher, Gate, Verdict};
-pub use crate::error::{AckError, AddConsumerError};
-pub use crate::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
+pub use crate::core::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
+pub use crate::core::{BoxedSelector, DispatchCommand, DispatchGate, Dispatcher, Verdict};
+pub use crate::driver::{AdminOp, DeliveryExtras, Driver, FlagWaker, Output, Persist};
+pub use crate::error::{AckHandleError, AddConsumerError};
 pub use crate::runtime::{
-    AdminOp, ConsumerHandle, CursorView, Delivery, Event, Runtime, RuntimeOptions, WhyBlockedQuery,
+    ConsumerHandle, CursorView, Delivery, Event, Runtime, RuntimeOptions, WhyBlockedQuery,
 };
 pub use crate::shared::{NoopWaker, Waker};

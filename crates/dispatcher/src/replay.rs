@@ -305,13 +305,13 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
     }
 
     /// Whether a nacked entry of `hash` earlier than `pos` waits, ignoring the positions in
-    /// `going` (nacked entries being re-sent in the same pass, ahead of `pos`).
+    /// `resent_nacked` (nacked entries being re-sent in the same pass, ahead of `pos`).
     ///
     /// Also true when an entry of `hash` earlier than `pos` is kept behind a hold (it is not
     /// scanned this pass, so nothing later of its hash may overtake it).
-    pub fn held_before(&self, hash: u32, pos: P, going: &[P]) -> bool {
+    pub fn held_before(&self, hash: u32, pos: P, resent_nacked: &[P]) -> bool {
         let held = match self.held.get(&hash) {
-            Some(s) => s.range(..pos).any(|p| !going.contains(p)),
+            Some(s) => s.range(..pos).any(|p| !resent_nacked.contains(p)),
             None => false,
         };
         held || self
@@ -461,6 +461,13 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
     /// the entries kept behind a held key (they cannot be picked while the hold lasts).
     pub fn iter(&self) -> impl Iterator<Item = (P, ReplayEntry<C>)> + '_ {
         self.entries.iter().map(|(p, e)| (*p, *e))
+    }
+
+    /// Positions whose not-before time is due at `now`, ascending.
+    pub fn due(&self, now: u64) -> impl Iterator<Item = P> + '_ {
+        self.iter()
+            .filter(move |(_, e)| e.not_before <= now)
+            .map(|(p, _)| p)
     }
 
     /// Every entry, ascending (explain, stats, tests).

@@ -19,37 +19,13 @@ use cursor::{
 };
 use tracing::{debug, warn};
 
-use crate::ack::{AckHandle, AckOutcome, ConsumerAckHandle, CursorCell};
+use crate::ack::{AckEffect, AckHandle, ConsumerAckHandle, CursorCell};
 use crate::config::{ConsumerId, ConsumerSpec, DispatcherConfig};
-use crate::core::{Command, Dispatcher};
-use crate::error::{AckError, AddConsumerError};
-use crate::explain::{BlockReason, ConsumerStats, DispatcherStats};
+use crate::core::Dispatcher;
+use crate::core::{BlockReason, ConsumerStats, DispatcherStats};
+use crate::driver::{AdminOp, Driver, Output, Persist};
+use crate::error::{AckHandleError, AddConsumerError};
 use crate::shared::Waker;
-
-/// An administrative operation on the subscription's cursor, run on the dispatcher thread; the
-/// resulting mark-delete move goes through the core's hook.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum AdminOp {
-    /// Skip the next `n` unacked entries.
-    Skip(u64),
-    /// Drop the whole backlog.
-    ClearBacklog,
-    /// Expire entries published before this time (ms).
-    Expire(u64),
-    /// Backlog-quota eviction down to at most this many messages.
-    EvictToCount(u64),
-    /// Backlog-quota eviction down to at most this many bytes.
-    EvictToSize(u64),
-    /// Reset (seek) to this position: it is the next entry read, everything before it counts
-    /// as acknowledged and acks after it are forgotten ([`ManagedCursor::reset`]). Disconnect
-    /// the subscription's consumers first, as Pulsar does; a position the cursor refuses
-    /// is logged and nothing moves.
-    ResetTo(Position),
-    /// Drop ledger entries below this position, but never at or above the cursor's
-    /// mark-delete + 1 (retention: a broker trims each subscription's ledger replica below the
-    /// slowest subscription's mark-delete). Moves nothing.
-    TrimLedgerBelow(Position),
-}
 
 /// One entry handed to a consumer, with what a wire protocol sends beside it.
 ///
@@ -84,6 +60,39 @@ pub enum WhyBlockedQuery {
     /// A message key (ordering key or partition key bytes).
     Key(Vec<u8>),
 }
+
+/// The cursor's positions and backlog, read under the cursor lock from any thread
+/// ([`Runtime::cursor_view`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CursorView {
+    /// Every entry at or before this position is acknowledged (or skipped, expired, evicted).
+    pub mark_delete: Position,
+    /// The next position a normal read starts at.
+    pub read: Position,
+    /// Entries and messages after mark-delete not yet acknowledged.
+    pub backlog: Backlog,
+}
+
+/// How the threaded runtime runs, beside the dispatcher's own configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RuntimeOptions {
+    /// Persist the cursor through its [`CursorStore`] this often when it changed (Pulsar's
+    /// `managedLedgerCursorPositionFlushSeconds`, default 1 s), and always on shutdown. A crash
+    /// loses at most this much of acknowledgement state: those acks are redelivered after a
+    /// restart. `None`: only on shutdown.
+    pub persist_every: Option<Duration>,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            persist_every: Some(Duration::from_secs(1)),
+        }
+    }
+}
+
+type ViewFn = dyn Fn() -> CursorView + Send + Sync;
+type RangesFn = dyn Fn() -> Vec<(Position, Position)> + Send + Sync;
 
 /// Everything the dispatcher thread reacts to (besides its timer).
 pub enum Event {
@@ -177,21 +186,6 @@ impl Waker for ChannelWaker {
     }
 }
 
-/// The cursor's positions and backlog, read under the cursor lock from any thread
-/// ([`Runtime::cursor_view`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CursorView {
-    /// Every entry at or before this position is acknowledged (or skipped, expired, evicted).
-    pub mark_delete: Position,
-    /// The next position a normal read starts at.
-    pub read: Position,
-    /// Entries and messages after mark-delete not yet acknowledged.
-    pub backlog: Backlog,
-}
-
-type ViewFn = dyn Fn() -> CursorView + Send + Sync;
-type RangesFn = dyn Fn() -> Vec<(Position, Position)> + Send + Sync;
-
 /// A running subscription: the dispatcher thread and the handles to talk to it.
 pub struct Runtime {
     events: Sender<Event>,
@@ -214,7 +208,7 @@ pub struct ConsumerHandle {
 
 impl ConsumerHandle {
     /// Acknowledges `position` on this thread (see [`AckHandle::ack`]).
-    pub fn ack(&self, position: Position) -> Result<AckOutcome, AckError> {
+    pub fn ack(&self, position: Position) -> Result<AckEffect, AckHandleError> {
         match &self.fast {
             Some(f) => f.ack(position),
             None => self.ack.ack(self.id, position),
@@ -228,7 +222,7 @@ impl ConsumerHandle {
         position: Position,
         batch_size: u32,
         indexes: &[u32],
-    ) -> Result<AckOutcome, AckError> {
+    ) -> Result<AckEffect, AckHandleError> {
         self.ack
             .ack_batch_index(self.id, position, batch_size, indexes)
     }
@@ -267,24 +261,6 @@ impl ConsumerHandle {
     }
 }
 
-/// How the threaded runtime runs, beside the dispatcher's own configuration.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RuntimeOptions {
-    /// Persist the cursor through its [`CursorStore`] this often when it changed (Pulsar's
-    /// `managedLedgerCursorPositionFlushSeconds`, default 1 s), and always on shutdown. A crash
-    /// loses at most this much of acknowledgement state: those acks are redelivered after a
-    /// restart. `None`: only on shutdown.
-    pub persist_every: Option<Duration>,
-}
-
-impl Default for RuntimeOptions {
-    fn default() -> Self {
-        RuntimeOptions {
-            persist_every: Some(Duration::from_secs(1)),
-        }
-    }
-}
-
 impl Runtime {
     /// Starts the dispatcher thread for `cursor` over `ledger` with the default
     /// [`RuntimeOptions`] (the cursor is persisted every second and on shutdown).
@@ -316,10 +292,7 @@ impl Runtime {
         let view: StdArc<ViewFn> = {
             let cell = cell.clone();
             StdArc::new(move || {
-                let g = match cell.lock() {
-                    Ok(g) => g,
-                    Err(p) => p.into_inner(),
-                };
+                let g = CursorCell::lock(&cell);
                 CursorView {
                     mark_delete: g.cursor.mark_delete_position(),
                     read: g.cursor.read_position(),
@@ -329,23 +302,28 @@ impl Runtime {
         };
         let ranges: StdArc<RangesFn> = {
             let cell = cell.clone();
-            StdArc::new(move || match cell.lock() {
-                Ok(g) => g.cursor.acked_set().ranges(),
-                Err(p) => p.into_inner().cursor.acked_set().ranges(),
-            })
+            StdArc::new(move || CursorCell::lock(&cell).cursor.acked_set().ranges())
         };
         let core = Dispatcher::new(cfg, waker.clone());
         let ack = core.ack_handle(cell.clone());
         let thread = std::thread::Builder::new()
             .name("dispatcher".into())
             .spawn(move || {
+                let persist_ms = options
+                    .persist_every
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
+                let mut driver = Driver::new();
+                if let Some(ms) = persist_ms {
+                    driver = driver.with_persist_every(ms);
+                }
                 Loop {
                     core,
+                    driver,
+                    persist_ms,
                     cell,
                     waker,
                     consumers: Vec::new(),
                     start: Instant::now(),
-                    persist_every: options.persist_every,
                 }
                 .run(rx)
             })
@@ -463,11 +441,13 @@ impl Drop for Runtime {
 
 struct Loop<S: CursorStore, L: Ledger> {
     core: Dispatcher,
+    driver: Driver,
+    /// The persist cadence in ms (the driver holds the same cadence).
+    persist_ms: Option<u64>,
     cell: StdArc<StdMutex<CursorCell<S, L>>>,
     waker: StdArc<ChannelWaker>,
     consumers: Vec<(ConsumerId, Sender<Vec<Delivery>>)>,
     start: Instant,
-    persist_every: Option<Duration>,
 }
 
 impl<S: CursorStore, L: Ledger> Loop<S, L> {
@@ -475,23 +455,16 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
         u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, CursorCell<S, L>> {
-        match self.cell.lock() {
-            Ok(g) => g,
-            Err(p) => p.into_inner(),
-        }
-    }
-
     fn run(mut self, rx: Receiver<Event>) {
         debug!("dispatcher thread started");
-        let mut next_persist = self.persist_every.map(|d| Instant::now() + d);
+        let mut next_persist = self.persist_ms.map(|ms| self.now().saturating_add(ms));
         loop {
             let timer = match self.core.poll_timeout() {
                 Some(at) => after(Duration::from_millis(at.saturating_sub(self.now()))),
                 None => never(),
             };
             let persist_timer = match next_persist {
-                Some(at) => after(at.saturating_duration_since(Instant::now())),
+                Some(at) => after(Duration::from_millis(at.saturating_sub(self.now()))),
                 None => never(),
             };
             select! {
@@ -506,25 +479,27 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                     self.core.handle_timeout(now);
                 }
                 recv(persist_timer) -> _ => {
-                    self.persist();
-                    next_persist = self.persist_every.map(|d| Instant::now() + d);
+                    let now = self.now();
+                    match self.driver.maybe_persist(now, &self.cell) {
+                        Persist::Failed(e) => warn!(error = %e, "cursor persist failed; will retry"),
+                        Persist::NotBefore { due } => next_persist = Some(due),
+                        Persist::Clean | Persist::Persisted => {}
+                    }
+                    if !matches!(next_persist, Some(due) if due > now) {
+                        next_persist = self.persist_ms.map(|ms| now.saturating_add(ms));
+                    }
                 }
             }
             self.execute();
         }
-        self.persist();
+        // Shutdown (or every sender gone): whatever changed since the last save is saved.
+        if CursorCell::lock(&self.cell).cursor.is_dirty() {
+            let now = self.now();
+            if let Err(e) = self.driver.persist_now(now, &self.cell) {
+                warn!(error = %e, "cursor persist at shutdown failed");
+            }
+        }
         debug!("dispatcher thread stopped");
-    }
-
-    /// Saves the cursor through its store when it changed since the last save.
-    fn persist(&self) {
-        let mut g = self.lock();
-        if !g.cursor.is_dirty() {
-            return;
-        }
-        if let Err(e) = g.cursor.persist() {
-            warn!(error = %e, "cursor persist failed; will retry");
-        }
     }
 
     fn on_event(&mut self, ev: Event) -> bool {
@@ -562,40 +537,10 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 self.core.handle_release(now, id, &ps);
             }
             Event::Publish(metas) => {
-                {
-                    let mut g = self.lock();
-                    for m in metas {
-                        g.ledger.append(m);
-                    }
-                }
-                self.core.handle_entries_appended(now);
+                self.driver.publish(now, &mut self.core, &self.cell, metas);
             }
             Event::Admin(op, reply) => {
-                let mv = {
-                    let mut g = self.lock();
-                    let CursorCell { cursor, ledger } = &mut *g;
-                    match op {
-                        AdminOp::Skip(n) => cursor.skip(ledger, n),
-                        AdminOp::ClearBacklog => cursor.clear_backlog(ledger),
-                        AdminOp::Expire(t) => cursor.expire(ledger, t),
-                        AdminOp::EvictToCount(n) => cursor.evict_to_count(ledger, n),
-                        AdminOp::EvictToSize(n) => cursor.evict_to_size(ledger, n),
-                        AdminOp::TrimLedgerBelow(p) => {
-                            ledger.trim_below(p.min(cursor.mark_delete_position().next()));
-                            None
-                        }
-                        AdminOp::ResetTo(p) => match cursor.reset(ledger, p) {
-                            Ok(mv) => Some(mv),
-                            Err(e) => {
-                                warn!(position = %p, error = %e, "reset refused");
-                                None
-                            }
-                        },
-                    }
-                };
-                if let Some(mv) = &mv {
-                    self.core.handle_mark_delete_moved(now, mv);
-                }
+                let mv = self.driver.admin(now, &mut self.core, &self.cell, op);
                 let _ = reply.send(mv);
             }
             Event::Wake => {
@@ -618,58 +563,41 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
     }
 
     /// Wraps sent entries with their redelivery count and, for batch entries, the indexes the
-    /// cursor holds as acked (one cursor lock per send, and only when a batch entry is sent).
+    /// cursor holds as acked ([`Driver::delivery_extras`], one cursor lock per send, taken
+    /// only when the send has a batch entry).
     fn deliveries(&self, entries: Vec<Entry>) -> Vec<Delivery> {
-        let any_batch = entries.iter().any(|e| e.meta.messages() > 1);
-        let guard = any_batch.then(|| self.lock());
-        entries
-            .into_iter()
-            .map(|entry| {
-                let acked_indexes = match &guard {
-                    Some(g) if entry.meta.messages() > 1 => g
-                        .cursor
-                        .batch_acked_indexes(entry.position)
-                        .unwrap_or_default(),
-                    _ => Vec::new(),
-                };
-                Delivery {
-                    redelivery_count: self.core.redelivery_count(entry.position),
-                    acked_indexes,
+        if entries.iter().any(|e| e.meta.messages() > 1) {
+            let extras = self.driver.delivery_extras(&self.core, &self.cell, &entries);
+            entries
+                .into_iter()
+                .zip(extras)
+                .map(|(entry, x)| Delivery {
                     entry,
-                }
-            })
-            .collect()
+                    redelivery_count: x.redelivery_count,
+                    acked_indexes: x.acked_indexes.unwrap_or_default(),
+                })
+                .collect()
+        } else {
+            entries
+                .into_iter()
+                .map(|entry| Delivery {
+                    redelivery_count: self.core.redelivery_count(entry.position),
+                    acked_indexes: Vec::new(),
+                    entry,
+                })
+                .collect()
+        }
     }
 
-    /// Executes the core's commands until it has none.
+    /// Executes the core's commands until it has none (through the shared [`Driver`]).
     fn execute(&mut self) {
-        while let Some(cmd) = self.core.poll_command() {
+        loop {
             let now = self.now();
-            match cmd {
-                Command::Rewind => {
-                    let mut g = self.lock();
-                    let CursorCell { cursor, ledger } = &mut *g;
-                    cursor.rewind(ledger);
-                }
-                Command::Read { max_entries } => {
-                    let (entries, more) = {
-                        let mut g = self.lock();
-                        let CursorCell { cursor, ledger } = &mut *g;
-                        let e = cursor.read(ledger, max_entries);
-                        let more = cursor.has_more_entries(ledger);
-                        (e, more)
-                    };
-                    self.core.handle_read_complete(now, entries, more);
-                }
-                Command::Replay { positions } => {
-                    let r = {
-                        let g = self.lock();
-                        g.cursor.replay(&g.ledger, &positions)
-                    };
-                    self.core
-                        .handle_replay_complete(now, r.entries, &r.already_acked);
-                }
-                Command::Send { consumer, entries } => {
+            let Some(out) = self.driver.poll(now, &mut self.core, &self.cell) else {
+                break;
+            };
+            match out {
+                Output::Send { consumer, entries } => {
                     let deliveries = self.deliveries(entries);
                     if let Some((_, tx)) = self.consumers.iter().find(|(c, _)| *c == consumer) {
                         if tx.send(deliveries).is_err() {
@@ -677,22 +605,10 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                         }
                     }
                 }
-                Command::SetTimer { .. } => {}
-            }
-        }
-        // Dead letters (dead-letter policy): this runtime has no dead-letter topic; it logs
-        // and acks them on the cursor so the subscription moves on.
-        while let Some(p) = self.core.poll_dead_letter() {
-            let mut g = self.lock();
-            let CursorCell { cursor, ledger } = &mut *g;
-            if let Err(e) = cursor.ack(ledger, p) {
-                warn!(ledger = p.ledger_id, entry = p.entry_id, error = %e, "dead letter: cursor ack failed");
-            } else {
-                debug!(
-                    ledger = p.ledger_id,
-                    entry = p.entry_id,
-                    "dead letter acked on the cursor"
-                );
+                // The select! loop re-reads poll_timeout every turn; this runtime has no
+                // dead-letter topic (the driver already acked the entry on the cursor).
+                Output::SetTimer { .. } | Output::DeadLettered { .. } => {}
+                Output::Woke | Output::Rewound | Output::Read { .. } | Output::Replayed { .. } => {}
             }
         }
     }

@@ -4,15 +4,15 @@
 //! consumer's pending-acks lock, then the draining-hashes lock. The consumer registry lock is
 //! only held to clone an `Arc` out of it, never while calling into the maps.
 
-use draining_hashes::{DrainingHashes, SendCheck, UnblockListener};
-use pending_acks::{AddHandler, PendingAck, PendingAcks, RemovalCause, RemoveHandler};
+use draining_hashes::{DrainingHashes, UnblockListener};
+use pending_acks::{PendingAck, PendingAcks, RemovalCause, RemoveHandler};
 use tracing::warn;
 
 use crate::config::ConsumerId;
 use crate::sync::{Arc, AtomicBool, AtomicI64, AtomicU64, Ordering, RwLock};
 
 /// Position as the pending-acks map stores it: (ledger id, entry id).
-pub(crate) type PaPos = (u64, u64);
+pub(crate) type PendingPos = (u64, u64);
 
 /// Tells whoever runs the dispatcher core that it should call
 /// [`Dispatcher::handle_wake`](crate::Dispatcher::handle_wake) soon.
@@ -61,16 +61,105 @@ impl UnblockListener for DrainListener {
     }
 }
 
+/// An unacked-messages limit with Pulsar's hysteresis: charging up to `max` blocks, debiting
+/// down to half of it lets the core resume. One for each consumer and one for the subscription.
+///
+/// The counter is charged by the core (on send) and debited by the ack path (any thread).
+/// `debit` only *reports* that half was crossed while blocked (the caller wakes the core); the
+/// core clears the block in [`try_resume`](Self::try_resume), on its own thread.
+pub(crate) struct UnackedLimit {
+    /// Unacked messages (sum of the remaining counts charged and not yet debited).
+    unacked: AtomicI64,
+    /// Blocked on unacked messages (set by the core at `max`).
+    blocked: AtomicBool,
+    /// Block threshold (0 = off).
+    max: i64,
+}
+
+/// What a [`UnackedLimit::charge`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Charged {
+    /// Still below the limit (or already blocked, or no limit).
+    Open,
+    /// The charge reached the limit and blocked it.
+    Blocked {
+        /// Unacked messages after the charge.
+        unacked: i64,
+        /// The ack path already debited below half before it could see the block: the caller
+        /// must re-check (it would otherwise wait for a wake that never comes).
+        below_half: bool,
+    },
+}
+
+impl UnackedLimit {
+    pub fn new(max: i64) -> Self {
+        UnackedLimit {
+            unacked: AtomicI64::new(0),
+            blocked: AtomicBool::new(false),
+            max,
+        }
+    }
+
+    /// The threshold (0 = no limit).
+    pub fn max(&self) -> i64 {
+        self.max
+    }
+
+    pub fn unacked(&self) -> i64 {
+        self.unacked.load(Ordering::SeqCst)
+    }
+
+    pub fn is_blocked(&self) -> bool {
+        self.blocked.load(Ordering::SeqCst)
+    }
+
+    /// Messages that may still be charged before the limit (`None`: no limit).
+    pub fn headroom(&self) -> Option<i64> {
+        (self.max > 0).then(|| self.max - self.unacked())
+    }
+
+    /// Charges `n` sent messages; blocks at the limit.
+    pub fn charge(&self, n: i64) -> Charged {
+        let now = self.unacked.fetch_add(n, Ordering::SeqCst) + n;
+        if self.max > 0 && now >= self.max && !self.is_blocked() {
+            self.blocked.store(true, Ordering::SeqCst);
+            return Charged::Blocked {
+                unacked: now,
+                below_half: self.unacked() <= self.max / 2,
+            };
+        }
+        Charged::Open
+    }
+
+    /// Debits `n` messages; true when the limit is blocked and now at or below half (the
+    /// caller wakes the core, which then calls [`try_resume`](Self::try_resume)).
+    pub fn debit(&self, n: i64) -> bool {
+        let left = self.unacked.fetch_sub(n, Ordering::SeqCst) - n;
+        self.max > 0 && left <= self.max / 2 && self.is_blocked()
+    }
+
+    /// Core side: clears the block if the count is at or below half. True if it resumed.
+    pub fn try_resume(&self) -> bool {
+        if self.max > 0 && self.is_blocked() && self.unacked() <= self.max / 2 {
+            self.blocked.store(false, Ordering::SeqCst);
+            return true;
+        }
+        false
+    }
+
+    /// Forgets every charge and the block (the last consumer left).
+    pub fn reset(&self) {
+        self.unacked.store(0, Ordering::SeqCst);
+        self.blocked.store(false, Ordering::SeqCst);
+    }
+}
+
 /// The shared half of one consumer.
 pub(crate) struct ConsumerShared {
     pub id: ConsumerId,
-    pub pending: PendingAcks<PaPos, ConsumerId>,
-    /// Unacked messages (sum of pending remaining counts this consumer is charged for).
-    pub unacked: AtomicI64,
-    /// Blocked on unacked messages (set by the core; the ack path wakes it at half).
-    pub blocked: AtomicBool,
-    /// Block threshold (0 = off).
-    pub max_unacked: i64,
+    pub pending: PendingAcks<PendingPos, ConsumerId>,
+    /// This consumer's unacked messages and its limit.
+    pub limit: UnackedLimit,
 }
 
 impl ConsumerShared {
@@ -80,11 +169,7 @@ impl ConsumerShared {
         if n == 0 {
             return;
         }
-        let left = self.unacked.fetch_sub(n, Ordering::SeqCst) - n;
-        if self.max_unacked > 0
-            && left <= self.max_unacked / 2
-            && self.blocked.load(Ordering::SeqCst)
-        {
+        if self.limit.debit(n) {
             sub.wake.wake_unacked();
         }
         sub.debit(n);
@@ -94,19 +179,14 @@ impl ConsumerShared {
 /// The shared half of the subscription.
 pub(crate) struct SubShared {
     pub consumers: RwLock<Vec<Arc<ConsumerShared>>>,
-    pub unacked: AtomicI64,
-    pub blocked: AtomicBool,
-    pub max_unacked: i64,
+    /// The subscription's unacked messages and its limit.
+    pub limit: UnackedLimit,
     pub wake: Arc<WakeState>,
 }
 
 impl SubShared {
     pub fn debit(&self, n: i64) {
-        let left = self.unacked.fetch_sub(n, Ordering::SeqCst) - n;
-        if self.max_unacked > 0
-            && left <= self.max_unacked / 2
-            && self.blocked.load(Ordering::SeqCst)
-        {
+        if self.limit.debit(n) {
             self.wake.wake_unacked();
         }
     }
@@ -127,7 +207,11 @@ impl SubShared {
     /// consumer has it (Shared clients may ack through another consumer), and debits its unacked
     /// messages. Lock order: registry (read) → pending-acks → draining-hashes; the core takes
     /// the registry's write lock only to publish a new list, never while holding a map lock.
-    pub fn remove_acked(&self, first: ConsumerId, pos: PaPos) -> Option<(ConsumerId, PendingAck)> {
+    pub fn remove_acked(
+        &self,
+        first: ConsumerId,
+        pos: PendingPos,
+    ) -> Option<(ConsumerId, PendingAck)> {
         let g = self.read_registry();
         let mine = g.iter().filter(|c| c.id == first);
         let others = g.iter().filter(|c| c.id != first);
@@ -142,7 +226,12 @@ impl SubShared {
 
     /// A partial batch-index ack: lowers the remaining count of `pos` on `first` (or the
     /// consumer that has it) by `delta` and debits that many unacked messages.
-    pub fn partial_ack(&self, first: ConsumerId, pos: PaPos, delta: u32) -> Option<ConsumerId> {
+    pub fn partial_ack(
+        &self,
+        first: ConsumerId,
+        pos: PendingPos,
+        delta: u32,
+    ) -> Option<ConsumerId> {
         let g = self.read_registry();
         let mine = g.iter().filter(|c| c.id == first);
         let others = g.iter().filter(|c| c.id != first);
@@ -166,52 +255,16 @@ impl SubShared {
     }
 }
 
-/// Send-time gate (the third use of the dispatch predicate): refuses an add while another
-/// consumer drains the hash. When `count_next` is set by the core (a Key_Shared continuation
-/// chunk pinned to this consumer while its hash maps elsewhere), an allowed add also takes a
-/// draining reference, inside the map's lock, so the new owner waits for this chunk too.
-pub(crate) struct DrainAddHandler {
-    pub draining: Arc<DrainingHashes<ConsumerId>>,
-    pub count_next: Arc<AtomicBool>,
-}
-
-impl AddHandler<PaPos, ConsumerId> for DrainAddHandler {
-    fn allow_add(&self, consumer: ConsumerId, pos: PaPos, hash: u32) -> bool {
-        if hash == 0 {
-            return true;
-        }
-        // One atomic step in the tracker: refuse if another consumer drains the hash; count
-        // one more reference if this very consumer drains it (a continuation chunk pinned to
-        // the old owner: the new owner must wait for it too).
-        match self.draining.check_send(consumer, hash) {
-            SendCheck::Blocked { owner } => {
-                tracing::debug!(consumer = %consumer, owner = %owner, ledger = pos.0, entry = pos.1, hash, "send-time add refused: hash drains on another consumer");
-                false
-            }
-            SendCheck::Counted { .. } => true,
-            SendCheck::NotDraining => {
-                // A pinned chunk whose hash maps elsewhere starts draining on this consumer.
-                if self.count_next.load(Ordering::SeqCst) {
-                    if let Err(e) = self.draining.add_entry(consumer, hash) {
-                        warn!(consumer = %consumer, hash, error = %e, "could not count a pinned chunk in draining");
-                    }
-                }
-                true
-            }
-        }
-    }
-}
-
 /// Every removal from a Key_Shared pending-acks map drops one draining reference.
 pub(crate) struct DrainRemoveHandler {
     pub draining: Arc<DrainingHashes<ConsumerId>>,
 }
 
-impl RemoveHandler<PaPos, ConsumerId> for DrainRemoveHandler {
+impl RemoveHandler<PendingPos, ConsumerId> for DrainRemoveHandler {
     fn on_removed(
         &self,
         consumer: ConsumerId,
-        pos: PaPos,
+        pos: PendingPos,
         ack: PendingAck,
         cause: RemovalCause,
         closing: bool,

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use common::run;
 use cursor::{MarkDeleteMove, MarkDeleteReason, Position};
 use dispatcher::{
-    AckError, AddConsumerError, BlockReason, Command, ConsumerId, ConsumerSpec, Dispatcher,
-    DispatcherConfig, Gate, HashRange, KeySharedConfig, KeySharedMode, NoopWaker, SelectorError,
-    SubscriptionType, Verdict,
+    AckHandleError, AddConsumerError, BlockReason, ConsumerId, ConsumerSpec, DispatchCommand,
+    DispatchGate, Dispatcher, DispatcherConfig, HashRange, KeySharedConfig, KeySharedMode,
+    NoopWaker, SelectorError, SubscriptionType, Verdict,
 };
 
 fn ks(mode: KeySharedMode) -> DispatcherConfig {
@@ -102,7 +102,10 @@ fn no_read_without_permits_then_adaptive_batch() {
         .unwrap();
     assert_eq!(d.poll_command(), None);
     d.handle_flow(0, ConsumerId(1), 3);
-    assert_eq!(d.poll_command(), Some(Command::Read { max_entries: 1 }));
+    assert_eq!(
+        d.poll_command(),
+        Some(DispatchCommand::Read { max_entries: 1 })
+    );
     // Only one read at a time.
     d.handle_flow(0, ConsumerId(1), 3);
     assert_eq!(d.poll_command(), None);
@@ -113,7 +116,9 @@ fn ack_errors_are_typed_and_leave_pending_untouched() {
     let mut w = run("shared\njoin A\nflow A 5\npub a b\n");
     let a = w.id("A");
     let e = w.ack.ack(a, Position::new(1, 99)).unwrap_err();
-    assert!(matches!(e, AckError::Cursor { position, .. } if position == Position::new(1, 99)));
+    assert!(
+        matches!(e, AckHandleError::Cursor { position, .. } if position == Position::new(1, 99))
+    );
     assert_eq!(w.d.pending_positions(a).len(), 2);
     // First ack clears, a duplicate only reaches the cursor.
     let o = w.ack.ack(a, Position::new(1, 0)).unwrap();
@@ -180,9 +185,18 @@ fn dispatch_predicate_per_gate() {
     let w = run("key_shared\njoin A\nflow A 10\npub k1\njoin B\nflow B 10\n");
     let (a, b) = (w.id("A"), w.id("B"));
     let h = w.d.pending_positions(a)[0].1;
-    assert_eq!(w.d.can_dispatch(Gate::SendTime, b, h), Verdict::Draining);
-    assert_eq!(w.d.can_dispatch(Gate::SendTime, a, h), Verdict::Allow);
-    assert_eq!(w.d.can_dispatch(Gate::ReplayPick, b, h), Verdict::Draining);
+    assert_eq!(
+        w.d.can_dispatch(DispatchGate::SendTime, b, h),
+        Verdict::Draining
+    );
+    assert_eq!(
+        w.d.can_dispatch(DispatchGate::SendTime, a, h),
+        Verdict::Allow
+    );
+    assert_eq!(
+        w.d.can_dispatch(DispatchGate::ReplayPick, b, h),
+        Verdict::Draining
+    );
     assert_eq!(
         w.d.why_blocked(h),
         BlockReason::DrainingOn {
@@ -199,7 +213,10 @@ fn dispatch_predicate_per_gate() {
     assert!(sa.draining[0].blocked_attempts >= 1);
     // Shared always allows.
     let s = Dispatcher::new(DispatcherConfig::shared(), Arc::new(NoopWaker));
-    assert_eq!(s.can_dispatch(Gate::NormalRead, a, 77), Verdict::Allow);
+    assert_eq!(
+        s.can_dispatch(DispatchGate::NormalRead, a, 77),
+        Verdict::Allow
+    );
 }
 
 #[test]
@@ -218,7 +235,7 @@ fn unblock_notifications_are_coalesced_into_one_timer() {
     assert_eq!(t, w.now + 10);
     let mut timers = 0;
     while let Some(c) = w.d.poll_command() {
-        assert!(matches!(c, Command::SetTimer { .. }), "{c:?}");
+        assert!(matches!(c, DispatchCommand::SetTimer { .. }), "{c:?}");
         timers += 1;
     }
     assert_eq!(timers, 1);
@@ -233,7 +250,7 @@ fn batch_index_acks_reduce_then_clear_the_pending_ack() {
     let p = Position::new(1, 0);
     assert_eq!(w.d.stats().unacked, 3);
     let e = w.ack.ack_batch_index(a, p, 3, &[3]).unwrap_err();
-    assert!(matches!(e, AckError::Cursor { .. }));
+    assert!(matches!(e, AckHandleError::Cursor { .. }));
     let o = w.ack.ack_batch_index(a, p, 3, &[0]).unwrap();
     assert_eq!(
         (o.newly_acked, o.cleared_on, o.messages),
@@ -260,16 +277,22 @@ fn normal_read_gate_refuses_a_hash_waiting_in_replay() {
     let (p, h) = w.d.replay_positions()[0];
     assert_eq!(p, Position::new(1, 0));
     assert_eq!(
-        w.d.can_dispatch(Gate::NormalRead, a, h),
+        w.d.can_dispatch(DispatchGate::NormalRead, a, h),
         Verdict::BehindReplay
     );
-    assert_eq!(w.d.can_dispatch(Gate::ReplayPick, a, h), Verdict::Allow);
-    assert_eq!(w.d.can_dispatch(Gate::SendTime, a, h), Verdict::Allow);
+    assert_eq!(
+        w.d.can_dispatch(DispatchGate::ReplayPick, a, h),
+        Verdict::Allow
+    );
+    assert_eq!(
+        w.d.can_dispatch(DispatchGate::SendTime, a, h),
+        Verdict::Allow
+    );
     // Out-of-order mode does not count replay hashes.
     let w = run("key_shared ooo\njoin A\nflow A 1\npub k3\nnack A 1:0\n");
     let (_, h) = w.d.replay_positions()[0];
     assert_eq!(
-        w.d.can_dispatch(Gate::NormalRead, w.id("A"), h),
+        w.d.can_dispatch(DispatchGate::NormalRead, w.id("A"), h),
         Verdict::Allow
     );
 }
@@ -293,4 +316,22 @@ fn consumer_bound_ack_handle_falls_back_to_the_owner() {
     assert_eq!(o.cleared_on, Some(b));
     assert_eq!(w.d.stats().unacked, 0);
     assert!(ha.ack(Position::new(1, 50)).is_err());
+}
+
+#[test]
+fn delivery_extras_carry_the_redelivery_count_and_the_acked_batch_indexes() {
+    let w = run(
+        "key_shared\njoin A\nflow A 20\nbatch k0 3\nackidx A 1:0 3 0\nonack A 10 1:0\nadvance 10\n",
+    );
+    let (name, resent) = w.sends.last().cloned().unwrap();
+    assert_eq!(name, "A");
+    assert_eq!(resent.position, Position::new(1, 0));
+    let extras = w.driver.delivery_extras(&w.d, &w.cell, &[resent]);
+    assert_eq!(
+        extras,
+        vec![dispatcher::DeliveryExtras {
+            redelivery_count: 1,
+            acked_indexes: Some(vec![0]),
+        }]
+    );
 }

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use cursor::{EntryMeta, InMemoryLedger, Ledger, Position};
 use dispatcher::{
-    AutoSplitSelector, BatchAck, Command, ConsumerId, ConsumerInfo, ConsumerSpec, CursorAck,
-    Dispatcher, DispatcherConfig, KeySharedConfig, KeySharedMode, StickyKeySelector,
-    SubscriptionType, Waker,
+    AutoSplitSelector, BatchAck, ConsumerId, ConsumerInfo, ConsumerSpec, CursorAck,
+    DispatchCommand, Dispatcher, DispatcherConfig, KeySharedConfig, KeySharedMode,
+    StickyKeySelector, SubscriptionType, Waker,
 };
 
 /// The cursor half of the ack: not what the model is about, so it always succeeds.
@@ -92,7 +92,7 @@ fn setup(key: &str, held: usize, waker: std::sync::Arc<Flag>) -> (Dispatcher, Ve
     let all = entries(key, held + 1);
     let mut fed = 0;
     while let Some(c) = d.poll_command() {
-        if let Command::Read { max_entries } = c {
+        if let DispatchCommand::Read { max_entries } = c {
             // At the end of what A should hold, report an empty read (the read parks).
             let take = max_entries.min(held - fed);
             d.handle_read_complete(0, all[fed..fed + take].to_vec(), take > 0);
@@ -159,12 +159,12 @@ fn loom_last_ack_races_join_and_send() {
         let mut read = false;
         while let Some(c) = d.poll_command() {
             match c {
-                Command::Read { .. } => {
+                DispatchCommand::Read { .. } => {
                     let e = if read { vec![] } else { vec![all[1].clone()] };
                     read = true;
                     d.handle_read_complete(0, e, false);
                 }
-                Command::Send { consumer, .. } => sent_to_b |= consumer == B,
+                DispatchCommand::Send { consumer, .. } => sent_to_b |= consumer == B,
                 _ => {}
             }
         }

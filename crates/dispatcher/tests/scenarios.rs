@@ -286,7 +286,7 @@ fn look_ahead_reads_past_blocked_keys_within_the_limit() {
 #[test]
 fn read_result_discarded_when_an_earlier_position_entered_replay() {
     use cursor::Position;
-    use dispatcher::{Command, ConsumerSpec, Dispatcher, DispatcherConfig, NoopWaker};
+    use dispatcher::{ConsumerSpec, DispatchCommand, Dispatcher, DispatcherConfig, NoopWaker};
     use std::sync::Arc;
     let mut d = Dispatcher::new(DispatcherConfig::key_shared(), Arc::new(NoopWaker));
     d.handle_consumer_added(0, ConsumerSpec::new(1, "A"))
@@ -301,19 +301,28 @@ fn read_result_discarded_when_an_earlier_position_entered_replay() {
         ledger.append(meta.clone());
     }
     // First read: one entry, sent.
-    assert_eq!(d.poll_command(), Some(Command::Read { max_entries: 1 }));
+    assert_eq!(
+        d.poll_command(),
+        Some(DispatchCommand::Read { max_entries: 1 })
+    );
     let e = cur.read(&ledger, 1);
     d.handle_read_complete(0, e, true);
-    assert!(matches!(d.poll_command(), Some(Command::Send { .. })));
+    assert!(matches!(
+        d.poll_command(),
+        Some(DispatchCommand::Send { .. })
+    ));
     // Second read in flight; meanwhile A nacks 1:0 (an earlier position enters replay).
-    assert_eq!(d.poll_command(), Some(Command::Read { max_entries: 2 }));
+    assert_eq!(
+        d.poll_command(),
+        Some(DispatchCommand::Read { max_entries: 2 })
+    );
     let e = cur.read(&ledger, 2);
     d.handle_redeliver(0, dispatcher::ConsumerId(1), &[Position::new(1, 0)]);
     d.handle_read_complete(0, e, false);
     assert_eq!(d.stats().read_results_discarded, 1);
     assert_eq!(
         d.poll_command(),
-        Some(Command::Replay {
+        Some(DispatchCommand::Replay {
             positions: vec![
                 Position::new(1, 0),
                 Position::new(1, 1),

@@ -103,6 +103,38 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
                 return Err(AddRefused::Vetoed);
             }
         }
+        Self::insert_locked(&mut st, pos, remaining, hash)
+    }
+
+    /// Like [`add_if_allowed`](Self::add_if_allowed), but `check(consumer, pos, hash)` decides
+    /// instead of the installed add handler, for this add only. It runs inside the map's lock,
+    /// so whatever it records (for example a draining reference) is atomic with the insert; it
+    /// must not call back into this map.
+    pub fn add_if(
+        &self,
+        pos: P,
+        remaining: u32,
+        hash: u32,
+        check: impl FnOnce(C, P, u32) -> bool,
+    ) -> Result<AddOutcome, AddRefused> {
+        let mut st = self.write();
+        if st.closed {
+            debug!(pos = ?pos, hash, "pending ack refused: map closed");
+            return Err(AddRefused::Closed);
+        }
+        if !check(self.consumer, pos, hash) {
+            debug!(pos = ?pos, hash, "pending ack vetoed by the add check");
+            return Err(AddRefused::Vetoed);
+        }
+        Self::insert_locked(&mut st, pos, remaining, hash)
+    }
+
+    fn insert_locked(
+        st: &mut State<P, C>,
+        pos: P,
+        remaining: u32,
+        hash: u32,
+    ) -> Result<AddOutcome, AddRefused> {
         let ack = PendingAck { remaining, hash };
         match st.store.insert(pos.segment(), pos.offset(), ack) {
             None => {

@@ -18,7 +18,7 @@ pub struct PendingAck {
 /// Why an entry left the map; passed to [`RemoveHandler::on_removed`] with every removal.
 ///
 /// Pulsar only tells its handler whether the map is closing; keeping the cause lets a draining
-/// tracker, stats and logs tell an ack from a mark-delete cleanup (Pulsar bug B-1).
+/// tracker, stats and logs tell an ack from a mark-delete cleanup (on Key_Shared, Pulsar's cleanup of pending acks on skip/clear/expiry ends draining early).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum RemovalCause {
     /// The consumer acknowledged the entry (all its messages).

@@ -1,4 +1,4 @@
-//! One test per operation and edge case of the pending-acks contract (reference §2).
+//! One test per operation and edge case of the pending-acks contract.
 #![cfg(not(feature = "loom"))]
 
 mod common;
@@ -538,5 +538,28 @@ fn debug_shows_the_summary() {
     assert!(
         s.contains("consumer: 3") && s.contains("len: 1") && s.contains("closed: false"),
         "{s}"
+    );
+}
+
+#[test]
+fn add_if_check_decides_instead_of_the_handler_and_sees_the_arguments() {
+    let m = Map::new(7);
+    m.set_add_handler(Arc::new(VetoMultiples::new(1))); // the handler would veto everything
+    let mut seen = None;
+    let r = m.add_if((1, 2), 3, 40, |c, p, h| {
+        seen = Some((c, p, h));
+        true
+    });
+    assert_eq!(r, Ok(AddOutcome::Inserted));
+    assert_eq!(seen, Some((7, (1, 2), 40)));
+    assert_eq!(
+        m.add_if((1, 3), 1, 40, |_, _, _| false),
+        Err(AddRefused::Vetoed)
+    );
+    assert!(!m.contains((1, 3)));
+    m.for_each_and_close(|_, _| {});
+    assert_eq!(
+        m.add_if((1, 4), 1, 40, |_, _, _| true),
+        Err(AddRefused::Closed)
     );
 }

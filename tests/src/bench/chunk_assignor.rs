@@ -1,4 +1,4 @@
-//! W7 / W7c: the Shared assignor `chunk-assignor` (see `shared/bench/workloads.md`).
+//! W7 / W7c: the Shared assignor `chunk-assignor` (see docs/BENCHMARKS.md).
 //!
 //! * W7: 10 consumers (priority 0, 10^9 permits each), 1,000,000 non-chunk entries assigned in
 //!   batches of 100. Figure: ns per entry.

@@ -1,5 +1,5 @@
-//! CL1: the `client` consumer's per-message cost (no Java baseline; `workloads.md` has no
-//! client row, so there is no goal either).
+//! CL1: the `client` consumer's per-message cost (no Java baseline and no goal; see
+//! docs/BENCHMARKS.md).
 //!
 //! 1,000,000 single-entry messages over 10,000 keys (SplitMix64 seed 44), receive queue 1000.
 //! The messages are built before the clock starts. Timed: the broker side pushes 100 messages,

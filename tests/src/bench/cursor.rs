@@ -1,4 +1,4 @@
-//! W10 and W10h: the `cursor` crate (see `shared/bench/workloads.md`).
+//! W10 and W10h: the `cursor` crate (see docs/BENCHMARKS.md).
 //!
 //! One ledger of N = 1,000,000 single-message entries (ledger id 1, no rollover), built once
 //! and shared by the rows (setup, untimed).

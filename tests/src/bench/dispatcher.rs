@@ -29,12 +29,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use cursor::{
-    Backlog, CursorError, Entry, EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore,
-    Position,
+    Backlog, Entry, EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore, Position,
 };
 use dispatcher::{
-    AckHandle, BatchAck, Command, ConsumerAckHandle, ConsumerId, ConsumerSpec, CursorAck,
-    Dispatcher, DispatcherConfig, Runtime, Waker,
+    AckHandle, ConsumerAckHandle, ConsumerId, ConsumerSpec, CursorCell, Dispatcher,
+    DispatcherConfig, Driver, FlagWaker, Output, Runtime,
 };
 
 use super::rng::SplitMix64;
@@ -159,41 +158,13 @@ fn uniform_ledger() -> Arc<InMemoryLedger> {
     .clone()
 }
 
-/// The cursor behind a mutex plus the shared ledger: the ack path's `CursorAck`.
-struct Cell {
-    cursor: Mutex<ManagedCursor<MemoryStore>>,
-    ledger: Arc<InMemoryLedger>,
-}
+/// The cursor and the shared ledger behind one mutex: the driver's and the ack path's cell.
+type Cell = Mutex<CursorCell<MemoryStore, SharedLedger>>;
 
-impl CursorAck for Cell {
-    fn ack(&self, position: Position) -> Result<bool, CursorError> {
-        let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
-        c.ack(&*self.ledger, position).map(|o| o.newly_acked)
-    }
-
-    fn ack_batch_index(
-        &self,
-        position: Position,
-        batch_size: u32,
-        indexes: &[u32],
-    ) -> Result<BatchAck, CursorError> {
-        // Not used by these workloads (every entry is one message).
-        let mut c = self.cursor.lock().unwrap_or_else(|p| p.into_inner());
-        let o = c.ack_batch_index(&*self.ledger, position, batch_size, indexes)?;
-        Ok(BatchAck {
-            newly_acked_indexes: if o.newly_acked { batch_size } else { 0 },
-            entry_complete: o.newly_acked,
-        })
-    }
-}
-
-#[derive(Default)]
-struct Flag(AtomicBool);
-
-impl Waker for Flag {
-    fn wake(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
+fn cell_over(ledger: &Arc<InMemoryLedger>) -> Arc<Cell> {
+    let ledger = SharedLedger(ledger.clone());
+    let cursor = ManagedCursor::new("bench", &ledger, MemoryStore::new());
+    Arc::new(Mutex::new(CursorCell { cursor, ledger }))
 }
 
 /// One full single-threaded cycle over the ledger; returns ns/message. `nack_per_mille` of
@@ -210,13 +181,11 @@ fn full_cycle_with_nacks(
 ) -> Result<f64, String> {
     let mut rng = SplitMix64::new(88);
     let mut sent_since_tick = 0u64;
-    let cell = Arc::new(Cell {
-        cursor: Mutex::new(ManagedCursor::new("bench", &**ledger, MemoryStore::new())),
-        ledger: ledger.clone(),
-    });
-    let flag = Arc::new(Flag::default());
+    let cell = cell_over(ledger);
+    let flag = Arc::new(FlagWaker::default());
     let t = Instant::now();
     let mut d = Dispatcher::new(cfg, flag.clone());
+    let mut driver = Driver::new().with_wake_flag(flag);
     let ack: AckHandle = d.ack_handle(cell.clone());
     let mut now = 0u64;
     for i in 0..CONSUMERS {
@@ -231,82 +200,56 @@ fn full_cycle_with_nacks(
     let mut idle = 0;
     while acked < MESSAGES {
         let mut progressed = false;
-        while let Some(cmd) = d.poll_command() {
-            match cmd {
-                Command::Read { max_entries } => {
-                    let (entries, more) = {
-                        let mut c = cell.cursor.lock().unwrap_or_else(|p| p.into_inner());
-                        let e = c.read(&**ledger, max_entries);
-                        let more = c.has_more_entries(&**ledger);
-                        (e, more)
-                    };
-                    d.handle_read_complete(now, entries, more);
-                }
-                Command::Replay { positions } => {
-                    let r = {
-                        let c = cell.cursor.lock().unwrap_or_else(|p| p.into_inner());
-                        c.replay(&**ledger, &positions)
-                    };
-                    d.handle_replay_complete(now, r.entries, &r.already_acked);
-                }
-                Command::Send { consumer, entries } => {
-                    let mut n = 0u32;
-                    let h = handles.get(consumer.0 as usize).ok_or("unknown consumer")?;
-                    if nack_per_mille == 0 {
-                        for e in &entries {
+        while let Some(out) = driver.poll(now, &mut d, &cell) {
+            if let Output::Send { consumer, entries } = out {
+                let mut n = 0u32;
+                let h = handles.get(consumer.0 as usize).ok_or("unknown consumer")?;
+                if nack_per_mille == 0 {
+                    for e in &entries {
+                        h.ack(e.position).map_err(|e| e.to_string())?;
+                        n += e.meta.messages();
+                    }
+                    acked += entries.len();
+                } else {
+                    let mut held: Vec<u32> = Vec::new();
+                    let mut nacked = Vec::new();
+                    let mut released = Vec::new();
+                    for e in &entries {
+                        n += e.meta.messages();
+                        let hash = d.entry_hash(e);
+                        if held.contains(&hash) {
+                            released.push(e.position);
+                        } else if d.redelivery_count(e.position) == 0
+                            && rng.next() % 1000 < nack_per_mille
+                        {
+                            held.push(hash);
+                            nacked.push(e.position);
+                        } else {
                             h.ack(e.position).map_err(|e| e.to_string())?;
-                            n += e.meta.messages();
-                        }
-                        acked += entries.len();
-                    } else {
-                        let mut held: Vec<u32> = Vec::new();
-                        let mut nacked = Vec::new();
-                        let mut released = Vec::new();
-                        for e in &entries {
-                            n += e.meta.messages();
-                            let hash = d.entry_hash(e);
-                            if held.contains(&hash) {
-                                released.push(e.position);
-                            } else if d.redelivery_count(e.position) == 0
-                                && rng.next() % 1000 < nack_per_mille
-                            {
-                                held.push(hash);
-                                nacked.push(e.position);
-                            } else {
-                                h.ack(e.position).map_err(|e| e.to_string())?;
-                                acked += 1;
-                            }
-                        }
-                        for p in nacked {
-                            d.handle_nack(now, consumer, &[p], Some(5));
-                        }
-                        if !released.is_empty() {
-                            d.handle_release(now, consumer, &released);
+                            acked += 1;
                         }
                     }
-                    progressed = true;
-                    d.handle_flow(now, consumer, n);
-                    if nack_per_mille > 0 {
-                        // Time with nacks: one unit per 1,000 messages sent (so a nack delay
-                        // of 5 lasts about 5,000 sends), plus the idle jumps below.
-                        sent_since_tick += u64::from(n);
-                        if sent_since_tick >= 1_000 {
-                            sent_since_tick = 0;
-                            now += 1;
-                            if d.poll_timeout().is_some_and(|t| t <= now) {
-                                d.handle_timeout(now);
-                            }
+                    for p in nacked {
+                        d.handle_nack(now, consumer, &[p], Some(5));
+                    }
+                    if !released.is_empty() {
+                        d.handle_release(now, consumer, &released);
+                    }
+                }
+                progressed = true;
+                d.handle_flow(now, consumer, n);
+                if nack_per_mille > 0 {
+                    // Time with nacks: one unit per 1,000 messages sent (so a nack delay
+                    // of 5 lasts about 5,000 sends), plus the idle jumps below.
+                    sent_since_tick += u64::from(n);
+                    if sent_since_tick >= 1_000 {
+                        sent_since_tick = 0;
+                        now += 1;
+                        if d.poll_timeout().is_some_and(|t| t <= now) {
+                            d.handle_timeout(now);
                         }
                     }
                 }
-                Command::Rewind => {
-                    let mut c = cell.cursor.lock().unwrap_or_else(|p| p.into_inner());
-                    c.rewind(&**ledger);
-                }
-                Command::SetTimer { .. } => {}
-            }
-            if flag.0.swap(false, Ordering::SeqCst) {
-                d.handle_wake(now);
             }
         }
         if !progressed {
@@ -320,8 +263,8 @@ fn full_cycle_with_nacks(
         }
     }
     let ns = t.elapsed().as_nanos() as f64 / MESSAGES as f64;
-    let c = cell.cursor.lock().unwrap_or_else(|p| p.into_inner());
-    let backlog = c.backlog(&**ledger);
+    let g = CursorCell::lock(&cell);
+    let backlog = g.cursor.backlog(&g.ledger);
     if backlog.entries != 0 {
         return Err(format!("backlog not empty: {backlog:?}"));
     }
@@ -372,20 +315,15 @@ fn w11() -> impl FnMut() -> Result<f64, String> {
         cfg.max_unacked_per_consumer = 0;
         cfg.max_unacked_per_subscription = 0;
         cfg.max_read_batch = 1_000;
-        let mut d = Dispatcher::new(cfg, Arc::new(Flag::default()));
-        let mut cursor = ManagedCursor::new("bench", &*ledger, MemoryStore::new());
+        let mut d = Dispatcher::new(cfg, Arc::new(FlagWaker::default()));
+        let cell = cell_over(&ledger);
+        let mut driver = Driver::new();
         for i in 0..CONSUMERS {
             d.handle_consumer_added(0, ConsumerSpec::new(i, format!("consumer-{i}")))
                 .map_err(|e| e.to_string())?;
             d.handle_flow(0, ConsumerId(i), u32::MAX / 16);
         }
-        while let Some(cmd) = d.poll_command() {
-            if let Command::Read { max_entries } = cmd {
-                let e = cursor.read(&*ledger, max_entries);
-                let more = cursor.has_more_entries(&*ledger);
-                d.handle_read_complete(0, e, more);
-            }
-        }
+        while driver.poll(0, &mut d, &cell).is_some() {}
         let pending: usize = d.consumer_stats().iter().map(|c| c.pending_entries).sum();
         if pending != PENDING {
             return Err(format!("setup: {pending} pending, expected {PENDING}"));

@@ -1,4 +1,4 @@
-//! W5a / W5b / W5c: the `draining-hashes` tracker (see `shared/bench/workloads.md`).
+//! W5a / W5b / W5c: the `draining-hashes` tracker (see docs/BENCHMARKS.md).
 //!
 //! h_j = 1 + 6j for j in 0..10,000, consumer A = 1 drains them, consumer B = 2 asks.
 //! * W5a: fresh tracker, 10 passes of `add_entry(A, h_j)` (timed).

@@ -31,13 +31,13 @@ pub enum Better {
 
 /// One benchmark row.
 pub struct Workload {
-    /// Workload id from `workloads.md`, e.g. `W1`.
+    /// Workload id from docs/BENCHMARKS.md, e.g. `W1`.
     pub id: &'static str,
     /// Unit of the figure a round returns, e.g. `ns/op`.
     pub unit: &'static str,
-    /// Pulsar (Java) median from `workloads.md`, when there is one.
+    /// Pulsar (Java) median from docs/BENCHMARKS.md, when there is one.
     pub baseline: Option<f64>,
-    /// The goal from `workloads.md`, when there is one.
+    /// The goal from docs/BENCHMARKS.md, when there is one.
     pub goal: Option<f64>,
     /// Whether lower or higher figures are better.
     pub better: Better,

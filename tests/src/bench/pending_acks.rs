@@ -1,4 +1,4 @@
-//! W1–W4: the `pending-acks` map (see `shared/bench/workloads.md`).
+//! W1–W4: the `pending-acks` map (see docs/BENCHMARKS.md).
 //!
 //! Entry i of N = 1,000,000: position (ledger = i / 10,000, entry = i mod 10,000), remaining 1,
 //! hash = (i × 2654435761) mod 65536 (u64 arithmetic; hash 0 is kept as is, the map does not

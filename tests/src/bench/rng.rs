@@ -1,4 +1,4 @@
-//! SplitMix64, exactly as `shared/bench/workloads.md` defines it (shared by W5, W6 and others).
+//! SplitMix64, exactly as docs/BENCHMARKS.md defines it (shared by W5, W6 and others).
 
 /// The SplitMix64 generator.
 #[derive(Clone, Debug)]

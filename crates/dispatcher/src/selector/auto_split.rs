@@ -1,4 +1,4 @@
-//! Hash-range auto-split selector (Pulsar §1.5).
+//! Hash-range auto-split selector (Pulsar's HashRangeAutoSplitStickyKeyConsumerSelector).
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet};

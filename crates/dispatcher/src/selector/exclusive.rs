@@ -1,4 +1,4 @@
-//! Exclusive (client-chosen, STICKY) hash-range selector (Pulsar §1.6).
+//! Exclusive (client-chosen, STICKY) hash-range selector (Pulsar's HashRangeExclusiveStickyKeyConsumerSelector).
 
 use std::fmt::Debug;
 use std::hash::Hash;

@@ -98,7 +98,7 @@ pub fn ranges_contain(ranges: &[HashRange], hash: u32) -> bool {
     i > 0 && ranges[i - 1].end >= hash
 }
 
-/// The hash ranges that moved on one add or remove, grouped per consumer (Pulsar §4).
+/// The hash ranges that moved on one add or remove, grouped per consumer (Pulsar's ImpactedConsumersResult, PIP-379).
 ///
 /// `removed` lists, per consumer, the ranges it lost; `added` the ranges it gained. Ranges are
 /// merged (no overlapping or adjacent pair) and sorted; consumers are sorted by id. A Key_Shared

@@ -1,4 +1,4 @@
-//! Consistent-hashing ring (Pulsar §1.4), with an O(1) slot table and incremental impact.
+//! Consistent-hashing ring (Pulsar's ConsistentHashingStickyKeyConsumerSelector), with an O(1) slot table and incremental impact.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;

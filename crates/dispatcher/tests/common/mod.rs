@@ -21,27 +21,17 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use cursor::{
-    ChunkMeta, Entry, EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MarkDeleteMove,
-    MemoryStore, Position,
+    ChunkMeta, Entry, EntryMeta, InMemoryLedger, ManagedCursor, MarkDeleteMove, MemoryStore,
+    Position,
 };
+pub use dispatcher::FlagWaker;
 use dispatcher::{
-    AckHandle, Command, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig,
-    HashRange, KeySharedConfig, KeySharedMode, SubscriptionType, Waker,
+    AckHandle, AdminOp, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig, Driver,
+    HashRange, KeySharedConfig, KeySharedMode, Output, SubscriptionType,
 };
-
-/// A waker that raises a flag; the driver calls `handle_wake` when it is set.
-#[derive(Default)]
-pub struct FlagWaker(pub AtomicBool);
-
-impl Waker for FlagWaker {
-    fn wake(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
 
 type Cell = Mutex<CursorCell<MemoryStore, InMemoryLedger>>;
 
@@ -50,6 +40,7 @@ pub struct World {
     pub now: u64,
     pub cell: Arc<Cell>,
     pub d: Dispatcher,
+    pub driver: Driver,
     pub ack: AckHandle,
     pub waker: Arc<FlagWaker>,
     pub cfg: DispatcherConfig,
@@ -91,10 +82,12 @@ impl World {
         let waker = Arc::new(FlagWaker::default());
         let d = Dispatcher::new(cfg.clone(), waker.clone());
         let ack = d.ack_handle(cell.clone());
+        let driver = Driver::new().with_trace(true).with_wake_flag(waker.clone());
         World {
             now: 0,
             cell,
             d,
+            driver,
             ack,
             waker,
             cfg,
@@ -128,84 +121,70 @@ impl World {
         }
     }
 
-    /// Executes the core's commands until none is left.
+    /// Runs the driver until the core has nothing left, logging every step.
     pub fn pump(&mut self) {
-        for _ in 0..10_000 {
-            if self.waker.0.swap(false, Ordering::SeqCst) {
-                self.d.handle_wake(self.now);
-            }
-            let Some(cmd) = self.d.poll_command() else {
-                if self.waker.0.load(Ordering::SeqCst) {
-                    continue;
-                }
-                return;
-            };
-            match cmd {
-                Command::Rewind => {
-                    let mut g = self.cell.lock().unwrap();
-                    let CursorCell { cursor, ledger } = &mut *g;
-                    cursor.rewind(ledger);
-                    drop(g);
-                    self.log("  rewind".into());
-                }
-                Command::Read { max_entries } => {
-                    let mut g = self.cell.lock().unwrap();
-                    let CursorCell { cursor, ledger } = &mut *g;
-                    let entries = cursor.read(ledger, max_entries);
-                    let more = cursor.has_more_entries(ledger);
-                    drop(g);
-                    if entries.is_empty() {
-                        self.parked = true;
-                    } else {
-                        let ps: Vec<String> =
-                            entries.iter().map(|e| e.position.to_string()).collect();
-                        self.log(format!("  read {max_entries}: {}", ps.join(" ")));
-                    }
-                    self.d.handle_read_complete(self.now, entries, more);
-                }
-                Command::Replay { positions } => {
-                    let g = self.cell.lock().unwrap();
-                    let r = g.cursor.replay(&g.ledger, &positions);
-                    drop(g);
-                    let ps: Vec<String> = positions.iter().map(|p| p.to_string()).collect();
-                    let mut line = format!("  replay {}", ps.join(" "));
-                    if !r.already_acked.is_empty() {
-                        let a: Vec<String> =
-                            r.already_acked.iter().map(|p| p.to_string()).collect();
-                        let _ = write!(line, " (acked: {})", a.join(" "));
-                    }
-                    self.log(line);
-                    self.d
-                        .handle_replay_complete(self.now, r.entries, &r.already_acked);
-                }
-                Command::Send { consumer, entries } => {
-                    let n = self.name(consumer);
-                    let items: Vec<String> = entries
-                        .iter()
-                        .map(|e| format!("{}({})", e.position, key_of(&e.meta)))
-                        .collect();
-                    self.sends
-                        .extend(entries.iter().map(|e| (n.clone(), e.clone())));
-                    self.received
-                        .entry(n.clone())
-                        .or_default()
-                        .extend(entries.iter().map(|e| e.position));
-                    self.log(format!("  send {n}: {}", items.join(" ")));
-                }
-                Command::SetTimer { at } => {
-                    self.timer = Some(at);
-                }
-            }
+        let start = self.driver.commands_executed();
+        while let Some(out) = self.driver.poll(self.now, &mut self.d, &self.cell) {
+            assert!(
+                self.driver.commands_executed() - start <= 10_000,
+                "driver did not settle after 10,000 commands"
+            );
+            self.on_output(out);
         }
-        panic!("driver did not settle after 10,000 commands");
     }
 
-    fn publish(&mut self, meta: EntryMeta) -> Position {
-        let p = {
-            let mut g = self.cell.lock().unwrap();
-            g.ledger.append(meta)
-        };
-        p
+    fn on_output(&mut self, out: Output) {
+        match out {
+            Output::Rewound => self.log("  rewind".into()),
+            Output::Read {
+                max_entries,
+                positions,
+            } => {
+                if positions.is_empty() {
+                    self.parked = true;
+                } else {
+                    let ps: Vec<String> = positions.iter().map(|p| p.to_string()).collect();
+                    self.log(format!("  read {max_entries}: {}", ps.join(" ")));
+                }
+            }
+            Output::Replayed {
+                positions,
+                already_acked,
+            } => {
+                let ps: Vec<String> = positions.iter().map(|p| p.to_string()).collect();
+                let mut line = format!("  replay {}", ps.join(" "));
+                if !already_acked.is_empty() {
+                    let a: Vec<String> = already_acked.iter().map(|p| p.to_string()).collect();
+                    let _ = write!(line, " (acked: {})", a.join(" "));
+                }
+                self.log(line);
+            }
+            Output::Send { consumer, entries } => {
+                let n = self.name(consumer);
+                let items: Vec<String> = entries
+                    .iter()
+                    .map(|e| format!("{}({})", e.position, key_of(&e.meta)))
+                    .collect();
+                self.sends
+                    .extend(entries.iter().map(|e| (n.clone(), e.clone())));
+                self.received
+                    .entry(n.clone())
+                    .or_default()
+                    .extend(entries.iter().map(|e| e.position));
+                self.log(format!("  send {n}: {}", items.join(" ")));
+            }
+            Output::SetTimer { at } => self.timer = Some(at),
+            Output::DeadLettered { position, acked } => {
+                acked.unwrap();
+                self.log(format!("  dead letter {position} (acked on the cursor)"));
+            }
+            Output::Woke => {}
+        }
+    }
+
+    fn publish(&mut self, metas: Vec<EntryMeta>) -> Vec<Position> {
+        self.driver
+            .publish(self.now, &mut self.d, &self.cell, metas)
     }
 
     fn keyed(&self, key: &str) -> EntryMeta {
@@ -214,7 +193,7 @@ impl World {
         m
     }
 
-    fn apply_move(&mut self, mv: Option<MarkDeleteMove>) {
+    fn log_move(&mut self, mv: Option<&MarkDeleteMove>) {
         match mv {
             Some(mv) => {
                 let dropped: Vec<String> = mv.dropped.iter().map(|p| p.to_string()).collect();
@@ -225,7 +204,6 @@ impl World {
                     mv.to,
                     dropped.join(" ")
                 ));
-                self.d.handle_mark_delete_moved(self.now, &mv);
             }
             None => self.log("  md unchanged".into()),
         }
@@ -292,22 +270,21 @@ impl World {
                 self.d.handle_flow(self.now, id, args[1].parse().unwrap());
             }
             "pub" => {
+                let mut metas = Vec::new();
                 for a in args {
                     let (k, n) = match a.split_once('*') {
                         Some((k, n)) => (k, n.parse().unwrap()),
                         None => (*a, 1),
                     };
                     for _ in 0..n {
-                        let m = self.keyed(k);
-                        self.publish(m);
+                        metas.push(self.keyed(k));
                     }
                 }
-                self.d.handle_entries_appended(self.now);
+                self.publish(metas);
             }
             "batch" => {
                 let m = self.keyed(args[0]).with_messages(args[1].parse().unwrap());
-                self.publish(m);
-                self.d.handle_entries_appended(self.now);
+                self.publish(vec![m]);
             }
             "chunk" | "chunks" => {
                 let uuid = args[0];
@@ -319,6 +296,7 @@ impl World {
                     let n: u32 = args[2].parse().unwrap();
                     (0..n).map(|i| (i, n)).collect()
                 };
+                let mut metas = Vec::new();
                 for (i, n) in ids {
                     let mut m = self.keyed(key);
                     m.chunk = Some(ChunkMeta {
@@ -327,9 +305,9 @@ impl World {
                         num_chunks: n,
                         total_size: 100 * n,
                     });
-                    self.publish(m);
+                    metas.push(m);
                 }
-                self.d.handle_entries_appended(self.now);
+                self.publish(metas);
             }
             "ack" => {
                 let id = self.id(args[0]);
@@ -347,7 +325,7 @@ impl World {
                         Err(e) => self.log(format!("  ack {p} failed: {e}")),
                     }
                 }
-                if self.waker.0.swap(false, Ordering::SeqCst) {
+                if self.waker.take() {
                     self.d.handle_wake(self.now);
                 }
             }
@@ -367,7 +345,7 @@ impl World {
                     Ok(o) => self.log(format!("  ack {p} {idx:?}: messages={}", o.messages)),
                     Err(e) => self.log(format!("  ack {p} failed: {e}")),
                 }
-                if self.waker.0.swap(false, Ordering::SeqCst) {
+                if self.waker.take() {
                     self.d.handle_wake(self.now);
                 }
             }
@@ -413,19 +391,16 @@ impl World {
                 self.log(format!("  requeued {n}"));
             }
             "skip" | "clear" | "expire" | "evict_count" | "evict_size" | "reset" => {
-                let mv = {
-                    let mut g = self.cell.lock().unwrap();
-                    let CursorCell { cursor, ledger } = &mut *g;
-                    match cmd {
-                        "skip" => cursor.skip(ledger, args[0].parse().unwrap()),
-                        "clear" => cursor.clear_backlog(ledger),
-                        "expire" => cursor.expire(ledger, args[0].parse().unwrap()),
-                        "evict_count" => cursor.evict_to_count(ledger, args[0].parse().unwrap()),
-                        "evict_size" => cursor.evict_to_size(ledger, args[0].parse().unwrap()),
-                        _ => cursor.reset(ledger, parse_pos(args[0]).unwrap()).ok(),
-                    }
+                let op = match cmd {
+                    "skip" => AdminOp::Skip(args[0].parse().unwrap()),
+                    "clear" => AdminOp::ClearBacklog,
+                    "expire" => AdminOp::Expire(args[0].parse().unwrap()),
+                    "evict_count" => AdminOp::EvictToCount(args[0].parse().unwrap()),
+                    "evict_size" => AdminOp::EvictToSize(args[0].parse().unwrap()),
+                    _ => AdminOp::ResetTo(parse_pos(args[0]).unwrap()),
                 };
-                self.apply_move(mv);
+                let mv = self.driver.admin(self.now, &mut self.d, &self.cell, op);
+                self.log_move(mv.as_ref());
             }
             "advance" => {
                 // Fire due timers one at a time, at their own time, up to the target.
@@ -440,13 +415,14 @@ impl World {
             "restart" => {
                 let waker = Arc::new(FlagWaker::default());
                 {
-                    let mut g = self.cell.lock().unwrap();
-                    let CursorCell { cursor, ledger } = &mut *g;
+                    let mut g = CursorCell::lock(&self.cell);
+                    let (cursor, ledger) = g.parts();
                     cursor.persist().unwrap();
                     let store = cursor.store().clone();
                     *cursor = ManagedCursor::recover(ledger, store).unwrap();
                 }
                 self.d = Dispatcher::new(self.cfg.clone(), waker.clone());
+                self.driver.set_wake_flag(waker.clone());
                 self.ack = self.d.ack_handle(self.cell.clone());
                 self.waker = waker;
                 self.names.clear();
@@ -481,7 +457,6 @@ impl World {
             other => panic!("unknown script command {other}"),
         }
         self.pump();
-        self.drain_dead_letters();
     }
 
     /// The Key_Shared hash of a key under the current selector.
@@ -495,16 +470,10 @@ impl World {
         self.d.entry_hash(&e)
     }
 
-    /// Dead letters: logged, then acked on the cursor (the driver's job).
+    /// Dead letters: the driver acks them on the cursor at the end of every pump and they
+    /// are logged there; this only pumps.
     pub fn drain_dead_letters(&mut self) {
-        while let Some(p) = self.d.poll_dead_letter() {
-            {
-                let mut g = self.cell.lock().unwrap();
-                let CursorCell { cursor, ledger } = &mut *g;
-                cursor.ack(ledger, p).unwrap();
-            }
-            self.log(format!("  dead letter {p} (acked on the cursor)"));
-        }
+        self.pump();
     }
 
     /// Pending acks, unacked, permits, replay and draining, one block.
@@ -623,18 +592,7 @@ pub fn config_from(lines: &[&str]) -> (DispatcherConfig, usize) {
 
 /// Runs a script and returns the log.
 pub fn check(script: &str) -> String {
-    let lines: Vec<&str> = script
-        .lines()
-        .map(|l| l.split('#').next().unwrap_or("").trim())
-        .collect();
-    let (cfg, used) = config_from(&lines);
-    let mut w = World::new(cfg);
-    for l in &lines[used..] {
-        if !l.is_empty() {
-            w.step(l);
-        }
-    }
-    w.out
+    run(script).out
 }
 
 /// Runs a script and returns the world (for assertions).

@@ -19,7 +19,7 @@ impl World {
         let conn = c.conn;
         self.schedule(
             at,
-            Ev::ToBroker {
+            SimEvent::ToBroker {
                 name: name.to_string(),
                 conn,
                 cmd,
@@ -199,7 +199,7 @@ impl World {
         &mut self,
         name: &str,
         p: Position,
-        o: dispatcher::AckOutcome,
+        o: dispatcher::AckEffect,
         expected: Option<ConsumerId>,
     ) {
         {
@@ -233,58 +233,29 @@ impl World {
         }
     }
 
-    /// Executes the dispatcher's commands until it has none left.
+    /// Runs the shared driver until the dispatcher has nothing left.
     pub(super) fn pump_broker(&mut self) {
-        let mut n = 0u64;
-        loop {
-            if self.waker.0.swap(false, Ordering::SeqCst) {
-                self.log("broker: wake".into());
-                self.d.handle_wake(self.now);
-            }
-            let Some(cmd) = self.d.poll_command() else {
-                if self.waker.0.load(Ordering::SeqCst) {
-                    continue;
-                }
-                break;
-            };
-            n += 1;
-            if n > MAX_COMMANDS_PER_PUMP {
+        let start = self.driver.commands_executed();
+        while let Some(out) = self.driver.poll(self.now, &mut self.d, &self.cell) {
+            if self.driver.commands_executed() - start > MAX_COMMANDS_PER_PUMP {
                 self.simple_violation(
                     ViolationKind::Livelock,
                     format!("the dispatcher issued more than {MAX_COMMANDS_PER_PUMP} commands without settling"),
                 );
                 return;
             }
-            let now = self.now;
-            match cmd {
-                Command::Rewind => {
-                    let mut g = lock(&self.cell);
-                    let CursorCell { cursor, ledger } = &mut *g;
-                    cursor.rewind(ledger);
-                }
-                Command::Read { max_entries } => {
-                    let (entries, more) = {
-                        let mut g = lock(&self.cell);
-                        let CursorCell { cursor, ledger } = &mut *g;
-                        let e = cursor.read(ledger, max_entries);
-                        (e, cursor.has_more_entries(ledger))
-                    };
-                    self.d.handle_read_complete(now, entries, more);
-                }
-                Command::Replay { positions } => {
-                    let r = {
-                        let g = lock(&self.cell);
-                        g.cursor.replay(&g.ledger, &positions)
-                    };
-                    self.d
-                        .handle_replay_complete(now, r.entries, &r.already_acked);
-                }
-                Command::Send { consumer, entries } => self.on_send(consumer, entries),
-                Command::SetTimer { at } => {
+            match out {
+                Output::Woke => self.log("broker: wake".into()),
+                Output::Send { consumer, entries } => self.on_send(consumer, entries),
+                Output::SetTimer { at } => {
                     self.log(format!("broker: timer at {at}"));
                     let epoch = self.broker_epoch;
-                    self.schedule(at, Ev::BrokerTimer { epoch });
+                    self.schedule(at, SimEvent::BrokerTimer { epoch });
                 }
+                Output::Rewound
+                | Output::Read { .. }
+                | Output::Replayed { .. }
+                | Output::DeadLettered { .. } => {}
             }
         }
         self.check_model();
@@ -354,7 +325,7 @@ impl World {
         let conn = c.conn;
         self.schedule(
             at,
-            Ev::ToClient {
+            SimEvent::ToClient {
                 name,
                 conn,
                 entries: out,

@@ -83,7 +83,7 @@ impl World {
         if let Some((t, conn)) = timer {
             self.schedule(
                 t,
-                Ev::ClientTimer {
+                SimEvent::ClientTimer {
                     name: name.to_string(),
                     conn,
                 },
@@ -142,7 +142,7 @@ impl World {
                 let at = now + self.rng_time.range(a, b);
                 self.schedule(
                     at,
-                    Ev::AppDone {
+                    SimEvent::AppDone {
                         name: name.to_string(),
                         conn,
                         task,

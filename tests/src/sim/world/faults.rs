@@ -51,7 +51,7 @@ impl World {
                 }
                 if let Some((conn, task, (a, b))) = due {
                     let at = now + self.rng_time.range(a, b);
-                    self.schedule(at, Ev::AppDone { name, conn, task });
+                    self.schedule(at, SimEvent::AppDone { name, conn, task });
                 } else {
                     self.try_start(&name);
                 }
@@ -244,7 +244,7 @@ impl World {
         self.log(format!("crash {name}"));
         if let Some(id) = id {
             let at = self.now + self.cfg.notice;
-            self.schedule(at, Ev::CrashNoticed { id, epoch });
+            self.schedule(at, SimEvent::CrashNoticed { id, epoch });
         }
     }
 
@@ -263,7 +263,7 @@ impl World {
         self.broker_epoch += 1;
         {
             let mut g = lock(&self.cell);
-            let CursorCell { cursor, ledger } = &mut *g;
+            let (cursor, ledger) = g.parts();
             // A crash: what was not persisted yet is lost (and redelivered).
             let recovered = cursor
                 .store()
@@ -290,7 +290,7 @@ impl World {
         let waker = Arc::new(FlagWaker::default());
         self.d = Dispatcher::new(self.dcfg.clone(), waker.clone());
         self.ack = self.d.ack_handle(self.cell.clone());
-        self.waker = waker;
+        self.driver.set_wake_flag(waker);
         self.model.clear();
         self.pins.clear();
         self.by_id.clear();
@@ -315,7 +315,7 @@ impl World {
                         Err(_) => continue,
                     }
                     let at = self.now + self.rng_net.range(10, 100);
-                    self.schedule(at, Ev::Reconnect { name, epoch });
+                    self.schedule(at, SimEvent::Reconnect { name, epoch });
                 }
                 CState::Leaving | CState::Crashed => c.state = CState::Gone,
                 CState::Gone => {}
@@ -346,7 +346,7 @@ impl World {
                     } else {
                         let at = self.now + u64::from(i) * p.spread;
                         self.last_activity = self.last_activity.max(at);
-                        self.schedule(at, Ev::Append(Box::new(m)));
+                        self.schedule(at, SimEvent::Append(Box::new(m)));
                     }
                 }
             } else {
@@ -400,7 +400,7 @@ impl World {
     ) {
         let mv = {
             let mut g = lock(&self.cell);
-            let CursorCell { cursor, ledger } = &mut *g;
+            let (cursor, ledger) = g.parts();
             let mv = op(cursor, ledger);
             if mv.is_some() {
                 let _ = cursor.persist();

@@ -5,7 +5,6 @@ use std::cmp::Ordering as CmpOrdering;
 use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use client::{BatchInfo, ChunkInfo, Consumer, ConsumerConfig, IncomingMessage, MessageId};
@@ -14,8 +13,8 @@ use cursor::{
     MarkDeleteMove, MemoryStore, PersistedState, Position, StoreError,
 };
 use dispatcher::{
-    AckHandle, Command, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig,
-    KeySharedConfig, KeySharedMode, SubscriptionType, Waker,
+    AckHandle, ConsumerId, ConsumerSpec, CursorCell, Dispatcher, DispatcherConfig, Driver,
+    FlagWaker, KeySharedConfig, KeySharedMode, Output, Persist, SubscriptionType,
 };
 
 use crate::sim::check::{key_str, msg_str, MsgRef, OrderChecker, Violation, ViolationKind};
@@ -151,16 +150,6 @@ impl SimStore {
 
 type Cell = Mutex<CursorCell<SimStore, InMemoryLedger>>;
 
-/// The simulator's waker: a flag the driver checks after every call.
-#[derive(Debug, Default)]
-struct FlagWaker(AtomicBool);
-
-impl Waker for FlagWaker {
-    fn wake(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
 /// A client → broker message.
 #[derive(Clone, Debug)]
 enum Wire {
@@ -169,7 +158,7 @@ enum Wire {
 }
 
 #[derive(Debug)]
-enum Ev {
+enum SimEvent {
     Step(usize),
     Append(Box<EntryMeta>),
     /// The persistence interval passed: the main loop persists a dirty cursor.
@@ -209,7 +198,7 @@ enum Ev {
 struct Queued {
     at: u64,
     seq: u64,
-    ev: Ev,
+    ev: SimEvent,
 }
 
 impl PartialEq for Queued {
@@ -343,8 +332,9 @@ pub struct World {
     rng_time: Rng,
     cell: Arc<Cell>,
     d: Dispatcher,
+    /// Executes the dispatcher's commands (the shared driver, with trace and the wake flag).
+    driver: Driver,
     ack: AckHandle,
-    waker: Arc<FlagWaker>,
     broker_epoch: u64,
     consumers: BTreeMap<String, SimConsumer>,
     by_id: BTreeMap<ConsumerId, String>,
@@ -376,7 +366,6 @@ pub struct World {
     events: u64,
     producer_seq: BTreeMap<u32, u64>,
     last_activity: u64,
-    last_persist: u64,
     /// When an entry was last acked or dropped for the first time.
     last_progress: u64,
     persist_scheduled: bool,
@@ -388,10 +377,7 @@ pub struct World {
 }
 
 fn lock(cell: &Cell) -> MutexGuard<'_, CursorCell<SimStore, InMemoryLedger>> {
-    match cell.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
+    CursorCell::lock(cell)
 }
 
 impl World {
@@ -427,6 +413,7 @@ impl World {
         let d = Dispatcher::new(dcfg.clone(), waker.clone());
         let ack = d.ack_handle(cell.clone());
         let ordered = !matches!(cfg.sub, SubKind::Shared);
+        let persist_interval = cfg.persist_interval;
         let mut w = World {
             name: scenario.name.clone(),
             cfg,
@@ -443,7 +430,10 @@ impl World {
             cell,
             d,
             ack,
-            waker,
+            driver: Driver::new()
+                .with_trace(true)
+                .with_wake_flag(waker)
+                .with_persist_every(persist_interval),
             broker_epoch: 1,
             consumers: BTreeMap::new(),
             by_id: BTreeMap::new(),
@@ -470,7 +460,6 @@ impl World {
             events: 0,
             producer_seq: BTreeMap::new(),
             last_activity: 0,
-            last_persist: 0,
             last_progress: 0,
             persist_scheduled: false,
             log_hash: FNV_OFFSET,
@@ -487,7 +476,7 @@ impl World {
         w.last_activity = steps.iter().map(|s| s.at).max().unwrap_or(0);
         for (i, s) in steps.iter().enumerate() {
             let at = s.at;
-            w.schedule(at, Ev::Step(i));
+            w.schedule(at, SimEvent::Step(i));
         }
         w.steps = steps;
         let legacy = opts.legacy.map(Legacy::as_str).unwrap_or("none");
@@ -581,7 +570,7 @@ impl World {
 
     // ------------------------------------------------------------------ plumbing
 
-    fn schedule(&mut self, at: u64, ev: Ev) {
+    fn schedule(&mut self, at: u64, ev: SimEvent) {
         self.seq += 1;
         self.queue.push(Queued {
             at: at.max(self.now),
@@ -721,40 +710,34 @@ impl World {
     /// Persists the cursor when it changed and the persistence interval passed (Pulsar
     /// throttles mark-delete persistence the same way); a restart loses what was not persisted.
     fn maybe_persist(&mut self) {
-        if !lock(&self.cell).cursor.is_dirty() {
-            return;
-        }
-        let due = self.last_persist.saturating_add(self.cfg.persist_interval);
-        if self.now < due {
-            if !self.persist_scheduled {
-                self.persist_scheduled = true;
-                self.schedule(due, Ev::Persist);
+        match self.driver.maybe_persist(self.now, &self.cell) {
+            Persist::Clean | Persist::Persisted => {}
+            Persist::NotBefore { due } => {
+                if !self.persist_scheduled {
+                    self.persist_scheduled = true;
+                    self.schedule(due, SimEvent::Persist);
+                }
             }
-            return;
-        }
-        let r = lock(&self.cell).cursor.persist();
-        self.last_persist = self.now;
-        if let Err(e) = r {
-            self.log(format!("cursor persist failed: {e}"));
+            Persist::Failed(e) => self.log(format!("cursor persist failed: {e}")),
         }
     }
 
-    fn handle(&mut self, ev: Ev) {
+    fn handle(&mut self, ev: SimEvent) {
         match ev {
-            Ev::Step(i) => {
+            SimEvent::Step(i) => {
                 self.steps_done += 1;
                 let step = self.steps[i].clone();
                 self.run_step(step);
             }
-            Ev::Append(meta) => self.append(*meta),
-            Ev::Persist => self.persist_scheduled = false,
-            Ev::ToClient {
+            SimEvent::Append(meta) => self.append(*meta),
+            SimEvent::Persist => self.persist_scheduled = false,
+            SimEvent::ToClient {
                 name,
                 conn,
                 entries,
             } => self.client_receives(&name, conn, entries),
-            Ev::ToBroker { name, conn, cmd } => self.broker_receives(&name, conn, cmd),
-            Ev::AppDone { name, conn, task } => {
+            SimEvent::ToBroker { name, conn, cmd } => self.broker_receives(&name, conn, cmd),
+            SimEvent::AppDone { name, conn, task } => {
                 let ok = self
                     .consumers
                     .get(&name)
@@ -767,7 +750,7 @@ impl World {
                     self.finish_task(&name, nack);
                 }
             }
-            Ev::ClientTimer { name, conn } => {
+            SimEvent::ClientTimer { name, conn } => {
                 let now = self.now;
                 let ok = match self.consumers.get_mut(&name) {
                     Some(c) if c.conn == conn && c.conn != 0 => {
@@ -782,7 +765,7 @@ impl World {
                     self.try_start(&name);
                 }
             }
-            Ev::BrokerTimer { epoch } => {
+            SimEvent::BrokerTimer { epoch } => {
                 if epoch == self.broker_epoch
                     && self.d.poll_timeout().is_some_and(|t| t <= self.now)
                 {
@@ -791,14 +774,14 @@ impl World {
                     self.pump_broker();
                 }
             }
-            Ev::CrashNoticed { id, epoch } => {
+            SimEvent::CrashNoticed { id, epoch } => {
                 if epoch == self.broker_epoch {
                     let name = self.name_of(id);
                     self.log(format!("broker notices {name} ({id}) is gone"));
                     self.remove_from_broker(id);
                 }
             }
-            Ev::Reconnect { name, epoch } => {
+            SimEvent::Reconnect { name, epoch } => {
                 if epoch == self.broker_epoch
                     && self
                         .consumers

@@ -1,0 +1,331 @@
+//! Explain and stats: why a key waits, and the counters a broker exports.
+
+use cursor::Position;
+
+use crate::config::ConsumerId;
+
+/// Why entries of a hash are not dispatched right now, from
+/// [`Dispatcher::why_blocked`](crate::Dispatcher::why_blocked).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockReason {
+    /// The hash moved away from `consumer`, which still has `pending` unacked entries of it.
+    DrainingOn {
+        /// The old owner, draining the hash.
+        consumer: ConsumerId,
+        /// Its pending entries of the hash.
+        pending: u32,
+    },
+    /// An earlier entry of the hash waits in replay at `position`; later entries queue behind.
+    BehindReplay {
+        /// The first replay position with this hash.
+        position: Position,
+    },
+    /// A nacked entry of the hash waits in replay (ordered nack): no entry of the hash goes to
+    /// anyone until it is re-sent, not before `until` (it may be later: permits, draining).
+    HeldByNack {
+        /// The first nacked position of the hash.
+        position: Position,
+        /// Its not-before time (0 = due now).
+        until: u64,
+    },
+    /// A nacked entry of the hash reached the dead-letter threshold and is parked: the key
+    /// waits for [`release_parked`](crate::Dispatcher::release_parked) or
+    /// [`dead_letter_parked`](crate::Dispatcher::dead_letter_parked).
+    Parked {
+        /// The first parked position of the hash.
+        position: Position,
+    },
+    /// The owner has no permits (or is blocked on unacked messages).
+    NoPermits {
+        /// The owner.
+        consumer: ConsumerId,
+    },
+    /// No consumer covers the hash (exclusive ranges, or no consumer at all).
+    UnassignedRange,
+    /// Nothing holds the hash back.
+    NotBlocked,
+}
+
+/// One draining hash of a consumer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DrainingHashStats {
+    /// The hash.
+    pub hash: u32,
+    /// The consumer's pending entries of it.
+    pub pending: u32,
+    /// How often another consumer was refused the hash.
+    pub blocked_attempts: u32,
+}
+
+/// Per-consumer figures, from [`Dispatcher::consumer_stats`](crate::Dispatcher::consumer_stats).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerStats {
+    /// Consumer id.
+    pub id: ConsumerId,
+    /// Consumer name.
+    pub name: String,
+    /// Priority level.
+    pub priority: i32,
+    /// Permits left (messages; may be negative).
+    pub permits: i64,
+    /// Permits granted while it was blocked on unacked messages, applied when it resumes.
+    pub parked_permits: i64,
+    /// Unacked messages charged to it.
+    pub unacked: i64,
+    /// Entries in its pending acks.
+    pub pending_entries: usize,
+    /// Blocked on unacked messages.
+    pub blocked_on_unacked: bool,
+    /// Hashes it drains (Key_Shared), ascending.
+    pub draining: Vec<DrainingHashStats>,
+}
+
+/// Subscription figures, from [`Dispatcher::stats`](crate::Dispatcher::stats).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DispatcherStats {
+    /// Connected consumers.
+    pub consumers: usize,
+    /// Positions waiting in replay.
+    pub replay_size: usize,
+    /// Key_Shared look-ahead reads taken past blocked keys.
+    pub look_ahead_triggers: u64,
+    /// Orphan chunks dispatched (not replayed).
+    pub orphan_chunks: u64,
+    /// Unblock notifications from the draining tracker.
+    pub unblock_notifications: u64,
+    /// Draining hashes force-released by the draining timeout (each also a WARN).
+    pub draining_force_released: u64,
+    /// Hashes draining now.
+    pub draining_hashes: usize,
+    /// Entries sent so far.
+    pub entries_sent: u64,
+    /// Messages sent so far.
+    pub messages_sent: u64,
+    /// Key_Shared read results parked in replay because an earlier position entered replay
+    /// while the read was in flight.
+    pub read_results_discarded: u64,
+    /// Entries refused at send time (draining conflict or closed map) and put back to replay.
+    pub send_time_refusals: u64,
+    /// Positions requeued by redelivery requests (nacks included).
+    pub redeliveries: u64,
+    /// Positions nacked through [`handle_nack`](crate::Dispatcher::handle_nack).
+    pub nacks: u64,
+    /// Positions given back through [`handle_release`](crate::Dispatcher::handle_release).
+    pub releases: u64,
+    /// Positions handed to the driver as dead letters.
+    pub dead_letters: u64,
+    /// Nack holds ended because a mark-delete move (skip, expiry, …) dropped the nacked entry.
+    pub holds_ended_by_mark_delete: u64,
+    /// Hashes held by a nacked entry now (ordered Key_Shared).
+    pub held_hashes: usize,
+    /// Distinct hashes with a parked entry now.
+    pub parked_keys: usize,
+    /// Parked entries now.
+    pub parked_entries: usize,
+    /// Unacked messages of the subscription.
+    pub unacked: i64,
+    /// Normal reads blocked on the subscription's unacked limit.
+    pub blocked_on_unacked: bool,
+    /// Live chunk pins (uuid → consumer).
+    pub chunk_pins: usize,
+    /// Current adaptive read batch.
+    pub read_batch: usize,
+}
+
+use super::*;
+
+impl Dispatcher {
+    /// Why an entry with this hash would not be dispatched now (Key_Shared). On Shared every
+    /// hash is [`BlockReason::NotBlocked`] unless no consumer has permits.
+    pub fn why_blocked(&self, hash: u32) -> BlockReason {
+        if self.consumers.is_empty() {
+            return BlockReason::UnassignedRange;
+        }
+        let owner = match self.mode.key_shared() {
+            Some(k) => match k.selector.select(hash) {
+                Some(o) => Some(o),
+                None => return BlockReason::UnassignedRange,
+            },
+            None => None,
+        };
+        if let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.as_ref()) {
+            if let Some(e) = dr.get(hash) {
+                if Some(e.owner) != owner {
+                    return BlockReason::DrainingOn {
+                        consumer: e.owner,
+                        pending: e.ref_count,
+                    };
+                }
+            }
+        }
+        if let Some((position, until)) = self.replay.first_held(hash) {
+            return if until == PARKED {
+                BlockReason::Parked { position }
+            } else {
+                BlockReason::HeldByNack { position, until }
+            };
+        }
+        if self.replay.contains_hash(hash) {
+            if let Some((p, _)) = self
+                .replay
+                .iter_all()
+                .into_iter()
+                .find(|(_, e)| e.hash == hash)
+            {
+                return BlockReason::BehindReplay { position: p };
+            }
+        }
+        match owner {
+            Some(o) => match self.find(o) {
+                Some(i) if self.available_permits(&self.consumers[i]) > 0 => {
+                    BlockReason::NotBlocked
+                }
+                _ => BlockReason::NoPermits { consumer: o },
+            },
+            None => match self
+                .consumers
+                .iter()
+                .find(|c| self.available_permits(c) > 0)
+            {
+                Some(_) => BlockReason::NotBlocked,
+                None => BlockReason::NoPermits {
+                    consumer: self.consumers[0].id,
+                },
+            },
+        }
+    }
+
+    /// [`why_blocked`](Self::why_blocked) for a sticky key (ordering key bytes).
+    pub fn why_blocked_key(&self, key: &[u8]) -> BlockReason {
+        let h = match self.mode.key_shared() {
+            Some(key_shared) => slot(key_hash31(key), key_shared.selector.key_range()),
+            None => 0,
+        };
+        self.why_blocked(h)
+    }
+
+    /// The consumer owning `hash` now (Key_Shared), if any.
+    pub fn owner_of_hash(&self, hash: u32) -> Option<ConsumerId> {
+        self.mode.key_shared().and_then(|k| k.selector.select(hash))
+    }
+
+    /// Subscription-wide figures.
+    pub fn stats(&self) -> DispatcherStats {
+        let parked = self.replay.parked();
+        DispatcherStats {
+            consumers: self.consumers.len(),
+            replay_size: self.replay.len(),
+            look_ahead_triggers: self.counters.look_ahead_triggers,
+            orphan_chunks: self.counters.orphan_chunks,
+            unblock_notifications: self.wake.unblock_notifications.load(Ordering::Relaxed),
+            draining_force_released: self.counters.draining_force_released,
+            draining_hashes: self
+                .mode
+                .key_shared()
+                .and_then(|k| k.draining.as_ref())
+                .map_or(0, |d| d.len()),
+            entries_sent: self.counters.entries_sent,
+            messages_sent: self.counters.messages_sent,
+            read_results_discarded: self.counters.read_results_discarded,
+            send_time_refusals: self.counters.send_time_refusals,
+            redeliveries: self.counters.redeliveries,
+            nacks: self.counters.nacks,
+            releases: self.counters.releases,
+            dead_letters: self.counters.dead_letters,
+            holds_ended_by_mark_delete: self.counters.holds_ended_by_mark_delete,
+            held_hashes: self.replay.held_hashes(),
+            parked_keys: {
+                let mut h: Vec<u32> = parked.iter().map(|(_, h)| *h).collect();
+                h.sort_unstable();
+                h.dedup();
+                h.len()
+            },
+            parked_entries: parked.len(),
+            unacked: self.shared.limit.unacked(),
+            blocked_on_unacked: self.shared.limit.is_blocked(),
+            chunk_pins: self
+                .mode
+                .key_shared()
+                .map_or_else(|| self.mode.shared_pin_count(), |k| k.pins.len()),
+            read_batch: self.read.batch,
+        }
+    }
+
+    /// Per-consumer figures, in dispatch (priority) order.
+    pub fn consumer_stats(&self) -> Vec<ConsumerStats> {
+        let dr = self.mode.key_shared().and_then(|k| k.draining.as_ref());
+        self.consumers
+            .iter()
+            .map(|c| {
+                let draining = dr
+                    .map(|d| {
+                        d.consumer_stats(c.id)
+                            .draining_hashes
+                            .into_iter()
+                            .filter_map(|h| {
+                                d.get(h).map(|e| DrainingHashStats {
+                                    hash: h,
+                                    pending: e.ref_count,
+                                    blocked_attempts: e.blocked_attempts,
+                                })
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                ConsumerStats {
+                    id: c.id,
+                    name: c.name.clone(),
+                    priority: c.priority,
+                    permits: c.permits,
+                    parked_permits: c.parked_permits,
+                    unacked: c.unacked(),
+                    pending_entries: c.shared.pending.len(),
+                    blocked_on_unacked: c.blocked(),
+                    draining,
+                }
+            })
+            .collect()
+    }
+
+    /// The positions pending on a consumer (ascending), e.g. for a debug dump or a test.
+    pub fn pending_positions(&self, id: ConsumerId) -> Vec<(Position, u32)> {
+        let mut v = Vec::new();
+        if let Some(i) = self.find(id) {
+            self.consumers[i]
+                .shared
+                .pending
+                .for_each(|p, a| v.push((position_of(p), a.hash)));
+        }
+        v
+    }
+
+    /// The replay set (ascending positions with their hash).
+    pub fn replay_positions(&self) -> Vec<(Position, u32)> {
+        self.replay
+            .iter_all()
+            .into_iter()
+            .map(|(p, e)| (p, e.hash))
+            .collect()
+    }
+
+    /// The draining hashes now: (hash, owner, pending references), ascending by hash.
+    pub fn draining_hashes(&self) -> Vec<(u32, ConsumerId, u32)> {
+        match self.mode.key_shared().and_then(|k| k.draining.as_ref()) {
+            Some(d) => {
+                let mut v: Vec<_> = d
+                    .entries()
+                    .into_iter()
+                    .map(|(h, e)| (h, e.owner, e.ref_count))
+                    .collect();
+                v.sort_unstable();
+                v
+            }
+            None => Vec::new(),
+        }
+    }
+
+    /// Connected consumer ids, in dispatch order.
+    pub fn consumer_ids(&self) -> Vec<ConsumerId> {
+        self.consumers.iter().map(|c| c.id).collect()
+    }
+}

@@ -1,0 +1,210 @@
+//! Membership: consumers join and leave, flow permits, draining registration.
+
+use super::*;
+
+impl Dispatcher {
+    pub(super) fn publish_registry(&self) {
+        self.shared
+            .set_consumers(self.consumers.iter().map(|c| c.shared.clone()).collect());
+    }
+
+    /// A consumer joins. On Key_Shared the selector places it and, when draining is required,
+    /// every other consumer's pending acks whose hash moved to it start draining.
+    pub fn handle_consumer_added(
+        &mut self,
+        now: u64,
+        spec: ConsumerSpec,
+    ) -> Result<(), AddConsumerError> {
+        if self.find(spec.id).is_some() {
+            return Err(AddConsumerError::DuplicateConsumer(spec.id));
+        }
+        let impacted = match self.mode.key_shared_mut() {
+            Some(key_shared) => {
+                let info =
+                    ConsumerInfo::with_ranges(spec.id, spec.name.clone(), spec.ranges.clone());
+                Some(
+                    key_shared
+                        .selector
+                        .add_consumer(info)
+                        .map_err(AddConsumerError::Selector)?,
+                )
+            }
+            None => None,
+        };
+        if self.consumers.is_empty() {
+            // As in Pulsar: the first consumer starts from a clean slate (the rewind was already
+            // issued when the last consumer left).
+            self.replay.clear();
+            self.read.state.set_at_end(false);
+        }
+        let pending = PendingAcks::new(spec.id);
+        // The send-time gate is passed per add (`send_gate`); removals drop draining references.
+        if let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.clone()) {
+            let remove: pending_acks::Arc<dyn pending_acks::RemoveHandler<PendingPos, ConsumerId>> =
+                pending_acks::Arc::new(DrainRemoveHandler { draining: dr });
+            pending.set_remove_handler(remove);
+        }
+        let max_unacked = i64::from(self.cfg.max_unacked_per_consumer);
+        let shared = Arc::new(ConsumerShared {
+            id: spec.id,
+            pending,
+            limit: UnackedLimit::new(max_unacked),
+        });
+        let c = Consumer {
+            id: spec.id,
+            name: spec.name,
+            priority: spec.priority,
+            permits: 0,
+            parked_permits: 0,
+            shared,
+            blocked_by_hash: false,
+        };
+        let at = self.consumers.partition_point(|x| x.priority <= c.priority);
+        debug!(consumer = %c.id, name = %c.name, priority = c.priority, "consumer added");
+        self.consumers.insert(at, c);
+        self.ids.insert(at, spec.id);
+        self.publish_registry();
+        if let Some(imp) = impacted {
+            self.register_draining(&imp, spec.id);
+        }
+        self.input_arrived();
+        self.read_more(now);
+        Ok(())
+    }
+
+    /// PIP-379 draining registration: for every consumer other than `changed`, pending acks
+    /// whose hash lies in a range it lost start draining on it; pending acks whose hash came back
+    /// to the consumer that drains it release that draining entry.
+    pub(super) fn register_draining(
+        &mut self,
+        imp: &ImpactedConsumers<ConsumerId>,
+        changed: ConsumerId,
+    ) {
+        let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.clone()) else {
+            return;
+        };
+        for (cid, ranges) in &imp.removed {
+            if *cid == changed {
+                continue;
+            }
+            let Some(i) = self.find(*cid) else { continue };
+            let c = &self.consumers[i];
+            let mut n = 0u32;
+            c.shared.pending.for_each(|pos, ack| {
+                if ack.hash == 0 {
+                    warn!(consumer = %c.id, ledger = pos.0, entry = pos.1, "pending ack without hash on Key_Shared, not draining");
+                    return;
+                }
+                if ranges_contain(ranges, ack.hash) {
+                    match dr.recount_entry(c.id, ack.hash) {
+                        Ok(()) => n += 1,
+                        Err(e) => warn!(consumer = %c.id, hash = ack.hash, error = %e, "draining registration refused"),
+                    }
+                }
+            });
+            debug!(consumer = %c.id, references = n, "draining registered");
+        }
+        for (cid, ranges) in &imp.added {
+            if *cid == changed {
+                continue;
+            }
+            let Some(i) = self.find(*cid) else { continue };
+            let c = &self.consumers[i];
+            c.shared.pending.for_each(|_, ack| {
+                if ack.hash != 0
+                    && ranges_contain(ranges, ack.hash)
+                    && dr.get(ack.hash).is_some_and(|e| e.owner == c.id)
+                {
+                    let _ = dr.reduce_ref_count(c.id, ack.hash, false);
+                }
+            });
+        }
+    }
+
+    /// A consumer leaves (close or disconnect). Its pending acks go to replay with their hash
+    /// (their draining references drop without an unblock notification); on Shared its chunk
+    /// pins are dropped. When it was the last consumer: replay, pins and draining are cleared
+    /// and the next read is preceded by a [`DispatchCommand::Rewind`]. Unknown id: no-op, returns false.
+    pub fn handle_consumer_removed(&mut self, now: u64, id: ConsumerId) -> bool {
+        let Some(i) = self.find(id) else {
+            return false;
+        };
+        let impacted = self
+            .mode
+            .key_shared_mut()
+            .map(|key_shared| key_shared.selector.remove_consumer(id));
+        let c = self.consumers.remove(i);
+        self.ids.remove(i);
+        self.publish_registry();
+        let last = self.consumers.is_empty();
+        let mut requeued = Vec::new();
+        let mut debit = 0i64;
+        c.shared.pending.for_each_and_close(|pos, ack| {
+            debit += i64::from(ack.remaining);
+            requeued.push((position_of(pos), ack.hash));
+        });
+        // The consumer is gone: nobody waits for its half-limit wake.
+        let _ = c.shared.limit.debit(debit);
+        self.shared.debit(debit);
+        if let Mode::Shared(routing) = &mut self.mode {
+            routing.assignor.remove_consumer(id);
+        }
+        if let Some(key_shared) = self.mode.key_shared_mut() {
+            key_shared.pins.remove_consumer(id);
+        }
+        self.replay.unpin(|p| p == id);
+        debug!(consumer = %id, requeued = requeued.len(), last, "consumer removed");
+        if last {
+            self.replay.clear();
+            self.timers.nack = None;
+            if let Mode::Shared(routing) = &mut self.mode {
+                routing.assignor.clear();
+            }
+            if let Some(key_shared) = self.mode.key_shared_mut() {
+                key_shared.pins.clear();
+                key_shared.blocked_since.clear();
+                if let Some(dr) = &key_shared.draining {
+                    dr.clear();
+                }
+            }
+            self.shared.limit.reset();
+            self.read.rewind_pending = true;
+            self.read.state.set_at_end(false);
+            self.read.look_ahead_next = false;
+            self.read_more(now);
+            return true;
+        }
+        for (p, h) in requeued {
+            if self.mark_delete.is_none_or(|md| p > md) {
+                self.replay.add(p, h, None);
+            }
+        }
+        if let Some(imp) = impacted {
+            self.register_draining(&imp, id);
+        }
+        if let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.as_ref()) {
+            dr.consumer_removed(id);
+        }
+        self.input_arrived();
+        self.read_more(now);
+        true
+    }
+
+    /// A consumer grants `permits` more messages (a client Flow). While the consumer is blocked
+    /// on unacked messages the permits are parked until it resumes. Unknown id: no-op, false.
+    pub fn handle_flow(&mut self, now: u64, id: ConsumerId, permits: u32) -> bool {
+        let Some(i) = self.find(id) else {
+            return false;
+        };
+        let c = &mut self.consumers[i];
+        if c.blocked() {
+            c.parked_permits = c.parked_permits.saturating_add(i64::from(permits));
+        } else {
+            c.permits = c.permits.saturating_add(i64::from(permits));
+        }
+        trace!(consumer = %id, permits, total = c.permits, "flow");
+        self.input_arrived();
+        self.read_more(now);
+        true
+    }
+}

@@ -1,0 +1,174 @@
+//! Key_Shared chunk pins, bounded: which consumer a half-delivered chunked message (and, while
+//! it is open, its key) follows.
+
+use std::collections::BTreeMap;
+
+use ahash::AHashMap;
+use tracing::warn;
+
+use crate::config::ConsumerId;
+
+/// One pinned chunked message.
+#[derive(Clone, Copy, Debug)]
+struct UuidPin {
+    consumer: ConsumerId,
+    hash: u32,
+    /// Pin order (for eviction): larger is newer.
+    seq: u64,
+}
+
+/// uuid → consumer that received chunk 0 of a half-delivered chunked message, and hash →
+/// (consumer, open chunked messages of that hash on it). While a chunked message of a key is
+/// half-delivered, every later entry of the key follows it to that consumer, so the client
+/// completes the messages in position order and nothing waits for something queued behind it.
+///
+/// **Bound:** at most `max_pins` uuid pins (the chunk assignor's `max_pins`, 100,000 by
+/// default). Pinning one more evicts the oldest pin with a WARN: its remaining chunks become
+/// orphans (routed by their key, the client discards the incomplete message), and its key pin
+/// drops one count. So a last chunk that never comes costs memory only until it is evicted.
+/// Hash pins count uuid pins, so they share the bound.
+#[derive(Debug)]
+pub(super) struct ChunkPins {
+    by_uuid: AHashMap<String, UuidPin>,
+    by_hash: AHashMap<u32, (ConsumerId, u32)>,
+    /// seq → uuid, oldest first.
+    order: BTreeMap<u64, String>,
+    next_seq: u64,
+    max_pins: usize,
+}
+
+impl ChunkPins {
+    pub(super) fn new(max_pins: usize) -> Self {
+        ChunkPins {
+            by_uuid: AHashMap::new(),
+            by_hash: AHashMap::new(),
+            order: BTreeMap::new(),
+            next_seq: 0,
+            max_pins: max_pins.max(1),
+        }
+    }
+
+    /// Uuid pins now.
+    pub(super) fn len(&self) -> usize {
+        self.by_uuid.len()
+    }
+
+    /// The consumer `uuid` is pinned to.
+    pub(super) fn consumer_of(&self, uuid: &str) -> Option<ConsumerId> {
+        self.by_uuid.get(uuid).map(|p| p.consumer)
+    }
+
+    /// The consumer holding a half-delivered chunked message of `hash`.
+    pub(super) fn consumer_of_hash(&self, hash: u32) -> Option<ConsumerId> {
+        if self.by_hash.is_empty() {
+            return None;
+        }
+        self.by_hash.get(&hash).map(|(c, _)| *c)
+    }
+
+    /// Chunk 0 of `uuid` (key `hash`) went to `consumer`. A re-sent chunk 0 re-pins the message
+    /// (and its key) to the new consumer.
+    pub(super) fn pin(&mut self, uuid: &str, consumer: ConsumerId, hash: u32) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        match self.by_uuid.get_mut(uuid) {
+            Some(p) => {
+                self.order.remove(&p.seq);
+                p.consumer = consumer;
+                p.hash = hash;
+                p.seq = seq;
+                self.order.insert(seq, uuid.to_string());
+                if let Some(h) = self.by_hash.get_mut(&hash) {
+                    h.0 = consumer;
+                }
+            }
+            None => {
+                self.by_uuid.insert(
+                    uuid.to_string(),
+                    UuidPin {
+                        consumer,
+                        hash,
+                        seq,
+                    },
+                );
+                self.order.insert(seq, uuid.to_string());
+                let h = self.by_hash.entry(hash).or_insert((consumer, 0));
+                h.0 = consumer;
+                h.1 += 1;
+                while self.by_uuid.len() > self.max_pins {
+                    self.evict_oldest();
+                }
+            }
+        }
+    }
+
+    /// The last chunk of `uuid` was sent: the message and one count of its key are unpinned.
+    pub(super) fn unpin(&mut self, uuid: &str) {
+        if let Some(p) = self.by_uuid.remove(uuid) {
+            self.order.remove(&p.seq);
+            self.unpin_hash(p.hash);
+        }
+    }
+
+    fn evict_oldest(&mut self) {
+        let Some((_, uuid)) = self.order.pop_first() else {
+            return;
+        };
+        if let Some(p) = self.by_uuid.remove(&uuid) {
+            warn!(uuid = %uuid, consumer = %p.consumer, hash = p.hash, max_pins = self.max_pins, "Key_Shared chunk pin evicted: more than max_pins half-delivered chunked messages");
+            self.unpin_hash(p.hash);
+        }
+    }
+
+    fn unpin_hash(&mut self, hash: u32) {
+        if let Some(h) = self.by_hash.get_mut(&hash) {
+            h.1 = h.1.saturating_sub(1);
+            if h.1 == 0 {
+                self.by_hash.remove(&hash);
+            }
+        }
+    }
+
+    /// Drops every pin to `consumer` (it left).
+    pub(super) fn remove_consumer(&mut self, consumer: ConsumerId) {
+        let order = &mut self.order;
+        self.by_uuid.retain(|_, p| {
+            let keep = p.consumer != consumer;
+            if !keep {
+                order.remove(&p.seq);
+            }
+            keep
+        });
+        self.by_hash.retain(|_, (c, _)| *c != consumer);
+    }
+
+    /// Drops every pin (the last consumer left).
+    pub(super) fn clear(&mut self) {
+        self.by_uuid.clear();
+        self.by_hash.clear();
+        self.order.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_oldest_pin_is_evicted_beyond_the_bound_and_its_key_pin_counts_down() {
+        let (a, b) = (ConsumerId(1), ConsumerId(2));
+        let mut p = ChunkPins::new(2);
+        p.pin("u1", a, 7);
+        p.pin("u2", a, 7);
+        p.pin("u3", b, 9);
+        assert_eq!(p.len(), 2);
+        assert_eq!(p.consumer_of("u1"), None);
+        assert_eq!(p.consumer_of_hash(7), Some(a)); // u2 still open
+        p.unpin("u2");
+        assert_eq!(p.consumer_of_hash(7), None);
+        assert_eq!(p.consumer_of_hash(9), Some(b));
+        p.remove_consumer(b);
+        assert_eq!(p.len(), 0);
+        assert_eq!(p.consumer_of_hash(9), None);
+    }
+}

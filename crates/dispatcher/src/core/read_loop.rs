@@ -1,0 +1,500 @@
+//! The read loop: wake and timers, choosing the next read or replay, read results.
+
+use super::*;
+
+/// Which kind of read is in flight.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReadKind {
+    /// A normal read at the cursor's read position.
+    Normal,
+    /// A replay read of chosen positions.
+    Replay,
+}
+
+/// Where the read loop is. At most one read (normal or replay) is in flight; otherwise the loop
+/// is idle, parked at the end of the topic, or backing off after a read that dispatched nothing.
+///
+/// A replay may be issued while parked at the end (and a backoff may follow one), so those two
+/// states carry whether the loop returns to `AtEnd` afterwards.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ReadState {
+    /// Nothing in flight: the next `read_more` may issue a read or a replay.
+    Idle,
+    /// A normal read is in flight; `min_replay` was the first replay position when it was
+    /// issued (an earlier one entering replay meanwhile discards the result).
+    Reading {
+        /// First replay position at issue time.
+        min_replay: Option<Position>,
+    },
+    /// A replay read is in flight.
+    Replaying {
+        /// The loop was parked at the end of the topic when the replay was issued.
+        at_end: bool,
+    },
+    /// The last normal read found nothing: no normal read until entries are appended (replays
+    /// still go out).
+    AtEnd,
+    /// A read dispatched nothing: nothing is read before `until` unless new input arrives.
+    BackingOff {
+        /// The retry time.
+        until: u64,
+        /// Parked at the end of the topic underneath.
+        at_end: bool,
+    },
+}
+
+impl ReadState {
+    pub(super) fn in_flight(&self) -> bool {
+        matches!(
+            self,
+            ReadState::Reading { .. } | ReadState::Replaying { .. }
+        )
+    }
+
+    pub(super) fn at_end(&self) -> bool {
+        match *self {
+            ReadState::AtEnd => true,
+            ReadState::Replaying { at_end } | ReadState::BackingOff { at_end, .. } => at_end,
+            ReadState::Idle | ReadState::Reading { .. } => false,
+        }
+    }
+
+    /// The retry time while backing off.
+    pub(super) fn retry_at(&self) -> Option<u64> {
+        match *self {
+            ReadState::BackingOff { until, .. } => Some(until),
+            _ => None,
+        }
+    }
+
+    /// Parks at (or leaves) the end of the topic, keeping whatever else is resent_nacked on.
+    pub(super) fn set_at_end(&mut self, v: bool) {
+        *self = match *self {
+            ReadState::Idle | ReadState::AtEnd => match v {
+                true => ReadState::AtEnd,
+                false => ReadState::Idle,
+            },
+            ReadState::Replaying { .. } => ReadState::Replaying { at_end: v },
+            ReadState::BackingOff { until, .. } => ReadState::BackingOff { until, at_end: v },
+            reading @ ReadState::Reading { .. } => reading,
+        };
+    }
+
+    pub(super) fn start_read(&mut self, min_replay: Option<Position>) {
+        *self = ReadState::Reading { min_replay };
+    }
+
+    pub(super) fn start_replay(&mut self) {
+        *self = ReadState::Replaying {
+            at_end: self.at_end(),
+        };
+    }
+
+    /// A read of `kind` completed: back to idle (or at end). For a normal read, returns the
+    /// first replay position at issue time; `None` if no read of that kind was in flight.
+    pub(super) fn finish(&mut self, kind: ReadKind) -> Option<Option<Position>> {
+        match (*self, kind) {
+            (ReadState::Reading { min_replay }, ReadKind::Normal) => {
+                *self = ReadState::Idle;
+                Some(min_replay)
+            }
+            (ReadState::Replaying { at_end }, ReadKind::Replay) => {
+                *self = if at_end {
+                    ReadState::AtEnd
+                } else {
+                    ReadState::Idle
+                };
+                Some(None)
+            }
+            _ => None,
+        }
+    }
+
+    /// Backs off until `until` (replacing an earlier retry time).
+    pub(super) fn back_off(&mut self, until: u64) {
+        if !self.in_flight() {
+            let at_end = self.at_end();
+            *self = ReadState::BackingOff { until, at_end };
+        }
+    }
+
+    /// New input or a due timer ends the backoff.
+    pub(super) fn cancel_backoff(&mut self) {
+        if let ReadState::BackingOff { at_end, .. } = *self {
+            *self = if at_end {
+                ReadState::AtEnd
+            } else {
+                ReadState::Idle
+            };
+        }
+    }
+}
+
+/// The read loop's state plus the hints that shape its next decision.
+#[derive(Debug)]
+pub(super) struct ReadLoop {
+    /// Where the loop is.
+    pub(super) state: ReadState,
+    /// The adaptive read batch (doubles per non-empty read up to the configured maximum).
+    pub(super) batch: usize,
+    /// The last backoff step (1, 2, 4 … 10); 0 after progress.
+    pub(super) backoff_step: u64,
+    /// Issue a [`DispatchCommand::Rewind`] as soon as nothing is in flight (the last consumer left).
+    pub(super) rewind_pending: bool,
+    /// Look-ahead: the next read skips the replay set and reads past blocked keys.
+    pub(super) look_ahead_next: bool,
+    /// Key_Shared: the last replay pick found nothing dispatchable and nothing relevant changed
+    /// since (the pick scans the replay set, so it is not repeated for nothing).
+    pub(super) replay_settled: bool,
+    /// The last read result was discarded into replay (not a reason to back off).
+    pub(super) discarded_read: bool,
+}
+
+impl ReadLoop {
+    pub(super) fn new(batch: usize) -> Self {
+        ReadLoop {
+            state: ReadState::Idle,
+            batch,
+            backoff_step: 0,
+            rewind_pending: false,
+            look_ahead_next: false,
+            replay_settled: false,
+            discarded_read: false,
+        }
+    }
+}
+
+impl Dispatcher {
+    // ------------------------------------------------------------------ wake and timers
+
+    /// Something unblocked off-thread (see [`Waker`]): consumers or the subscription below half
+    /// their unacked limit resume now; a released draining hash schedules a read after the
+    /// coalescing interval.
+    pub fn handle_wake(&mut self, now: u64) {
+        self.input_arrived();
+        if self.wake.unacked_unblocked.swap(false, Ordering::SeqCst) {
+            self.recheck_unacked_blocks();
+        }
+        if self.wake.hashes_unblocked.swap(false, Ordering::SeqCst) {
+            if self.cfg.unblocking_interval == 0 {
+                self.read.look_ahead_next = false;
+            } else if self.timers.unblock.is_none() {
+                self.timers.unblock = Some(now.saturating_add(self.cfg.unblocking_interval));
+            }
+        }
+        if self.timers.unblock.is_none() {
+            self.read_more(now);
+        }
+        self.arm_timer_command();
+    }
+
+    /// A timer armed through [`DispatchCommand::SetTimer`] is due.
+    pub fn handle_timeout(&mut self, now: u64) {
+        self.read.replay_settled = false;
+        if self.timers.unblock.is_some_and(|t| t <= now) {
+            self.timers.unblock = None;
+            self.read.look_ahead_next = false;
+            // Pulsar cancels a parked read so the replay of unblocked entries is not starved.
+            self.read.state.set_at_end(false);
+        }
+        if self.timers.draining.is_some_and(|t| t <= now) {
+            self.timers.draining = None;
+            self.force_release_expired(now);
+        }
+        if self.read.state.retry_at().is_some_and(|t| t <= now) {
+            self.read.state.cancel_backoff();
+        }
+        if self.timers.nack.is_some_and(|t| t <= now) {
+            self.timers.nack = self.replay.next_due(now);
+            trace!(next = ?self.timers.nack, "nack delay elapsed");
+            // Delayed entries became due: a read backing off must not wait for its retry.
+            self.read.state.cancel_backoff();
+        }
+        self.read_more(now);
+    }
+
+    /// After a read that dispatched nothing: wait before reading again (1, 2, 4 … up to 10
+    /// time units), unless new input (flow, wake, join, leave, appended entries) arrives first.
+    pub(super) fn back_off(&mut self, now: u64) {
+        self.read.backoff_step = (self.read.backoff_step * 2).clamp(1, 10);
+        self.read
+            .state
+            .back_off(now.saturating_add(self.read.backoff_step));
+    }
+
+    /// New input may allow progress: cancel the retry backoff.
+    pub(super) fn input_arrived(&mut self) {
+        self.read.state.cancel_backoff();
+        self.read.replay_settled = false;
+    }
+
+    /// New entries were appended to the ledger: a read parked at the end of the topic resumes.
+    pub fn handle_entries_appended(&mut self, now: u64) {
+        self.read.state.set_at_end(false);
+        self.input_arrived();
+        self.read_more(now);
+    }
+    pub(super) fn look_ahead_limit(&self) -> usize {
+        let per_c = self.cfg.look_ahead_per_consumer;
+        let per_s = self.cfg.look_ahead_per_subscription;
+        let n = self.consumers.len() as i64;
+        let mut limit = if per_c <= 0 {
+            per_s
+        } else {
+            let l = per_c.saturating_mul(n);
+            if per_s > 0 {
+                l.min(per_s)
+            } else {
+                l
+            }
+        };
+        if limit <= 0 {
+            let a = self.shared.limit.max();
+            let b = i64::from(self.cfg.max_unacked_per_consumer).saturating_mul(n);
+            limit = match (a > 0, b > 0) {
+                (true, true) => a.min(b),
+                (true, false) => a,
+                (false, true) => b,
+                (false, false) => i64::MAX,
+            };
+        }
+        usize::try_from(limit).unwrap_or(usize::MAX)
+    }
+
+    pub(super) fn read_more(&mut self, now: u64) {
+        self.arm_timer_command();
+        if self.read.state.in_flight() {
+            return;
+        }
+        if std::mem::take(&mut self.read.rewind_pending) {
+            // The last consumer left (Pulsar rewinds when the next one joins; rewinding as soon
+            // as no read is in flight is equivalent and keeps every unacked entry accounted
+            // for: it is ahead of the read position again).
+            self.commands.push_back(DispatchCommand::Rewind);
+            self.read.state.set_at_end(false);
+        }
+        if self.consumers.is_empty() || self.read.state.retry_at().is_some() {
+            return;
+        }
+        let total: i64 = self
+            .consumers
+            .iter()
+            .map(|c| self.available_permits(c))
+            .sum();
+        if total <= 0 {
+            return;
+        }
+        let n = usize::try_from(total)
+            .unwrap_or(usize::MAX)
+            .min(self.read.batch)
+            .max(1);
+        let settled = self.mode.is_key_shared() && self.read.replay_settled;
+        if !self.replay.is_empty() && !std::mem::take(&mut self.read.look_ahead_next) && !settled {
+            let positions = self.pick_replay(now, n);
+            if !positions.is_empty() {
+                trace!(count = positions.len(), "replay read");
+                self.read.state.start_replay();
+                self.commands
+                    .push_back(DispatchCommand::Replay { positions });
+                return;
+            }
+        }
+        if self.read.state.at_end() {
+            return;
+        }
+        let max = self.cfg.max_unacked_per_subscription;
+        if max > 0 && self.shared.limit.is_blocked() {
+            return;
+        }
+        let mut n = n;
+        if self.mode.is_key_shared() {
+            let limit = self.look_ahead_limit();
+            if self.replay.len() >= limit {
+                return;
+            }
+            n = n.min(limit - self.replay.len()).max(1);
+        }
+        self.read.state.start_read(self.replay.first());
+        trace!(max_entries = n, "normal read");
+        self.commands
+            .push_back(DispatchCommand::Read { max_entries: n });
+    }
+
+    /// Replay positions to read now: ascending; on Key_Shared filtered by the dispatch
+    /// predicate with a per-pass permit snapshot (Pulsar's replay position filter).
+    pub(super) fn pick_replay(&mut self, now: u64, n: usize) -> Vec<Position> {
+        if !self.mode.is_key_shared() {
+            // Shared: a nacked entry waits for its delay; nothing else waits for it.
+            return self.replay.due(now).take(n).collect();
+        }
+        let mut snapshot: Vec<(ConsumerId, i64)> = self
+            .consumers
+            .iter()
+            .map(|c| (c.id, self.available_permits(c)))
+            .collect();
+        let mut capacity: i64 = snapshot.iter().map(|(_, p)| *p).sum();
+        let mut blocked = std::mem::replace(&mut self.scratch_blocked, AHashSet::new());
+        blocked.clear();
+        let mut pinned_blocked: AHashSet<(ConsumerId, u32)> = AHashSet::new();
+        let mut out = Vec::new();
+        let ordered = self.mode.key_shared().is_some_and(|k| k.ordered());
+        let holds = self.replay.has_holds();
+        // Nacked entries picked in this pass (later entries of their key may follow them).
+        let mut resent_nacked: Vec<Position> = Vec::new();
+        for (p, e) in self.replay.iter() {
+            if out.len() >= n || capacity <= 0 {
+                break;
+            }
+            if e.not_before > now {
+                // A nack delay (or a park): not yet. Its hash stays held (ordered mode).
+                if ordered && e.hash != 0 {
+                    blocked.insert(e.hash);
+                }
+                continue;
+            }
+            if e.hash == 0 {
+                out.push(p);
+                continue;
+            }
+            // Pinned entries (a chunked message's continuation, or any entry of a key whose
+            // chunked message is half-delivered) are ordered per (consumer, hash) only: that
+            // message started before the hash's other waiting entries (which may wait for it).
+            let pin = e.pinned.or_else(|| self.hash_pin(e.hash));
+            let held = match pin {
+                Some(c) => pinned_blocked.contains(&(c, e.hash)),
+                None => blocked.contains(&e.hash),
+            };
+            if held {
+                continue;
+            }
+            // Ordered nack: an earlier nacked entry of the hash (or an entry kept behind one)
+            // still waits and is not re-sent in this pass.
+            if holds && self.replay.held_before(e.hash, p, &resent_nacked) {
+                if pin.is_none() {
+                    blocked.insert(e.hash);
+                }
+                continue;
+            }
+            let target = match pin {
+                Some(c) => Some(c),
+                None => self
+                    .mode
+                    .key_shared()
+                    .and_then(|k| k.selector.select(e.hash)),
+            };
+            let slot = target.and_then(|t| snapshot.iter().position(|(c, _)| *c == t));
+            let ok = match (target, slot) {
+                (Some(t), Some(i)) => {
+                    snapshot[i].1 > 0
+                        && (pin.is_some()
+                            || self.can_dispatch(DispatchGate::ReplayPick, t, e.hash)
+                                == Verdict::Allow)
+                }
+                _ => false,
+            };
+            if ok {
+                if let Some(i) = slot {
+                    snapshot[i].1 -= 1;
+                    capacity -= 1;
+                }
+                if e.nacked {
+                    resent_nacked.push(p);
+                }
+                out.push(p);
+            } else {
+                // A held-back pinned entry also holds back later entries of its hash (they may
+                // be later chunks of the same message), even in out-of-order mode.
+                if ordered || pin.is_some() {
+                    blocked.insert(e.hash);
+                }
+                if let Some(c) = pin {
+                    pinned_blocked.insert((c, e.hash));
+                }
+            }
+        }
+        self.scratch_blocked = blocked;
+        if out.is_empty() {
+            // Nothing in replay can go now; only new permits, an unblock, a membership change or
+            // new redeliveries can change that (entries a dispatch pass holds back cannot).
+            self.read.replay_settled = true;
+        }
+        out
+    }
+
+    /// A normal read finished: `entries` were read from the cursor (possibly none: end of
+    /// topic, the read parks until [`handle_entries_appended`](Self::handle_entries_appended));
+    /// `has_more_entries` is the cursor's answer after the read (look-ahead is only taken while
+    /// it is true).
+    pub fn handle_read_complete(&mut self, now: u64, entries: Vec<Entry>, has_more_entries: bool) {
+        let min_replay_at_read = self.read.state.finish(ReadKind::Normal).flatten();
+        if self.consumers.is_empty() {
+            // Nobody to send to: drop them and rewind, so they are read again later.
+            self.read.rewind_pending = true;
+            self.read_more(now);
+            return;
+        }
+        if entries.is_empty() {
+            self.read.state.set_at_end(true);
+            self.read_more(now);
+            return;
+        }
+        self.read.batch = (self.read.batch * 2).min(self.cfg.max_read_batch.max(1));
+        let mut entries = entries;
+        if let Some(md) = self.mark_delete {
+            entries.retain(|e| e.position > md);
+        }
+        let before = self.counters.entries_sent;
+        match self.mode.is_key_shared() {
+            true => {
+                self.dispatch_key_shared(now, entries, false, has_more_entries, min_replay_at_read)
+            }
+            false => self.dispatch_shared(now, entries, false),
+        }
+        self.after_dispatch(now, before);
+        self.read_more(now);
+    }
+
+    /// A replay read finished: `entries` (ascending) and the positions the cursor reported as
+    /// already acked (dropped from replay).
+    pub fn handle_replay_complete(
+        &mut self,
+        now: u64,
+        entries: Vec<Entry>,
+        already_acked: &[Position],
+    ) {
+        self.read.state.finish(ReadKind::Replay);
+        self.read.replay_settled = false;
+        for p in already_acked {
+            self.replay.remove(*p);
+        }
+        // Only what is still waiting in replay (a mark-delete move may have dropped some).
+        let mut entries = entries;
+        entries.retain(|e| self.replay.contains(e.position));
+        entries.sort_by_key(|e| e.position);
+        let before = self.counters.entries_sent;
+        if !entries.is_empty() && !self.consumers.is_empty() {
+            match self.mode.is_key_shared() {
+                true => self.dispatch_key_shared(now, entries, true, true, None),
+                false => self.dispatch_shared(now, entries, true),
+            }
+        }
+        if !already_acked.is_empty() && self.counters.entries_sent == before {
+            // Progress of a kind: acked positions left replay. Read again at once.
+            self.read.backoff_step = 0;
+        } else {
+            self.after_dispatch(now, before);
+        }
+        self.read_more(now);
+    }
+
+    pub(super) fn after_dispatch(&mut self, now: u64, sent_before: u64) {
+        if self.counters.entries_sent > sent_before
+            || self.read.look_ahead_next
+            || std::mem::take(&mut self.read.discarded_read)
+        {
+            self.read.backoff_step = 0;
+        } else {
+            self.back_off(now);
+        }
+    }
+}
