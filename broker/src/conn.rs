@@ -605,7 +605,7 @@ impl Conn {
                 if let Some(m) = &s.key_shared_meta {
                     ks.allow_out_of_order = m.allow_out_of_order_delivery();
                     if m.key_shared_mode() == proto::KeySharedMode::Sticky {
-                        ks.mode = KeySharedMode::Exclusive;
+                        ks.mode = KeySharedMode::Sticky;
                         for r in &m.hash_ranges {
                             let (Ok(start), Ok(end)) =
                                 (u32::try_from(r.start), u32::try_from(r.end))

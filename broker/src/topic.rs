@@ -110,7 +110,7 @@ impl SubKind {
             "Exclusive" => SubKind::Exclusive,
             "Key_Shared" => SubKind::KeyShared(KeySharedConfig {
                 mode: match f.key_shared_mode.as_deref() {
-                    Some("STICKY") => KeySharedMode::Exclusive,
+                    Some("STICKY") => KeySharedMode::Sticky,
                     _ => KeySharedConfig::default().mode,
                 },
                 allow_out_of_order: f.allow_out_of_order_delivery,
@@ -157,7 +157,7 @@ impl SubKind {
     pub(crate) fn key_shared_mode_name(self) -> Option<&'static str> {
         match self {
             SubKind::KeyShared(KeySharedConfig { mode, .. }) => Some(match mode {
-                KeySharedMode::Exclusive => "STICKY",
+                KeySharedMode::Sticky => "STICKY",
                 _ => "AUTO_SPLIT",
             }),
             _ => None,

@@ -6,7 +6,15 @@ use crate::cmd::{cargo, sh};
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     // B3 execs the release broker binary, so it must exist (and be current).
     let mut b = cargo();
-    b.args(["build", "--release", "--quiet", "--package", "broker", "--bin", "broker"]);
+    b.args([
+        "build",
+        "--release",
+        "--quiet",
+        "--package",
+        "broker",
+        "--bin",
+        "broker",
+    ]);
     sh(b)?;
     let mut c = cargo();
     c.args([

@@ -28,8 +28,9 @@ pub enum KeySharedMode {
     /// AUTO_SPLIT with the hash-range auto-split selector
     /// (`subscriptionKeySharedUseConsistentHashing=false`).
     AutoSplit,
-    /// STICKY: each consumer brings its own hash ranges ([`ConsumerSpec::ranges`]).
-    Exclusive,
+    /// STICKY (Pulsar's word; "Exclusive" is a subscription type there): each consumer brings
+    /// its own hash ranges ([`ConsumerSpec::ranges`]), which must not overlap.
+    Sticky,
 }
 
 /// Key_Shared settings.
@@ -270,7 +271,7 @@ pub struct ConsumerSpec {
     pub name: String,
     /// Priority level: lower number = higher priority (Shared round robin).
     pub priority: i32,
-    /// Key_Shared exclusive mode only: the hash ranges this consumer asks for.
+    /// Key_Shared STICKY mode only: the hash ranges this consumer asks for.
     pub ranges: Vec<HashRange>,
 }
 
@@ -291,7 +292,7 @@ impl ConsumerSpec {
         self
     }
 
-    /// Sets the exclusive-mode ranges.
+    /// Sets the STICKY-mode ranges.
     pub fn with_ranges(mut self, ranges: Vec<HashRange>) -> Self {
         self.ranges = ranges;
         self

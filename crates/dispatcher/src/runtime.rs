@@ -567,7 +567,9 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
     /// only when the send has a batch entry).
     fn deliveries(&self, entries: Vec<Entry>) -> Vec<Delivery> {
         if entries.iter().any(|e| e.meta.messages() > 1) {
-            let extras = self.driver.delivery_extras(&self.core, &self.cell, &entries);
+            let extras = self
+                .driver
+                .delivery_extras(&self.core, &self.cell, &entries);
             entries
                 .into_iter()
                 .zip(extras)

@@ -54,7 +54,7 @@ fn duplicate_consumer_is_a_typed_error_and_changes_nothing() {
 
 #[test]
 fn exclusive_range_conflict_is_a_typed_error() {
-    let mut d = Dispatcher::new(ks(KeySharedMode::Exclusive), Arc::new(NoopWaker));
+    let mut d = Dispatcher::new(ks(KeySharedMode::Sticky), Arc::new(NoopWaker));
     d.handle_consumer_added(
         0,
         ConsumerSpec::new(1, "a").with_ranges(vec![HashRange::new(0, 100)]),
@@ -334,4 +334,35 @@ fn delivery_extras_carry_the_redelivery_count_and_the_acked_batch_indexes() {
             acked_indexes: Some(vec![0]),
         }]
     );
+}
+
+/// A configuration out of range is a typed error from `try_new`; `new` raises it to the
+/// nearest valid values (and logs a WARN) instead of building a dispatcher that never reads.
+#[test]
+fn invalid_configs_are_refused_by_try_new() {
+    use dispatcher::{InvalidConfig, KeySharedConfig, KeySharedMode, SubscriptionType};
+    let waker = std::sync::Arc::new(dispatcher::NoopWaker);
+    let mut cfg = DispatcherConfig::key_shared();
+    cfg.subscription = SubscriptionType::KeyShared(KeySharedConfig {
+        mode: KeySharedMode::ConsistentHashing { points: 0 },
+        allow_out_of_order: false,
+    });
+    assert_eq!(
+        Dispatcher::try_new(cfg.clone(), waker.clone()).err(),
+        Some(InvalidConfig::Zero("points"))
+    );
+    let mut c = DispatcherConfig::shared();
+    c.min_read_batch = 10;
+    c.max_read_batch = 5;
+    assert_eq!(
+        Dispatcher::try_new(c, waker.clone()).err(),
+        Some(InvalidConfig::ReadBatchOrder { min: 10, max: 5 })
+    );
+    let mut c = DispatcherConfig::shared();
+    c.max_round_robin_batch = 0;
+    assert_eq!(
+        Dispatcher::try_new(c, waker.clone()).err(),
+        Some(InvalidConfig::Zero("max_round_robin_batch"))
+    );
+    assert!(Dispatcher::try_new(DispatcherConfig::key_shared(), waker).is_ok());
 }

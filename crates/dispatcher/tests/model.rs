@@ -77,7 +77,7 @@ fn random_op(r: &mut Rng, w: &World, joined: &mut u32) -> Option<String> {
             *joined += 1;
             if w.cfg.subscription
                 == SubscriptionType::KeyShared(KeySharedConfig {
-                    mode: KeySharedMode::Exclusive,
+                    mode: KeySharedMode::Sticky,
                     allow_out_of_order: false,
                 })
             {
@@ -445,7 +445,7 @@ fn run_seed_checked(
     // Liveness: once faults stop and consumers keep acking, the backlog drains.
     let exclusive = w.cfg.subscription
         == SubscriptionType::KeyShared(KeySharedConfig {
-            mode: KeySharedMode::Exclusive,
+            mode: KeySharedMode::Sticky,
             allow_out_of_order: false,
         });
     for q in 0..4u64 {
@@ -537,7 +537,7 @@ fn key_shared_auto_split_matches_the_model() {
 #[test]
 fn key_shared_exclusive_matches_the_model() {
     for seed in 0..100 {
-        run_seed(key_shared(KeySharedMode::Exclusive), seed, 250).unwrap_or_else(|e| panic!("{e}"));
+        run_seed(key_shared(KeySharedMode::Sticky), seed, 250).unwrap_or_else(|e| panic!("{e}"));
     }
 }
 

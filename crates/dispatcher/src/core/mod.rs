@@ -266,11 +266,43 @@ fn position_of(p: PendingPos) -> Position {
 }
 
 impl Dispatcher {
+    /// A dispatcher for `cfg`, refusing a configuration out of range
+    /// ([`DispatcherConfig::validate`]).
+    ///
+    /// ```
+    /// let mut cfg = dispatcher::DispatcherConfig::shared();
+    /// cfg.max_read_batch = 0;
+    /// let waker = std::sync::Arc::new(dispatcher::NoopWaker);
+    /// assert!(dispatcher::Dispatcher::try_new(cfg, waker).is_err());
+    /// ```
+    pub fn try_new(
+        cfg: DispatcherConfig,
+        waker: std::sync::Arc<dyn Waker>,
+    ) -> Result<Self, crate::config::InvalidConfig> {
+        cfg.validate()?;
+        Ok(Self::new(cfg, waker))
+    }
+
     /// A dispatcher for `cfg`, waking its driver through `waker`.
     ///
     /// On Key_Shared the selector follows `cfg`'s mode; use
-    /// [`with_selector`](Self::with_selector) to plug in your own.
-    pub fn new(cfg: DispatcherConfig, waker: std::sync::Arc<dyn Waker>) -> Self {
+    /// [`with_selector`](Self::with_selector) to plug in your own. A setting out of range
+    /// (see [`DispatcherConfig::validate`]) is raised to its smallest valid value with a WARN;
+    /// [`try_new`](Self::try_new) refuses it instead.
+    pub fn new(mut cfg: DispatcherConfig, waker: std::sync::Arc<dyn Waker>) -> Self {
+        if let Err(e) = cfg.validate() {
+            warn!(error = %e, "invalid dispatcher configuration; using the nearest valid values");
+            cfg.min_read_batch = cfg.min_read_batch.max(1);
+            cfg.max_read_batch = cfg.max_read_batch.max(cfg.min_read_batch);
+            cfg.max_round_robin_batch = cfg.max_round_robin_batch.max(1);
+            if let SubscriptionType::KeyShared(KeySharedConfig {
+                mode: KeySharedMode::ConsistentHashing { points },
+                ..
+            }) = &mut cfg.subscription
+            {
+                *points = (*points).max(1);
+            }
+        }
         let selector: Option<BoxedSelector> = match cfg.subscription {
             SubscriptionType::Shared => None,
             SubscriptionType::KeyShared(k) => Some(match k.mode {
@@ -278,7 +310,7 @@ impl Dispatcher {
                     Box::new(ConsistentHashingSelector::new(points))
                 }
                 KeySharedMode::AutoSplit => Box::new(AutoSplitSelector::new()),
-                KeySharedMode::Exclusive => Box::new(ExclusiveRangeSelector::new()),
+                KeySharedMode::Sticky => Box::new(ExclusiveRangeSelector::new()),
             }),
         };
         Self::build(cfg, waker, selector)
@@ -309,7 +341,7 @@ impl Dispatcher {
         let (mode, count_hashes) = match (cfg.subscription, selector) {
             (SubscriptionType::KeyShared(k), Some(selector)) => {
                 let draining_required =
-                    !k.allow_out_of_order && !matches!(k.mode, KeySharedMode::Exclusive);
+                    !k.allow_out_of_order && !matches!(k.mode, KeySharedMode::Sticky);
                 let draining = draining_required.then(|| {
                     let listener: draining_hashes::Arc<dyn draining_hashes::UnblockListener> =
                         draining_hashes::Arc::new(DrainListener(wake.clone()));

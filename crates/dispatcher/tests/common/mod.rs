@@ -543,7 +543,7 @@ pub fn config_from(lines: &[&str]) -> (DispatcherConfig, usize) {
                             i += 1;
                         }
                         "autosplit" => k.mode = KeySharedMode::AutoSplit,
-                        "exclusive" => k.mode = KeySharedMode::Exclusive,
+                        "exclusive" => k.mode = KeySharedMode::Sticky,
                         "ooo" => k.allow_out_of_order = true,
                         x => panic!("bad key_shared option {x}"),
                     }
