@@ -20,6 +20,10 @@ pub struct Legacy {
     /// `orphan-chunk-replay`: on Shared, a chunk whose message start is gone is replayed
     /// forever instead of dispatched (the subscription stalls).
     pub orphan_chunk_replay: bool,
+    /// `unordered-nack`: nack as Pulsar does it: no key-serial limit, and PIP-493's
+    /// `CommandNegativeAck` treated as a plain redelivery of the nacked messages (the given
+    /// back ones are left to the client, which processes them first).
+    pub unordered_nack: bool,
 }
 
 /// Everything [`crate::Broker::start`] needs.
@@ -51,6 +55,9 @@ pub struct BrokerConfig {
     pub sync: crate::storage::SyncPolicy,
     /// Pulsar-bug switches (`--legacy`).
     pub legacy: Legacy,
+    /// Key_Shared key-serial dispatch (`--key-shared-max-unacked-per-key N`, 0 = off): at
+    /// most N unacked entries per key; with 1 a stock client gets full per-key order on nack.
+    pub key_shared_max_unacked_per_key: u32,
 }
 
 impl Default for BrokerConfig {
@@ -64,6 +71,7 @@ impl Default for BrokerConfig {
             keep_alive_ms: 30_000,
             sync: crate::storage::SyncPolicy::Always,
             legacy: Legacy::default(),
+            key_shared_max_unacked_per_key: 0,
         }
     }
 }
@@ -104,9 +112,13 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
                             default) or every 100 ms (interval: a machine crash may lose
                             the last 100 ms of receipted messages; killing the broker does not)
   --entries-per-ledger N    ledger rollover (default 50000)
+  --key-shared-max-unacked-per-key N
+                            Key_Shared key-serial dispatch: at most N unacked entries per
+                            key (default 0 = off); 1 gives stock clients per-key order on nack
   --legacy NAME             bring back a Pulsar bug, for demonstrations and tests only:
                             mark-delete-cleanup (Key_Shared skip/expiry releases draining
-                            keys), orphan-chunk-replay (Shared stalls on an orphan chunk)
+                            keys), orphan-chunk-replay (Shared stalls on an orphan chunk),
+                            unordered-nack (nack as Pulsar: no key-serial, no PIP-493 order)
 
 The first two lines on stdout are the service URL and the admin URL. Logs go to stderr
 (RUST_LOG sets the filter, default info).";
@@ -136,6 +148,7 @@ impl BrokerConfig {
                 "--entries-per-ledger",
                 "--sync",
                 "--legacy",
+                "--key-shared-max-unacked-per-key",
             ];
             if !known.contains(&name.as_str()) {
                 return Err(ConfigError::UnknownArgument(flag));
@@ -168,12 +181,15 @@ impl BrokerConfig {
                 "--legacy" => match value.as_str() {
                     "mark-delete-cleanup" => cfg.legacy.mark_delete_cleanup = true,
                     "orphan-chunk-replay" => cfg.legacy.orphan_chunk_replay = true,
-                    _ => {
-                        return Err(invalid(
-                            "must be `mark-delete-cleanup` or `orphan-chunk-replay`",
-                        ))
-                    }
+                    "unordered-nack" => cfg.legacy.unordered_nack = true,
+                    _ => return Err(invalid(
+                        "must be `mark-delete-cleanup`, `orphan-chunk-replay` or `unordered-nack`",
+                    )),
                 },
+                "--key-shared-max-unacked-per-key" => {
+                    cfg.key_shared_max_unacked_per_key =
+                        value.parse().map_err(|_| invalid("not a number"))?;
+                }
                 "--sync" => {
                     cfg.sync = match value.as_str() {
                         "always" => crate::storage::SyncPolicy::Always,

@@ -359,6 +359,14 @@ impl Conn {
         };
         let nacked = expand(&n.negative_acked);
         let returned = expand(&n.returned);
+        if self.shared.cfg.legacy.unordered_nack {
+            // Pulsar's way: the nacked messages are simply redelivered; what the client gave
+            // back stays with it (a stock client processes it before the redelivered one).
+            if !nacked.is_empty() {
+                c.handle.redeliver(nacked);
+            }
+            return;
+        }
         if !nacked.is_empty() {
             c.handle.nack(nacked, None);
         }

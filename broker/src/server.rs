@@ -41,6 +41,7 @@ impl Shared {
             None => {
                 let mut t = Topic::new(full.clone(), self.cfg.entries_per_ledger);
                 t.legacy = self.cfg.legacy;
+                t.max_unacked_per_key = self.cfg.key_shared_max_unacked_per_key;
                 t
             }
             Some(d) => Topic::open(
@@ -49,6 +50,7 @@ impl Shared {
                 self.cfg.entries_per_ledger,
                 self.cfg.sync,
                 self.cfg.legacy,
+                self.cfg.key_shared_max_unacked_per_key,
             )?,
         };
         if self.cfg.legacy != crate::config::Legacy::default() {

@@ -375,6 +375,11 @@ pub(crate) fn why_blocked_json(reason: BlockReason, hash: Option<u32>) -> serde_
             "consumerId": consumer.0,
             "explanation": format!("the key's owner {consumer} has no permits or is blocked on unacked messages"),
         }),
+        BlockReason::KeySerial { unacked } => json!({
+            "reason": "keySerial",
+            "unackedEntries": unacked,
+            "explanation": format!("key-serial dispatch: the key has {unacked} unacked entries, its limit; the next waits for an ack"),
+        }),
         BlockReason::UnassignedRange => json!({
             "reason": "unassignedRange",
             "explanation": "no connected consumer covers the key's hash",

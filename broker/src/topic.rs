@@ -132,11 +132,18 @@ pub(crate) enum SubKind {
 }
 
 impl SubKind {
-    pub(crate) fn dispatcher_config(self, legacy: Legacy) -> DispatcherConfig {
+    pub(crate) fn dispatcher_config(
+        self,
+        legacy: Legacy,
+        max_unacked_per_key: u32,
+    ) -> DispatcherConfig {
         let mut cfg = match self {
             SubKind::Exclusive | SubKind::Shared => DispatcherConfig::shared(),
             SubKind::KeyShared(ks) => DispatcherConfig::new(SubscriptionType::KeyShared(ks)),
         };
+        if matches!(self, SubKind::KeyShared(_)) && !legacy.unordered_nack {
+            cfg.max_unacked_per_key = max_unacked_per_key;
+        }
         cfg.legacy_mark_delete_cleanup = legacy.mark_delete_cleanup;
         if legacy.orphan_chunk_replay {
             cfg.assignor.orphan_policy = chunk_assignor::OrphanPolicy::Replay;
@@ -282,6 +289,8 @@ pub(crate) struct Topic {
     sync: SyncPolicy,
     /// Pulsar-bug switches for new subscriptions' dispatchers.
     pub legacy: Legacy,
+    /// Key-serial limit for new Key_Shared subscriptions (0 = off).
+    pub max_unacked_per_key: u32,
     state: Mutex<TopicState>,
     payloads: RwLock<BTreeMap<Position, Arc<[u8]>>>,
     counters: Mutex<TopicCounters>,
@@ -307,6 +316,7 @@ impl Topic {
             storage: None,
             sync: SyncPolicy::Always,
             legacy: Legacy::default(),
+            max_unacked_per_key: 0,
             state: Mutex::new(TopicState {
                 ledger: InMemoryLedger::new(entries_per_ledger),
                 chunks: HashMap::new(),
@@ -329,6 +339,7 @@ impl Topic {
         entries_per_ledger: u64,
         sync: SyncPolicy,
         legacy: Legacy,
+        max_unacked_per_key: u32,
     ) -> Result<Topic, StorageError> {
         let (log, recovered) = TopicLog::open(&dir)?;
         let mut ledger = InMemoryLedger::new(entries_per_ledger);
@@ -375,6 +386,7 @@ impl Topic {
             storage: Some((dir.clone(), Mutex::new(log))),
             sync,
             legacy,
+            max_unacked_per_key,
             state: Mutex::new(TopicState {
                 ledger,
                 chunks,
@@ -674,7 +686,11 @@ impl Topic {
                 }
             }
         };
-        let runtime = Runtime::start(kind.dispatcher_config(self.legacy), cursor, replica);
+        let runtime = Runtime::start(
+            kind.dispatcher_config(self.legacy, self.max_unacked_per_key),
+            cursor,
+            replica,
+        );
         info!(topic = %self.name, subscription = name, kind = kind.pulsar_name(), recovered = recover, "subscription started");
         Ok(Arc::new(Subscription {
             name: name.to_owned(),

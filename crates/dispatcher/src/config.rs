@@ -115,6 +115,14 @@ pub struct DispatcherConfig {
     /// Dead-letter policy for nacked entries (`None` = off, the default). In Pulsar this is the
     /// client's `DeadLetterPolicy` (`maxRedeliverCount`), not a broker setting.
     pub dead_letter: Option<DeadLetterPolicy>,
+    /// Key_Shared key-serial dispatch: at most this many entries of one key are sent and
+    /// unacknowledged at a time (0 = off, the default; no Pulsar setting). A later entry of the
+    /// key waits, in order, until an earlier one is acked, nacked or given back. With 1 a
+    /// stock client that nacks a message gets it again before the next message of its key:
+    /// full per-key order on nack, at the price of one ack round trip per message and key.
+    /// Continuation chunks of a chunked message count but are not held (the client acks a
+    /// chunked message only once it has all of it).
+    pub max_unacked_per_key: u32,
 }
 
 /// How long a nacked entry waits before it is re-sent, by its redelivery count (1 on the first
@@ -248,6 +256,7 @@ impl DispatcherConfig {
             assignor: chunk_assignor::AssignorConfig::default(),
             nack_backoff: NackBackoff::default(),
             dead_letter: None,
+            max_unacked_per_key: 0,
         }
     }
 

@@ -38,6 +38,8 @@ impl Waker for NoopWaker {
 /// Flags the core reads in `handle_wake`, plus the waker to call.
 pub(crate) struct WakeState {
     pub hashes_unblocked: AtomicBool,
+    /// A key-serial key went back under its limit (read again at once, no coalescing).
+    pub key_released: AtomicBool,
     pub unacked_unblocked: AtomicBool,
     pub unblock_notifications: AtomicU64,
     pub waker: std::sync::Arc<dyn Waker>,
@@ -255,9 +257,87 @@ impl SubShared {
     }
 }
 
-/// Every removal from a Key_Shared pending-acks map drops one draining reference.
+/// Key-serial dispatch ([`DispatcherConfig::max_unacked_per_key`]): the subscription-wide
+/// count of sent, unacknowledged entries per hash. Taken on the dispatcher thread inside a
+/// consumer's pending-acks lock (the send gate), released by the remove handler on any thread;
+/// a release that brings a hash back under the limit wakes the dispatcher, as a draining
+/// unblock does.
+///
+/// [`DispatcherConfig::max_unacked_per_key`]: crate::DispatcherConfig::max_unacked_per_key
+pub(crate) struct KeySerial {
+    max: u32,
+    counts: RwLock<ahash::AHashMap<u32, u32>>,
+    wake: Arc<WakeState>,
+}
+
+impl KeySerial {
+    pub fn new(max: u32, wake: Arc<WakeState>) -> Self {
+        KeySerial {
+            max,
+            counts: RwLock::new(ahash::AHashMap::new()),
+            wake,
+        }
+    }
+
+    /// Unacked entries of `hash` now.
+    pub fn count(&self, hash: u32) -> u32 {
+        match self.counts.read() {
+            Ok(c) => c.get(&hash).copied().unwrap_or(0),
+            Err(p) => p.into_inner().get(&hash).copied().unwrap_or(0),
+        }
+    }
+
+    /// Whether `hash` is at its limit (a new entry of it must wait).
+    pub fn at_limit(&self, hash: u32) -> bool {
+        hash != 0 && self.count(hash) >= self.max
+    }
+
+    /// Counts one more sent entry of `hash`.
+    pub fn take(&self, hash: u32) {
+        if hash == 0 {
+            return;
+        }
+        let mut c = match self.counts.write() {
+            Ok(c) => c,
+            Err(p) => p.into_inner(),
+        };
+        *c.entry(hash).or_insert(0) += 1;
+    }
+
+    /// One entry of `hash` is no longer unacked (acked, taken back, or its consumer left).
+    pub fn release(&self, hash: u32) {
+        if hash == 0 {
+            return;
+        }
+        let was = {
+            let mut c = match self.counts.write() {
+                Ok(c) => c,
+                Err(p) => p.into_inner(),
+            };
+            match c.get_mut(&hash) {
+                Some(n) => {
+                    let was = *n;
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        c.remove(&hash);
+                    }
+                    was
+                }
+                None => 0,
+            }
+        };
+        if was == self.max {
+            self.wake.key_released.store(true, Ordering::SeqCst);
+            self.wake.waker.wake();
+        }
+    }
+}
+
+/// Every removal from a Key_Shared pending-acks map drops one draining reference and, with
+/// key-serial dispatch, one count of its hash.
 pub(crate) struct DrainRemoveHandler {
-    pub draining: Arc<DrainingHashes<ConsumerId>>,
+    pub draining: Option<Arc<DrainingHashes<ConsumerId>>>,
+    pub key_serial: Option<Arc<KeySerial>>,
 }
 
 impl RemoveHandler<PendingPos, ConsumerId> for DrainRemoveHandler {
@@ -272,16 +352,25 @@ impl RemoveHandler<PendingPos, ConsumerId> for DrainRemoveHandler {
         if ack.hash == 0 {
             return;
         }
-        if let Err(e) = self.draining.reduce_ref_count(consumer, ack.hash, closing) {
-            warn!(consumer = %consumer, ledger = pos.0, entry = pos.1, hash = ack.hash, ?cause, error = %e, "draining reference not dropped");
+        if let Some(ks) = &self.key_serial {
+            ks.release(ack.hash);
+        }
+        if let Some(dr) = &self.draining {
+            if let Err(e) = dr.reduce_ref_count(consumer, ack.hash, closing) {
+                warn!(consumer = %consumer, ledger = pos.0, entry = pos.1, hash = ack.hash, ?cause, error = %e, "draining reference not dropped");
+            }
         }
     }
 
     fn start_batch(&self) {
-        self.draining.start_batch();
+        if let Some(dr) = &self.draining {
+            dr.start_batch();
+        }
     }
 
     fn end_batch(&self) {
-        self.draining.end_batch();
+        if let Some(dr) = &self.draining {
+            dr.end_batch();
+        }
     }
 }

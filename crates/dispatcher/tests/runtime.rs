@@ -381,3 +381,67 @@ fn shutdown_persists_the_cursor() {
     assert_eq!(c.mark_delete_position(), ps[9]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Key-serial dispatch (`max_unacked_per_key = 1`) on real threads: a key never has two
+/// entries out at once; a redelivered entry comes back before the next entry of its key, and
+/// another key is not held back by it.
+#[test]
+fn key_serial_dispatch_sends_one_entry_per_key_at_a_time() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let mut cfg = DispatcherConfig::key_shared();
+    cfg.max_unacked_per_key = 1;
+    let rt = Runtime::start(cfg, cursor, ledger);
+    let c = rt.add_consumer(ConsumerSpec::new(1, "c")).unwrap();
+    let mut metas: Vec<EntryMeta> = (0..5).map(|_| meta("K")).collect();
+    metas.push(meta("other"));
+    rt.publish(metas);
+    c.flow(100);
+    let recv = |n: usize| {
+        let mut got = Vec::new();
+        let until = Instant::now() + Duration::from_secs(5);
+        while got.len() < n && Instant::now() < until {
+            if let Ok(b) = c.deliveries.recv_timeout(Duration::from_millis(20)) {
+                got.extend(b);
+            }
+        }
+        got
+    };
+    let first = recv(2);
+    let keys: Vec<Vec<u8>> = first
+        .iter()
+        .map(|d| d.meta.ordering_key.clone().unwrap())
+        .collect();
+    assert_eq!(keys.len(), 2, "K0 and the other key");
+    assert!(keys.contains(&b"K".to_vec()) && keys.contains(&b"other".to_vec()));
+    // Nothing more of K while K0 is unacked.
+    assert!(c
+        .deliveries
+        .recv_timeout(Duration::from_millis(200))
+        .is_err());
+    let k0 = first
+        .iter()
+        .find(|d| d.meta.ordering_key.as_deref() == Some(b"K"))
+        .unwrap()
+        .position;
+    assert!(matches!(
+        rt.why_blocked_key(b"K"),
+        Some(dispatcher::BlockReason::KeySerial { unacked: 1 })
+    ));
+    // A stock client's nack (a redelivery request): K0 comes back first, with count 1.
+    c.redeliver(vec![k0]);
+    let again = recv(1);
+    assert_eq!(again[0].position, k0);
+    assert_eq!(again[0].redelivery_count, 1);
+    // Acks walk the key forward one entry at a time, in order.
+    let mut last = k0;
+    c.ack(k0).unwrap();
+    for _ in 0..4 {
+        let next = recv(1);
+        assert_eq!(next.len(), 1);
+        assert!(next[0].position > last);
+        last = next[0].position;
+        c.ack(last).unwrap();
+    }
+    rt.shutdown();
+}

@@ -40,6 +40,12 @@ pub enum BlockReason {
         /// The owner.
         consumer: ConsumerId,
     },
+    /// Key-serial dispatch: the key already has `unacked` entries sent and not acknowledged,
+    /// its limit ([`DispatcherConfig::max_unacked_per_key`](crate::DispatcherConfig::max_unacked_per_key)).
+    KeySerial {
+        /// Unacked entries of the key now.
+        unacked: u32,
+    },
     /// No consumer covers the hash (exclusive ranges, or no consumer at all).
     UnassignedRange,
     /// Nothing holds the hash back.
@@ -156,6 +162,13 @@ impl Dispatcher {
                         pending: e.ref_count,
                     };
                 }
+            }
+        }
+        if let Some(ks) = self.mode.key_shared().and_then(|k| k.key_serial.as_ref()) {
+            if ks.at_limit(hash) {
+                return BlockReason::KeySerial {
+                    unacked: ks.count(hash),
+                };
             }
         }
         if let Some((position, until)) = self.replay.first_held(hash) {

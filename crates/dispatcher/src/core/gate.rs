@@ -3,6 +3,7 @@
 use draining_hashes::SendCheck;
 
 use super::*;
+use crate::shared::KeySerial;
 
 /// Where the dispatch predicate is asked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,6 +26,8 @@ pub enum Verdict {
     BehindReplay,
     /// Another consumer still drains the hash.
     Draining,
+    /// Key-serial dispatch: the key already has its allowed number of unacked entries.
+    KeySerial,
 }
 
 /// The draining part of the dispatch predicate.
@@ -68,6 +71,11 @@ impl Dispatcher {
                 return Verdict::Draining;
             }
         }
+        if let Some(ks) = self.mode.key_shared().and_then(|k| k.key_serial.as_ref()) {
+            if ks.at_limit(hash) {
+                return Verdict::KeySerial;
+            }
+        }
         Verdict::Allow
     }
 }
@@ -82,15 +90,45 @@ impl Dispatcher {
 ///
 /// [`Dispatcher::can_dispatch`] at [`DispatchGate::SendTime`] asks the same question without counting.
 pub(super) fn send_gate(
+    draining: Option<&DrainingHashes<ConsumerId>>,
+    key_serial: Option<&KeySerial>,
+    consumer: ConsumerId,
+    pos: PendingPos,
+    hash: u32,
+    pinned: bool,
+    continuation: bool,
+) -> bool {
+    if hash == 0 {
+        return true;
+    }
+    // Key-serial first (it has no side effect until it takes): a continuation chunk is never
+    // held (its message started), but it counts.
+    if let Some(ks) = key_serial {
+        if !continuation && ks.at_limit(hash) {
+            debug!(consumer = %consumer, ledger = pos.0, entry = pos.1, hash, "send-time add refused: key at its unacked limit");
+            return false;
+        }
+    }
+    let allowed = match draining {
+        Some(dr) => draining_gate(dr, consumer, pos, hash, pinned),
+        None => true,
+    };
+    if allowed {
+        if let Some(ks) = key_serial {
+            ks.take(hash);
+        }
+    }
+    allowed
+}
+
+/// The draining half of [`send_gate`].
+fn draining_gate(
     draining: &DrainingHashes<ConsumerId>,
     consumer: ConsumerId,
     pos: PendingPos,
     hash: u32,
     pinned: bool,
 ) -> bool {
-    if hash == 0 {
-        return true;
-    }
     match draining.check_send(consumer, hash) {
         SendCheck::Blocked { owner } => {
             debug!(consumer = %consumer, owner = %owner, ledger = pos.0, entry = pos.1, hash, "send-time add refused: hash drains on another consumer");

@@ -6,6 +6,8 @@ pub(super) struct KeySharedRouting {
     pub(super) cfg: KeySharedConfig,
     pub(super) selector: BoxedSelector,
     pub(super) draining: Option<Arc<DrainingHashes<ConsumerId>>>,
+    /// Key-serial counts (`max_unacked_per_key` > 0).
+    pub(super) key_serial: Option<Arc<KeySerial>>,
     /// Chunk and key pins of half-delivered chunked messages (bounded, see [`ChunkPins`]).
     pub(super) pins: ChunkPins,
     /// Hash → time it was first refused by a draining rule (draining timeout only).

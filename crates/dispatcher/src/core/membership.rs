@@ -39,10 +39,16 @@ impl Dispatcher {
         }
         let pending = PendingAcks::new(spec.id);
         // The send-time gate is passed per add (`send_gate`); removals drop draining references.
-        if let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.clone()) {
-            let remove: pending_acks::Arc<dyn pending_acks::RemoveHandler<PendingPos, ConsumerId>> =
-                pending_acks::Arc::new(DrainRemoveHandler { draining: dr });
-            pending.set_remove_handler(remove);
+        if let Some(k) = self.mode.key_shared() {
+            if k.draining.is_some() || k.key_serial.is_some() {
+                let remove: pending_acks::Arc<
+                    dyn pending_acks::RemoveHandler<PendingPos, ConsumerId>,
+                > = pending_acks::Arc::new(DrainRemoveHandler {
+                    draining: k.draining.clone(),
+                    key_serial: k.key_serial.clone(),
+                });
+                pending.set_remove_handler(remove);
+            }
         }
         let max_unacked = i64::from(self.cfg.max_unacked_per_consumer);
         let shared = Arc::new(ConsumerShared {

@@ -39,7 +39,7 @@ use crate::selector::{
     ExclusiveRangeSelector, ImpactedConsumers, StickyKeySelector,
 };
 use crate::shared::{
-    Charged, ConsumerShared, DrainListener, DrainRemoveHandler, PendingPos, SubShared,
+    Charged, ConsumerShared, DrainListener, DrainRemoveHandler, KeySerial, PendingPos, SubShared,
     UnackedLimit, WakeState, Waker,
 };
 use crate::sync::{Arc, AtomicBool, Ordering, RwLock};
@@ -334,6 +334,7 @@ impl Dispatcher {
     ) -> Self {
         let wake = Arc::new(WakeState {
             hashes_unblocked: AtomicBool::new(false),
+            key_released: AtomicBool::new(false),
             unacked_unblocked: AtomicBool::new(false),
             unblock_notifications: crate::sync::AtomicU64::new(0),
             waker,
@@ -347,11 +348,14 @@ impl Dispatcher {
                         draining_hashes::Arc::new(DrainListener(wake.clone()));
                     Arc::new(DrainingHashes::new(listener))
                 });
+                let key_serial = (cfg.max_unacked_per_key > 0)
+                    .then(|| Arc::new(KeySerial::new(cfg.max_unacked_per_key, wake.clone())));
                 (
                     Mode::KeyShared(KeySharedRouting {
                         cfg: k,
                         selector,
                         draining,
+                        key_serial,
                         pins: ChunkPins::new(cfg.assignor.max_pins),
                         blocked_since: AHashMap::new(),
                     }),

@@ -175,6 +175,12 @@ impl Dispatcher {
         if self.wake.unacked_unblocked.swap(false, Ordering::SeqCst) {
             self.recheck_unacked_blocks();
         }
+        if self.wake.key_released.swap(false, Ordering::SeqCst) {
+            // Key-serial: the next entry of a key may go now; its wait was one ack, not a
+            // handover, so there is nothing to coalesce.
+            self.read.look_ahead_next = false;
+            self.read.state.set_at_end(false);
+        }
         if self.wake.hashes_unblocked.swap(false, Ordering::SeqCst) {
             if self.cfg.unblocking_interval == 0 {
                 self.read.look_ahead_next = false;

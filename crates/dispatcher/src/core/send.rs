@@ -52,6 +52,8 @@ impl Dispatcher {
         let id = self.consumers[i].id;
         let mut refused_n = 0u64;
         let draining = self.mode.key_shared().and_then(|k| k.draining.clone());
+        let key_serial = self.mode.key_shared().and_then(|k| k.key_serial.clone());
+        let gated = draining.is_some() || key_serial.is_some();
         {
             let c = &self.consumers[i];
             let replay = &mut self.replay;
@@ -72,11 +74,21 @@ impl Dispatcher {
                     }
                 }
                 let n = e.meta.messages();
-                let r = match &draining {
-                    Some(dr) => c.shared.pending.add_if(pending_key(e.position), n, hash, |c, p, h| {
-                        send_gate(dr, c, p, h, is_pinned)
-                    }),
-                    None => c.shared.pending.add_if_allowed(pending_key(e.position), n, hash),
+                let continuation = e.meta.chunk.as_ref().is_some_and(|c| c.chunk_id > 0);
+                let r = if gated {
+                    c.shared.pending.add_if(pending_key(e.position), n, hash, |c, p, h| {
+                        send_gate(
+                            draining.as_deref(),
+                            key_serial.as_deref(),
+                            c,
+                            p,
+                            h,
+                            is_pinned,
+                            continuation,
+                        )
+                    })
+                } else {
+                    c.shared.pending.add_if_allowed(pending_key(e.position), n, hash)
                 };
                 match r {
                     Ok(_) => {
