@@ -881,6 +881,24 @@ mod tests {
         assert!(TopicName::parse("non-persistent://public/default/t").is_err());
     }
 
+    /// A consumer on `s` with permits, and the first `n` positions it receives.
+    fn receive(s: &Subscription, n: usize) -> (dispatcher::ConsumerHandle, Vec<Position>) {
+        let c = s
+            .runtime
+            .add_consumer(dispatcher::ConsumerSpec::new(1, "c"))
+            .unwrap();
+        c.flow(100);
+        let mut got = Vec::new();
+        while got.len() < n {
+            let b = c
+                .deliveries
+                .recv_timeout(std::time::Duration::from_secs(5))
+                .unwrap();
+            got.extend(b.iter().map(|d| d.position));
+        }
+        (c, got)
+    }
+
     #[test]
     fn retention_trims_ledgers_below_the_slowest_mark_delete() {
         // One entry per ledger, so each acked entry is a whole ledger.
@@ -896,19 +914,7 @@ mod tests {
             .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()).unwrap())
             .collect();
         let drain = |s: &Subscription, n: usize| {
-            let c = s
-                .runtime
-                .add_consumer(dispatcher::ConsumerSpec::new(1, "c"))
-                .unwrap();
-            c.flow(100);
-            let mut got = Vec::new();
-            while got.len() < 5 {
-                let b = c
-                    .deliveries
-                    .recv_timeout(std::time::Duration::from_secs(5))
-                    .unwrap();
-                got.extend(b.iter().map(|d| d.position));
-            }
+            let (c, got) = receive(s, 5);
             for p in &got[..n] {
                 c.ack(*p).unwrap();
             }
@@ -982,19 +988,7 @@ mod tests {
         assert_eq!(ps[2], Position::new(2, 0));
         assert_eq!(p5, Position::new(2, 2));
         for s in [&early, &late] {
-            let c = s
-                .runtime
-                .add_consumer(dispatcher::ConsumerSpec::new(1, "c"))
-                .unwrap();
-            c.flow(100);
-            let mut got = Vec::new();
-            while got.len() < 6 {
-                let b = c
-                    .deliveries
-                    .recv_timeout(std::time::Duration::from_secs(5))
-                    .unwrap();
-                got.extend(b.iter().map(|d| d.position));
-            }
+            let (_c, got) = receive(s, 6);
             let mut want = vec![p0];
             want.extend(&ps);
             want.push(p5);
