@@ -90,6 +90,8 @@ pub(crate) struct ConsumerStats {
     bytes_out_counter: u64,
     priority_level: i32,
     #[serde(skip_serializing_if = "Option::is_none")]
+    key_hash_ranges: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     draining_hashes: Option<Vec<DrainingHash>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     draining_hashes_count: Option<usize>,
@@ -186,6 +188,13 @@ fn subscription_stats(s: &Subscription) -> Option<SubscriptionStats> {
             draining_hashes_unacked_messages: key_shared
                 .then(|| draining.iter().map(|d| u64::from(d.unack_msgs)).sum()),
             draining_hashes: key_shared.then_some(draining),
+            // Pulsar's text form, e.g. "[0, 32767]".
+            key_hash_ranges: key_shared.then(|| {
+                c.hash_ranges
+                    .iter()
+                    .map(|r| format!("[{}, {}]", r.start, r.end))
+                    .collect()
+            }),
         });
     }
     let (rate_m, rate_b) = *lock(&s.rate_out);

@@ -46,6 +46,10 @@ fn stats_and_operations() {
     assert_eq!(sub["consumers"].as_array().unwrap().len(), 1);
     assert_eq!(sub["consumers"][0]["availablePermits"], 0);
     assert!(sub["consumers"][0]["drainingHashes"].is_array());
+    // One consumer owns the whole hash space (Pulsar's text form of the ranges).
+    let ranges = sub["consumers"][0]["keyHashRanges"].as_array().unwrap();
+    assert!(!ranges.is_empty());
+    assert!(ranges[0].as_str().unwrap().starts_with('['));
 
     // Skip 2, then clear the rest.
     assert_eq!(

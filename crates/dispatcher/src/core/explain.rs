@@ -3,6 +3,7 @@
 use cursor::Position;
 
 use crate::config::ConsumerId;
+use crate::hash::HashRange;
 
 /// Why entries of a hash are not dispatched right now, from
 /// [`Dispatcher::why_blocked`](crate::Dispatcher::why_blocked).
@@ -84,6 +85,9 @@ pub struct ConsumerStats {
     pub blocked_on_unacked: bool,
     /// Hashes it drains (Key_Shared), ascending.
     pub draining: Vec<DrainingHashStats>,
+    /// The hash ranges the selector assigns it now (Key_Shared; Pulsar's `keyHashRanges`),
+    /// ascending; empty on Shared.
+    pub hash_ranges: Vec<HashRange>,
 }
 
 /// Subscription figures, from [`Dispatcher::stats`](crate::Dispatcher::stats).
@@ -267,6 +271,7 @@ impl Dispatcher {
     /// Per-consumer figures, in dispatch (priority) order.
     pub fn consumer_stats(&self) -> Vec<ConsumerStats> {
         let dr = self.mode.key_shared().and_then(|k| k.draining.as_ref());
+        let assignment = self.mode.key_shared().map(|k| k.selector.assignment());
         self.consumers
             .iter()
             .map(|c| {
@@ -295,6 +300,10 @@ impl Dispatcher {
                     pending_entries: c.shared.pending.len(),
                     blocked_on_unacked: c.blocked(),
                     draining,
+                    hash_ranges: assignment
+                        .as_ref()
+                        .map(|a| a.ranges_of(c.id))
+                        .unwrap_or_default(),
                 }
             })
             .collect()
