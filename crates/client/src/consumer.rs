@@ -246,6 +246,7 @@ impl Consumer {
         }
         self.stats.received += 1;
         trace!(id = %msg.id, redelivery_count = msg.redelivery_count, "message received");
+        let already_acked = msg.already_acked;
         let (delivered, seq) = match msg.chunk.take() {
             None => (
                 Delivered {
@@ -264,11 +265,32 @@ impl Consumer {
                 None => return Ok(()),
             },
         };
-        self.enqueue(delivered, seq);
+        self.enqueue(delivered, seq, already_acked);
         Ok(())
     }
 
-    fn enqueue(&mut self, d: Delivered, seq: u64) {
+    fn enqueue(&mut self, d: Delivered, seq: u64, already_acked: bool) {
+        if let (true, Some(b)) = (already_acked, d.batch) {
+            // Acked before (perhaps by another consumer): count it as acked here, so the
+            // entry's whole-entry ack goes out once the application acked the rest.
+            self.stats.dropped_already_acked += 1;
+            trace!(id = %d.id, "batch index acked before this delivery; skipped");
+            let entry = d.id.entry();
+            let st = self.batches.entry(entry).or_insert_with(|| BatchAcks {
+                size: b.size,
+                acked: BTreeSet::new(),
+            });
+            st.acked.insert(b.index);
+            if st.acked.len() as u64 >= u64::from(st.size) {
+                self.batches.remove(&entry);
+                self.nacks.remove(entry);
+                let whole = MessageId::new(entry.ledger_id, entry.entry_id);
+                self.remember_ack(whole);
+                self.send_ack(vec![whole]);
+            }
+            self.return_permits(1);
+            return;
+        }
         if let Some(i) = d.batch.map(|b| b.index) {
             if let Some(b) = self.batches.get(&d.id.entry()) {
                 if b.acked.contains(&i) {

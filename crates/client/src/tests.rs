@@ -309,3 +309,47 @@ fn malformed_messages_are_rejected_with_their_permit_returned() {
     );
     insta::assert_snapshot!(out);
 }
+
+/// A redelivered batch entry whose indexes 0 and 2 were acked before (by this or another
+/// consumer, as the broker's `ack_set` says): the application gets only 1, 3 and 4, their
+/// permits come back, and acking those three sends the whole-entry ack.
+#[test]
+fn already_acked_batch_indexes_are_skipped_and_count_as_acked() {
+    let mut c = consumer(ConsumerConfig::default());
+    let epoch = c.connect(0);
+    let _ = drain(&mut c);
+    for i in 0..5u32 {
+        let m = IncomingMessage {
+            id: MessageId::batched(L, 7, i),
+            batch: Some(BatchInfo { index: i, size: 5 }),
+            already_acked: i == 0 || i == 2,
+            ..msg(epoch, 7, Some("k"))
+        };
+        c.on_message(0, m).unwrap();
+    }
+    let mut got = Vec::new();
+    while let Some(d) = c.receive(0) {
+        got.push(d);
+    }
+    let idx: Vec<u32> = got.iter().map(|d| d.batch.unwrap().index).collect();
+    assert_eq!(
+        idx,
+        [1, 3, 4],
+        "acked indexes are not handed to the application"
+    );
+    assert_eq!(c.stats().dropped_already_acked, 2);
+    for d in &got {
+        c.ack(0, d.id).unwrap();
+    }
+    let acks: Vec<String> = drain(&mut c)
+        .iter()
+        .map(fmt_cmd)
+        .filter(|s| s.starts_with("ack"))
+        .collect();
+    let last = acks.last().and_then(|a| a.split(' ').next_back());
+    assert_eq!(
+        last,
+        Some("1:7"),
+        "the last id acked is the whole entry: {acks:?}"
+    );
+}

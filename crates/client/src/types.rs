@@ -126,6 +126,10 @@ pub struct IncomingMessage {
     pub chunk: Option<ChunkInfo>,
     /// Payload bytes (a chunk's share for chunked messages).
     pub payload: Vec<u8>,
+    /// For a message of a batch entry: the broker says this index is already acknowledged
+    /// (Pulsar's `ack_set` on a redelivered batch, where a cleared bit is an acked index). The
+    /// consumer records it as acked, returns its permit and never hands it to the application.
+    pub already_acked: bool,
 }
 
 /// A message handed to the application by [`receive`](crate::Consumer::receive).
