@@ -56,3 +56,30 @@ fn unordered_nack_breaks_order_on_the_nack_scenarios() {
     let v = violations("f04-nack", 1..=1, Legacy::UnorderedNack);
     assert_eq!(v, vec![ViolationKind::Order]);
 }
+
+/// Without the acked indexes on a redelivered batch, an acked batch index goes out unmarked:
+/// the batch-nack mix (batches, partial acks, nacks, joins and leaves) and the Shared mix.
+#[test]
+fn no_batch_ack_set_hands_acked_messages_out_again() {
+    for scenario in ["mix-key-shared-batch-nack", "mix-shared"] {
+        let v = violations(scenario, 1..=4, Legacy::NoBatchAckSet);
+        assert!(v.contains(&ViolationKind::AckedRedelivered), "{scenario}: {v:?}");
+        let ours: Vec<ViolationKind> = (1..=4u64)
+            .flat_map(|seed| {
+                let s = builtin(scenario).expect("shipped scenario");
+                run_scenario(
+                    &s,
+                    &RunOptions {
+                        seed,
+                        ..RunOptions::default()
+                    },
+                )
+                .expect("runs")
+                .violations
+                .into_iter()
+                .map(|v| v.kind)
+            })
+            .collect();
+        assert!(ours.is_empty(), "{scenario} without the switch: {ours:?}");
+    }
+}

@@ -36,7 +36,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// The simulator steps of `cargo xtask ci` (each well under a minute in release):
-/// a smoke seed range of the default mix, the three legacy detections (the checker must fail), a
+/// a smoke seed range of the default mix, the four legacy detections (the checker must fail), a
 /// determinism check (every run twice, identical event-log hash) and the randomised mixes on the
 /// dispatcher's threaded runtime.
 pub(crate) fn ci_steps() -> anyhow::Result<()> {
@@ -84,6 +84,19 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
         "f04-nack",
         "--json",
         "target/sim/ci-legacy-nack.json",
+    ]))?;
+    sh(sim(&[
+        "--legacy",
+        "no-batch-ack-set",
+        "--expect-violation",
+        "--seeds",
+        "4",
+        "--scenario",
+        "mix-key-shared-batch-nack",
+        "--scenario",
+        "mix-shared",
+        "--json",
+        "target/sim/ci-legacy-ack-set.json",
     ]))?;
     sh(sim(&[
         "--check-determinism",

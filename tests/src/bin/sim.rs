@@ -53,7 +53,8 @@ fn usage() -> &'static str {
      [--expect-violation] [--check-determinism] [--runtime sim|threads] [--log FILE] \
      [--json FILE] [--all-violations] [--timeline FILE.svg] [--timeline-keys N] [--list]\n\
      legacy switches: mark-delete-cleanup (expects an order violation), orphan-chunk-replay \
-     (expects a stall), unordered-nack (Pulsar-mode nack on Key_Shared; expects an order violation)\n\
+     (expects a stall), unordered-nack (Pulsar-mode nack on Key_Shared; expects an order violation),\n\
+     no-batch-ack-set (redelivered batches without their acked indexes; expects acked-redelivered)\n\
      exit status: 0 no violation, 1 a violation, 2 bad arguments or a scenario that cannot run\n\
      details: docs/SIMULATOR.md"
 }

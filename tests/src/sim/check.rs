@@ -23,6 +23,9 @@ pub enum ViolationKind {
     Expectation,
     /// The dispatcher kept issuing commands without settling.
     Livelock,
+    /// An application was handed a message (a batch index included) whose ack the broker had
+    /// already accepted and not lost in a crash.
+    AckedRedelivered,
 }
 
 impl ViolationKind {
@@ -36,6 +39,7 @@ impl ViolationKind {
             ViolationKind::Model => "model",
             ViolationKind::Expectation => "expectation",
             ViolationKind::Livelock => "livelock",
+            ViolationKind::AckedRedelivered => "acked-redelivered",
         }
     }
 }

@@ -20,6 +20,9 @@ pub enum Invariant {
     Cursor,
     /// The dispatcher's structures agree with the simulator's reference model.
     Model,
+    /// No message whose ack the broker accepted (a batch index included, a crash's lost acks
+    /// excepted) is sent to a consumer again without being marked acked.
+    Acked,
     /// The scenario's `expect` lines hold.
     Expect,
 }
@@ -33,6 +36,7 @@ impl Invariant {
             Invariant::Stall => "stall",
             Invariant::Cursor => "cursor",
             Invariant::Model => "model",
+            Invariant::Acked => "acked",
             Invariant::Expect => "expect",
         }
     }
@@ -45,6 +49,7 @@ impl Invariant {
             Invariant::Stall => "no stall",
             Invariant::Cursor => "cursor never passes an unacked entry",
             Invariant::Model => "model agreement",
+            Invariant::Acked => "acked messages never sent again unmarked",
             Invariant::Expect => "the scenario's expect lines",
         }
     }
@@ -64,6 +69,7 @@ pub fn invariants_checked(s: &Scenario, threads: bool) -> Vec<Invariant> {
     if !threads {
         v.push(Invariant::Cursor);
         v.push(Invariant::Model);
+        v.push(Invariant::Acked);
     }
     if !s.expects.is_empty() {
         v.push(Invariant::Expect);

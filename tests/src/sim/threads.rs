@@ -69,7 +69,9 @@ struct Worker {
     thread: JoinHandle<()>,
 }
 
-fn incoming(epoch: u64, e: &cursor::Entry) -> Vec<IncomingMessage> {
+/// The messages a client decodes from one delivery; batch indexes the broker says are acked
+/// (its `ack_set`) are marked so the client skips them.
+fn incoming(epoch: u64, e: &dispatcher::Delivery) -> Vec<IncomingMessage> {
     let m = &e.meta;
     let (l, en) = (e.position.ledger_id, e.position.entry_id);
     let base = IncomingMessage {
@@ -86,6 +88,7 @@ fn incoming(epoch: u64, e: &cursor::Entry) -> Vec<IncomingMessage> {
             total_size: c.total_size,
         }),
         payload: Vec::new(),
+        already_acked: false,
     };
     let n = m.messages();
     if n > 1 && m.chunk.is_none() {
@@ -93,6 +96,7 @@ fn incoming(epoch: u64, e: &cursor::Entry) -> Vec<IncomingMessage> {
             .map(|i| IncomingMessage {
                 id: MessageId::batched(l, en, i),
                 batch: Some(BatchInfo { index: i, size: n }),
+                already_acked: e.acked_indexes.contains(&i),
                 ..base.clone()
             })
             .collect()

@@ -154,7 +154,9 @@ impl World {
                         "broker: ack {name} {mid} newly={newly} complete={complete} cleared_on={}",
                         o.cleared_on.map(|c| c.to_string()).unwrap_or("-".into())
                     ));
+                    self.broker_acked.insert((p, Some(i)));
                     if complete {
+                        self.broker_acked.insert((p, None));
                         if self.acked.insert(p) {
                             self.last_progress = self.now;
                         }
@@ -186,6 +188,7 @@ impl World {
         let expected = self.model_owner(p);
         match self.ack.ack(id, p) {
             Ok(o) => {
+                self.broker_acked.insert((p, None));
                 if self.acked.insert(p) {
                     self.last_progress = self.now;
                 }
@@ -307,9 +310,41 @@ impl World {
             let redeliveries = self.d.redelivery_count(p);
             // Every index of a batch entry goes out, acked ones included: the dispatcher charges
             // the entry's whole message count in permits, and the client returns one permit per
-            // message (dropping copies of indexes it knows are acked). Filtering here would leak
-            // permits.
-            out.push((e, redeliveries));
+            // message. The indexes the cursor holds as acked go with it (Pulsar's `ack_set`), so
+            // the client skips them; `--legacy no-batch-ack-set` leaves them out.
+            let acked_indexes = if e.meta.messages() > 1 && self.send_ack_set {
+                lock(&self.cell)
+                    .cursor
+                    .batch_acked_indexes(p)
+                    .unwrap_or_default()
+            } else {
+                Vec::new()
+            };
+            // No acked message goes out again unmarked: not a whole acked entry, and not a
+            // batch index the broker accepted an ack for (unless a crash lost that ack).
+            let unmarked: Vec<u32> = (0..e.meta.messages())
+                .filter(|i| {
+                    self.broker_acked.contains(&(p, None))
+                        || (e.meta.messages() > 1
+                            && self.broker_acked.contains(&(p, Some(*i)))
+                            && !acked_indexes.contains(i))
+                })
+                .collect();
+            if !unmarked.is_empty() {
+                let v = Violation {
+                    kind: ViolationKind::AckedRedelivered,
+                    at: self.now,
+                    key: Self::key_of(&e.meta).map(|k| key_str(&k)),
+                    positions: vec![p.to_string()],
+                    consumers: vec![name.clone()],
+                    detail: format!(
+                        "{p} sent to {name} with acked message(s) {unmarked:?} not marked acked: the application would process them again"
+                    ),
+                };
+                self.violate(v);
+                return;
+            }
+            out.push((e, redeliveries, acked_indexes));
         }
         self.log(line);
         let delay = self.net_delay();

@@ -6,7 +6,12 @@ use super::*;
 impl World {
     // ------------------------------------------------------------------ client side
 
-    pub(super) fn client_receives(&mut self, name: &str, conn: u64, entries: Vec<(Entry, u32)>) {
+    pub(super) fn client_receives(
+        &mut self,
+        name: &str,
+        conn: u64,
+        entries: Vec<(Entry, u32, Vec<u32>)>,
+    ) {
         let now = self.now;
         let mut errors = Vec::new();
         {
@@ -16,7 +21,7 @@ impl World {
             if c.conn != conn || conn == 0 {
                 return;
             }
-            for (e, redelivery_count) in entries {
+            for (e, redelivery_count, acked_indexes) in entries {
                 let m = &e.meta;
                 let (l, en) = (e.position.ledger_id, e.position.entry_id);
                 let key = Self::key_of(m);
@@ -34,6 +39,7 @@ impl World {
                         total_size: ch.total_size,
                     }),
                     payload: Vec::new(),
+                    already_acked: false,
                 };
                 let n = m.messages();
                 if n > 1 && m.chunk.is_none() {
@@ -41,6 +47,7 @@ impl World {
                         let msg = IncomingMessage {
                             id: MessageId::batched(l, en, i),
                             batch: Some(BatchInfo { index: i, size: n }),
+                            already_acked: acked_indexes.contains(&i),
                             ..base.clone()
                         };
                         if let Err(err) = c.client.on_message(now, msg) {
@@ -116,6 +123,7 @@ impl World {
                 msg_str(msg),
                 d.redelivery_count
             ));
+
             let first = d.chunk_ids.first().map_or(msg, |c| {
                 (Position::new(c.ledger_id, c.entry_id), c.batch_index)
             });

@@ -273,6 +273,14 @@ impl World {
             match recovered {
                 Ok(c) => {
                     let (before, after) = (cursor.mark_delete_position(), c.mark_delete_position());
+                    // Acks the crash lost may legitimately come back.
+                    self.broker_acked.retain(|(p, i)| {
+                        *p <= c.mark_delete_position()
+                            || c.is_acked(*p)
+                            || i.is_some_and(|i| {
+                                c.batch_acked_indexes(*p).is_some_and(|v| v.contains(&i))
+                            })
+                    });
                     *cursor = c;
                     drop(g);
                     self.log(format!("cursor recovered: mark-delete {before} -> {after}"));

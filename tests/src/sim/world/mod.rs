@@ -40,6 +40,9 @@ pub enum Legacy {
     /// Pulsar-mode nack on Key_Shared (the client redelivers after the delay, the broker does
     /// not hold the key): expect an order violation.
     UnorderedNack,
+    /// Deliveries without the batch's acked indexes (no `ack_set` on a redelivered batch):
+    /// expect an acked message handed to an application again.
+    NoBatchAckSet,
 }
 
 impl Legacy {
@@ -49,6 +52,7 @@ impl Legacy {
             "mark-delete-cleanup" => Legacy::MarkDeleteCleanup,
             "orphan-chunk-replay" => Legacy::OrphanChunkReplay,
             "unordered-nack" => Legacy::UnorderedNack,
+            "no-batch-ack-set" => Legacy::NoBatchAckSet,
             _ => return None,
         })
     }
@@ -59,6 +63,7 @@ impl Legacy {
             Legacy::MarkDeleteCleanup => "mark-delete-cleanup",
             Legacy::OrphanChunkReplay => "orphan-chunk-replay",
             Legacy::UnorderedNack => "unordered-nack",
+            Legacy::NoBatchAckSet => "no-batch-ack-set",
         }
     }
 
@@ -67,6 +72,7 @@ impl Legacy {
         match self {
             Legacy::MarkDeleteCleanup | Legacy::UnorderedNack => ViolationKind::Order,
             Legacy::OrphanChunkReplay => ViolationKind::Stall,
+            Legacy::NoBatchAckSet => ViolationKind::AckedRedelivered,
         }
     }
 }
@@ -166,7 +172,8 @@ enum SimEvent {
     ToClient {
         name: String,
         conn: u64,
-        entries: Vec<(Entry, u32)>,
+        /// Each entry with its redelivery count and the batch indexes already acked.
+        entries: Vec<(Entry, u32, Vec<u32>)>,
     },
     ToBroker {
         name: String,
@@ -311,6 +318,9 @@ pub(crate) fn apply_legacy(d: &mut DispatcherConfig, legacy: Option<Legacy>) -> 
         // Pulsar-mode nack: the client sends RedeliverUnacked after the delay, which the
         // dispatcher replays without holding the key (see `World::ordered_nack`).
         Some(Legacy::UnorderedNack) => {}
+        // Deliveries go out without the acked indexes (the world's send path; no dispatcher
+        // setting).
+        Some(Legacy::NoBatchAckSet) => {}
         None => {}
     }
     Ok(())
@@ -345,6 +355,9 @@ pub struct World {
     steps_done: usize,
     expects: Vec<Expect>,
     acked: BTreeSet<Position>,
+    /// Acks the broker accepted, by (position, batch index; `None` = the whole entry), less
+    /// those a broker crash lost: none of these may reach an application again.
+    broker_acked: BTreeSet<(Position, Option<u32>)>,
     dropped: BTreeSet<Position>,
     checked_md: Position,
     model: BTreeMap<ConsumerId, BTreeSet<Position>>,
@@ -352,6 +365,8 @@ pub struct World {
     nacked_by: BTreeMap<Position, String>,
     /// Key_Shared with ordered nack (client and broker halves).
     ordered_nack: bool,
+    /// Deliveries carry a batch's acked indexes (off under `--legacy no-batch-ack-set`).
+    send_ack_set: bool,
     /// Pending position → messages not yet acked (batch-index acks reduce it).
     remaining: BTreeMap<Position, u32>,
     /// uuid → consumer its chunk 0 went to, until its last chunk is sent (the chunk assignor's
@@ -444,11 +459,13 @@ impl World {
             steps_done: 0,
             expects: scenario.expects.clone(),
             acked: BTreeSet::new(),
+            broker_acked: BTreeSet::new(),
             dropped: BTreeSet::new(),
             checked_md,
             model: BTreeMap::new(),
             nacked_by: BTreeMap::new(),
             ordered_nack: ordered && opts.legacy != Some(Legacy::UnorderedNack),
+            send_ack_set: opts.legacy != Some(Legacy::NoBatchAckSet),
             remaining: BTreeMap::new(),
             pins: BTreeMap::new(),
             order: OrderChecker::new(ordered),
