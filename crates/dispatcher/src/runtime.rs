@@ -255,8 +255,20 @@ impl ConsumerHandle {
         let _ = self.events.send(Event::RedeliverAll(self.id));
     }
 
-    /// Leaves the subscription; undelivered and unacked entries go to the others.
+    /// Leaves the subscription; undelivered and unacked entries go to the others (their
+    /// hashes kept, so ordering holds) and the hashes this consumer drained are released.
+    ///
+    /// Dropping the handle does the same: a consumer whose thread panicked or forgot to close
+    /// is disconnected like one that closed.
     pub fn close(self) {
+        drop(self);
+    }
+}
+
+impl Drop for ConsumerHandle {
+    /// Disconnects the consumer ([`Event::ConsumerRemoved`]); a no-op when the dispatcher
+    /// thread is gone.
+    fn drop(&mut self) {
         let _ = self.events.send(Event::ConsumerRemoved(self.id));
     }
 }

@@ -381,3 +381,43 @@ fn shutdown_persists_the_cursor() {
     assert_eq!(c.mark_delete_position(), ps[9]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A consumer whose thread panics while it holds entries (its handle is dropped, never
+/// closed) is disconnected: its entries go to the other consumer, so the key moves.
+#[test]
+fn a_panicking_consumer_thread_gives_its_entries_back() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start(DispatcherConfig::key_shared(), cursor, ledger);
+    let a = rt.add_consumer(ConsumerSpec::new(1, "a")).unwrap();
+    a.flow(100);
+    rt.publish((0..10).map(|_| meta("k")).collect());
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let t = thread::spawn(move || {
+        let mut got = Vec::new();
+        while got.len() < 10 {
+            let b = a.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+            got.extend(b.iter().map(|d| d.position));
+        }
+        held_tx.send(got).unwrap();
+        panic!("consumer thread fails while holding its entries");
+    });
+    let held = held_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(t.join().is_err(), "the consumer thread panicked");
+    let b = rt.add_consumer(ConsumerSpec::new(2, "b")).unwrap();
+    b.flow(100);
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.len() < 10 && Instant::now() < deadline {
+        if let Ok(batch) = b.deliveries.recv_timeout(Duration::from_millis(20)) {
+            got.extend(batch.iter().map(|d| d.position));
+        }
+    }
+    assert_eq!(got, held, "b gets every entry a held, in order");
+    for p in &got {
+        b.ack(*p).unwrap();
+    }
+    let (stats, consumers) = rt.stats().unwrap();
+    assert_eq!((stats.unacked, consumers.len()), (0, 1));
+    rt.shutdown();
+}
