@@ -13,7 +13,7 @@ use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{after, never, select, unbounded, Receiver, Sender};
+use crossbeam_channel::{after, bounded, never, select, unbounded, Receiver, Sender, TrySendError};
 use cursor::{
     Backlog, CursorStore, Entry, EntryMeta, Ledger, ManagedCursor, MarkDeleteMove, Position,
 };
@@ -81,15 +81,30 @@ pub struct RuntimeOptions {
     /// loses at most this much of acknowledgement state: those acks are redelivered after a
     /// restart. `None`: only on shutdown.
     pub persist_every: Option<Duration>,
+    /// Capacity of each consumer's delivery channel, in sends (one send is one
+    /// `Vec<Delivery>` of at most `max_read_batch` entries), default 64; 0 counts as 1.
+    ///
+    /// This bounds what the runtime holds for a consumer that stops reading, whatever its
+    /// permits: at most `delivery_queue × max_read_batch` entries. When a send finds the
+    /// channel full the dispatcher thread does not block and loses nothing: the entries go back
+    /// to the core ([`Dispatcher::handle_send_refused`]: replay, hashes kept, no redelivery
+    /// counted), the consumer counts as having no permits, and it resumes
+    /// ([`Dispatcher::handle_consumer_resumed`]) once its channel is at most half full (checked
+    /// every turn of the loop, and every few milliseconds while a consumer is paused).
+    pub delivery_queue: usize,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
         RuntimeOptions {
             persist_every: Some(Duration::from_secs(1)),
+            delivery_queue: 64,
         }
     }
 }
+
+/// How often the dispatcher thread looks at a paused consumer's channel.
+const DRAIN_CHECK: Duration = Duration::from_millis(5);
 
 type ViewFn = dyn Fn() -> CursorView + Send + Sync;
 type RangesFn = dyn Fn() -> Vec<(Position, Position)> + Send + Sync;
@@ -193,6 +208,7 @@ pub struct Runtime {
     view: StdArc<ViewFn>,
     ranges: StdArc<RangesFn>,
     thread: Option<JoinHandle<()>>,
+    delivery_queue: usize,
 }
 
 /// One connected consumer: receives entries, acks on the caller's thread.
@@ -349,13 +365,14 @@ impl Runtime {
             view,
             ranges,
             thread,
+            delivery_queue: options.delivery_queue.max(1),
         }
     }
 
     /// Connects a consumer; waits for the dispatcher thread's answer.
     pub fn add_consumer(&self, spec: ConsumerSpec) -> Result<ConsumerHandle, AddConsumerError> {
         let id = spec.id;
-        let (dtx, drx) = unbounded();
+        let (dtx, drx) = bounded(self.delivery_queue);
         let (rtx, rrx) = unbounded();
         let _ = self.events.send(Event::ConsumerAdded {
             spec,
@@ -458,8 +475,16 @@ struct Loop<S: CursorStore, L: Ledger> {
     persist_ms: Option<u64>,
     cell: StdArc<StdMutex<CursorCell<S, L>>>,
     waker: StdArc<ChannelWaker>,
-    consumers: Vec<(ConsumerId, Sender<Vec<Delivery>>)>,
+    consumers: Vec<Outlet>,
     start: Instant,
+}
+
+/// One consumer's delivery channel, as the dispatcher thread sees it.
+struct Outlet {
+    id: ConsumerId,
+    tx: Sender<Vec<Delivery>>,
+    /// A send found the channel full; the core holds the consumer paused until it drains.
+    paused: bool,
 }
 
 impl<S: CursorStore, L: Ledger> Loop<S, L> {
@@ -479,6 +504,11 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 Some(at) => after(Duration::from_millis(at.saturating_sub(self.now()))),
                 None => never(),
             };
+            // A paused consumer drains its channel without telling anyone: look again soon.
+            let drain_tick = match self.consumers.iter().any(|o| o.paused) {
+                true => after(DRAIN_CHECK),
+                false => never(),
+            };
             select! {
                 recv(rx) -> ev => {
                     let Ok(ev) = ev else { break };
@@ -490,6 +520,7 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                     let now = self.now();
                     self.core.handle_timeout(now);
                 }
+                recv(drain_tick) -> _ => {}
                 recv(persist_timer) -> _ => {
                     let now = self.now();
                     match self.driver.maybe_persist(now, &self.cell) {
@@ -525,13 +556,17 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 let id = spec.id;
                 let r = self.core.handle_consumer_added(now, spec);
                 if r.is_ok() {
-                    self.consumers.push((id, deliveries));
+                    self.consumers.push(Outlet {
+                        id,
+                        tx: deliveries,
+                        paused: false,
+                    });
                 }
                 let _ = reply.send(r);
             }
             Event::ConsumerRemoved(id) => {
                 self.core.handle_consumer_removed(now, id);
-                self.consumers.retain(|(c, _)| *c != id);
+                self.consumers.retain(|o| o.id != id);
             }
             Event::Flow(id, n) => {
                 self.core.handle_flow(now, id, n);
@@ -603,8 +638,46 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
         }
     }
 
+    /// Hands one send to the consumer's channel without blocking; a full channel (or a paused
+    /// consumer: later sends must not overtake refused ones) gives the entries back to the core.
+    fn deliver(&mut self, now: u64, consumer: ConsumerId, entries: Vec<Entry>) {
+        let Some(k) = self.consumers.iter().position(|o| o.id == consumer) else {
+            return;
+        };
+        let refused = if self.consumers[k].paused {
+            entries.iter().map(|e| e.position).collect()
+        } else {
+            let deliveries = self.deliveries(entries);
+            match self.consumers[k].tx.try_send(deliveries) {
+                Ok(()) => return,
+                Err(TrySendError::Disconnected(_)) => {
+                    // The handle is gone; its ConsumerRemoved is on the way.
+                    debug!(consumer = %consumer, "consumer channel closed");
+                    return;
+                }
+                Err(TrySendError::Full(d)) => d.iter().map(|d| d.position).collect::<Vec<_>>(),
+            }
+        };
+        self.consumers[k].paused = true;
+        let n = self.core.handle_send_refused(now, consumer, &refused);
+        debug!(consumer = %consumer, refused = n, "delivery channel full; consumer paused");
+    }
+
+    /// Resumes every paused consumer whose channel is at most half full.
+    fn resume_drained(&mut self) {
+        let now = self.now();
+        for o in &mut self.consumers {
+            let cap = o.tx.capacity().unwrap_or(usize::MAX);
+            if o.paused && o.tx.len() <= cap / 2 {
+                o.paused = false;
+                self.core.handle_consumer_resumed(now, o.id);
+            }
+        }
+    }
+
     /// Executes the core's commands until it has none (through the shared [`Driver`]).
     fn execute(&mut self) {
+        self.resume_drained();
         loop {
             let now = self.now();
             let Some(out) = self.driver.poll(now, &mut self.core, &self.cell) else {
@@ -612,12 +685,7 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
             };
             match out {
                 Output::Send { consumer, entries } => {
-                    let deliveries = self.deliveries(entries);
-                    if let Some((_, tx)) = self.consumers.iter().find(|(c, _)| *c == consumer) {
-                        if tx.send(deliveries).is_err() {
-                            debug!(consumer = %consumer, "consumer channel closed");
-                        }
-                    }
+                    self.deliver(now, consumer, entries);
                 }
                 // The select! loop re-reads poll_timeout every turn; this runtime has no
                 // dead-letter topic (the driver already acked the entry on the cursor).

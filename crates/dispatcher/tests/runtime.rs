@@ -335,6 +335,7 @@ fn cursor_is_persisted_on_a_cadence() {
         ledger.clone(),
         dispatcher::RuntimeOptions {
             persist_every: Some(Duration::from_millis(50)),
+            ..Default::default()
         },
     );
     let got = consume_and_ack_all(&rt, 10);
@@ -373,6 +374,7 @@ fn shutdown_persists_the_cursor() {
         ledger.clone(),
         dispatcher::RuntimeOptions {
             persist_every: None,
+            ..Default::default()
         },
     );
     consume_and_ack_all(&rt, 10);
@@ -419,5 +421,70 @@ fn a_panicking_consumer_thread_gives_its_entries_back() {
     }
     let (stats, consumers) = rt.stats().unwrap();
     assert_eq!((stats.unacked, consumers.len()), (0, 1));
+    rt.shutdown();
+}
+
+/// A consumer with a million permits that never reads holds at most `delivery_queue` sends in
+/// its channel, while another consumer keeps receiving; once it reads it gets the rest:
+/// every entry is delivered to exactly one of them, exactly once.
+#[test]
+fn a_consumer_that_stops_reading_holds_a_bounded_queue() {
+    let ledger = InMemoryLedger::new(100_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let mut cfg = DispatcherConfig::shared();
+    cfg.max_unacked_per_consumer = 0;
+    cfg.max_unacked_per_subscription = 0;
+    let queue = dispatcher::RuntimeOptions::default().delivery_queue;
+    let max_batch = cfg.max_read_batch;
+    let rt = Runtime::start(cfg, cursor, ledger);
+    let stalled = rt.add_consumer(ConsumerSpec::new(1, "stalled")).unwrap();
+    let busy = rt.add_consumer(ConsumerSpec::new(2, "busy")).unwrap();
+    stalled.flow(1_000_000);
+    busy.flow(1_000_000);
+    let total = 20_000usize;
+    rt.publish((0..total).map(|_| meta("x")).collect());
+    let mut seen = std::collections::BTreeMap::new();
+    let mut got_busy = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // The busy consumer receives while the stalled one holds a full channel.
+    while Instant::now() < deadline {
+        match busy.deliveries.recv_timeout(Duration::from_millis(200)) {
+            Ok(b) => {
+                for d in b {
+                    *seen.entry(d.position).or_insert(0) += 1;
+                    busy.ack(d.position).unwrap();
+                    got_busy += 1;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    assert!(
+        stalled.deliveries.len() <= queue,
+        "{} sends queued",
+        stalled.deliveries.len()
+    );
+    let mut held = 0;
+    while let Ok(b) = stalled.deliveries.try_recv() {
+        held += b.len();
+        for d in b {
+            *seen.entry(d.position).or_insert(0) += 1;
+            stalled.ack(d.position).unwrap();
+        }
+    }
+    assert!(held <= queue * max_batch, "{held} entries held");
+    assert!(got_busy >= total - queue * max_batch, "busy got {got_busy}");
+    // The stalled consumer reads now: it gets the rest.
+    while seen.len() < total && Instant::now() < deadline {
+        if let Ok(b) = stalled.deliveries.recv_timeout(Duration::from_millis(20)) {
+            for d in b {
+                *seen.entry(d.position).or_insert(0) += 1;
+                stalled.ack(d.position).unwrap();
+            }
+        }
+    }
+    assert_eq!(seen.len(), total, "nothing lost");
+    assert!(seen.values().all(|n| *n == 1), "nothing twice");
+    assert_eq!(rt.cursor_view().backlog.entries, 0);
     rt.shutdown();
 }

@@ -58,6 +58,7 @@ impl Dispatcher {
             parked_permits: 0,
             shared,
             blocked_by_hash: false,
+            paused: false,
         };
         let at = self.consumers.partition_point(|x| x.priority <= c.priority);
         debug!(consumer = %c.id, name = %c.name, priority = c.priority, "consumer added");

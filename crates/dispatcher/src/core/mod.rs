@@ -111,6 +111,9 @@ struct Consumer {
     shared: Arc<ConsumerShared>,
     /// Key_Shared: a normal read was blocked for this consumer by a hash rule in the last batch.
     blocked_by_hash: bool,
+    /// The shell refused a send to it (its delivery queue is full): no permits usable until
+    /// [`Dispatcher::handle_consumer_resumed`].
+    paused: bool,
 }
 
 impl Consumer {
@@ -120,7 +123,7 @@ impl Consumer {
 
     /// Permits usable now: 0 while blocked, else the permits capped by the unacked headroom.
     fn available_permits(&self) -> i64 {
-        if self.blocked() || self.permits <= 0 {
+        if self.paused || self.blocked() || self.permits <= 0 {
             return 0;
         }
         let mut p = self.permits;
