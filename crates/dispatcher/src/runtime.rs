@@ -7,6 +7,53 @@
 //! channel per consumer. Consumers ack on their own threads through [`ConsumerHandle::ack`]
 //! (an [`AckHandle`]): cursor ack, then pending-ack removal, which may wake the dispatcher
 //! thread with an [`Event::Wake`].
+//!
+//! ```
+//! use std::time::Duration;
+//! use cursor::{EntryMeta, InMemoryLedger, ManagedCursor, MemoryStore};
+//! use dispatcher::{ConsumerSpec, DispatcherConfig, Runtime};
+//!
+//! // A subscription over an in-memory ledger, its cursor kept in memory.
+//! let ledger = InMemoryLedger::new(10_000);
+//! let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+//! let rt = Runtime::start(DispatcherConfig::key_shared(), cursor, ledger);
+//!
+//! // A consumer joins and grants permits.
+//! let c = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
+//! c.flow(100);
+//!
+//! // A producer publishes; publish_wait returns the positions assigned.
+//! let positions = rt.publish_wait(
+//!     (0..3)
+//!         .map(|i| {
+//!             let mut m = EntryMeta::simple(1_000 + i, 16);
+//!             m.ordering_key = Some(b"order-42".to_vec());
+//!             m
+//!         })
+//!         .collect(),
+//! );
+//!
+//! // The consumer receives Deliveries (entry + redelivery count + acked batch indexes)...
+//! let mut got = Vec::new();
+//! while got.len() < positions.len() {
+//!     let batch = c.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+//!     got.extend(batch.iter().map(|d| d.position));
+//! }
+//! assert_eq!(got, positions);
+//!
+//! // ...and acks them on its own thread.
+//! for p in &got {
+//!     c.ack(*p).unwrap();
+//! }
+//!
+//! // The cursor: everything acked, nothing left in the backlog.
+//! let view = rt.cursor_view();
+//! assert_eq!(view.mark_delete, positions[2]);
+//! assert_eq!(view.backlog.entries, 0);
+//!
+//! c.close();
+//! rt.shutdown(); // persists the cursor and joins the dispatcher thread
+//! ```
 
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::sync::{Arc as StdArc, Mutex as StdMutex};
@@ -103,6 +150,13 @@ impl Default for RuntimeOptions {
     }
 }
 
+/// Milliseconds since the Unix epoch (the clock of [`EntryMeta::publish_time`]); 0 before it.
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// How often the dispatcher thread looks at a paused consumer's channel.
 const DRAIN_CHECK: Duration = Duration::from_millis(5);
 
@@ -138,6 +192,9 @@ pub enum Event {
     Release(ConsumerId, Vec<Position>),
     /// Append entries to the ledger (a producer).
     Publish(Vec<EntryMeta>),
+    /// Append entries to the ledger and send back the positions assigned, in order
+    /// ([`Runtime::publish_wait`]).
+    PublishWait(Vec<EntryMeta>, Sender<Vec<Position>>),
     /// Run an admin operation on the cursor; the resulting mark-delete move (if any) is sent
     /// back, after the core's hook ran.
     Admin(AdminOp, Sender<Option<MarkDeleteMove>>),
@@ -162,6 +219,7 @@ impl std::fmt::Debug for Event {
             Event::Nack(c, ps, d) => write!(f, "Nack({c}, {} positions, {d:?})", ps.len()),
             Event::Release(c, ps) => write!(f, "Release({c}, {} positions)", ps.len()),
             Event::Publish(m) => write!(f, "Publish({} entries)", m.len()),
+            Event::PublishWait(m, _) => write!(f, "PublishWait({} entries)", m.len()),
             Event::Admin(op, _) => write!(f, "Admin({op:?})"),
             Event::Wake => f.write_str("Wake"),
             Event::Stats(_) => f.write_str("Stats"),
@@ -392,9 +450,18 @@ impl Runtime {
         }
     }
 
-    /// Appends entries to the ledger.
+    /// Appends entries to the ledger (fire and forget: the dispatcher thread appends them in
+    /// event order).
     pub fn publish(&self, entries: Vec<EntryMeta>) {
         let _ = self.events.send(Event::Publish(entries));
+    }
+
+    /// Appends entries to the ledger and waits for the positions the dispatcher thread
+    /// assigned them, in order. Empty when the dispatcher thread is gone.
+    pub fn publish_wait(&self, entries: Vec<EntryMeta>) -> Vec<Position> {
+        let (tx, rx) = unbounded();
+        let _ = self.events.send(Event::PublishWait(entries, tx));
+        rx.recv().unwrap_or_default()
     }
 
     /// Runs an admin operation on the cursor and returns the mark-delete move it caused (with
@@ -586,7 +653,18 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
             Event::Publish(metas) => {
                 self.driver.publish(now, &mut self.core, &self.cell, metas);
             }
+            Event::PublishWait(metas, reply) => {
+                let positions = self.driver.publish(now, &mut self.core, &self.cell, metas);
+                let _ = reply.send(positions);
+            }
             Event::Admin(op, reply) => {
+                // Publish times are wall-clock ms; the loop's `now` is not.
+                let op = match op {
+                    AdminOp::ExpireOlderThan { age_ms } => {
+                        AdminOp::Expire(wall_clock_ms().saturating_sub(age_ms))
+                    }
+                    op => op,
+                };
                 let mv = self.driver.admin(now, &mut self.core, &self.cell, op);
                 let _ = reply.send(mv);
             }

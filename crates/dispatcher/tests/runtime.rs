@@ -488,3 +488,63 @@ fn a_consumer_that_stops_reading_holds_a_bounded_queue() {
     assert_eq!(rt.cursor_view().backlog.entries, 0);
     rt.shutdown();
 }
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// `publish_wait` answers with the positions; `ExpireOlderThan` expires by age on the wall
+/// clock (publish times are wall-clock ms); `ResetToPublishTime` rewinds to the first entry
+/// published at or after a time, so a consumer gets those entries again.
+#[test]
+fn admin_by_publish_time_and_age() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start(DispatcherConfig::shared(), cursor, ledger);
+    let t0 = now_ms();
+    let old: Vec<_> = (0..3)
+        .map(|i| EntryMeta::simple(t0 - 600_000 + i, 10))
+        .collect();
+    let old = rt.publish_wait(old);
+    let young = rt.publish_wait((0..4).map(|i| EntryMeta::simple(t0 + i, 10)).collect());
+    assert_eq!((old.len(), young.len()), (3, 4));
+    assert!(old
+        .iter()
+        .chain(&young)
+        .zip(old.iter().chain(&young).skip(1))
+        .all(|(a, b)| a < b));
+    let mv = rt
+        .admin(dispatcher::AdminOp::ExpireOlderThan { age_ms: 60_000 })
+        .expect("the old entries expired");
+    assert_eq!(mv.to, old[2]);
+    assert_eq!(rt.cursor_view().backlog.entries, 4);
+    // Consume and ack the rest, then reset to the publish time of young[2].
+    let c = rt.add_consumer(ConsumerSpec::new(1, "c")).unwrap();
+    c.flow(100);
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let b = c.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+        got.extend(b.iter().map(|d| d.position));
+    }
+    assert_eq!(got, young);
+    for p in &got {
+        c.ack(*p).unwrap();
+    }
+    c.close();
+    let mv = rt
+        .admin(dispatcher::AdminOp::ResetToPublishTime(t0 + 2))
+        .expect("reset moved mark-delete back");
+    assert_eq!(mv.to, young[1]);
+    let c = rt.add_consumer(ConsumerSpec::new(2, "c2")).unwrap();
+    c.flow(100);
+    let mut again = Vec::new();
+    while again.len() < 2 {
+        let b = c.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+        again.extend(b.iter().map(|d| d.position));
+    }
+    assert_eq!(again, young[2..]);
+    rt.shutdown();
+}
