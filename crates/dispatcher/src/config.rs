@@ -115,6 +115,19 @@ pub struct DispatcherConfig {
     /// Dead-letter policy for nacked entries (`None` = off, the default). In Pulsar this is the
     /// client's `DeadLetterPolicy` (`maxRedeliverCount`), not a broker setting.
     pub dead_letter: Option<DeadLetterPolicy>,
+    /// First wait of the read loop's back-off (after a read that dispatched nothing, or a
+    /// failed read: [`Dispatcher::handle_read_failed`](crate::Dispatcher::handle_read_failed)),
+    /// in the caller's time unit; it doubles per further step up to
+    /// [`read_backoff_max`](Self::read_backoff_max). Default 1 (0 counts as 1).
+    pub read_backoff_initial: u64,
+    /// Largest back-off step. Default 10 (less than the initial step counts as the initial).
+    pub read_backoff_max: u64,
+    /// Up to this much is added to each back-off step, drawn from a SplitMix64 seeded with
+    /// [`read_backoff_seed`](Self::read_backoff_seed) (the core has no other randomness).
+    /// Default 0: no jitter, today's fixed steps.
+    pub read_backoff_jitter: u64,
+    /// Seed of the back-off jitter (so a run is reproducible).
+    pub read_backoff_seed: u64,
 }
 
 /// How long a nacked entry waits before it is re-sent, by its redelivery count (1 on the first
@@ -248,6 +261,10 @@ impl DispatcherConfig {
             assignor: chunk_assignor::AssignorConfig::default(),
             nack_backoff: NackBackoff::default(),
             dead_letter: None,
+            read_backoff_initial: 1,
+            read_backoff_max: 10,
+            read_backoff_jitter: 0,
+            read_backoff_seed: 0,
         }
     }
 

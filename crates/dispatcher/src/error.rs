@@ -18,6 +18,9 @@ pub enum AddConsumerError {
     /// The runtime's dispatcher thread is not running (shut down, or could not start).
     #[error("the dispatcher thread is not running")]
     DispatcherStopped,
+    /// The dispatcher was closed ([`Dispatcher::handle_close`](crate::Dispatcher::handle_close)).
+    #[error("the dispatcher is closed")]
+    Closed,
 }
 
 /// Why an ack through an [`AckHandle`](crate::AckHandle) failed. Nothing changed: the pending

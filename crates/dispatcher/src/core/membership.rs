@@ -15,6 +15,9 @@ impl Dispatcher {
         now: u64,
         spec: ConsumerSpec,
     ) -> Result<(), AddConsumerError> {
+        if self.closed {
+            return Err(AddConsumerError::Closed);
+        }
         if self.find(spec.id).is_some() {
             return Err(AddConsumerError::DuplicateConsumer(spec.id));
         }

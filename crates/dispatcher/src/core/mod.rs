@@ -14,6 +14,7 @@
 //! | `redelivery` | redelivery, ordered nack, release, parked entries and dead letters |
 //! | `mark_delete` | the mark-delete hook |
 //! | `explain` | `why_blocked`, stats and views, beside their types |
+//! | `close` | `handle_close`: hand every held entry back, refuse further input |
 //!
 //! Method categories: inputs are `handle_*` (every one takes `now`), outputs are `poll_*`,
 //! everything else (`stats`, `why_blocked`, `entry_hash`, …) is a query that changes nothing.
@@ -47,6 +48,7 @@ use crate::sync::{Arc, AtomicBool, Ordering, RwLock};
 /// A boxed selector, as the dispatcher holds it (users may plug their own).
 pub type BoxedSelector = Box<dyn StickyKeySelector<ConsumerId> + Send>;
 
+mod close;
 mod explain;
 mod gate;
 mod key_shared;
@@ -57,6 +59,7 @@ mod read_loop;
 mod redelivery;
 mod send;
 
+pub use self::close::{Closed, ReturnedEntry};
 pub use self::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
 pub use self::gate::{DispatchGate, Verdict};
 use self::key_shared::*;
@@ -246,6 +249,8 @@ pub struct Dispatcher {
     /// Dead letters for the driver (see `poll_dead_letter`).
     dead_letters: VecDeque<Position>,
     counters: Counters,
+    /// [`Dispatcher::handle_close`] ran: no input is taken, no output produced.
+    closed: bool,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -377,6 +382,7 @@ impl Dispatcher {
             wake: wake.clone(),
         });
         let read_batch = cfg.min_read_batch.max(1);
+        let read_seed = cfg.read_backoff_seed;
         Dispatcher {
             cfg,
             mode,
@@ -386,13 +392,14 @@ impl Dispatcher {
             ids: Vec::new(),
             replay: ReplaySet::new(count_hashes),
             commands: VecDeque::new(),
-            read: ReadLoop::new(read_batch),
+            read: ReadLoop::new(read_batch, read_seed),
             timers: Timers::default(),
             scratch_blocked: AHashSet::new(),
             mark_delete: None,
             redelivery_counts: BTreeMap::new(),
             dead_letters: VecDeque::new(),
             counters: Counters::default(),
+            closed: false,
         }
     }
 
@@ -409,11 +416,17 @@ impl Dispatcher {
 
     /// The next command for the driver, if any.
     pub fn poll_command(&mut self) -> Option<DispatchCommand> {
+        if self.closed {
+            return None;
+        }
         self.commands.pop_front()
     }
 
     /// The earliest armed timer: call [`handle_timeout`](Self::handle_timeout) at or after it.
     pub fn poll_timeout(&self) -> Option<u64> {
+        if self.closed {
+            return None;
+        }
         [
             self.timers.unblock,
             self.timers.draining,

@@ -328,6 +328,9 @@ impl Dispatcher {
     /// replay). Drain after [`handle_nack`](Self::handle_nack) and
     /// [`dead_letter_parked`](Self::dead_letter_parked) when a dead-letter policy is set.
     pub fn poll_dead_letter(&mut self) -> Option<Position> {
+        if self.closed {
+            return None;
+        }
         self.dead_letters.pop_front()
     }
 
