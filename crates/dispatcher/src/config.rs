@@ -290,6 +290,9 @@ pub struct ConsumerSpec {
     pub priority: i32,
     /// Key_Shared STICKY mode only: the hash ranges this consumer asks for.
     pub ranges: Vec<HashRange>,
+    /// The Key_Shared settings this consumer subscribes with (a SUBSCRIBE's `KeySharedMeta`),
+    /// see [`with_key_shared`](Self::with_key_shared); `None`: whatever the subscription has.
+    pub key_shared: Option<KeySharedConfig>,
 }
 
 impl ConsumerSpec {
@@ -298,6 +301,7 @@ impl ConsumerSpec {
         ConsumerSpec {
             id: ConsumerId(id),
             name: name.into(),
+            key_shared: None,
             priority: 0,
             ranges: Vec::new(),
         }
@@ -312,6 +316,27 @@ impl ConsumerSpec {
     /// Sets the STICKY-mode ranges.
     pub fn with_ranges(mut self, ranges: Vec<HashRange>) -> Self {
         self.ranges = ranges;
+        self
+    }
+
+    /// Subscribes with these Key_Shared settings (Pulsar's `KeySharedPolicy`). On a Key_Shared
+    /// dispatcher with no consumer connected, the first consumer's settings are adopted (mode
+    /// and allow-out-of-order; the selector is rebuilt for the mode); while consumers are
+    /// connected, a consumer asking for another **mode** is refused with
+    /// [`AddConsumerError::ModeMismatch`](crate::AddConsumerError::ModeMismatch) and its
+    /// allow-out-of-order is ignored (the subscription's holds, as in Pulsar). Ignored on a
+    /// Shared dispatcher (the shell checks the subscription type).
+    ///
+    /// ```
+    /// use dispatcher::{ConsumerSpec, KeySharedConfig, KeySharedMode};
+    /// let spec = ConsumerSpec::new(1, "c1").with_key_shared(KeySharedConfig {
+    ///     mode: KeySharedMode::AutoSplit,
+    ///     allow_out_of_order: true,
+    /// });
+    /// assert!(spec.key_shared.is_some());
+    /// ```
+    pub fn with_key_shared(mut self, key_shared: KeySharedConfig) -> Self {
+        self.key_shared = Some(key_shared);
         self
     }
 }

@@ -475,3 +475,78 @@ fn close_returns_every_held_entry_and_refuses_input() {
     assert_eq!(d.poll_dead_letter(), None);
     assert_eq!(d.ensure_open(), Err(dispatcher::Closed));
 }
+
+/// The first consumer of an empty Key_Shared subscription sets its mode and
+/// allow-out-of-order; while it is connected another mode is refused with a typed error;
+/// once the subscription is empty again the next consumer's mode is taken.
+#[test]
+fn key_shared_mode_comes_from_the_first_consumer() {
+    let sticky = KeySharedConfig {
+        mode: KeySharedMode::Sticky,
+        allow_out_of_order: true,
+    };
+    let auto = KeySharedConfig {
+        mode: KeySharedMode::AutoSplit,
+        allow_out_of_order: false,
+    };
+    let mut d = Dispatcher::new(DispatcherConfig::key_shared(), Arc::new(NoopWaker));
+    d.handle_consumer_added(
+        0,
+        ConsumerSpec::new(1, "a")
+            .with_ranges(vec![HashRange::new(0, 100)])
+            .with_key_shared(sticky),
+    )
+    .unwrap();
+    assert_eq!(d.config().subscription, SubscriptionType::KeyShared(sticky));
+    // The Sticky selector is in use: a conflicting range is refused.
+    assert!(matches!(
+        d.handle_consumer_added(
+            0,
+            ConsumerSpec::new(2, "b")
+                .with_ranges(vec![HashRange::new(50, 60)])
+                .with_key_shared(sticky)
+        ),
+        Err(AddConsumerError::Selector(_))
+    ));
+    assert_eq!(
+        d.handle_consumer_added(0, ConsumerSpec::new(3, "c").with_key_shared(auto)),
+        Err(AddConsumerError::ModeMismatch {
+            subscription: KeySharedMode::Sticky,
+            consumer: ConsumerId(3),
+            requested: KeySharedMode::AutoSplit,
+        })
+    );
+    // The same mode with another allow-out-of-order joins; the subscription's setting holds.
+    d.handle_consumer_added(
+        0,
+        ConsumerSpec::new(4, "d")
+            .with_ranges(vec![HashRange::new(200, 300)])
+            .with_key_shared(KeySharedConfig {
+                allow_out_of_order: false,
+                ..sticky
+            }),
+    )
+    .unwrap();
+    assert_eq!(d.config().subscription, SubscriptionType::KeyShared(sticky));
+    d.handle_consumer_removed(0, ConsumerId(1));
+    d.handle_consumer_removed(0, ConsumerId(4));
+    d.handle_consumer_added(0, ConsumerSpec::new(5, "e").with_key_shared(auto))
+        .unwrap();
+    assert_eq!(d.config().subscription, SubscriptionType::KeyShared(auto));
+}
+
+/// A first consumer whose adoption fails in the selector leaves the subscription's settings
+/// as they were.
+#[test]
+fn a_refused_first_consumer_changes_no_mode() {
+    let before = DispatcherConfig::key_shared().subscription;
+    let mut d = Dispatcher::new(DispatcherConfig::key_shared(), Arc::new(NoopWaker));
+    let sticky = KeySharedConfig {
+        mode: KeySharedMode::Sticky,
+        allow_out_of_order: false,
+    };
+    assert!(d
+        .handle_consumer_added(0, ConsumerSpec::new(1, "a").with_key_shared(sticky))
+        .is_err());
+    assert_eq!(d.config().subscription, before);
+}

@@ -265,6 +265,17 @@ impl std::fmt::Debug for Dispatcher {
     }
 }
 
+/// The built-in selector of a Key_Shared mode.
+fn builtin_selector(mode: KeySharedMode) -> BoxedSelector {
+    match mode {
+        KeySharedMode::ConsistentHashing { points } => {
+            Box::new(ConsistentHashingSelector::new(points))
+        }
+        KeySharedMode::AutoSplit => Box::new(AutoSplitSelector::new()),
+        KeySharedMode::Sticky => Box::new(ExclusiveRangeSelector::new()),
+    }
+}
+
 fn pending_key(p: Position) -> PendingPos {
     (p.ledger_id, p.entry_id)
 }
@@ -313,15 +324,45 @@ impl Dispatcher {
         }
         let selector: Option<BoxedSelector> = match cfg.subscription {
             SubscriptionType::Shared => None,
-            SubscriptionType::KeyShared(k) => Some(match k.mode {
-                KeySharedMode::ConsistentHashing { points } => {
-                    Box::new(ConsistentHashingSelector::new(points))
-                }
-                KeySharedMode::AutoSplit => Box::new(AutoSplitSelector::new()),
-                KeySharedMode::Sticky => Box::new(ExclusiveRangeSelector::new()),
-            }),
+            SubscriptionType::KeyShared(k) => Some(builtin_selector(k.mode)),
         };
         Self::build(cfg, waker, selector)
+    }
+
+    /// Key_Shared routing state for `k` (a fresh draining tracker when `k` requires draining).
+    fn key_shared_routing(
+        k: KeySharedConfig,
+        selector: BoxedSelector,
+        max_pins: usize,
+        wake: &Arc<WakeState>,
+    ) -> KeySharedRouting {
+        let draining_required = !k.allow_out_of_order && !matches!(k.mode, KeySharedMode::Sticky);
+        let draining = draining_required.then(|| {
+            let listener: draining_hashes::Arc<dyn draining_hashes::UnblockListener> =
+                draining_hashes::Arc::new(DrainListener(wake.clone()));
+            Arc::new(DrainingHashes::new(listener))
+        });
+        KeySharedRouting {
+            cfg: k,
+            selector,
+            draining,
+            pins: ChunkPins::new(max_pins),
+            blocked_since: AHashMap::new(),
+        }
+    }
+
+    /// No consumer is connected: take `k` as the subscription's Key_Shared settings (the
+    /// built-in selector of its mode, a fresh draining tracker, pins and replay set).
+    pub(super) fn adopt_key_shared(&mut self, k: KeySharedConfig) {
+        debug!(from = ?self.cfg.subscription, to = ?k, "Key_Shared settings taken from the first consumer");
+        self.cfg.subscription = SubscriptionType::KeyShared(k);
+        self.mode = Mode::KeyShared(Self::key_shared_routing(
+            k,
+            builtin_selector(k.mode),
+            self.cfg.assignor.max_pins,
+            &self.wake,
+        ));
+        self.replay = ReplaySet::new(!k.allow_out_of_order);
     }
 
     /// A Key_Shared dispatcher with a caller-supplied selector (the mode in `cfg` then only
@@ -347,25 +388,15 @@ impl Dispatcher {
             waker,
         });
         let (mode, count_hashes) = match (cfg.subscription, selector) {
-            (SubscriptionType::KeyShared(k), Some(selector)) => {
-                let draining_required =
-                    !k.allow_out_of_order && !matches!(k.mode, KeySharedMode::Sticky);
-                let draining = draining_required.then(|| {
-                    let listener: draining_hashes::Arc<dyn draining_hashes::UnblockListener> =
-                        draining_hashes::Arc::new(DrainListener(wake.clone()));
-                    Arc::new(DrainingHashes::new(listener))
-                });
-                (
-                    Mode::KeyShared(KeySharedRouting {
-                        cfg: k,
-                        selector,
-                        draining,
-                        pins: ChunkPins::new(cfg.assignor.max_pins),
-                        blocked_since: AHashMap::new(),
-                    }),
-                    !k.allow_out_of_order,
-                )
-            }
+            (SubscriptionType::KeyShared(k), Some(selector)) => (
+                Mode::KeyShared(Self::key_shared_routing(
+                    k,
+                    selector,
+                    cfg.assignor.max_pins,
+                    &wake,
+                )),
+                !k.allow_out_of_order,
+            ),
             _ => (
                 Mode::Shared(SharedRouting {
                     assignor: ChunkAssignor::new(cfg.assignor),
