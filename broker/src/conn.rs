@@ -680,9 +680,14 @@ impl Conn {
             .clone()
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| format!("consumer-{}", global.0));
-        let spec = ConsumerSpec::new(global.0, consumer_name.clone())
+        let mut spec = ConsumerSpec::new(global.0, consumer_name.clone())
             .with_priority(s.priority_level.unwrap_or(0))
             .with_ranges(ranges);
+        if let SubKind::KeyShared(ks) = kind {
+            // The dispatcher takes the mode from the first consumer of an empty subscription
+            // and refuses another mode while consumers are connected (ModeMismatch).
+            spec = spec.with_key_shared(ks);
+        }
         let handle = match sub.runtime.add_consumer(spec) {
             Ok(h) => h,
             Err(e) => {

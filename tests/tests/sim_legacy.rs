@@ -63,7 +63,10 @@ fn unordered_nack_breaks_order_on_the_nack_scenarios() {
 fn no_batch_ack_set_hands_acked_messages_out_again() {
     for scenario in ["mix-key-shared-batch-nack", "mix-shared"] {
         let v = violations(scenario, 1..=4, Legacy::NoBatchAckSet);
-        assert!(v.contains(&ViolationKind::AckedRedelivered), "{scenario}: {v:?}");
+        assert!(
+            v.contains(&ViolationKind::AckedRedelivered),
+            "{scenario}: {v:?}"
+        );
         let ours: Vec<ViolationKind> = (1..=4u64)
             .flat_map(|seed| {
                 let s = builtin(scenario).expect("shipped scenario");

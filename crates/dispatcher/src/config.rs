@@ -123,6 +123,19 @@ pub struct DispatcherConfig {
     /// Continuation chunks of a chunked message count but are not held (the client acks a
     /// chunked message only once it has all of it).
     pub max_unacked_per_key: u32,
+    /// First wait of the read loop's back-off (after a read that dispatched nothing, or a
+    /// failed read: [`Dispatcher::handle_read_failed`](crate::Dispatcher::handle_read_failed)),
+    /// in the caller's time unit; it doubles per further step up to
+    /// [`read_backoff_max`](Self::read_backoff_max). Default 1 (0 counts as 1).
+    pub read_backoff_initial: u64,
+    /// Largest back-off step. Default 10 (less than the initial step counts as the initial).
+    pub read_backoff_max: u64,
+    /// Up to this much is added to each back-off step, drawn from a SplitMix64 seeded with
+    /// [`read_backoff_seed`](Self::read_backoff_seed) (the core has no other randomness).
+    /// Default 0: no jitter, today's fixed steps.
+    pub read_backoff_jitter: u64,
+    /// Seed of the back-off jitter (so a run is reproducible).
+    pub read_backoff_seed: u64,
 }
 
 /// How long a nacked entry waits before it is re-sent, by its redelivery count (1 on the first
@@ -257,6 +270,10 @@ impl DispatcherConfig {
             nack_backoff: NackBackoff::default(),
             dead_letter: None,
             max_unacked_per_key: 0,
+            read_backoff_initial: 1,
+            read_backoff_max: 10,
+            read_backoff_jitter: 0,
+            read_backoff_seed: 0,
         }
     }
 
@@ -282,6 +299,9 @@ pub struct ConsumerSpec {
     pub priority: i32,
     /// Key_Shared STICKY mode only: the hash ranges this consumer asks for.
     pub ranges: Vec<HashRange>,
+    /// The Key_Shared settings this consumer subscribes with (a SUBSCRIBE's `KeySharedMeta`),
+    /// see [`with_key_shared`](Self::with_key_shared); `None`: whatever the subscription has.
+    pub key_shared: Option<KeySharedConfig>,
 }
 
 impl ConsumerSpec {
@@ -290,6 +310,7 @@ impl ConsumerSpec {
         ConsumerSpec {
             id: ConsumerId(id),
             name: name.into(),
+            key_shared: None,
             priority: 0,
             ranges: Vec::new(),
         }
@@ -304,6 +325,27 @@ impl ConsumerSpec {
     /// Sets the STICKY-mode ranges.
     pub fn with_ranges(mut self, ranges: Vec<HashRange>) -> Self {
         self.ranges = ranges;
+        self
+    }
+
+    /// Subscribes with these Key_Shared settings (Pulsar's `KeySharedPolicy`). On a Key_Shared
+    /// dispatcher with no consumer connected, the first consumer's settings are adopted (mode
+    /// and allow-out-of-order; the selector is rebuilt for the mode); while consumers are
+    /// connected, a consumer asking for another **mode** is refused with
+    /// [`AddConsumerError::ModeMismatch`](crate::AddConsumerError::ModeMismatch) and its
+    /// allow-out-of-order is ignored (the subscription's holds, as in Pulsar). Ignored on a
+    /// Shared dispatcher (the shell checks the subscription type).
+    ///
+    /// ```
+    /// use dispatcher::{ConsumerSpec, KeySharedConfig, KeySharedMode};
+    /// let spec = ConsumerSpec::new(1, "c1").with_key_shared(KeySharedConfig {
+    ///     mode: KeySharedMode::AutoSplit,
+    ///     allow_out_of_order: true,
+    /// });
+    /// assert!(spec.key_shared.is_some());
+    /// ```
+    pub fn with_key_shared(mut self, key_shared: KeySharedConfig) -> Self {
+        self.key_shared = Some(key_shared);
         self
     }
 }

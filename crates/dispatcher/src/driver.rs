@@ -36,8 +36,16 @@ pub enum AdminOp {
     Skip(u64),
     /// Drop the whole backlog.
     ClearBacklog,
-    /// Expire entries published before this time (ms).
+    /// Expire entries published before this time (ms, the publish-time clock).
     Expire(u64),
+    /// Expire entries published more than `age_ms` ago. The driver computes the cutoff from
+    /// the `now` it is given, so it is meaningful only where `now` is the publish-time clock
+    /// (the simulator); the threaded [`Runtime`](crate::Runtime) turns it into an
+    /// [`Expire`](Self::Expire) with the wall clock first.
+    ExpireOlderThan {
+        /// The age in ms.
+        age_ms: u64,
+    },
     /// Backlog-quota eviction down to at most this many messages.
     EvictToCount(u64),
     /// Backlog-quota eviction down to at most this many bytes.
@@ -45,6 +53,11 @@ pub enum AdminOp {
     /// Reset the cursor to this position. Disconnect every consumer first (as Pulsar does).
     /// A position the cursor refuses is logged and nothing moves.
     ResetTo(Position),
+    /// Reset the cursor to the first entry published at or after this time (ms; past the last
+    /// entry when none is, see `ManagedCursor::reset_to_publish_time`). Disconnect every
+    /// consumer first, as for [`ResetTo`](Self::ResetTo); a refused reset is logged and
+    /// nothing moves.
+    ResetToPublishTime(u64),
     /// Drop ledger entries below this position, but never at or above the cursor's
     /// mark-delete + 1 (retention: a broker trims each subscription's ledger replica below the
     /// slowest subscription's mark-delete). Moves nothing.
@@ -337,12 +350,22 @@ impl Driver {
                 AdminOp::Skip(n) => cursor.skip(ledger, n),
                 AdminOp::ClearBacklog => cursor.clear_backlog(ledger),
                 AdminOp::Expire(t) => cursor.expire(ledger, t),
+                AdminOp::ExpireOlderThan { age_ms } => {
+                    cursor.expire(ledger, now.saturating_sub(age_ms))
+                }
                 AdminOp::EvictToCount(n) => cursor.evict_to_count(ledger, n),
                 AdminOp::EvictToSize(n) => cursor.evict_to_size(ledger, n),
                 AdminOp::ResetTo(p) => match cursor.reset(ledger, p) {
                     Ok(mv) => Some(mv),
                     Err(e) => {
                         warn!(position = %p, error = %e, "reset refused");
+                        None
+                    }
+                },
+                AdminOp::ResetToPublishTime(t) => match cursor.reset_to_publish_time(ledger, t) {
+                    Ok(mv) => Some(mv),
+                    Err(e) => {
+                        warn!(publish_time = t, error = %e, "reset by publish time refused");
                         None
                     }
                 },

@@ -2,7 +2,7 @@
 
 use cursor::Position;
 
-use crate::config::ConsumerId;
+use crate::config::{ConsumerId, KeySharedMode};
 use crate::selector::SelectorError;
 
 /// Why [`Dispatcher::handle_consumer_added`](crate::Dispatcher::handle_consumer_added) refused
@@ -18,6 +18,20 @@ pub enum AddConsumerError {
     /// The runtime's dispatcher thread is not running (shut down, or could not start).
     #[error("the dispatcher thread is not running")]
     DispatcherStopped,
+    /// The consumer asks for a Key_Shared mode other than the subscription's, while other
+    /// consumers are connected (with none connected, the subscription adopts it).
+    #[error("consumer {consumer} asks for Key_Shared mode {requested:?}, the subscription uses {subscription:?}")]
+    ModeMismatch {
+        /// The subscription's mode.
+        subscription: KeySharedMode,
+        /// The refused consumer.
+        consumer: ConsumerId,
+        /// The mode it asked for.
+        requested: KeySharedMode,
+    },
+    /// The dispatcher was closed ([`Dispatcher::handle_close`](crate::Dispatcher::handle_close)).
+    #[error("the dispatcher is closed")]
+    Closed,
 }
 
 /// Why an ack through an [`AckHandle`](crate::AckHandle) failed. Nothing changed: the pending

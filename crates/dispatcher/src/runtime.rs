@@ -7,13 +7,60 @@
 //! channel per consumer. Consumers ack on their own threads through [`ConsumerHandle::ack`]
 //! (an [`AckHandle`]): cursor ack, then pending-ack removal, which may wake the dispatcher
 //! thread with an [`Event::Wake`].
+//!
+//! ```
+//! use std::time::Duration;
+//! use cursor::{EntryMeta, InMemoryLedger, ManagedCursor, MemoryStore};
+//! use dispatcher::{ConsumerSpec, DispatcherConfig, Runtime};
+//!
+//! // A subscription over an in-memory ledger, its cursor kept in memory.
+//! let ledger = InMemoryLedger::new(10_000);
+//! let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+//! let rt = Runtime::start(DispatcherConfig::key_shared(), cursor, ledger);
+//!
+//! // A consumer joins and grants permits.
+//! let c = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
+//! c.flow(100);
+//!
+//! // A producer publishes; publish_wait returns the positions assigned.
+//! let positions = rt.publish_wait(
+//!     (0..3)
+//!         .map(|i| {
+//!             let mut m = EntryMeta::simple(1_000 + i, 16);
+//!             m.ordering_key = Some(b"order-42".to_vec());
+//!             m
+//!         })
+//!         .collect(),
+//! );
+//!
+//! // The consumer receives Deliveries (entry + redelivery count + acked batch indexes)...
+//! let mut got = Vec::new();
+//! while got.len() < positions.len() {
+//!     let batch = c.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+//!     got.extend(batch.iter().map(|d| d.position));
+//! }
+//! assert_eq!(got, positions);
+//!
+//! // ...and acks them on its own thread.
+//! for p in &got {
+//!     c.ack(*p).unwrap();
+//! }
+//!
+//! // The cursor: everything acked, nothing left in the backlog.
+//! let view = rt.cursor_view();
+//! assert_eq!(view.mark_delete, positions[2]);
+//! assert_eq!(view.backlog.entries, 0);
+//!
+//! c.close();
+//! rt.shutdown(); // persists the cursor and joins the dispatcher thread
+//! ```
 
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{after, never, select, unbounded, Receiver, Sender};
+use crossbeam_channel::{after, bounded, never, select, unbounded, Receiver, Sender, TrySendError};
 use cursor::{
     Backlog, CursorStore, Entry, EntryMeta, Ledger, ManagedCursor, MarkDeleteMove, Position,
 };
@@ -81,15 +128,37 @@ pub struct RuntimeOptions {
     /// loses at most this much of acknowledgement state: those acks are redelivered after a
     /// restart. `None`: only on shutdown.
     pub persist_every: Option<Duration>,
+    /// Capacity of each consumer's delivery channel, in sends (one send is one
+    /// `Vec<Delivery>` of at most `max_read_batch` entries), default 64; 0 counts as 1.
+    ///
+    /// This bounds what the runtime holds for a consumer that stops reading, whatever its
+    /// permits: at most `delivery_queue × max_read_batch` entries. When a send finds the
+    /// channel full the dispatcher thread does not block and loses nothing: the entries go back
+    /// to the core ([`Dispatcher::handle_send_refused`]: replay, hashes kept, no redelivery
+    /// counted), the consumer counts as having no permits, and it resumes
+    /// ([`Dispatcher::handle_consumer_resumed`]) once its channel is at most half full (checked
+    /// every turn of the loop, and every few milliseconds while a consumer is paused).
+    pub delivery_queue: usize,
 }
 
 impl Default for RuntimeOptions {
     fn default() -> Self {
         RuntimeOptions {
             persist_every: Some(Duration::from_secs(1)),
+            delivery_queue: 64,
         }
     }
 }
+
+/// Milliseconds since the Unix epoch (the clock of [`EntryMeta::publish_time`]); 0 before it.
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// How often the dispatcher thread looks at a paused consumer's channel.
+const DRAIN_CHECK: Duration = Duration::from_millis(5);
 
 type ViewFn = dyn Fn() -> CursorView + Send + Sync;
 type RangesFn = dyn Fn() -> Vec<(Position, Position)> + Send + Sync;
@@ -123,6 +192,9 @@ pub enum Event {
     Release(ConsumerId, Vec<Position>),
     /// Append entries to the ledger (a producer).
     Publish(Vec<EntryMeta>),
+    /// Append entries to the ledger and send back the positions assigned, in order
+    /// ([`Runtime::publish_wait`]).
+    PublishWait(Vec<EntryMeta>, Sender<Vec<Position>>),
     /// Run an admin operation on the cursor; the resulting mark-delete move (if any) is sent
     /// back, after the core's hook ran.
     Admin(AdminOp, Sender<Option<MarkDeleteMove>>),
@@ -147,6 +219,7 @@ impl std::fmt::Debug for Event {
             Event::Nack(c, ps, d) => write!(f, "Nack({c}, {} positions, {d:?})", ps.len()),
             Event::Release(c, ps) => write!(f, "Release({c}, {} positions)", ps.len()),
             Event::Publish(m) => write!(f, "Publish({} entries)", m.len()),
+            Event::PublishWait(m, _) => write!(f, "PublishWait({} entries)", m.len()),
             Event::Admin(op, _) => write!(f, "Admin({op:?})"),
             Event::Wake => f.write_str("Wake"),
             Event::Stats(_) => f.write_str("Stats"),
@@ -193,6 +266,7 @@ pub struct Runtime {
     view: StdArc<ViewFn>,
     ranges: StdArc<RangesFn>,
     thread: Option<JoinHandle<()>>,
+    delivery_queue: usize,
 }
 
 /// One connected consumer: receives entries, acks on the caller's thread.
@@ -255,8 +329,20 @@ impl ConsumerHandle {
         let _ = self.events.send(Event::RedeliverAll(self.id));
     }
 
-    /// Leaves the subscription; undelivered and unacked entries go to the others.
+    /// Leaves the subscription; undelivered and unacked entries go to the others (their
+    /// hashes kept, so ordering holds) and the hashes this consumer drained are released.
+    ///
+    /// Dropping the handle does the same: a consumer whose thread panicked or forgot to close
+    /// is disconnected like one that closed.
     pub fn close(self) {
+        drop(self);
+    }
+}
+
+impl Drop for ConsumerHandle {
+    /// Disconnects the consumer ([`Event::ConsumerRemoved`]); a no-op when the dispatcher
+    /// thread is gone.
+    fn drop(&mut self) {
         let _ = self.events.send(Event::ConsumerRemoved(self.id));
     }
 }
@@ -337,13 +423,14 @@ impl Runtime {
             view,
             ranges,
             thread,
+            delivery_queue: options.delivery_queue.max(1),
         }
     }
 
     /// Connects a consumer; waits for the dispatcher thread's answer.
     pub fn add_consumer(&self, spec: ConsumerSpec) -> Result<ConsumerHandle, AddConsumerError> {
         let id = spec.id;
-        let (dtx, drx) = unbounded();
+        let (dtx, drx) = bounded(self.delivery_queue);
         let (rtx, rrx) = unbounded();
         let _ = self.events.send(Event::ConsumerAdded {
             spec,
@@ -363,9 +450,18 @@ impl Runtime {
         }
     }
 
-    /// Appends entries to the ledger.
+    /// Appends entries to the ledger (fire and forget: the dispatcher thread appends them in
+    /// event order).
     pub fn publish(&self, entries: Vec<EntryMeta>) {
         let _ = self.events.send(Event::Publish(entries));
+    }
+
+    /// Appends entries to the ledger and waits for the positions the dispatcher thread
+    /// assigned them, in order. Empty when the dispatcher thread is gone.
+    pub fn publish_wait(&self, entries: Vec<EntryMeta>) -> Vec<Position> {
+        let (tx, rx) = unbounded();
+        let _ = self.events.send(Event::PublishWait(entries, tx));
+        rx.recv().unwrap_or_default()
     }
 
     /// Runs an admin operation on the cursor and returns the mark-delete move it caused (with
@@ -446,8 +542,16 @@ struct Loop<S: CursorStore, L: Ledger> {
     persist_ms: Option<u64>,
     cell: StdArc<StdMutex<CursorCell<S, L>>>,
     waker: StdArc<ChannelWaker>,
-    consumers: Vec<(ConsumerId, Sender<Vec<Delivery>>)>,
+    consumers: Vec<Outlet>,
     start: Instant,
+}
+
+/// One consumer's delivery channel, as the dispatcher thread sees it.
+struct Outlet {
+    id: ConsumerId,
+    tx: Sender<Vec<Delivery>>,
+    /// A send found the channel full; the core holds the consumer paused until it drains.
+    paused: bool,
 }
 
 impl<S: CursorStore, L: Ledger> Loop<S, L> {
@@ -467,6 +571,11 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 Some(at) => after(Duration::from_millis(at.saturating_sub(self.now()))),
                 None => never(),
             };
+            // A paused consumer drains its channel without telling anyone: look again soon.
+            let drain_tick = match self.consumers.iter().any(|o| o.paused) {
+                true => after(DRAIN_CHECK),
+                false => never(),
+            };
             select! {
                 recv(rx) -> ev => {
                     let Ok(ev) = ev else { break };
@@ -478,6 +587,7 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                     let now = self.now();
                     self.core.handle_timeout(now);
                 }
+                recv(drain_tick) -> _ => {}
                 recv(persist_timer) -> _ => {
                     let now = self.now();
                     match self.driver.maybe_persist(now, &self.cell) {
@@ -513,13 +623,17 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 let id = spec.id;
                 let r = self.core.handle_consumer_added(now, spec);
                 if r.is_ok() {
-                    self.consumers.push((id, deliveries));
+                    self.consumers.push(Outlet {
+                        id,
+                        tx: deliveries,
+                        paused: false,
+                    });
                 }
                 let _ = reply.send(r);
             }
             Event::ConsumerRemoved(id) => {
                 self.core.handle_consumer_removed(now, id);
-                self.consumers.retain(|(c, _)| *c != id);
+                self.consumers.retain(|o| o.id != id);
             }
             Event::Flow(id, n) => {
                 self.core.handle_flow(now, id, n);
@@ -539,7 +653,18 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
             Event::Publish(metas) => {
                 self.driver.publish(now, &mut self.core, &self.cell, metas);
             }
+            Event::PublishWait(metas, reply) => {
+                let positions = self.driver.publish(now, &mut self.core, &self.cell, metas);
+                let _ = reply.send(positions);
+            }
             Event::Admin(op, reply) => {
+                // Publish times are wall-clock ms; the loop's `now` is not.
+                let op = match op {
+                    AdminOp::ExpireOlderThan { age_ms } => {
+                        AdminOp::Expire(wall_clock_ms().saturating_sub(age_ms))
+                    }
+                    op => op,
+                };
                 let mv = self.driver.admin(now, &mut self.core, &self.cell, op);
                 let _ = reply.send(mv);
             }
@@ -591,8 +716,46 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
         }
     }
 
+    /// Hands one send to the consumer's channel without blocking; a full channel (or a paused
+    /// consumer: later sends must not overtake refused ones) gives the entries back to the core.
+    fn deliver(&mut self, now: u64, consumer: ConsumerId, entries: Vec<Entry>) {
+        let Some(k) = self.consumers.iter().position(|o| o.id == consumer) else {
+            return;
+        };
+        let refused = if self.consumers[k].paused {
+            entries.iter().map(|e| e.position).collect()
+        } else {
+            let deliveries = self.deliveries(entries);
+            match self.consumers[k].tx.try_send(deliveries) {
+                Ok(()) => return,
+                Err(TrySendError::Disconnected(_)) => {
+                    // The handle is gone; its ConsumerRemoved is on the way.
+                    debug!(consumer = %consumer, "consumer channel closed");
+                    return;
+                }
+                Err(TrySendError::Full(d)) => d.iter().map(|d| d.position).collect::<Vec<_>>(),
+            }
+        };
+        self.consumers[k].paused = true;
+        let n = self.core.handle_send_refused(now, consumer, &refused);
+        debug!(consumer = %consumer, refused = n, "delivery channel full; consumer paused");
+    }
+
+    /// Resumes every paused consumer whose channel is at most half full.
+    fn resume_drained(&mut self) {
+        let now = self.now();
+        for o in &mut self.consumers {
+            let cap = o.tx.capacity().unwrap_or(usize::MAX);
+            if o.paused && o.tx.len() <= cap / 2 {
+                o.paused = false;
+                self.core.handle_consumer_resumed(now, o.id);
+            }
+        }
+    }
+
     /// Executes the core's commands until it has none (through the shared [`Driver`]).
     fn execute(&mut self) {
+        self.resume_drained();
         loop {
             let now = self.now();
             let Some(out) = self.driver.poll(now, &mut self.core, &self.cell) else {
@@ -600,12 +763,7 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
             };
             match out {
                 Output::Send { consumer, entries } => {
-                    let deliveries = self.deliveries(entries);
-                    if let Some((_, tx)) = self.consumers.iter().find(|(c, _)| *c == consumer) {
-                        if tx.send(deliveries).is_err() {
-                            debug!(consumer = %consumer, "consumer channel closed");
-                        }
-                    }
+                    self.deliver(now, consumer, entries);
                 }
                 // The select! loop re-reads poll_timeout every turn; this runtime has no
                 // dead-letter topic (the driver already acked the entry on the cursor).

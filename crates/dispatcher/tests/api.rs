@@ -366,3 +366,187 @@ fn invalid_configs_are_refused_by_try_new() {
     );
     assert!(Dispatcher::try_new(DispatcherConfig::key_shared(), waker).is_ok());
 }
+
+fn drain(d: &mut Dispatcher) -> Vec<DispatchCommand> {
+    std::iter::from_fn(|| d.poll_command()).collect()
+}
+
+fn entry(e: u64, key: &str) -> cursor::Entry {
+    let mut m = cursor::EntryMeta::simple(0, 10);
+    m.ordering_key = Some(key.as_bytes().to_vec());
+    cursor::Entry {
+        position: Position::new(1, e),
+        meta: std::sync::Arc::new(m),
+    }
+}
+
+/// A failed read backs off (1, 2, 4 … by default) and is retried at the timer; a failure with
+/// no read in flight is a no-op.
+#[test]
+fn a_failed_read_is_retried_with_back_off() {
+    let mut d = Dispatcher::new(DispatcherConfig::shared(), Arc::new(NoopWaker));
+    d.handle_consumer_added(0, ConsumerSpec::new(1, "a"))
+        .unwrap();
+    d.handle_flow(0, ConsumerId(1), 10);
+    assert!(matches!(drain(&mut d)[..], [DispatchCommand::Read { .. }]));
+    assert!(d.handle_read_failed(100));
+    assert_eq!(drain(&mut d), vec![DispatchCommand::SetTimer { at: 101 }]);
+    assert!(!d.handle_read_failed(100), "no read in flight");
+    d.handle_timeout(101);
+    assert!(matches!(drain(&mut d)[..], [DispatchCommand::Read { .. }]));
+    assert!(d.handle_read_failed(101));
+    assert_eq!(drain(&mut d), vec![DispatchCommand::SetTimer { at: 103 }]);
+}
+
+/// The back-off is configurable; jitter comes from the configured seed only.
+#[test]
+fn read_back_off_is_configurable_and_jitter_is_seeded() {
+    let retry_times = |seed: u64| {
+        let mut cfg = DispatcherConfig::shared();
+        cfg.read_backoff_initial = 50;
+        cfg.read_backoff_max = 200;
+        cfg.read_backoff_jitter = 10;
+        cfg.read_backoff_seed = seed;
+        let mut d = Dispatcher::new(cfg, Arc::new(NoopWaker));
+        d.handle_consumer_added(0, ConsumerSpec::new(1, "a"))
+            .unwrap();
+        d.handle_flow(0, ConsumerId(1), 10);
+        let mut now = 0;
+        let mut steps = Vec::new();
+        for _ in 0..5 {
+            assert!(matches!(drain(&mut d)[..], [DispatchCommand::Read { .. }]));
+            d.handle_read_failed(now);
+            let at = d.poll_timeout().unwrap();
+            steps.push(at - now);
+            now = at;
+            drain(&mut d);
+            d.handle_timeout(now);
+        }
+        steps
+    };
+    let a = retry_times(7);
+    assert_eq!(a, retry_times(7), "same seed, same jitter");
+    for (s, base) in a.iter().zip([50, 100, 200, 200, 200]) {
+        assert!((base..=base + 10).contains(s), "{a:?}");
+    }
+    assert_ne!(a, retry_times(8));
+}
+
+/// Closing hands back every pending and replayed entry; afterwards joins are refused with a
+/// typed error, other input is ignored and polls return nothing.
+#[test]
+fn close_returns_every_held_entry_and_refuses_input() {
+    let mut d = Dispatcher::new(DispatcherConfig::key_shared(), Arc::new(NoopWaker));
+    d.handle_consumer_added(0, ConsumerSpec::new(1, "a"))
+        .unwrap();
+    d.handle_flow(0, ConsumerId(1), 3);
+    drain(&mut d);
+    d.handle_read_complete(0, (0..3).map(|e| entry(e, "k")).collect(), true);
+    drain(&mut d);
+    // Entry 1 goes back to replay (a redelivery), 0 and 2 stay pending.
+    d.handle_redeliver(0, ConsumerId(1), &[Position::new(1, 1)]);
+    let returned = d.handle_close(5).unwrap();
+    let got: Vec<_> = returned
+        .iter()
+        .map(|r| (r.position.entry_id, r.consumer))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (0, Some(ConsumerId(1))),
+            (1, None),
+            (2, Some(ConsumerId(1)))
+        ]
+    );
+    assert!(returned
+        .iter()
+        .all(|r| r.hash == returned[0].hash && r.hash != 0));
+    assert_eq!(d.handle_close(6), Err(dispatcher::Closed));
+    assert_eq!(
+        d.handle_consumer_added(6, ConsumerSpec::new(2, "b")),
+        Err(AddConsumerError::Closed)
+    );
+    assert!(!d.handle_flow(6, ConsumerId(1), 10));
+    d.handle_entries_appended(6);
+    d.handle_wake(6);
+    d.handle_timeout(100);
+    assert_eq!(d.poll_command(), None);
+    assert_eq!(d.poll_timeout(), None);
+    assert_eq!(d.poll_dead_letter(), None);
+    assert_eq!(d.ensure_open(), Err(dispatcher::Closed));
+}
+
+/// The first consumer of an empty Key_Shared subscription sets its mode and
+/// allow-out-of-order; while it is connected another mode is refused with a typed error;
+/// once the subscription is empty again the next consumer's mode is taken.
+#[test]
+fn key_shared_mode_comes_from_the_first_consumer() {
+    let sticky = KeySharedConfig {
+        mode: KeySharedMode::Sticky,
+        allow_out_of_order: true,
+    };
+    let auto = KeySharedConfig {
+        mode: KeySharedMode::AutoSplit,
+        allow_out_of_order: false,
+    };
+    let mut d = Dispatcher::new(DispatcherConfig::key_shared(), Arc::new(NoopWaker));
+    d.handle_consumer_added(
+        0,
+        ConsumerSpec::new(1, "a")
+            .with_ranges(vec![HashRange::new(0, 100)])
+            .with_key_shared(sticky),
+    )
+    .unwrap();
+    assert_eq!(d.config().subscription, SubscriptionType::KeyShared(sticky));
+    // The Sticky selector is in use: a conflicting range is refused.
+    assert!(matches!(
+        d.handle_consumer_added(
+            0,
+            ConsumerSpec::new(2, "b")
+                .with_ranges(vec![HashRange::new(50, 60)])
+                .with_key_shared(sticky)
+        ),
+        Err(AddConsumerError::Selector(_))
+    ));
+    assert_eq!(
+        d.handle_consumer_added(0, ConsumerSpec::new(3, "c").with_key_shared(auto)),
+        Err(AddConsumerError::ModeMismatch {
+            subscription: KeySharedMode::Sticky,
+            consumer: ConsumerId(3),
+            requested: KeySharedMode::AutoSplit,
+        })
+    );
+    // The same mode with another allow-out-of-order joins; the subscription's setting holds.
+    d.handle_consumer_added(
+        0,
+        ConsumerSpec::new(4, "d")
+            .with_ranges(vec![HashRange::new(200, 300)])
+            .with_key_shared(KeySharedConfig {
+                allow_out_of_order: false,
+                ..sticky
+            }),
+    )
+    .unwrap();
+    assert_eq!(d.config().subscription, SubscriptionType::KeyShared(sticky));
+    d.handle_consumer_removed(0, ConsumerId(1));
+    d.handle_consumer_removed(0, ConsumerId(4));
+    d.handle_consumer_added(0, ConsumerSpec::new(5, "e").with_key_shared(auto))
+        .unwrap();
+    assert_eq!(d.config().subscription, SubscriptionType::KeyShared(auto));
+}
+
+/// A first consumer whose adoption fails in the selector leaves the subscription's settings
+/// as they were.
+#[test]
+fn a_refused_first_consumer_changes_no_mode() {
+    let before = DispatcherConfig::key_shared().subscription;
+    let mut d = Dispatcher::new(DispatcherConfig::key_shared(), Arc::new(NoopWaker));
+    let sticky = KeySharedConfig {
+        mode: KeySharedMode::Sticky,
+        allow_out_of_order: false,
+    };
+    assert!(d
+        .handle_consumer_added(0, ConsumerSpec::new(1, "a").with_key_shared(sticky))
+        .is_err());
+    assert_eq!(d.config().subscription, before);
+}

@@ -335,6 +335,7 @@ fn cursor_is_persisted_on_a_cadence() {
         ledger.clone(),
         dispatcher::RuntimeOptions {
             persist_every: Some(Duration::from_millis(50)),
+            ..Default::default()
         },
     );
     let got = consume_and_ack_all(&rt, 10);
@@ -373,6 +374,7 @@ fn shutdown_persists_the_cursor() {
         ledger.clone(),
         dispatcher::RuntimeOptions {
             persist_every: None,
+            ..Default::default()
         },
     );
     consume_and_ack_all(&rt, 10);
@@ -380,6 +382,171 @@ fn shutdown_persists_the_cursor() {
     let c = ManagedCursor::recover(&ledger, cursor::FileStore::open(&path).unwrap()).unwrap();
     assert_eq!(c.mark_delete_position(), ps[9]);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A consumer whose thread panics while it holds entries (its handle is dropped, never
+/// closed) is disconnected: its entries go to the other consumer, so the key moves.
+#[test]
+fn a_panicking_consumer_thread_gives_its_entries_back() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start(DispatcherConfig::key_shared(), cursor, ledger);
+    let a = rt.add_consumer(ConsumerSpec::new(1, "a")).unwrap();
+    a.flow(100);
+    rt.publish((0..10).map(|_| meta("k")).collect());
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let t = thread::spawn(move || {
+        let mut got = Vec::new();
+        while got.len() < 10 {
+            let b = a.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+            got.extend(b.iter().map(|d| d.position));
+        }
+        held_tx.send(got).unwrap();
+        panic!("consumer thread fails while holding its entries");
+    });
+    let held = held_rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert!(t.join().is_err(), "the consumer thread panicked");
+    let b = rt.add_consumer(ConsumerSpec::new(2, "b")).unwrap();
+    b.flow(100);
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while got.len() < 10 && Instant::now() < deadline {
+        if let Ok(batch) = b.deliveries.recv_timeout(Duration::from_millis(20)) {
+            got.extend(batch.iter().map(|d| d.position));
+        }
+    }
+    assert_eq!(got, held, "b gets every entry a held, in order");
+    for p in &got {
+        b.ack(*p).unwrap();
+    }
+    let (stats, consumers) = rt.stats().unwrap();
+    assert_eq!((stats.unacked, consumers.len()), (0, 1));
+    rt.shutdown();
+}
+
+/// A consumer with a million permits that never reads holds at most `delivery_queue` sends in
+/// its channel, while another consumer keeps receiving; once it reads it gets the rest:
+/// every entry is delivered to exactly one of them, exactly once.
+#[test]
+fn a_consumer_that_stops_reading_holds_a_bounded_queue() {
+    let ledger = InMemoryLedger::new(100_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let mut cfg = DispatcherConfig::shared();
+    cfg.max_unacked_per_consumer = 0;
+    cfg.max_unacked_per_subscription = 0;
+    let queue = dispatcher::RuntimeOptions::default().delivery_queue;
+    let max_batch = cfg.max_read_batch;
+    let rt = Runtime::start(cfg, cursor, ledger);
+    let stalled = rt.add_consumer(ConsumerSpec::new(1, "stalled")).unwrap();
+    let busy = rt.add_consumer(ConsumerSpec::new(2, "busy")).unwrap();
+    stalled.flow(1_000_000);
+    busy.flow(1_000_000);
+    let total = 20_000usize;
+    rt.publish((0..total).map(|_| meta("x")).collect());
+    let mut seen = std::collections::BTreeMap::new();
+    let mut got_busy = 0usize;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    // The busy consumer receives while the stalled one holds a full channel.
+    while Instant::now() < deadline {
+        match busy.deliveries.recv_timeout(Duration::from_millis(200)) {
+            Ok(b) => {
+                for d in b {
+                    *seen.entry(d.position).or_insert(0) += 1;
+                    busy.ack(d.position).unwrap();
+                    got_busy += 1;
+                }
+            }
+            Err(_) => break,
+        }
+    }
+    assert!(
+        stalled.deliveries.len() <= queue,
+        "{} sends queued",
+        stalled.deliveries.len()
+    );
+    let mut held = 0;
+    while let Ok(b) = stalled.deliveries.try_recv() {
+        held += b.len();
+        for d in b {
+            *seen.entry(d.position).or_insert(0) += 1;
+            stalled.ack(d.position).unwrap();
+        }
+    }
+    assert!(held <= queue * max_batch, "{held} entries held");
+    assert!(got_busy >= total - queue * max_batch, "busy got {got_busy}");
+    // The stalled consumer reads now: it gets the rest.
+    while seen.len() < total && Instant::now() < deadline {
+        if let Ok(b) = stalled.deliveries.recv_timeout(Duration::from_millis(20)) {
+            for d in b {
+                *seen.entry(d.position).or_insert(0) += 1;
+                stalled.ack(d.position).unwrap();
+            }
+        }
+    }
+    assert_eq!(seen.len(), total, "nothing lost");
+    assert!(seen.values().all(|n| *n == 1), "nothing twice");
+    assert_eq!(rt.cursor_view().backlog.entries, 0);
+    rt.shutdown();
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// `publish_wait` answers with the positions; `ExpireOlderThan` expires by age on the wall
+/// clock (publish times are wall-clock ms); `ResetToPublishTime` rewinds to the first entry
+/// published at or after a time, so a consumer gets those entries again.
+#[test]
+fn admin_by_publish_time_and_age() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start(DispatcherConfig::shared(), cursor, ledger);
+    let t0 = now_ms();
+    let old: Vec<_> = (0..3)
+        .map(|i| EntryMeta::simple(t0 - 600_000 + i, 10))
+        .collect();
+    let old = rt.publish_wait(old);
+    let young = rt.publish_wait((0..4).map(|i| EntryMeta::simple(t0 + i, 10)).collect());
+    assert_eq!((old.len(), young.len()), (3, 4));
+    assert!(old
+        .iter()
+        .chain(&young)
+        .zip(old.iter().chain(&young).skip(1))
+        .all(|(a, b)| a < b));
+    let mv = rt
+        .admin(dispatcher::AdminOp::ExpireOlderThan { age_ms: 60_000 })
+        .expect("the old entries expired");
+    assert_eq!(mv.to, old[2]);
+    assert_eq!(rt.cursor_view().backlog.entries, 4);
+    // Consume and ack the rest, then reset to the publish time of young[2].
+    let c = rt.add_consumer(ConsumerSpec::new(1, "c")).unwrap();
+    c.flow(100);
+    let mut got = Vec::new();
+    while got.len() < 4 {
+        let b = c.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+        got.extend(b.iter().map(|d| d.position));
+    }
+    assert_eq!(got, young);
+    for p in &got {
+        c.ack(*p).unwrap();
+    }
+    c.close();
+    let mv = rt
+        .admin(dispatcher::AdminOp::ResetToPublishTime(t0 + 2))
+        .expect("reset moved mark-delete back");
+    assert_eq!(mv.to, young[1]);
+    let c = rt.add_consumer(ConsumerSpec::new(2, "c2")).unwrap();
+    c.flow(100);
+    let mut again = Vec::new();
+    while again.len() < 2 {
+        let b = c.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+        again.extend(b.iter().map(|d| d.position));
+    }
+    assert_eq!(again, young[2..]);
+    rt.shutdown();
 }
 
 /// Key-serial dispatch (`max_unacked_per_key = 1`) on real threads: a key never has two

@@ -15,19 +15,41 @@ impl Dispatcher {
         now: u64,
         spec: ConsumerSpec,
     ) -> Result<(), AddConsumerError> {
+        if self.closed {
+            return Err(AddConsumerError::Closed);
+        }
         if self.find(spec.id).is_some() {
             return Err(AddConsumerError::DuplicateConsumer(spec.id));
+        }
+        let mut adopted_from = None;
+        if let (Some(want), Some(have)) = (spec.key_shared, self.mode.key_shared().map(|k| k.cfg)) {
+            if self.consumers.is_empty() {
+                if want != have {
+                    self.adopt_key_shared(want);
+                    adopted_from = Some(have);
+                }
+            } else if want.mode != have.mode {
+                return Err(AddConsumerError::ModeMismatch {
+                    subscription: have.mode,
+                    consumer: spec.id,
+                    requested: want.mode,
+                });
+            }
         }
         let impacted = match self.mode.key_shared_mut() {
             Some(key_shared) => {
                 let info =
                     ConsumerInfo::with_ranges(spec.id, spec.name.clone(), spec.ranges.clone());
-                Some(
-                    key_shared
-                        .selector
-                        .add_consumer(info)
-                        .map_err(AddConsumerError::Selector)?,
-                )
+                match key_shared.selector.add_consumer(info) {
+                    Ok(imp) => Some(imp),
+                    Err(e) => {
+                        // Unchanged after an error: back to the settings before the adoption.
+                        if let Some(have) = adopted_from {
+                            self.adopt_key_shared(have);
+                        }
+                        return Err(AddConsumerError::Selector(e));
+                    }
+                }
             }
             None => None,
         };
@@ -64,6 +86,7 @@ impl Dispatcher {
             parked_permits: 0,
             shared,
             blocked_by_hash: false,
+            paused: false,
         };
         let at = self.consumers.partition_point(|x| x.priority <= c.priority);
         debug!(consumer = %c.id, name = %c.name, priority = c.priority, "consumer added");

@@ -14,6 +14,7 @@
 //! | `redelivery` | redelivery, ordered nack, release, parked entries and dead letters |
 //! | `mark_delete` | the mark-delete hook |
 //! | `explain` | `why_blocked`, stats and views, beside their types |
+//! | `close` | `handle_close`: hand every held entry back, refuse further input |
 //!
 //! Method categories: inputs are `handle_*` (every one takes `now`), outputs are `poll_*`,
 //! everything else (`stats`, `why_blocked`, `entry_hash`, …) is a query that changes nothing.
@@ -47,6 +48,7 @@ use crate::sync::{Arc, AtomicBool, Ordering, RwLock};
 /// A boxed selector, as the dispatcher holds it (users may plug their own).
 pub type BoxedSelector = Box<dyn StickyKeySelector<ConsumerId> + Send>;
 
+mod close;
 mod explain;
 mod gate;
 mod key_shared;
@@ -57,6 +59,7 @@ mod read_loop;
 mod redelivery;
 mod send;
 
+pub use self::close::{Closed, ReturnedEntry};
 pub use self::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
 pub use self::gate::{DispatchGate, Verdict};
 use self::key_shared::*;
@@ -111,6 +114,9 @@ struct Consumer {
     shared: Arc<ConsumerShared>,
     /// Key_Shared: a normal read was blocked for this consumer by a hash rule in the last batch.
     blocked_by_hash: bool,
+    /// The shell refused a send to it (its delivery queue is full): no permits usable until
+    /// [`Dispatcher::handle_consumer_resumed`].
+    paused: bool,
 }
 
 impl Consumer {
@@ -120,7 +126,7 @@ impl Consumer {
 
     /// Permits usable now: 0 while blocked, else the permits capped by the unacked headroom.
     fn available_permits(&self) -> i64 {
-        if self.blocked() || self.permits <= 0 {
+        if self.paused || self.blocked() || self.permits <= 0 {
             return 0;
         }
         let mut p = self.permits;
@@ -243,6 +249,8 @@ pub struct Dispatcher {
     /// Dead letters for the driver (see `poll_dead_letter`).
     dead_letters: VecDeque<Position>,
     counters: Counters,
+    /// [`Dispatcher::handle_close`] ran: no input is taken, no output produced.
+    closed: bool,
 }
 
 impl std::fmt::Debug for Dispatcher {
@@ -254,6 +262,17 @@ impl std::fmt::Debug for Dispatcher {
             .field("read", &self.read.state)
             .field("commands", &self.commands.len())
             .finish_non_exhaustive()
+    }
+}
+
+/// The built-in selector of a Key_Shared mode.
+fn builtin_selector(mode: KeySharedMode) -> BoxedSelector {
+    match mode {
+        KeySharedMode::ConsistentHashing { points } => {
+            Box::new(ConsistentHashingSelector::new(points))
+        }
+        KeySharedMode::AutoSplit => Box::new(AutoSplitSelector::new()),
+        KeySharedMode::Sticky => Box::new(ExclusiveRangeSelector::new()),
     }
 }
 
@@ -305,15 +324,50 @@ impl Dispatcher {
         }
         let selector: Option<BoxedSelector> = match cfg.subscription {
             SubscriptionType::Shared => None,
-            SubscriptionType::KeyShared(k) => Some(match k.mode {
-                KeySharedMode::ConsistentHashing { points } => {
-                    Box::new(ConsistentHashingSelector::new(points))
-                }
-                KeySharedMode::AutoSplit => Box::new(AutoSplitSelector::new()),
-                KeySharedMode::Sticky => Box::new(ExclusiveRangeSelector::new()),
-            }),
+            SubscriptionType::KeyShared(k) => Some(builtin_selector(k.mode)),
         };
         Self::build(cfg, waker, selector)
+    }
+
+    /// Key_Shared routing state for `k` (a fresh draining tracker when `k` requires draining).
+    fn key_shared_routing(
+        k: KeySharedConfig,
+        selector: BoxedSelector,
+        max_pins: usize,
+        max_unacked_per_key: u32,
+        wake: &Arc<WakeState>,
+    ) -> KeySharedRouting {
+        let draining_required = !k.allow_out_of_order && !matches!(k.mode, KeySharedMode::Sticky);
+        let draining = draining_required.then(|| {
+            let listener: draining_hashes::Arc<dyn draining_hashes::UnblockListener> =
+                draining_hashes::Arc::new(DrainListener(wake.clone()));
+            Arc::new(DrainingHashes::new(listener))
+        });
+        let key_serial = (max_unacked_per_key > 0)
+            .then(|| Arc::new(KeySerial::new(max_unacked_per_key, wake.clone())));
+        KeySharedRouting {
+            cfg: k,
+            selector,
+            draining,
+            key_serial,
+            pins: ChunkPins::new(max_pins),
+            blocked_since: AHashMap::new(),
+        }
+    }
+
+    /// No consumer is connected: take `k` as the subscription's Key_Shared settings (the
+    /// built-in selector of its mode, a fresh draining tracker, pins and replay set).
+    pub(super) fn adopt_key_shared(&mut self, k: KeySharedConfig) {
+        debug!(from = ?self.cfg.subscription, to = ?k, "Key_Shared settings taken from the first consumer");
+        self.cfg.subscription = SubscriptionType::KeyShared(k);
+        self.mode = Mode::KeyShared(Self::key_shared_routing(
+            k,
+            builtin_selector(k.mode),
+            self.cfg.assignor.max_pins,
+            self.cfg.max_unacked_per_key,
+            &self.wake,
+        ));
+        self.replay = ReplaySet::new(!k.allow_out_of_order);
     }
 
     /// A Key_Shared dispatcher with a caller-supplied selector (the mode in `cfg` then only
@@ -340,28 +394,16 @@ impl Dispatcher {
             waker,
         });
         let (mode, count_hashes) = match (cfg.subscription, selector) {
-            (SubscriptionType::KeyShared(k), Some(selector)) => {
-                let draining_required =
-                    !k.allow_out_of_order && !matches!(k.mode, KeySharedMode::Sticky);
-                let draining = draining_required.then(|| {
-                    let listener: draining_hashes::Arc<dyn draining_hashes::UnblockListener> =
-                        draining_hashes::Arc::new(DrainListener(wake.clone()));
-                    Arc::new(DrainingHashes::new(listener))
-                });
-                let key_serial = (cfg.max_unacked_per_key > 0)
-                    .then(|| Arc::new(KeySerial::new(cfg.max_unacked_per_key, wake.clone())));
-                (
-                    Mode::KeyShared(KeySharedRouting {
-                        cfg: k,
-                        selector,
-                        draining,
-                        key_serial,
-                        pins: ChunkPins::new(cfg.assignor.max_pins),
-                        blocked_since: AHashMap::new(),
-                    }),
-                    !k.allow_out_of_order,
-                )
-            }
+            (SubscriptionType::KeyShared(k), Some(selector)) => (
+                Mode::KeyShared(Self::key_shared_routing(
+                    k,
+                    selector,
+                    cfg.assignor.max_pins,
+                    cfg.max_unacked_per_key,
+                    &wake,
+                )),
+                !k.allow_out_of_order,
+            ),
             _ => (
                 Mode::Shared(SharedRouting {
                     assignor: ChunkAssignor::new(cfg.assignor),
@@ -378,6 +420,7 @@ impl Dispatcher {
             wake: wake.clone(),
         });
         let read_batch = cfg.min_read_batch.max(1);
+        let read_seed = cfg.read_backoff_seed;
         Dispatcher {
             cfg,
             mode,
@@ -387,13 +430,14 @@ impl Dispatcher {
             ids: Vec::new(),
             replay: ReplaySet::new(count_hashes),
             commands: VecDeque::new(),
-            read: ReadLoop::new(read_batch),
+            read: ReadLoop::new(read_batch, read_seed),
             timers: Timers::default(),
             scratch_blocked: AHashSet::new(),
             mark_delete: None,
             redelivery_counts: BTreeMap::new(),
             dead_letters: VecDeque::new(),
             counters: Counters::default(),
+            closed: false,
         }
     }
 
@@ -410,11 +454,17 @@ impl Dispatcher {
 
     /// The next command for the driver, if any.
     pub fn poll_command(&mut self) -> Option<DispatchCommand> {
+        if self.closed {
+            return None;
+        }
         self.commands.pop_front()
     }
 
     /// The earliest armed timer: call [`handle_timeout`](Self::handle_timeout) at or after it.
     pub fn poll_timeout(&self) -> Option<u64> {
+        if self.closed {
+            return None;
+        }
         [
             self.timers.unblock,
             self.timers.draining,

@@ -148,11 +148,32 @@ pub(super) struct ReadLoop {
     pub(super) replay_settled: bool,
     /// The last read result was discarded into replay (not a reason to back off).
     pub(super) discarded_read: bool,
+    /// The back-off jitter's random stream (seeded from the configuration).
+    pub(super) jitter: SplitMix64,
+}
+
+/// SplitMix64: the core's only random source, seeded from the configuration.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub(super) fn new(seed: u64) -> Self {
+        SplitMix64(seed)
+    }
+
+    pub(super) fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
 }
 
 impl ReadLoop {
-    pub(super) fn new(batch: usize) -> Self {
+    pub(super) fn new(batch: usize, seed: u64) -> Self {
         ReadLoop {
+            jitter: SplitMix64::new(seed),
             state: ReadState::Idle,
             batch,
             backoff_step: 0,
@@ -219,13 +240,42 @@ impl Dispatcher {
         self.read_more(now);
     }
 
-    /// After a read that dispatched nothing: wait before reading again (1, 2, 4 … up to 10
-    /// time units), unless new input (flow, wake, join, leave, appended entries) arrives first.
+    /// After a read that dispatched nothing (or failed): wait before reading again
+    /// (`read_backoff_initial`, doubling up to `read_backoff_max`: 1, 2, 4 … 10 time units by
+    /// default, plus the configured jitter), unless new input (flow, wake, join, leave,
+    /// appended entries) arrives first.
     pub(super) fn back_off(&mut self, now: u64) {
-        self.read.backoff_step = (self.read.backoff_step * 2).clamp(1, 10);
-        self.read
-            .state
-            .back_off(now.saturating_add(self.read.backoff_step));
+        let initial = self.cfg.read_backoff_initial.max(1);
+        let max = self.cfg.read_backoff_max.max(initial);
+        self.read.backoff_step = self.read.backoff_step.saturating_mul(2).clamp(initial, max);
+        let jitter = match self.cfg.read_backoff_jitter {
+            0 => 0,
+            j => self.read.jitter.next() % j.saturating_add(1),
+        };
+        self.read.state.back_off(
+            now.saturating_add(self.read.backoff_step)
+                .saturating_add(jitter),
+        );
+    }
+
+    /// The read (normal or replay) that the last [`DispatchCommand::Read`] or
+    /// [`DispatchCommand::Replay`] asked for failed (the ledger or the store returned an
+    /// error). Nothing it would have returned is lost: a normal read is issued again from the
+    /// cursor's read position, replay positions stay in replay. The loop backs off
+    /// (`read_backoff_initial` doubling up to `read_backoff_max`, with the configured jitter)
+    /// and a [`DispatchCommand::SetTimer`] fires the retry; new input (a flow, a join, appended
+    /// entries…) retries at once. Returns false (no-op) when no read was in flight.
+    pub fn handle_read_failed(&mut self, now: u64) -> bool {
+        let kind = match self.read.state {
+            ReadState::Reading { .. } => ReadKind::Normal,
+            ReadState::Replaying { .. } => ReadKind::Replay,
+            _ => return false,
+        };
+        self.read.state.finish(kind);
+        debug!(?kind, "read failed; backing off");
+        self.back_off(now);
+        self.read_more(now);
+        true
     }
 
     /// New input may allow progress: cancel the retry backoff.
@@ -268,6 +318,9 @@ impl Dispatcher {
     }
 
     pub(super) fn read_more(&mut self, now: u64) {
+        if self.closed {
+            return;
+        }
         self.arm_timer_command();
         if self.read.state.in_flight() {
             return;

@@ -216,6 +216,63 @@ impl Dispatcher {
         n
     }
 
+    /// The shell could not deliver these sent entries to consumer `id` (its delivery queue is
+    /// full; the consumer stopped reading). They leave its pending acks (cause: redelivery
+    /// requested) and go back to replay with their hash, like a
+    /// [`handle_release`](Self::handle_release) but counted neither as a redelivery nor as a
+    /// release; the consumer gets back the permits they took and is **paused**: it counts as
+    /// having no permits (nothing more is sent to it, on Key_Shared its keys wait) until
+    /// [`handle_consumer_resumed`](Self::handle_consumer_resumed). Positions not pending on it
+    /// are ignored; unknown consumer: no-op. Returns how many were taken back.
+    pub fn handle_send_refused(
+        &mut self,
+        now: u64,
+        id: ConsumerId,
+        positions: &[Position],
+    ) -> usize {
+        let Some(i) = self.find(id) else { return 0 };
+        let c = &mut self.consumers[i];
+        c.paused = true;
+        let messages: i64 = positions
+            .iter()
+            .filter_map(|p| c.shared.pending.get(pending_key(*p)))
+            .map(|a| i64::from(a.remaining))
+            .sum();
+        c.permits = c.permits.saturating_add(messages);
+        let n = self.take_back(
+            now,
+            id,
+            TakeBack::Positions(positions),
+            RemovalCause::RedeliveryRequested,
+            |d, p, hash| {
+                if d.mark_delete.is_none_or(|md| p > md) {
+                    d.replay.add(p, hash, None);
+                }
+            },
+        );
+        debug!(consumer = %id, refused = n, "send refused by the shell; consumer paused");
+        n
+    }
+
+    /// The shell can deliver to consumer `id` again (its delivery queue drained): a consumer
+    /// paused by [`handle_send_refused`](Self::handle_send_refused) uses its permits again.
+    /// Unknown or not paused: no-op, false.
+    pub fn handle_consumer_resumed(&mut self, now: u64, id: ConsumerId) -> bool {
+        let Some(i) = self.find(id) else { return false };
+        if !std::mem::take(&mut self.consumers[i].paused) {
+            return false;
+        }
+        debug!(consumer = %id, "consumer resumed by the shell");
+        self.input_arrived();
+        self.read_more(now);
+        true
+    }
+
+    /// Whether the shell paused consumer `id` ([`handle_send_refused`](Self::handle_send_refused)).
+    pub fn is_paused(&self, id: ConsumerId) -> bool {
+        self.find(id).is_some_and(|i| self.consumers[i].paused)
+    }
+
     /// The parked entries of `hash`, ascending.
     fn parked_of(&self, hash: u32) -> Vec<Position> {
         self.replay
@@ -271,6 +328,9 @@ impl Dispatcher {
     /// replay). Drain after [`handle_nack`](Self::handle_nack) and
     /// [`dead_letter_parked`](Self::dead_letter_parked) when a dead-letter policy is set.
     pub fn poll_dead_letter(&mut self) -> Option<Position> {
+        if self.closed {
+            return None;
+        }
         self.dead_letters.pop_front()
     }
 
