@@ -139,6 +139,11 @@ pub struct RuntimeOptions {
     /// ([`Dispatcher::handle_consumer_resumed`]) once its channel is at most half full (checked
     /// every turn of the loop, and every few milliseconds while a consumer is paused).
     pub delivery_queue: usize,
+    /// Disconnect a consumer that holds unacked entries and shows no sign of life for this
+    /// long: no flow, redelivery, nack or release, and its pending entries unchanged (no ack,
+    /// no new send). Its entries go to the others, as on [`ConsumerHandle::close`]. Checked
+    /// every quarter of the timeout. `None` (the default): never.
+    pub consumer_idle_timeout: Option<Duration>,
 }
 
 impl Default for RuntimeOptions {
@@ -146,6 +151,7 @@ impl Default for RuntimeOptions {
         RuntimeOptions {
             persist_every: Some(Duration::from_secs(1)),
             delivery_queue: 64,
+            consumer_idle_timeout: None,
         }
     }
 }
@@ -402,7 +408,11 @@ impl Runtime {
                 if let Some(ms) = persist_ms {
                     driver = driver.with_persist_every(ms);
                 }
+                let idle_ms = options
+                    .consumer_idle_timeout
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
                 Loop {
+                    idle_ms,
                     core,
                     driver,
                     persist_ms,
@@ -540,6 +550,8 @@ struct Loop<S: CursorStore, L: Ledger> {
     driver: Driver,
     /// The persist cadence in ms (the driver holds the same cadence).
     persist_ms: Option<u64>,
+    /// [`RuntimeOptions::consumer_idle_timeout`] in ms.
+    idle_ms: Option<u64>,
     cell: StdArc<StdMutex<CursorCell<S, L>>>,
     waker: StdArc<ChannelWaker>,
     consumers: Vec<Outlet>,
@@ -552,6 +564,10 @@ struct Outlet {
     tx: Sender<Vec<Delivery>>,
     /// A send found the channel full; the core holds the consumer paused until it drains.
     paused: bool,
+    /// The last time it showed a sign of life (an event from it, or its pending count moved).
+    last_active: u64,
+    /// Its pending entries at the last idle check.
+    last_pending: usize,
 }
 
 impl<S: CursorStore, L: Ledger> Loop<S, L> {
@@ -576,6 +592,12 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 true => after(DRAIN_CHECK),
                 false => never(),
             };
+            let idle_tick = match self.idle_ms {
+                Some(ms) if !self.consumers.is_empty() => {
+                    after(Duration::from_millis((ms / 4).max(1)))
+                }
+                _ => never(),
+            };
             select! {
                 recv(rx) -> ev => {
                     let Ok(ev) = ev else { break };
@@ -588,6 +610,10 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                     self.core.handle_timeout(now);
                 }
                 recv(drain_tick) -> _ => {}
+                recv(idle_tick) -> _ => {
+                    let now = self.now();
+                    self.disconnect_idle(now);
+                }
                 recv(persist_timer) -> _ => {
                     let now = self.now();
                     match self.driver.maybe_persist(now, &self.cell) {
@@ -614,6 +640,16 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
 
     fn on_event(&mut self, ev: Event) -> bool {
         let now = self.now();
+        if let Event::Flow(id, _)
+        | Event::Redeliver(id, _)
+        | Event::RedeliverAll(id)
+        | Event::Nack(id, _, _)
+        | Event::Release(id, _) = &ev
+        {
+            if let Some(o) = self.consumers.iter_mut().find(|o| o.id == *id) {
+                o.last_active = now;
+            }
+        }
         match ev {
             Event::ConsumerAdded {
                 spec,
@@ -627,6 +663,8 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                         id,
                         tx: deliveries,
                         paused: false,
+                        last_active: now,
+                        last_pending: 0,
                     });
                 }
                 let _ = reply.send(r);
@@ -739,6 +777,31 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
         self.consumers[k].paused = true;
         let n = self.core.handle_send_refused(now, consumer, &refused);
         debug!(consumer = %consumer, refused = n, "delivery channel full; consumer paused");
+    }
+
+    /// Disconnects consumers that hold entries and showed no sign of life for the idle
+    /// timeout ([`RuntimeOptions::consumer_idle_timeout`]).
+    fn disconnect_idle(&mut self, now: u64) {
+        let Some(timeout) = self.idle_ms else { return };
+        let stats = self.core.consumer_stats();
+        let mut idle = Vec::new();
+        for o in &mut self.consumers {
+            let pending = stats
+                .iter()
+                .find(|s| s.id == o.id)
+                .map_or(0, |s| s.pending_entries);
+            if pending == 0 || pending != o.last_pending {
+                o.last_pending = pending;
+                o.last_active = now;
+            } else if now.saturating_sub(o.last_active) >= timeout {
+                idle.push(o.id);
+            }
+        }
+        for id in idle {
+            warn!(consumer = %id, timeout_ms = timeout, "consumer idle while holding entries; disconnected");
+            self.core.handle_consumer_removed(now, id);
+            self.consumers.retain(|o| o.id != id);
+        }
     }
 
     /// Resumes every paused consumer whose channel is at most half full.

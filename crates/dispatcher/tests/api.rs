@@ -550,3 +550,38 @@ fn a_refused_first_consumer_changes_no_mode() {
         .is_err());
     assert_eq!(d.config().subscription, before);
 }
+
+fn batch_entry(e: u64, messages: u32) -> cursor::Entry {
+    let mut m = cursor::EntryMeta::simple(0, 10);
+    m.num_messages = messages;
+    cursor::Entry {
+        position: Position::new(1, e),
+        meta: std::sync::Arc::new(m),
+    }
+}
+
+/// Reads are sized in entries: a consumer at 50 of 100 unacked messages with 10-message
+/// entries asks for about 5 entries, not 50 (which would send 5 and park 45 in replay).
+#[test]
+fn reads_divide_permits_by_messages_per_entry() {
+    let mut cfg = DispatcherConfig::shared();
+    cfg.max_unacked_per_consumer = 100;
+    cfg.min_read_batch = 100;
+    let mut d = Dispatcher::new(cfg, Arc::new(NoopWaker));
+    d.handle_consumer_added(0, ConsumerSpec::new(1, "a"))
+        .unwrap();
+    d.handle_flow(0, ConsumerId(1), 1000);
+    assert_eq!(
+        drain(&mut d),
+        vec![DispatchCommand::Read { max_entries: 100 }]
+    );
+    // The topic has 5 entries of 10 messages: 50 unacked.
+    d.handle_read_complete(0, (0..5).map(|e| batch_entry(e, 10)).collect(), false);
+    let cmds = drain(&mut d);
+    assert!(matches!(cmds[0], DispatchCommand::Send { .. }));
+    let read = cmds.iter().find_map(|c| match c {
+        DispatchCommand::Read { max_entries } => Some(*max_entries),
+        _ => None,
+    });
+    assert_eq!(read, Some(5), "{cmds:?}");
+}

@@ -446,17 +446,14 @@ fn a_consumer_that_stops_reading_holds_a_bounded_queue() {
     let mut seen = std::collections::BTreeMap::new();
     let mut got_busy = 0usize;
     let deadline = Instant::now() + Duration::from_secs(20);
-    // The busy consumer receives while the stalled one holds a full channel.
-    while Instant::now() < deadline {
-        match busy.deliveries.recv_timeout(Duration::from_millis(200)) {
-            Ok(b) => {
-                for d in b {
-                    *seen.entry(d.position).or_insert(0) += 1;
-                    busy.ack(d.position).unwrap();
-                    got_busy += 1;
-                }
+    // The busy consumer receives everything but what the stalled one's full channel holds.
+    while got_busy < total - queue * max_batch && Instant::now() < deadline {
+        if let Ok(b) = busy.deliveries.recv_timeout(Duration::from_millis(20)) {
+            for d in b {
+                *seen.entry(d.position).or_insert(0) += 1;
+                busy.ack(d.position).unwrap();
+                got_busy += 1;
             }
-            Err(_) => break,
         }
     }
     assert!(
@@ -474,12 +471,14 @@ fn a_consumer_that_stops_reading_holds_a_bounded_queue() {
     }
     assert!(held <= queue * max_batch, "{held} entries held");
     assert!(got_busy >= total - queue * max_batch, "busy got {got_busy}");
-    // The stalled consumer reads now: it gets the rest.
+    // The stalled consumer reads now: the two get the rest.
     while seen.len() < total && Instant::now() < deadline {
-        if let Ok(b) = stalled.deliveries.recv_timeout(Duration::from_millis(20)) {
-            for d in b {
-                *seen.entry(d.position).or_insert(0) += 1;
-                stalled.ack(d.position).unwrap();
+        for c in [&stalled, &busy] {
+            if let Ok(b) = c.deliveries.recv_timeout(Duration::from_millis(10)) {
+                for d in b {
+                    *seen.entry(d.position).or_insert(0) += 1;
+                    c.ack(d.position).unwrap();
+                }
             }
         }
     }
@@ -546,6 +545,55 @@ fn admin_by_publish_time_and_age() {
         again.extend(b.iter().map(|d| d.position));
     }
     assert_eq!(again, young[2..]);
+    rt.shutdown();
+}
+
+/// With `consumer_idle_timeout`, a consumer that holds entries and neither acks nor flows is
+/// disconnected: its entries go to the other consumer and its channel closes.
+#[test]
+fn an_idle_consumer_holding_entries_is_disconnected() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start_with(
+        DispatcherConfig::shared(),
+        cursor,
+        ledger,
+        dispatcher::RuntimeOptions {
+            consumer_idle_timeout: Some(Duration::from_millis(100)),
+            ..Default::default()
+        },
+    );
+    let idle = rt.add_consumer(ConsumerSpec::new(1, "idle")).unwrap();
+    idle.flow(5);
+    let held = rt.publish_wait((0..5).map(|_| meta("x")).collect());
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        let b = idle
+            .deliveries
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap();
+        got.extend(b.iter().map(|d| d.position));
+    }
+    assert_eq!(got, held);
+    let other = rt.add_consumer(ConsumerSpec::new(2, "other")).unwrap();
+    other.flow(100);
+    let mut again = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while again.len() < 5 && Instant::now() < deadline {
+        if let Ok(b) = other.deliveries.recv_timeout(Duration::from_millis(20)) {
+            again.extend(b.iter().map(|d| d.position));
+        }
+    }
+    assert_eq!(again, held, "the idle consumer's entries moved");
+    for p in &again {
+        other.ack(*p).unwrap();
+    }
+    assert!(matches!(
+        idle.deliveries.recv_timeout(Duration::from_secs(1)),
+        Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+    ));
+    let (_, consumers) = rt.stats().unwrap();
+    assert_eq!(consumers.len(), 1);
     rt.shutdown();
 }
 

@@ -150,6 +150,10 @@ pub(super) struct ReadLoop {
     pub(super) discarded_read: bool,
     /// The back-off jitter's random stream (seeded from the configuration).
     pub(super) jitter: SplitMix64,
+    /// Moving average of messages per entry read, in thousandths (0: nothing read yet);
+    /// Pulsar's `avgMessagesPerEntry`. Permits and unacked limits count messages, reads count
+    /// entries: a read asks for the permits divided by this.
+    pub(super) avg_messages_milli: u64,
 }
 
 /// SplitMix64: the core's only random source, seeded from the configuration.
@@ -174,6 +178,7 @@ impl ReadLoop {
     pub(super) fn new(batch: usize, seed: u64) -> Self {
         ReadLoop {
             jitter: SplitMix64::new(seed),
+            avg_messages_milli: 0,
             state: ReadState::Idle,
             batch,
             backoff_step: 0,
@@ -343,6 +348,11 @@ impl Dispatcher {
         if total <= 0 {
             return;
         }
+        // Permits count messages, a read counts entries (batch entries carry several).
+        let total = match self.read.avg_messages_milli {
+            0..=1000 => total,
+            avg => i64::try_from(i128::from(total) * 1000 / i128::from(avg)).unwrap_or(i64::MAX),
+        };
         let n = usize::try_from(total)
             .unwrap_or(usize::MAX)
             .min(self.read.batch)
@@ -498,6 +508,7 @@ impl Dispatcher {
             return;
         }
         self.read.batch = (self.read.batch * 2).min(self.cfg.max_read_batch.max(1));
+        self.observe_messages_per_entry(&entries);
         let mut entries = entries;
         if let Some(md) = self.mark_delete {
             entries.retain(|e| e.position > md);
@@ -544,6 +555,21 @@ impl Dispatcher {
             self.after_dispatch(now, before);
         }
         self.read_more(now);
+    }
+
+    /// Folds a read's messages per entry into the moving average (the first read sets it,
+    /// then each read weighs a quarter).
+    fn observe_messages_per_entry(&mut self, entries: &[Entry]) {
+        if entries.is_empty() {
+            return;
+        }
+        let messages: u64 = entries.iter().map(|e| u64::from(e.meta.messages())).sum();
+        let obs = messages.saturating_mul(1000) / entries.len() as u64;
+        let avg = &mut self.read.avg_messages_milli;
+        *avg = match *avg {
+            0 => obs,
+            a => (a.saturating_mul(3).saturating_add(obs)) / 4,
+        };
     }
 
     pub(super) fn after_dispatch(&mut self, now: u64, sent_before: u64) {
