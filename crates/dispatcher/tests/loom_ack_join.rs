@@ -186,3 +186,48 @@ fn loom_last_ack_races_join_and_send() {
         }
     });
 }
+
+/// Three threads: two acks of the same hash (two consumer-side threads) race B's join, whose
+/// registration counts A's pending entries of the hash as draining. Afterwards the refcount
+/// equals A's pending entries of the hash, and with both acked no draining entry is left.
+/// (Seen to fail when the registration collects the pending hashes under the map's lock and
+/// counts them after releasing it: an ack in between leaves a reference with nothing pending.)
+#[test]
+fn loom_two_acks_race_join_registration() {
+    let key = moving_key();
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    loom::model(move || {
+        counted.fetch_add(1, Ordering::Relaxed);
+        let waker = std::sync::Arc::new(Flag::default());
+        let (mut d, all) = setup(&key, 2, waker);
+        let ack1 = d.ack_handle(std::sync::Arc::new(NoCursor));
+        let ack2 = d.ack_handle(std::sync::Arc::new(NoCursor));
+        let (p0, p1) = (all[0].position, all[1].position);
+        let t1 = loom::thread::spawn(move || {
+            ack1.ack(A, p0).unwrap();
+        });
+        let t2 = loom::thread::spawn(move || {
+            ack2.ack(A, p1).unwrap();
+        });
+        d.handle_consumer_added(0, ConsumerSpec::new(2, "B"))
+            .unwrap();
+        t1.join().unwrap();
+        t2.join().unwrap();
+        let hash = d.entry_hash(&all[0]);
+        assert!(d.pending_positions(A).is_empty(), "both entries were acked");
+        let draining: Vec<_> = d
+            .draining_hashes()
+            .into_iter()
+            .filter(|(h, _, r)| *h == hash && *r > 0)
+            .collect();
+        assert!(
+            draining.is_empty(),
+            "a draining reference outlived every pending entry: {draining:?}"
+        );
+    });
+    eprintln!(
+        "loom_two_acks_race_join_registration: {} interleavings",
+        runs.load(Ordering::Relaxed)
+    );
+}
