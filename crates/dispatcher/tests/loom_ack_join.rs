@@ -231,3 +231,44 @@ fn loom_two_acks_race_join_registration() {
         runs.load(Ordering::Relaxed)
     );
 }
+
+/// Three threads: the dispatcher closes (`handle_close` returns every held entry) while two
+/// consumer-side threads ack A's two pending entries. Every entry leaves A's pending acks
+/// exactly once: returned by the close or cleared by its ack, never both, never neither.
+/// (Seen to fail when the close reads the pending entries and clears them in two steps: an
+/// ack in between is returned by the close and cleared by the ack.)
+#[test]
+fn loom_close_races_two_acks() {
+    let key = moving_key();
+    let runs = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    loom::model(move || {
+        counted.fetch_add(1, Ordering::Relaxed);
+        let waker = std::sync::Arc::new(Flag::default());
+        let (mut d, all) = setup(&key, 2, waker);
+        let ack1 = d.ack_handle(std::sync::Arc::new(NoCursor));
+        let ack2 = d.ack_handle(std::sync::Arc::new(NoCursor));
+        let (p0, p1) = (all[0].position, all[1].position);
+        let t1 = loom::thread::spawn(move || ack1.ack(A, p0).unwrap().cleared_on);
+        let t2 = loom::thread::spawn(move || ack2.ack(A, p1).unwrap().cleared_on);
+        let returned: Vec<Position> = d
+            .handle_close(0)
+            .unwrap()
+            .into_iter()
+            .map(|e| e.position)
+            .collect();
+        let cleared = [t1.join().unwrap(), t2.join().unwrap()];
+        for (p, by_ack) in [(p0, cleared[0]), (p1, cleared[1])] {
+            let by_close = returned.contains(&p);
+            assert!(
+                by_close != by_ack.is_some(),
+                "{p}: returned by the close {by_close}, cleared by its ack {by_ack:?}"
+            );
+        }
+        assert!(d.pending_positions(A).is_empty());
+    });
+    eprintln!(
+        "loom_close_races_two_acks: {} interleavings",
+        runs.load(Ordering::Relaxed)
+    );
+}
