@@ -438,7 +438,12 @@ impl Conn {
             (Some(n), true) if !n.is_empty() => n.clone(),
             _ => self.shared.producer_name(),
         };
-        if !topic.claim_producer_name(&producer_name) {
+        let info = crate::topic::ProducerInfo {
+            name: producer_name.clone(),
+            address: self.peer.clone(),
+            connected_since: crate::stats::now_rfc3339(),
+        };
+        if !topic.add_producer(self.id, p.producer_id, info) {
             return self.send_error(
                 p.request_id,
                 ServerError::ProducerBusy,
@@ -449,14 +454,6 @@ impl Conn {
             );
         }
         debug!(conn = self.id, topic = %topic.name, producer = %producer_name, "producer created");
-        lock(&topic.producers).insert(
-            (self.id, p.producer_id),
-            crate::topic::ProducerInfo {
-                name: producer_name.clone(),
-                address: self.peer.clone(),
-                connected_since: crate::stats::now_rfc3339(),
-            },
-        );
         self.producers.insert(
             p.producer_id,
             Producer {
@@ -510,7 +507,7 @@ impl Conn {
                 ));
             }
         };
-        if meta.messages() > 1 && !producer.warned_batch && has_key_shared(&producer.topic) {
+        if meta.messages() > 1 && !producer.warned_batch && producer.topic.had_key_shared() {
             producer.warned_batch = true;
             warn!(
                 topic = %producer.topic.name,
@@ -582,8 +579,7 @@ impl Conn {
             return self.send_error(0, ServerError::UnknownError, "missing body");
         };
         if let Some(p) = self.producers.remove(&c.producer_id) {
-            lock(&p.topic.producers).remove(&(self.id, c.producer_id));
-            p.topic.release_producer_name(&p.name);
+            p.topic.remove_producer(self.id, c.producer_id);
         }
         self.send_success(c.request_id);
     }
@@ -985,8 +981,7 @@ impl Conn {
             self.drop_consumer(c);
         }
         for (id, p) in self.producers.drain() {
-            lock(&p.topic.producers).remove(&(self.id, id));
-            p.topic.release_producer_name(&p.name);
+            p.topic.remove_producer(self.id, id);
         }
     }
 }
@@ -1008,13 +1003,6 @@ fn ack_one(c: &Consumer, id: &proto::MessageIdData) -> Result<(), String> {
         c.handle.ack_batch_index(pos, size, &acked).map(|_| ())
     };
     result.map_err(|e| e.to_string())
-}
-
-fn has_key_shared(topic: &Topic) -> bool {
-    topic
-        .subscriptions()
-        .iter()
-        .any(|s| matches!(s.kind, SubKind::KeyShared(_)))
 }
 
 /// The request id of a command that carries one (for ERROR replies to unsupported commands).

@@ -8,7 +8,7 @@
 //! assigns the same positions (metadata is shared through `Arc`). Entries below every
 //! subscription's mark-delete position are trimmed with their payloads.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
@@ -269,8 +269,6 @@ struct TopicState {
     /// Chunk uuid → positions of its chunks (for redelivery expansion).
     chunks: HashMap<String, Vec<Position>>,
     subs: BTreeMap<String, Arc<Subscription>>,
-    /// Names of the connected producers (clients build chunk uuids from them).
-    producers: HashSet<String>,
 }
 
 /// Publish counters of a topic.
@@ -294,8 +292,10 @@ pub(crate) struct Topic {
     state: Mutex<TopicState>,
     payloads: RwLock<BTreeMap<Position, Arc<[u8]>>>,
     counters: Mutex<TopicCounters>,
-    /// Producers by (connection, producer id).
+    /// Producers by (connection, producer id); their names are unique per topic.
     pub producers: Mutex<BTreeMap<(u64, u64), ProducerInfo>>,
+    /// A Key_Shared subscription was created (see [`Topic::had_key_shared`]).
+    key_shared: std::sync::atomic::AtomicBool,
     /// Messages and bytes in (rates).
     pub rate_in: Mutex<(Rate, Rate)>,
 }
@@ -321,11 +321,11 @@ impl Topic {
                 ledger: InMemoryLedger::new(entries_per_ledger),
                 chunks: HashMap::new(),
                 subs: BTreeMap::new(),
-                producers: HashSet::new(),
             }),
             payloads: RwLock::new(BTreeMap::new()),
             counters: Mutex::new(TopicCounters::default()),
             producers: Mutex::new(BTreeMap::new()),
+            key_shared: std::sync::atomic::AtomicBool::new(false),
             rate_in: Mutex::new((Rate::default(), Rate::default())),
         }
     }
@@ -391,11 +391,11 @@ impl Topic {
                 ledger,
                 chunks,
                 subs: BTreeMap::new(),
-                producers: HashSet::new(),
             }),
             payloads: RwLock::new(payloads),
             counters: Mutex::new(counters),
             producers: Mutex::new(BTreeMap::new()),
+            key_shared: std::sync::atomic::AtomicBool::new(false),
             rate_in: Mutex::new((Rate::default(), Rate::default())),
         };
         topic.recover_subscriptions(&dir.join("subscriptions"))?;
@@ -489,15 +489,27 @@ impl Topic {
         Ok(pos)
     }
 
-    /// Claims `name` for a new producer: false when a connected producer already has it
-    /// (Pulsar answers ProducerBusy; two producers with one name would send the same chunk uuids).
-    pub(crate) fn claim_producer_name(&self, name: &str) -> bool {
-        lock(&self.state).producers.insert(name.to_owned())
+    /// Registers a producer under (connection, producer id): false, and nothing registered,
+    /// when a connected producer already has its name (Pulsar answers ProducerBusy; two
+    /// producers with one name would send the same chunk uuids).
+    pub(crate) fn add_producer(&self, conn: u64, producer_id: u64, info: ProducerInfo) -> bool {
+        let mut producers = lock(&self.producers);
+        if producers.values().any(|p| p.name == info.name) {
+            return false;
+        }
+        producers.insert((conn, producer_id), info);
+        true
     }
 
-    /// A producer closed: its name is free again.
-    pub(crate) fn release_producer_name(&self, name: &str) {
-        lock(&self.state).producers.remove(name);
+    /// A producer closed: its registration and its name are gone.
+    pub(crate) fn remove_producer(&self, conn: u64, producer_id: u64) {
+        lock(&self.producers).remove(&(conn, producer_id));
+    }
+
+    /// Whether a Key_Shared subscription was ever created on this topic (for the batch WARN;
+    /// read on every batched SEND, so it is one atomic load).
+    pub(crate) fn had_key_shared(&self) -> bool {
+        self.key_shared.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The stored `0e01…` section of the entry at `p`.
@@ -629,6 +641,10 @@ impl Topic {
         initial: InitialPosition,
         recover: bool,
     ) -> Result<Arc<Subscription>, StorageError> {
+        if matches!(kind, SubKind::KeyShared(_)) {
+            self.key_shared
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let replica = st.ledger.clone();
         let cursor = match &self.storage {
             None => {
