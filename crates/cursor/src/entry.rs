@@ -90,6 +90,10 @@ pub struct EntryMeta {
     pub sequence_id: Option<u64>,
     /// Chunk information when the entry is one chunk of a chunked message.
     pub chunk: Option<ChunkMeta>,
+    /// Not to be dispatched before this time (Pulsar's `deliver_at_time`, which a stock
+    /// client's `deliver_after` / `deliver_at` sets), in the same unit as the dispatcher's
+    /// `now` (milliseconds since the Unix epoch in the broker). `None`: deliver at once.
+    pub deliver_at: Option<u64>,
 }
 
 impl EntryMeta {
@@ -110,12 +114,24 @@ impl EntryMeta {
             producer_name: None,
             sequence_id: None,
             chunk: None,
+            deliver_at: None,
         }
     }
 
     /// The same entry as a batch of `n` messages (0 is stored as 1).
     pub fn with_messages(mut self, n: u32) -> Self {
         self.num_messages = n.max(1);
+        self
+    }
+
+    /// The same entry, not to be dispatched before `at` (see [`EntryMeta::deliver_at`]).
+    ///
+    /// ```
+    /// let m = cursor::EntryMeta::simple(1_000, 64).with_deliver_at(5_000);
+    /// assert_eq!(m.deliver_at, Some(5_000));
+    /// ```
+    pub fn with_deliver_at(mut self, at: u64) -> Self {
+        self.deliver_at = Some(at);
         self
     }
 

@@ -136,6 +136,10 @@ pub struct DispatcherConfig {
     pub read_backoff_jitter: u64,
     /// Seed of the back-off jitter (so a run is reproducible).
     pub read_backoff_seed: u64,
+    /// Delayed delivery: an entry whose [`EntryMeta::deliver_at`](cursor::EntryMeta) is in the
+    /// future is not dispatched before it, on Shared and on Key_Shared (as Pulsar 4.x does;
+    /// see [`DelayedTracker`](crate::DelayedTracker)). Default: on, tick 1000, strict.
+    pub delayed_delivery: crate::DelayedDelivery,
 }
 
 /// How long a nacked entry waits before it is re-sent, by its redelivery count (1 on the first
@@ -274,6 +278,7 @@ impl DispatcherConfig {
             read_backoff_max: 10,
             read_backoff_jitter: 0,
             read_backoff_seed: 0,
+            delayed_delivery: crate::DelayedDelivery::default(),
         }
     }
 

@@ -178,6 +178,7 @@
 mod ack;
 mod config;
 mod core;
+mod delayed;
 pub mod driver;
 mod error;
 mod hash;
@@ -205,6 +206,7 @@ pub use crate::config::{
 pub use crate::core::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
 pub use crate::core::{BoxedSelector, DispatchCommand, DispatchGate, Dispatcher, Verdict};
 pub use crate::core::{Closed, ReturnedEntry};
+pub use crate::delayed::{DelayedDelivery, DelayedTracker};
 pub use crate::driver::{AdminOp, DeliveryExtras, Driver, FlagWaker, Output, Persist};
 pub use crate::error::{AckHandleError, AddConsumerError};
 pub use crate::runtime::{

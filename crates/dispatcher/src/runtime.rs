@@ -420,6 +420,7 @@ impl Runtime {
                     waker,
                     consumers: Vec::new(),
                     start: Instant::now(),
+                    start_wall: wall_clock_ms(),
                 }
                 .run(rx)
             })
@@ -556,6 +557,9 @@ struct Loop<S: CursorStore, L: Ledger> {
     waker: StdArc<ChannelWaker>,
     consumers: Vec<Outlet>,
     start: Instant,
+    /// [`wall_clock_ms`] at `start`: the core's `now` is wall-clock milliseconds that never go
+    /// back (deliver-at times are wall-clock milliseconds), counted on the monotonic clock.
+    start_wall: u64,
 }
 
 /// One consumer's delivery channel, as the dispatcher thread sees it.
@@ -572,7 +576,8 @@ struct Outlet {
 
 impl<S: CursorStore, L: Ledger> Loop<S, L> {
     fn now(&self) -> u64 {
-        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+        let elapsed = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.start_wall.saturating_add(elapsed)
     }
 
     fn run(mut self, rx: Receiver<Event>) {

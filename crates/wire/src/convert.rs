@@ -156,8 +156,6 @@ pub fn ack_request(id: &MessageIdData, batch_size: u32) -> AckRequest {
 pub struct MessageInfo {
     /// The entry metadata for the ledger and dispatcher.
     pub meta: EntryMeta,
-    /// `deliver_at_time` (ms since the epoch) for delayed delivery, if set and not negative.
-    pub deliver_at: Option<u64>,
     /// `event_time` (ms), if set and not 0.
     pub event_time: Option<u64>,
     /// `marker_type`, if set: marker entries (replication, transactions) are not for consumers.
@@ -196,6 +194,7 @@ pub enum MetadataError {
 ///   `total_chunk_msg_size` defaulting to 0; when none is set, no chunk; anything in between is a
 ///   [`MetadataError::InvalidChunk`].
 /// * `publish_time`, `producer_name`, `sequence_id` as sent (proto2 required fields).
+/// * `deliver_at_time` (ms since the epoch) as `EntryMeta::deliver_at`, when set and not negative.
 pub fn message_info(
     metadata: &MessageMetadata,
     body_len: usize,
@@ -213,10 +212,10 @@ pub fn message_info(
         producer_name: Some(m.producer_name.clone()),
         sequence_id: Some(m.sequence_id),
         chunk,
+        deliver_at: m.deliver_at_time.and_then(|t| u64::try_from(t).ok()),
     };
     Ok(MessageInfo {
         meta,
-        deliver_at: m.deliver_at_time.and_then(|t| u64::try_from(t).ok()),
         event_time: m.event_time.filter(|&t| t != 0),
         marker_type: m.marker_type,
         highest_sequence_id: m.highest_sequence_id,

@@ -116,7 +116,7 @@ fn metadata_of_the_golden_sends() {
     assert_eq!(i5.meta.producer_name.as_deref(), Some("fake-1-0"));
     assert_eq!(i5.meta.sequence_id, Some(0));
     assert_eq!(i5.meta.publish_time, p5.metadata.publish_time);
-    assert_eq!((i5.meta.chunk.clone(), i5.deliver_at), (None, None));
+    assert_eq!((i5.meta.chunk.clone(), i5.meta.deliver_at), (None, None));
 
     let p6 = decode_frame(&frames[5]).unwrap().payload.unwrap();
     let i6 = p6.info().unwrap();
@@ -149,7 +149,7 @@ fn batches_chunks_and_delays() {
     assert_eq!((i.meta.num_messages, i.meta.size), (5, 100));
     assert!(i.meta.partition_key_b64);
     assert_eq!(
-        (i.deliver_at, i.event_time, i.highest_sequence_id),
+        (i.meta.deliver_at, i.event_time, i.highest_sequence_id),
         (Some(5_000), None, Some(4))
     );
 
@@ -160,7 +160,7 @@ fn batches_chunks_and_delays() {
             ..meta()
         };
         let i = message_info(&m, 1).unwrap();
-        assert_eq!((i.meta.num_messages, i.deliver_at), (1, None));
+        assert_eq!((i.meta.num_messages, i.meta.deliver_at), (1, None));
     }
 
     // The chunk fields the C++ client sends for a 25 600-byte message in 3 chunks.

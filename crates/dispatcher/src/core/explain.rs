@@ -128,6 +128,13 @@ pub struct DispatcherStats {
     pub holds_ended_by_mark_delete: u64,
     /// Hashes held by a nacked entry now (ordered Key_Shared).
     pub held_hashes: usize,
+    /// Entries waiting for their deliver-at time now (Pulsar's `msgDelayed`).
+    pub delayed: usize,
+    /// Estimated bytes of the delayed-delivery index (Pulsar's
+    /// `delayedMessageIndexSizeInBytes`).
+    pub delayed_index_bytes: usize,
+    /// Entries held for their deliver-at time so far (a re-read entry counts again).
+    pub delayed_held: u64,
     /// Distinct hashes with a parked entry now.
     pub parked_keys: usize,
     /// Parked entries now.
@@ -250,6 +257,9 @@ impl Dispatcher {
             releases: self.counters.releases,
             dead_letters: self.counters.dead_letters,
             holds_ended_by_mark_delete: self.counters.holds_ended_by_mark_delete,
+            delayed: self.delayed.len(),
+            delayed_index_bytes: self.delayed.memory_bytes(),
+            delayed_held: self.counters.delayed_held,
             held_hashes: self.replay.held_hashes(),
             parked_keys: {
                 let mut h: Vec<u32> = parked.iter().map(|(_, h)| *h).collect();

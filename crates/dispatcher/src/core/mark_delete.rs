@@ -20,6 +20,8 @@ impl Dispatcher {
         let md = mv.to;
         if mv.reason == MarkDeleteReason::Reset {
             self.replay.clear();
+            // The read position moved: a read tracks the delayed entries after it again.
+            self.delayed.clear();
             self.timers.nack = None;
             self.redelivery_counts.clear();
             self.mark_delete = Some(md);
@@ -47,6 +49,10 @@ impl Dispatcher {
         );
         debug!(reason = ?mv.reason, ledger = md.ledger_id, entry = md.entry_id, replay_dropped = dropped, "mark-delete moved");
         if admin {
+            let forgotten = self.delayed.remove_up_to(md);
+            if forgotten > 0 {
+                debug!(forgotten, "delayed entries acked by the mark-delete move");
+            }
             let clean = !self.mode.is_key_shared() || self.cfg.legacy_mark_delete_cleanup;
             if clean {
                 let mut removed_total = 0usize;

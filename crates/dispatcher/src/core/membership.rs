@@ -185,6 +185,8 @@ impl Dispatcher {
         debug!(consumer = %id, requeued = requeued.len(), last, "consumer removed");
         if last {
             self.replay.clear();
+            // The rewind re-reads every unacked entry, the delayed ones included.
+            self.delayed.clear();
             self.timers.nack = None;
             if let Mode::Shared(routing) = &mut self.mode {
                 routing.assignor.clear();

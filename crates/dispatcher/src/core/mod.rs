@@ -15,6 +15,7 @@
 //! | `mark_delete` | the mark-delete hook |
 //! | `explain` | `why_blocked`, stats and views, beside their types |
 //! | `close` | `handle_close`: hand every held entry back, refuse further input |
+//! | `delay` | delayed delivery: hold entries read before their deliver-at time, replay them when due |
 //!
 //! Method categories: inputs are `handle_*` (every one takes `now`), outputs are `poll_*`,
 //! everything else (`stats`, `why_blocked`, `entry_hash`, …) is a query that changes nothing.
@@ -49,6 +50,7 @@ use crate::sync::{Arc, AtomicBool, Ordering, RwLock};
 pub type BoxedSelector = Box<dyn StickyKeySelector<ConsumerId> + Send>;
 
 mod close;
+mod delay;
 mod explain;
 mod gate;
 mod key_shared;
@@ -155,6 +157,7 @@ struct Counters {
     releases: u64,
     dead_letters: u64,
     holds_ended_by_mark_delete: u64,
+    delayed_held: u64,
 }
 
 /// The subscription type's routing state: Shared and Key_Shared as one enum, so each mode's
@@ -249,6 +252,8 @@ pub struct Dispatcher {
     /// Dead letters for the driver (see `poll_dead_letter`).
     dead_letters: VecDeque<Position>,
     counters: Counters,
+    /// Entries waiting for their deliver-at time (not sent, not pending).
+    delayed: crate::DelayedTracker,
     /// [`Dispatcher::handle_close`] ran: no input is taken, no output produced.
     closed: bool,
 }
@@ -421,7 +426,9 @@ impl Dispatcher {
         });
         let read_batch = cfg.min_read_batch.max(1);
         let read_seed = cfg.read_backoff_seed;
+        let delayed = crate::DelayedTracker::new(cfg.delayed_delivery);
         Dispatcher {
+            delayed,
             cfg,
             mode,
             shared,
@@ -470,6 +477,7 @@ impl Dispatcher {
             self.timers.draining,
             self.read.state.retry_at(),
             self.timers.nack,
+            self.delayed.next_due(),
         ]
         .into_iter()
         .flatten()

@@ -242,6 +242,10 @@ impl Dispatcher {
             // Delayed entries became due: a read backing off must not wait for its retry.
             self.read.state.cancel_backoff();
         }
+        if self.delayed.next_due().is_some_and(|t| t <= now) {
+            // Deliver-at times passed: the same.
+            self.read.state.cancel_backoff();
+        }
         self.read_more(now);
     }
 
@@ -330,6 +334,7 @@ impl Dispatcher {
         if self.read.state.in_flight() {
             return;
         }
+        self.release_delayed(now);
         if std::mem::take(&mut self.read.rewind_pending) {
             // The last consumer left (Pulsar rewinds when the next one joins; rewinding as soon
             // as no read is in flight is equivalent and keeps every unacked entry accounted
@@ -513,6 +518,13 @@ impl Dispatcher {
         if let Some(md) = self.mark_delete {
             entries.retain(|e| e.position > md);
         }
+        if self.hold_delayed(now, &mut entries, false) > 0 && entries.is_empty() {
+            // Progress of a kind: the read position moved past entries that wait for their
+            // time. Read on at once.
+            self.read.backoff_step = 0;
+            self.read_more(now);
+            return;
+        }
         let before = self.counters.entries_sent;
         match self.mode.is_key_shared() {
             true => {
@@ -541,6 +553,7 @@ impl Dispatcher {
         let mut entries = entries;
         entries.retain(|e| self.replay.contains(e.position));
         entries.sort_by_key(|e| e.position);
+        let delayed = self.hold_delayed(now, &mut entries, true);
         let before = self.counters.entries_sent;
         if !entries.is_empty() && !self.consumers.is_empty() {
             match self.mode.is_key_shared() {
@@ -548,7 +561,7 @@ impl Dispatcher {
                 false => self.dispatch_shared(now, entries, true),
             }
         }
-        if !already_acked.is_empty() && self.counters.entries_sent == before {
+        if (!already_acked.is_empty() || delayed > 0) && self.counters.entries_sent == before {
             // Progress of a kind: acked positions left replay. Read again at once.
             self.read.backoff_step = 0;
         } else {

@@ -4,10 +4,11 @@
 //! Script (one command per line, `#` comments):
 //! * config (before the first other command): `shared`, `key_shared [ring N|autosplit|exclusive]
 //!   [ooo]`, `legacy`, `max_unacked_consumer N`, `max_unacked_sub N`, `look_ahead PER_C PER_SUB`,
-//!   `interval N`, `draining_timeout N`, `orphan_replay`;
+//!   `interval N`, `draining_timeout N`, `orphan_replay`, `delay TICK [strict|lenient|off]`;
 //! * `join A [prio=N] [ranges=a-b,c-d]`, `leave A`, `flow A N`;
 //! * `pub k1 k2 …` (one entry per key, `k1*3` = three), `batch K N` (one entry of N messages),
-//!   `chunk UUID K ID/N` (one chunk), `chunks UUID K N` (all N chunks);
+//!   `chunk UUID K ID/N` (one chunk), `chunks UUID K N` (all N chunks), `pubat T k1 k2 …`
+//!   (entries not to be dispatched before time T);
 //! * `ack A POS…` (`POS` = `l:e`, or `A.all`), `nack A POS…` (a plain redelivery request),
 //!   `redeliver_all A`;
 //! * ordered nack: config `nack_backoff fixed D` / `nack_backoff exp BASE MAX`,
@@ -282,6 +283,15 @@ impl World {
                 }
                 self.publish(metas);
             }
+            "pubat" => {
+                // `pubat T k1 k2 …`: entries not to be dispatched before time T.
+                let at: u64 = args[0].parse().unwrap();
+                let metas = args[1..]
+                    .iter()
+                    .map(|k| self.keyed(k).with_deliver_at(at))
+                    .collect();
+                self.publish(metas);
+            }
             "batch" => {
                 let m = self.keyed(args[0]).with_messages(args[1].parse().unwrap());
                 self.publish(vec![m]);
@@ -515,6 +525,9 @@ impl World {
                 .collect::<Vec<_>>()
                 .join(",")
         );
+        if st.delayed > 0 {
+            let _ = write!(s, " delayed={}", st.delayed);
+        }
         s
     }
 }
@@ -579,6 +592,14 @@ pub fn config_from(lines: &[&str]) -> (DispatcherConfig, usize) {
                         _ => dispatcher::DeadLetterAction::Continue,
                     },
                 })
+            }
+            "delay" => {
+                // `delay TICK strict|lenient|off`
+                cfg.delayed_delivery = dispatcher::DelayedDelivery {
+                    enabled: w.get(2) != Some(&"off"),
+                    tick: w[1].parse().unwrap(),
+                    strict: w.get(2) != Some(&"lenient"),
+                };
             }
             "orphan_replay" => {
                 cfg.assignor.orphan_policy = chunk_assignor::OrphanPolicy::Replay;
