@@ -36,7 +36,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// The simulator steps of `cargo xtask ci` (each well under a minute in release):
-/// a smoke seed range of the default mix, the four legacy detections (the checker must fail), a
+/// a smoke seed range of the default mix, the five legacy detections (the checker must fail), a
 /// determinism check (every run twice, identical event-log hash) and the randomised mixes on the
 /// dispatcher's threaded runtime.
 pub(crate) fn ci_steps() -> anyhow::Result<()> {
@@ -97,6 +97,21 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
         "mix-shared",
         "--json",
         "target/sim/ci-legacy-ack-set.json",
+    ]))?;
+    sh(sim(&[
+        "--legacy",
+        "no-delayed-delivery",
+        "--expect-violation",
+        "--seeds",
+        "4",
+        "--scenario",
+        "f11-delayed",
+        "--scenario",
+        "mix-key-shared-delayed",
+        "--scenario",
+        "mix-shared-delayed",
+        "--json",
+        "target/sim/ci-legacy-delayed.json",
     ]))?;
     sh(sim(&[
         "--check-determinism",

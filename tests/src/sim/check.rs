@@ -26,6 +26,8 @@ pub enum ViolationKind {
     /// An application was handed a message (a batch index included) whose ack the broker had
     /// already accepted and not lost in a crash.
     AckedRedelivered,
+    /// The dispatcher sent a delayed message before its deliver-at time.
+    Early,
 }
 
 impl ViolationKind {
@@ -40,6 +42,7 @@ impl ViolationKind {
             ViolationKind::Expectation => "expectation",
             ViolationKind::Livelock => "livelock",
             ViolationKind::AckedRedelivered => "acked-redelivered",
+            ViolationKind::Early => "early",
         }
     }
 }
@@ -124,6 +127,9 @@ pub struct OrderChecker {
     nacked: BTreeMap<Vec<u8>, BTreeMap<MsgRef, MsgRef>>,
     /// (consumer, entry) pairs that started.
     started_by: BTreeSet<(String, Position)>,
+    /// Entries with a deliver-at time: they are meant to come after later messages of their
+    /// key, so they are exempt from the first-start order rule (not from one owner per key).
+    delayed: BTreeSet<Position>,
     /// Starts of messages.
     pub starts: u64,
 }
@@ -164,6 +170,7 @@ impl OrderChecker {
     ) -> Vec<Violation> {
         self.starts += 1;
         let mut out = Vec::new();
+        let delayed = self.delayed.contains(&m.0);
         self.first_start.entry(m.0).or_insert(now);
         self.started_by.insert((consumer.to_string(), m.0));
         let first_time = self.started.insert(m);
@@ -207,7 +214,30 @@ impl OrderChecker {
                     });
                 }
             }
-            if first_time {
+            if delayed {
+                // One owner per key: no later message of its key in another consumer's hands.
+                if let Some(held) = self.in_hand.get(k) {
+                    if let Some((later, who)) = held
+                        .range(m..)
+                        .find(|(x, who)| **x != m && who.iter().any(|c| c != consumer))
+                    {
+                        out.push(Violation {
+                            kind: ViolationKind::Order,
+                            at: now,
+                            key: Some(key_str(k)),
+                            positions: vec![msg_str(m), msg_str(*later)],
+                            consumers: who.iter().cloned().chain([consumer.to_string()]).collect(),
+                            detail: format!(
+                                "{consumer} started the delayed {} while the later {} of the same key is being processed by {}",
+                                msg_str(m),
+                                msg_str(*later),
+                                who.iter().cloned().collect::<Vec<_>>().join(",")
+                            ),
+                        });
+                    }
+                }
+            }
+            if first_time && !delayed {
                 if let Some((later_first, later)) = self.max_started.get(k) {
                     if *later_first > m {
                         out.push(Violation {
@@ -241,6 +271,11 @@ impl OrderChecker {
         self.held
             .insert(consumer.to_string(), (key.map(<[u8]>::to_vec), m));
         out
+    }
+
+    /// The entry at `p` carries a deliver-at time.
+    pub fn mark_delayed(&mut self, p: Position) {
+        self.delayed.insert(p);
     }
 
     /// `consumer`'s application finished what it held (acked or nacked it).
@@ -392,6 +427,28 @@ mod tests {
         c.nack(9, "a");
         c.dropped(Position::new(1, 3));
         assert!(c.start(10, "a", Some(b"k"), m(4)).is_empty());
+    }
+
+    #[test]
+    fn a_delayed_message_may_come_late_but_never_beside_a_later_one() {
+        let mut c = OrderChecker::new(true);
+        c.mark_delayed(Position::new(1, 0));
+        assert!(c.start(0, "a", Some(b"k"), m(1)).is_empty());
+        c.finish(1, "a");
+        // Late by design: no first-start violation.
+        assert!(c.start(2, "a", Some(b"k"), m(0)).is_empty());
+        c.finish(3, "a");
+        // Beside a later message of its key on another consumer: a violation.
+        c.mark_delayed(Position::new(1, 2));
+        assert!(c.start(4, "b", Some(b"k"), m(3)).is_empty());
+        let v = c.start(5, "a", Some(b"k"), m(2));
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert!(v[0].detail.contains("delayed"), "{v:?}");
+        // Not delayed, it would have been a first-start violation.
+        let mut plain = OrderChecker::new(true);
+        plain.start(0, "a", Some(b"k"), m(1));
+        plain.finish(1, "a");
+        assert_eq!(plain.start(2, "a", Some(b"k"), m(0)).len(), 1);
     }
 
     #[test]

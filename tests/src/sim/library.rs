@@ -43,6 +43,14 @@ const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../scenarios/mix-key-shared-batch-nack.sim"),
     ),
     (
+        "mix-key-shared-delayed",
+        include_str!("../../scenarios/mix-key-shared-delayed.sim"),
+    ),
+    (
+        "mix-shared-delayed",
+        include_str!("../../scenarios/mix-shared-delayed.sim"),
+    ),
+    (
         "mix-zero-queue-batch",
         include_str!("../../scenarios/mix-zero-queue-batch.sim"),
     ),
@@ -74,6 +82,10 @@ const SHIPPED: &[(&str, &str)] = &[
     (
         "f10-restart",
         include_str!("../../scenarios/f10-restart.sim"),
+    ),
+    (
+        "f11-delayed",
+        include_str!("../../scenarios/f11-delayed.sim"),
     ),
     (
         "seed-000-draining-skip",

@@ -23,6 +23,8 @@ pub enum Invariant {
     /// No message whose ack the broker accepted (a batch index included, a crash's lost acks
     /// excepted) is sent to a consumer again without being marked acked.
     Acked,
+    /// No delayed message is sent before its deliver-at time (scenarios with delayed messages).
+    Early,
     /// The scenario's `expect` lines hold.
     Expect,
 }
@@ -37,6 +39,7 @@ impl Invariant {
             Invariant::Cursor => "cursor",
             Invariant::Model => "model",
             Invariant::Acked => "acked",
+            Invariant::Early => "early",
             Invariant::Expect => "expect",
         }
     }
@@ -50,6 +53,7 @@ impl Invariant {
             Invariant::Cursor => "cursor never passes an unacked entry",
             Invariant::Model => "model agreement",
             Invariant::Acked => "acked messages never sent again unmarked",
+            Invariant::Early => "no delayed message sent before its time",
             Invariant::Expect => "the scenario's expect lines",
         }
     }
@@ -70,6 +74,9 @@ pub fn invariants_checked(s: &Scenario, threads: bool) -> Vec<Invariant> {
         v.push(Invariant::Cursor);
         v.push(Invariant::Model);
         v.push(Invariant::Acked);
+        if s.has_delayed() {
+            v.push(Invariant::Early);
+        }
     }
     if !s.expects.is_empty() {
         v.push(Invariant::Expect);

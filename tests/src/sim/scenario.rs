@@ -133,6 +133,8 @@ pub struct PublishSpec {
     pub spread: u64,
     /// Producer index (uuid `producer-<p>-<seq>`).
     pub producer: u32,
+    /// Deliver-at = publish time + this, ms (0: not delayed).
+    pub delay: u64,
 }
 
 /// Backlog-quota eviction policy of an `evict` step.
@@ -271,6 +273,10 @@ pub struct Mix {
     pub chunk_spread: u64,
     /// Per mille nacks by the application.
     pub nack: u32,
+    /// Per mille delayed messages (plain, unbatched: a stock client does not batch them).
+    pub delayed: u32,
+    /// Delay range of a delayed message, ms after its publish time.
+    pub delay: (u64, u64),
     /// Consumers at the start.
     pub consumers: u32,
     /// Receive queue size range.
@@ -304,6 +310,8 @@ impl Default for Mix {
             chunked: 50,
             chunk_spread: 20,
             nack: 0,
+            delayed: 0,
+            delay: (50, 2_000),
             consumers: 3,
             queue: (5, 50),
             proc: (1, 8),
@@ -449,6 +457,8 @@ fn parse_mix(words: &[&str]) -> Result<Mix, String> {
             "chunked" => m.chunked = num(v, k)?,
             "chunk_spread" => m.chunk_spread = num(v, k)?,
             "nack" => m.nack = num(v, k)?,
+            "delayed" => m.delayed = num(v, k)?,
+            "delay" => m.delay = range(v, k)?,
             "consumers" => m.consumers = num(v, k)?,
             "queue" => {
                 let (a, b) = range(v, k)?;
@@ -507,6 +517,7 @@ fn parse_publish(words: &[&str]) -> Result<Action, String> {
         chunks: 1,
         spread: 0,
         producer: 0,
+        delay: 0,
     };
     for w in words {
         if *w == "keyless" {
@@ -521,6 +532,7 @@ fn parse_publish(words: &[&str]) -> Result<Action, String> {
             "chunks" => p.chunks = num::<u32>(v, k)?.max(1),
             "spread" => p.spread = num(v, k)?,
             "producer" => p.producer = num(v, k)?,
+            "delay" => p.delay = num(v, k)?,
             _ => return Err(format!("unknown publish option `{k}`")),
         }
     }
@@ -616,6 +628,16 @@ impl Scenario {
                 .steps
                 .iter()
                 .any(|s| matches!(&s.action, Action::Publish(p) if p.count > 0))
+    }
+
+    /// Whether the scenario publishes delayed messages (a `publish … delay=` step, or a `mix`
+    /// with `delayed=`).
+    pub fn has_delayed(&self) -> bool {
+        self.mix.as_ref().is_some_and(|m| m.delayed > 0)
+            || self
+                .steps
+                .iter()
+                .any(|s| matches!(&s.action, Action::Publish(p) if p.delay > 0))
     }
 
     /// Parses a scenario named `name`. Besides a line that does not parse, a scenario that

@@ -64,6 +64,13 @@ impl Shared {
     }
 }
 
+/// Milliseconds since the Unix epoch: the clock of the runtime's `now` and of deliver-at times.
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 struct Worker {
     leave: Arc<AtomicBool>,
     thread: JoinHandle<()>,
@@ -298,6 +305,8 @@ pub fn run_threaded_with(
     let mut skipped = Skipped::new();
     let mut faults = 0u64;
     let mut producer_seq: BTreeMap<u32, u64> = BTreeMap::new();
+    // Positions of delayed entries (exempt from the first-start order rule).
+    let mut delayed: Vec<Position> = Vec::new();
     let mut dropped: BTreeSet<Position> = BTreeSet::new();
     let mut rng = crate::sim::rng::Rng::new(seed, crate::sim::rng::Purpose::Faults);
     let mix = scenario.mix.clone().unwrap_or_default();
@@ -396,12 +405,19 @@ pub fn run_threaded_with(
                             });
                             batch.push(m);
                         }
+                    } else if p.delay > 0 {
+                        // The runtime's clock is the wall clock.
+                        batch.push(meta.with_deliver_at(wall_ms() + p.delay));
                     } else {
                         batch.push(meta.with_messages(p.batch));
                     }
                 }
                 published += batch.len() as u64;
-                rt.publish(batch);
+                if p.delay > 0 {
+                    delayed.extend(rt.publish_wait(batch));
+                } else {
+                    rt.publish(batch);
+                }
                 if published.is_multiple_of(16) {
                     std::thread::sleep(Duration::from_micros(300));
                 }
@@ -478,6 +494,9 @@ pub fn run_threaded_with(
     let mut log = shared.log.lock().map(|g| g.clone()).unwrap_or_default();
     log.sort_by_key(|(s, _, _)| *s);
     let mut order = OrderChecker::new(ordered);
+    for p in &delayed {
+        order.mark_delayed(*p);
+    }
     let mut violations: Vec<Violation> = Vec::new();
     let mut hash = 0xCBF2_9CE4_8422_2325u64;
     let mut full = opts_keep_log(scenario, seed, legacy, keep_log);

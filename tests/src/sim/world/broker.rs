@@ -276,6 +276,20 @@ impl World {
         let mut out = Vec::with_capacity(entries.len());
         for e in entries {
             let p = e.position;
+            if let Some(at) = e.meta.deliver_at.filter(|at| *at > self.now) {
+                let v = Violation {
+                    kind: ViolationKind::Early,
+                    at: self.now,
+                    key: Self::key_of(&e.meta).map(|k| key_str(&k)),
+                    positions: vec![p.to_string()],
+                    consumers: vec![name.clone()],
+                    detail: format!(
+                        "{p} sent to {name} {} ms before its deliver-at time {at}",
+                        at - self.now
+                    ),
+                };
+                self.violate(v);
+            }
             if let Some(other) = self.model_owner(p) {
                 let v = Violation {
                     kind: ViolationKind::Model,

@@ -357,6 +357,9 @@ impl World {
                         self.schedule(at, SimEvent::Append(Box::new(m)));
                     }
                 }
+            } else if p.delay > 0 {
+                let at = self.now + p.delay;
+                self.append(meta.with_deliver_at(at));
             } else {
                 self.append(meta.with_messages(p.batch));
             }
@@ -368,7 +371,11 @@ impl World {
         let key = Self::key_of(&meta);
         let chunk = meta.chunk.clone();
         let n = meta.messages();
+        let deliver_at = meta.deliver_at;
         let pos = lock(&self.cell).ledger.append(meta);
+        if deliver_at.is_some() {
+            self.order.mark_delayed(pos);
+        }
         if chunk.as_ref().is_none_or(|c| c.chunk_id == 0) {
             self.messages += u64::from(n);
         }
@@ -380,7 +387,10 @@ impl World {
         let what = match &chunk {
             Some(c) => format!(" chunk {}#{}/{}", c.uuid, c.chunk_id, c.num_chunks),
             None if n > 1 => format!(" batch {n}"),
-            None => String::new(),
+            None => match deliver_at {
+                Some(at) => format!(" deliver_at={at}"),
+                None => String::new(),
+            },
         };
         self.log(format!("publish {pos} key={k}{what}"));
         let now = self.now;

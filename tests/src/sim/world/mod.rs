@@ -43,6 +43,9 @@ pub enum Legacy {
     /// Deliveries without the batch's acked indexes (no `ack_set` on a redelivered batch):
     /// expect an acked message handed to an application again.
     NoBatchAckSet,
+    /// Deliver-at times ignored (`DelayedDelivery::enabled = false`): expect a delayed message
+    /// dispatched before its time.
+    NoDelayedDelivery,
 }
 
 impl Legacy {
@@ -53,6 +56,7 @@ impl Legacy {
             "orphan-chunk-replay" => Legacy::OrphanChunkReplay,
             "unordered-nack" => Legacy::UnorderedNack,
             "no-batch-ack-set" => Legacy::NoBatchAckSet,
+            "no-delayed-delivery" => Legacy::NoDelayedDelivery,
             _ => return None,
         })
     }
@@ -64,6 +68,7 @@ impl Legacy {
             Legacy::OrphanChunkReplay => "orphan-chunk-replay",
             Legacy::UnorderedNack => "unordered-nack",
             Legacy::NoBatchAckSet => "no-batch-ack-set",
+            Legacy::NoDelayedDelivery => "no-delayed-delivery",
         }
     }
 
@@ -73,6 +78,7 @@ impl Legacy {
             Legacy::MarkDeleteCleanup | Legacy::UnorderedNack => ViolationKind::Order,
             Legacy::OrphanChunkReplay => ViolationKind::Stall,
             Legacy::NoBatchAckSet => ViolationKind::AckedRedelivered,
+            Legacy::NoDelayedDelivery => ViolationKind::Early,
         }
     }
 }
@@ -294,6 +300,12 @@ pub(crate) fn dispatcher_config(cfg: &WorldConfig) -> DispatcherConfig {
         }
     };
     d.unblocking_interval = cfg.unblocking_interval;
+    // Delayed delivery: strict, 16 ms buckets (never early, at most 16 ms late).
+    d.delayed_delivery = dispatcher::DelayedDelivery {
+        enabled: true,
+        tick: 16,
+        strict: true,
+    };
     if let Some(n) = cfg.max_unacked_consumer {
         d.max_unacked_per_consumer = n;
     }
@@ -321,6 +333,7 @@ pub(crate) fn apply_legacy(d: &mut DispatcherConfig, legacy: Option<Legacy>) -> 
         // Deliveries go out without the acked indexes (the world's send path; no dispatcher
         // setting).
         Some(Legacy::NoBatchAckSet) => {}
+        Some(Legacy::NoDelayedDelivery) => d.delayed_delivery.enabled = false,
         None => {}
     }
     Ok(())
@@ -552,8 +565,11 @@ impl World {
                 Some(format!("k{}", zipf.sample(r)))
             };
             let producer = r.below(3) as u32;
-            let (mut batch, mut chunks, mut spread) = (1, 1, 0);
-            if r.chance(mix.chunked) {
+            let (mut batch, mut chunks, mut spread, mut delay) = (1, 1, 0, 0);
+            // Drawn only when the mix has delayed messages, so other mixes keep their streams.
+            if mix.delayed > 0 && r.chance(mix.delayed) {
+                delay = r.range(mix.delay.0, mix.delay.1).max(1);
+            } else if r.chance(mix.chunked) {
                 chunks = r.range(2, 4) as u32;
                 spread = r.range(0, mix.chunk_spread);
             } else if r.chance(mix.batched) {
@@ -568,6 +584,7 @@ impl World {
                     chunks,
                     spread,
                     producer,
+                    delay,
                 }),
             });
         }
