@@ -58,6 +58,12 @@ pub struct BrokerConfig {
     /// Key_Shared key-serial dispatch (`--key-shared-max-unacked-per-key N`, 0 = off): at
     /// most N unacked entries per key; with 1 a stock client gets full per-key order on nack.
     pub key_shared_max_unacked_per_key: u32,
+    /// Delayed delivery on Shared and Key_Shared (`--delayed-delivery-enabled true|false`,
+    /// `--delayed-delivery-tick-ms N`, `--delayed-delivery-strict true|false`; Pulsar's
+    /// `delayedDeliveryEnabled`, `delayedDeliveryTickTimeMillis`,
+    /// `isDelayedDeliveryDeliverAtTimeStrict`). Default on, 1000 ms, strict (never early;
+    /// Pulsar's default is not strict: up to one tick early).
+    pub delayed_delivery: dispatcher::DelayedDelivery,
 }
 
 impl Default for BrokerConfig {
@@ -72,6 +78,7 @@ impl Default for BrokerConfig {
             sync: crate::storage::SyncPolicy::Always,
             legacy: Legacy::default(),
             key_shared_max_unacked_per_key: 0,
+            delayed_delivery: dispatcher::DelayedDelivery::default(),
         }
     }
 }
@@ -115,6 +122,15 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
   --key-shared-max-unacked-per-key N
                             Key_Shared key-serial dispatch: at most N unacked entries per
                             key (default 0 = off); 1 gives stock clients per-key order on nack
+  --delayed-delivery-enabled true|false
+                            honour deliver_after / deliver_at on Shared and Key_Shared
+                            (default true; Exclusive always dispatches at once, as Pulsar)
+  --delayed-delivery-tick-ms N
+                            delay resolution (default 1000): times are bucketed to the
+                            largest power of two not above N (512 ms); 0 = exact
+  --delayed-delivery-strict true|false
+                            true (default): never before the deliver-at time, at most one
+                            bucket after it; false (Pulsar's default): up to N ms early
   --legacy NAME             bring back a Pulsar bug, for demonstrations and tests only:
                             mark-delete-cleanup (Key_Shared skip/expiry releases draining
                             keys), orphan-chunk-replay (Shared stalls on an orphan chunk),
@@ -149,6 +165,9 @@ impl BrokerConfig {
                 "--sync",
                 "--legacy",
                 "--key-shared-max-unacked-per-key",
+                "--delayed-delivery-enabled",
+                "--delayed-delivery-tick-ms",
+                "--delayed-delivery-strict",
             ];
             if !known.contains(&name.as_str()) {
                 return Err(ConfigError::UnknownArgument(flag));
@@ -189,6 +208,24 @@ impl BrokerConfig {
                 "--key-shared-max-unacked-per-key" => {
                     cfg.key_shared_max_unacked_per_key =
                         value.parse().map_err(|_| invalid("not a number"))?;
+                }
+                "--delayed-delivery-enabled" | "--delayed-delivery-strict" => {
+                    let on = match value.as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(invalid("must be `true` or `false`")),
+                    };
+                    match name.as_str() {
+                        "--delayed-delivery-enabled" => cfg.delayed_delivery.enabled = on,
+                        _ => cfg.delayed_delivery.strict = on,
+                    }
+                }
+                "--delayed-delivery-tick-ms" => {
+                    let n: u64 = value.parse().map_err(|_| invalid("not a number"))?;
+                    if n > 3_600_000 {
+                        return Err(invalid("must be at most 3600000 (one hour)"));
+                    }
+                    cfg.delayed_delivery.tick = n;
                 }
                 "--sync" => {
                     cfg.sync = match value.as_str() {
@@ -260,6 +297,44 @@ mod tests {
         assert_eq!(
             BrokerConfig::parse_args(["--help"]).unwrap_err(),
             ConfigError::Help
+        );
+        for bad in [
+            ["--delayed-delivery-enabled", "yes"],
+            ["--delayed-delivery-strict", "1"],
+            ["--delayed-delivery-tick-ms", "-5"],
+            ["--delayed-delivery-tick-ms", "3600001"],
+        ] {
+            assert!(
+                matches!(
+                    BrokerConfig::parse_args(bad).unwrap_err(),
+                    ConfigError::InvalidValue { .. }
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn delayed_delivery_flags() {
+        let d = BrokerConfig::parse_args(Vec::<String>::new())
+            .unwrap()
+            .delayed_delivery;
+        assert_eq!(d, dispatcher::DelayedDelivery::default());
+        let c = BrokerConfig::parse_args([
+            "--delayed-delivery-enabled=false",
+            "--delayed-delivery-tick-ms",
+            "0",
+            "--delayed-delivery-strict",
+            "false",
+        ])
+        .unwrap();
+        assert_eq!(
+            c.delayed_delivery,
+            dispatcher::DelayedDelivery {
+                enabled: false,
+                tick: 0,
+                strict: false
+            }
         );
     }
 }

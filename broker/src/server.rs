@@ -37,7 +37,7 @@ impl Shared {
         if let Some(t) = topics.get(&full) {
             return Ok(t.clone());
         }
-        let t = match &self.cfg.data_dir {
+        let mut t = match &self.cfg.data_dir {
             None => {
                 let mut t = Topic::new(full.clone(), self.cfg.entries_per_ledger);
                 t.legacy = self.cfg.legacy;
@@ -53,6 +53,7 @@ impl Shared {
                 self.cfg.key_shared_max_unacked_per_key,
             )?,
         };
+        t.delayed_delivery = self.cfg.delayed_delivery;
         if self.cfg.legacy != crate::config::Legacy::default() {
             warn!(topic = %full, legacy = ?self.cfg.legacy, "Pulsar-bug switches are on for this topic's subscriptions");
         }

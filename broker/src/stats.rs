@@ -112,6 +112,10 @@ pub(crate) struct SubscriptionStats {
     backlog_size: u64,
     unacked_messages: i64,
     msg_rate_redeliver: f64,
+    /// Messages waiting for their deliver-at time (Pulsar's `msgDelayed`).
+    msg_delayed: usize,
+    /// Bytes of the delayed-delivery index (Pulsar's `delayedMessageIndexSizeInBytes`).
+    delayed_message_index_size_in_bytes: usize,
     last_expire_timestamp: u64,
     consumers: Vec<ConsumerStats>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -213,6 +217,8 @@ fn subscription_stats(s: &Subscription) -> Option<SubscriptionStats> {
         backlog_size: view.backlog.bytes,
         unacked_messages: cs.iter().map(|c| c.unacked).sum(),
         msg_rate_redeliver: 0.0,
+        msg_delayed: ds.delayed,
+        delayed_message_index_size_in_bytes: ds.delayed_index_bytes,
         last_expire_timestamp: s.last_expire.load(Ordering::Relaxed),
         consumers,
         key_shared_mode: mode,
@@ -522,6 +528,13 @@ pub(crate) fn metrics(shared: &Shared) -> String {
                 "Messages in the subscription's backlog.",
                 &sl,
                 s.msg_backlog as f64,
+            );
+            add(
+                "pulsar_subscription_delayed",
+                "gauge",
+                "Messages waiting for their deliver-at time.",
+                &sl,
+                s.msg_delayed as f64,
             );
             add(
                 "pulsar_subscription_unacked_messages",

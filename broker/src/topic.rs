@@ -136,11 +136,18 @@ impl SubKind {
         self,
         legacy: Legacy,
         max_unacked_per_key: u32,
+        delayed: dispatcher::DelayedDelivery,
     ) -> DispatcherConfig {
         let mut cfg = match self {
             SubKind::Exclusive | SubKind::Shared => DispatcherConfig::shared(),
             SubKind::KeyShared(ks) => DispatcherConfig::new(SubscriptionType::KeyShared(ks)),
         };
+        // As in Pulsar: Shared and Key_Shared honour deliver-at times; Exclusive (and
+        // Failover) dispatch a delayed message at once.
+        cfg.delayed_delivery = delayed;
+        if self == SubKind::Exclusive {
+            cfg.delayed_delivery.enabled = false;
+        }
         if matches!(self, SubKind::KeyShared(_)) && !legacy.unordered_nack {
             cfg.max_unacked_per_key = max_unacked_per_key;
         }
@@ -289,6 +296,8 @@ pub(crate) struct Topic {
     pub legacy: Legacy,
     /// Key-serial limit for new Key_Shared subscriptions (0 = off).
     pub max_unacked_per_key: u32,
+    /// Delayed delivery for new Shared and Key_Shared subscriptions.
+    pub delayed_delivery: dispatcher::DelayedDelivery,
     state: Mutex<TopicState>,
     payloads: RwLock<BTreeMap<Position, Arc<[u8]>>>,
     counters: Mutex<TopicCounters>,
@@ -317,6 +326,7 @@ impl Topic {
             sync: SyncPolicy::Always,
             legacy: Legacy::default(),
             max_unacked_per_key: 0,
+            delayed_delivery: dispatcher::DelayedDelivery::default(),
             state: Mutex::new(TopicState {
                 ledger: InMemoryLedger::new(entries_per_ledger),
                 chunks: HashMap::new(),
@@ -387,6 +397,7 @@ impl Topic {
             sync,
             legacy,
             max_unacked_per_key,
+            delayed_delivery: dispatcher::DelayedDelivery::default(),
             state: Mutex::new(TopicState {
                 ledger,
                 chunks,
@@ -703,7 +714,7 @@ impl Topic {
             }
         };
         let runtime = Runtime::start(
-            kind.dispatcher_config(self.legacy, self.max_unacked_per_key),
+            kind.dispatcher_config(self.legacy, self.max_unacked_per_key, self.delayed_delivery),
             cursor,
             replica,
         );
