@@ -35,6 +35,11 @@
 //! * **Runtime** ([`Runtime`]): one dispatcher thread with a `crossbeam-channel` `select!` loop
 //!   around the core and the driver, per-consumer delivery channels, acks on the consumers'
 //!   threads ([`ConsumerHandle`]).
+//! * **Delayed delivery** ([`DelayedTracker`], [`DispatcherConfig::delayed_delivery`]): an entry
+//!   whose `EntryMeta::deliver_at` is in the future is taken out of the read, waits in the
+//!   tracker (no permit, no pending ack, no key held) and is replayed when due, on Shared and
+//!   Key_Shared alike, as Pulsar 4.x does. On Key_Shared later entries of its key go first; when
+//!   due it follows its key's routing and draining, so one consumer per key still holds.
 //! * **Explain** ([`Dispatcher::why_blocked`]) and stats ([`Dispatcher::stats`],
 //!   [`Dispatcher::consumer_stats`]).
 //! * **Sticky key and hash** ([`sticky_key_bytes`], [`key_hash31`], [`slot`]): the key bytes of an
@@ -49,9 +54,11 @@
 //!   snapshot for stats; [`diff`] compares two snapshots.
 //!
 //! Does not: own the cursor or the ledger (the caller does), persist anything (nack holds,
-//! redelivery counts and parked keys live in memory: a restart or the last consumer leaving
-//! forgets them), read the clock or spawn threads outside [`Runtime`], implement delayed
-//! delivery, or publish dead letters anywhere (the driver acks them; a broker publishes them).
+//! redelivery counts, parked keys and the delayed-delivery index live in memory: a restart or
+//! the last consumer leaving forgets them; a read delays the entries again), read the clock or
+//! spawn threads outside [`Runtime`] (whose clock is wall-clock milliseconds, the unit of
+//! deliver-at times), or publish dead letters anywhere (the driver acks them; a broker
+//! publishes them).
 //! The client crate models the consumer side of ordered nack. Selectors are plain
 //! single-threaded values (`Send` when the consumer id is); the dispatcher owns them.
 //!

@@ -14,6 +14,7 @@ pub mod broker;
 pub mod chunk_assignor;
 pub mod client;
 pub mod cursor;
+pub mod delayed;
 pub mod dispatcher;
 pub mod draining_hashes;
 pub mod pending_acks;
@@ -154,6 +155,7 @@ pub fn all() -> Vec<Workload> {
     w.extend(chunk_assignor::workloads());
     w.extend(cursor::workloads());
     w.extend(dispatcher::workloads());
+    w.extend(delayed::workloads());
     w.extend(client::workloads());
     w.extend(broker::workloads());
     let _ = &mut w;
