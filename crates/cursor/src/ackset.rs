@@ -24,6 +24,7 @@ struct Bitmap {
 }
 
 impl Bitmap {
+    #[inline]
     fn bit(&self, i: u32) -> bool {
         self.words[(i >> 6) as usize] & (1u64 << (i & 63)) != 0
     }
@@ -112,6 +113,7 @@ impl Container {
         }
     }
 
+    #[inline]
     fn contains(&self, i: u32) -> bool {
         match self {
             Container::Runs(r) => {
@@ -123,6 +125,7 @@ impl Container {
     }
 
     /// Inserts `i`; returns whether it was new.
+    #[inline]
     fn insert(&mut self, i: u32) -> bool {
         match self {
             Container::Runs(r) => {
@@ -259,6 +262,7 @@ struct Blocks {
 
 /// Index of block `b` (or where it would go). Blocks are usually dense, so the slot at
 /// `b - first` is tried before a binary search.
+#[inline]
 fn find_block(blocks: &VecDeque<(u64, Container)>, b: u64) -> Result<usize, usize> {
     if let Some((first, _)) = blocks.front() {
         if let Some(guess) = b.checked_sub(*first) {
@@ -272,6 +276,7 @@ fn find_block(blocks: &VecDeque<(u64, Container)>, b: u64) -> Result<usize, usiz
     blocks.binary_search_by_key(&b, |(x, _)| *x)
 }
 
+#[inline]
 fn split(p: Position) -> ((u64, u64), u32) {
     (
         (p.ledger_id, p.entry_id >> BLOCK_SHIFT),
@@ -280,6 +285,7 @@ fn split(p: Position) -> ((u64, u64), u32) {
 }
 
 impl AckSet {
+    #[inline]
     fn ledger_idx(&self, l: u64) -> Result<usize, usize> {
         // Usually one or two ledgers: check the last one first.
         match self.ledgers.last() {
@@ -288,6 +294,7 @@ impl AckSet {
         }
     }
 
+    #[inline]
     fn block(&self, k: (u64, u64)) -> Option<&Container> {
         let lb = &self.ledgers[self.ledger_idx(k.0).ok()?];
         let i = find_block(&lb.blocks, k.1).ok()?;
@@ -316,12 +323,14 @@ impl AckSet {
     }
 
     /// Whether `p` is in the set.
+    #[inline]
     pub fn contains(&self, p: Position) -> bool {
         let (k, i) = split(p);
         self.block(k).is_some_and(|c| c.contains(i))
     }
 
     /// Adds `p`; returns whether it was not there before.
+    #[inline]
     pub fn insert(&mut self, p: Position) -> bool {
         let (k, i) = split(p);
         let li = match self.ledger_idx(k.0) {
@@ -351,6 +360,7 @@ impl AckSet {
     }
 
     /// The smallest position in the set.
+    #[inline]
     pub fn first(&self) -> Option<Position> {
         let ((l, b), c) = self.iter_blocks().next()?;
         let i = match c {

@@ -450,10 +450,14 @@ impl<S: CursorStore> ManagedCursor<S> {
             });
         }
         lookup(ledger, p)?;
+        // md's successor, computed once per ack: `after_insert` needs it too, and neither md nor
+        // the ledger changes in between.
+        let next = ledger.next_position(self.md);
         // In-order fast path: `p` is md's successor and nothing at or below it is in the acked
         // set, so md moves onto it directly (the same move `after_insert` would make) without
-        // inserting `p` into the acked set only to remove it again.
-        if self.acked.first().is_none_or(|f| f > p) && ledger.next_position(self.md) == Some(p) {
+        // inserting `p` into the acked set only to remove it again. The successor test comes
+        // first: it is the cheap one and, for out-of-order acks, the one that fails.
+        if next == Some(p) && self.acked.first().is_none_or(|f| f > p) {
             if !self.batches.is_empty() {
                 if let Some(b) = self.batches.remove(&p) {
                     self.partial_msgs -= u64::from(b.acked_count());
@@ -478,16 +482,18 @@ impl<S: CursorStore> ManagedCursor<S> {
         }
         Ok(AckOutcome {
             newly_acked: true,
-            md_move: self.after_insert(ledger, p),
+            md_move: self.after_insert(ledger, p, next),
         })
     }
 
     /// Bookkeeping after `p` entered the acked set: drop its batch bitset, count it, and move
-    /// md if `p` closed the gap after it.
+    /// md if `p` closed the gap after it. `next` is `ledger.next_position(md)` (md's successor),
+    /// computed by the caller since its last change of md.
     fn after_insert<L: Ledger + ?Sized>(
         &mut self,
         ledger: &L,
         p: Position,
+        next: Option<Position>,
     ) -> Option<MarkDeleteMove> {
         if !self.batches.is_empty() {
             if let Some(b) = self.batches.remove(&p) {
@@ -500,7 +506,7 @@ impl<S: CursorStore> ManagedCursor<S> {
         }
         self.dirty = true;
         trace!(cursor = %self.name, position = %p, "acked");
-        if ledger.next_position(self.md) == Some(p) {
+        if next == Some(p) {
             let from = self.md;
             self.absorb_acked(ledger);
             Some(self.finish_move(from, MarkDeleteReason::Ack, Vec::new()))
@@ -566,9 +572,10 @@ impl<S: CursorStore> ManagedCursor<S> {
         }
         if complete {
             self.acked.insert(p);
+            let next = ledger.next_position(self.md);
             return Ok(AckOutcome {
                 newly_acked: true,
-                md_move: self.after_insert(ledger, p),
+                md_move: self.after_insert(ledger, p, next),
             });
         }
         trace!(cursor = %self.name, position = %p, newly, "batch indexes acked");

@@ -140,10 +140,12 @@ impl Segment {
         }
     }
 
+    #[inline]
     fn end(&self) -> u64 {
         self.base + self.metas.len() as u64
     }
 
+    #[inline]
     fn first(&self) -> Option<Position> {
         (!self.metas.is_empty()).then(|| Position::new(self.id, self.base))
     }
@@ -285,12 +287,14 @@ impl InMemoryLedger {
         self.next_ledger_id
     }
 
+    #[inline]
     fn seg(&self, ledger_id: u64) -> Option<&Segment> {
         let first = self.segs.front()?.id;
         let idx = ledger_id.checked_sub(first)?;
         self.segs.get(usize::try_from(idx).ok()?)
     }
 
+    #[inline]
     fn first_from(&self, idx: usize) -> Option<Position> {
         self.segs.iter().skip(idx).find_map(Segment::first)
     }
@@ -318,6 +322,7 @@ impl Ledger for InMemoryLedger {
         pos
     }
 
+    #[inline]
     fn first_position(&self) -> Option<Position> {
         self.first_from(0)
     }
@@ -338,6 +343,7 @@ impl Ledger for InMemoryLedger {
         }
     }
 
+    #[inline]
     fn next_position(&self, p: Position) -> Option<Position> {
         let first_id = self.segs.front()?.id;
         if p.ledger_id < first_id {
@@ -371,11 +377,13 @@ impl Ledger for InMemoryLedger {
         self.seg(ledger_id).map(|s| s.count)
     }
 
+    #[inline]
     fn exists(&self, p: Position) -> bool {
         self.seg(p.ledger_id)
             .is_some_and(|s| p.entry_id >= s.base && p.entry_id < s.end())
     }
 
+    #[inline]
     fn stats(&self, p: Position) -> Option<Backlog> {
         let seg = self.seg(p.ledger_id)?;
         let i = usize::try_from(p.entry_id.checked_sub(seg.base)?).ok()?;

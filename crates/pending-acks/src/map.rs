@@ -62,10 +62,17 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
     fn write(&self) -> sync::RwLockWriteGuard<'_, State<P, C>> {
         let (mut guard, poisoned) = sync::write(&self.state);
         if poisoned {
-            tracing::warn!("pending-acks lock was poisoned by a panicking callback; repaired");
-            guard.store.repair();
+            Self::repair(&mut guard);
         }
         guard
+    }
+
+    /// The poisoned-lock path of [`write`](Self::write), kept out of line.
+    #[cold]
+    #[inline(never)]
+    fn repair(st: &mut State<P, C>) {
+        tracing::warn!("pending-acks lock was poisoned by a panicking callback; repaired");
+        st.store.repair();
     }
 
     /// Installs (or replaces) the handler that may veto adds. Build it with

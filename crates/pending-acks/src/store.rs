@@ -64,7 +64,8 @@ struct Segment {
     id: u64,
     /// Entries present in this bucket.
     live: usize,
-    /// Operations since the last representation check (amortises sparse → dense).
+    /// Operations while sparse since the last representation check (amortises sparse → dense);
+    /// reset when the bucket goes sparse, so dense operations do not count.
     churn: usize,
     body: Body,
 }
@@ -125,8 +126,9 @@ impl Segment {
     /// Inserts or overwrites; returns the previous value.
     #[inline]
     fn insert(&mut self, off: u64, v: u64) -> Option<u64> {
-        self.churn = self.churn.saturating_add(1);
+        // `churn` only matters while sparse (going sparse resets it), so dense operations skip it.
         let Body::Dense { base, slots } = &mut self.body else {
+            self.churn = self.churn.saturating_add(1);
             return self.insert_sparse(off, v);
         };
         if v == ABSENT {
@@ -142,6 +144,12 @@ impl Segment {
         }
         let len = slots.len() as u64;
         let limit = max_dense_span(self.live + 1);
+        if off >= *base && off - *base == len && len < limit {
+            // The common case (positions ascend): append right after the last slot.
+            slots.push_back(v);
+            self.live += 1;
+            return None;
+        }
         if off >= *base {
             let idx = off - *base;
             if idx < len {
@@ -194,7 +202,6 @@ impl Segment {
     /// Removes `off`; returns its value.
     #[inline]
     fn remove(&mut self, off: u64) -> Option<u64> {
-        self.churn = self.churn.saturating_add(1);
         match &mut self.body {
             Body::Dense { base, slots } => {
                 if off == *base {
@@ -223,6 +230,7 @@ impl Segment {
                 Some(v)
             }
             Body::Sparse(m) => {
+                self.churn = self.churn.saturating_add(1);
                 let v = m.remove(&off)?;
                 self.live -= 1;
                 self.maybe_densify();
@@ -431,6 +439,14 @@ impl Store {
     #[inline]
     pub(crate) fn insert(&mut self, seg: u64, off: u64, ack: PendingAck) -> Option<PendingAck> {
         let v = pack(ack);
+        // Fast path: most adds go to the last segment.
+        if let Some(last) = self.segs.back_mut() {
+            if last.id == seg {
+                let prev = last.insert(off, v);
+                self.len += usize::from(prev.is_none());
+                return prev.map(unpack);
+            }
+        }
         match self.find(seg) {
             Ok(i) => {
                 let prev = self.segs[i].insert(off, v);
@@ -494,6 +510,18 @@ impl Store {
 
     #[inline]
     pub(crate) fn remove(&mut self, seg: u64, off: u64) -> Option<PendingAck> {
+        // Fast path: most removals (acks in about the order sent) hit the first segment.
+        if let Some(first) = self.segs.front_mut() {
+            if first.id == seg {
+                let v = first.remove(off)?;
+                self.len -= 1;
+                if first.live == 0 {
+                    self.segs.pop_front();
+                    self.shrink_bucket_list();
+                }
+                return Some(unpack(v));
+            }
+        }
         let i = self.find(seg).ok()?;
         let s = &mut self.segs[i];
         let v = s.remove(off)?;

@@ -178,7 +178,7 @@ fn check_w7c(
 /// W7 and W7c.
 pub fn workloads() -> Vec<Workload> {
     vec![
-        Workload::lower("W7", "ns/entry", Some(23.0), Some(8.0), w7),
-        Workload::lower("W7c", "ns/entry", Some(82.0), Some(20.0), w7c),
+        Workload::lower("W7", "ns/entry", Some(23.0), Some(5.0), w7),
+        Workload::lower("W7c", "ns/entry", Some(82.0), Some(10.0), w7c),
     ]
 }

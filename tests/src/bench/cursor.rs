@@ -136,12 +136,12 @@ pub fn workloads() -> Vec<Workload> {
     let s = shared();
     let (a, b, c) = (s.clone(), s.clone(), s);
     vec![
-        Workload::lower("W10", "ns/ack", None, Some(60.0), move || w10(&a)),
+        Workload::lower("W10", "ns/ack", None, Some(20.0), move || w10(&a)),
         Workload::lower(
             "W10h-size",
             "bytes",
             Some(16_000_000.0),
-            Some(200_000.0),
+            Some(130_000.0),
             move || w10h(&b).map(|(bytes, _)| bytes),
         ),
         Workload::lower("W10h-time", "ms", None, Some(20.0), move || {

@@ -403,12 +403,12 @@ fn w12() -> impl FnMut() -> Result<f64, String> {
 /// The dispatcher rows.
 pub fn workloads() -> Vec<Workload> {
     vec![
-        Workload::lower("W8", "ns/message", None, Some(250.0), w8()),
-        Workload::lower("W9", "ns/message", None, Some(200.0), w9()),
+        Workload::lower("W8", "ns/message", None, Some(160.0), w8()),
+        Workload::lower("W9", "ns/message", None, Some(125.0), w9()),
         Workload::lower("W8/W9", "ratio", None, Some(1.3), w8_w9_ratio()),
         Workload::lower("W8N", "ns/message", None, None, w8n()),
         Workload::lower("W8N-base", "ns/message", None, None, w8n_base()),
-        Workload::lower("W11", "ms", None, Some(5.0), w11()),
-        Workload::higher("W12", "messages/s", None, None, w12()),
+        Workload::lower("W11", "ms", None, Some(1.0), w11()),
+        Workload::higher("W12", "messages/s", None, Some(1_500_000.0), w12()),
     ]
 }

@@ -138,9 +138,9 @@ mod imp {
         let xs = std::rc::Rc::new(queries());
         let xs_b = xs.clone();
         vec![
-            Workload::lower("W5a", "ns/op", Some(38.0), Some(10.0), w5a),
-            Workload::lower("W5b", "ns/op", Some(39.0), Some(8.0), move || w5b(&xs_b)),
-            Workload::lower("W5c", "ns/op", Some(40.0), Some(10.0), move || w5c(&xs)),
+            Workload::lower("W5a", "ns/op", Some(38.0), Some(8.0), w5a),
+            Workload::lower("W5b", "ns/op", Some(39.0), Some(5.0), move || w5b(&xs_b)),
+            Workload::lower("W5c", "ns/op", Some(40.0), Some(8.0), move || w5c(&xs)),
         ]
     }
 }

@@ -116,9 +116,9 @@ mod imp {
 
     pub(super) fn workloads() -> Vec<Workload> {
         vec![
-            Workload::lower("W1", "ns/op", Some(213.0), Some(25.0), w1),
-            Workload::lower("W2", "ns/op", Some(108.0), Some(15.0), w2),
-            Workload::lower("W3", "ns/entry", Some(96.0), Some(5.0), w3),
+            Workload::lower("W1", "ns/op", Some(213.0), Some(12.0), w1),
+            Workload::lower("W2", "ns/op", Some(108.0), Some(10.0), w2),
+            Workload::lower("W3", "ns/entry", Some(96.0), Some(3.0), w3),
             Workload::lower("W4", "bytes/entry", Some(40.1), Some(12.0), w4),
         ]
     }

@@ -98,8 +98,8 @@ fn w6_churn() -> impl FnMut() -> Result<f64, String> {
 /// The selector rows.
 pub fn workloads() -> Vec<Workload> {
     vec![
-        Workload::lower("W6", "ns/op", Some(220.0), Some(10.0), w6()),
-        Workload::lower("W6-add", "µs/op", Some(480.0), Some(30.0), w6_add()),
-        Workload::lower("W6-churn", "µs/op", Some(760.0), Some(30.0), w6_churn()),
+        Workload::lower("W6", "ns/op", Some(220.0), Some(2.5), w6()),
+        Workload::lower("W6-add", "µs/op", Some(480.0), Some(10.0), w6_add()),
+        Workload::lower("W6-churn", "µs/op", Some(760.0), Some(10.0), w6_churn()),
     ]
 }

@@ -1,5 +1,6 @@
 //! `cargo xtask bench` runs this binary in release mode: it measures every workload, prints the
-//! table and writes `target/bench/results.json`.
+//! table and writes `target/bench/results.json`. Arguments: workload ids (a prefix: `W8` runs
+//! W8, W8/W9, W8N…; `=W8` runs W8 alone), `--rounds N`, `--warmup N`, `--quick`, `--out FILE`.
 
 use std::path::PathBuf;
 
@@ -25,7 +26,11 @@ fn main() -> anyhow::Result<()> {
     let mut rows = Vec::new();
     for mut w in bench::all() {
         if !settings.filter.is_empty()
-            && !settings.filter.iter().any(|f| w.id.starts_with(f.as_str()))
+            && !settings.filter.iter().any(|f| match f.strip_prefix('=') {
+                // `=W8`: exactly W8 (a plain id is a prefix: `W8` also runs W8/W9, W8N, …).
+                Some(exact) => w.id == exact,
+                None => w.id.starts_with(f.as_str()),
+            })
         {
             continue;
         }

@@ -164,16 +164,35 @@ fn find<C: Copy + Ord>(list: &[(C, Vec<HashRange>)], c: C) -> &[HashRange] {
 
 /// Groups pairs per consumer (ascending ids), with each consumer's ranges sorted and merged.
 fn group<C: Copy + Ord>(mut pairs: Vec<(C, HashRange)>) -> Vec<(C, Vec<HashRange>)> {
-    pairs.sort_unstable();
-    let mut out: Vec<(C, Vec<HashRange>)> = Vec::new();
-    for (c, r) in pairs {
-        match out.last_mut() {
-            Some((last, rs)) if *last == c => match rs.last_mut() {
-                Some(l) if u64::from(r.start) <= u64::from(l.end) + 1 => l.end = l.end.max(r.end),
-                _ => rs.push(r),
-            },
-            _ => out.push((c, vec![r])),
+    if !pairs.is_sorted() {
+        pairs.sort_unstable();
+    }
+    // Merge in place (pairs[..n] holds the merged list), then copy each consumer's ranges into
+    // a vector of exactly its length.
+    let mut n = 0usize;
+    let mut consumers = 0usize;
+    for i in 0..pairs.len() {
+        let (c, r) = pairs[i];
+        if n > 0 && pairs[n - 1].0 == c {
+            let l = &mut pairs[n - 1].1;
+            if u64::from(r.start) <= u64::from(l.end) + 1 {
+                l.end = l.end.max(r.end);
+                continue;
+            }
+        } else {
+            consumers += 1;
         }
+        pairs[n] = (c, r);
+        n += 1;
+    }
+    let merged = &pairs[..n];
+    let mut out: Vec<(C, Vec<HashRange>)> = Vec::with_capacity(consumers);
+    let mut i = 0;
+    while i < n {
+        let c = merged[i].0;
+        let len = merged[i..].iter().take_while(|(x, _)| *x == c).count();
+        out.push((c, merged[i..i + len].iter().map(|&(_, r)| r).collect()));
+        i += len;
     }
     out
 }

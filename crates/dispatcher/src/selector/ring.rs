@@ -1,6 +1,6 @@
 //! Consistent-hashing ring (Pulsar's ConsistentHashingStickyKeyConsumerSelector), with an O(1) slot table and incremental impact.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::hash::Hash;
 
@@ -55,13 +55,13 @@ fn push_decimal(buf: &mut Vec<u8>, mut v: u32) {
     buf.extend(tmp[..n].iter().rev());
 }
 
-/// Drops repeated points, keeping the first occurrence of each (order preserved).
-fn dedup_keep_first(pts: &mut Vec<u32>) {
-    let mut sorted = pts.clone();
-    sorted.sort_unstable();
+/// Drops repeated points, keeping the first occurrence of each (order preserved); `sorted` is
+/// `pts` sorted, and is deduplicated too.
+fn dedup_keep_first(pts: &mut Vec<u32>, sorted: &mut Vec<u32>) {
     if sorted.windows(2).all(|w| w[0] != w[1]) {
         return;
     }
+    sorted.dedup();
     let mut seen = Vec::with_capacity(pts.len());
     pts.retain(|p| {
         let fresh = !seen.contains(p);
@@ -223,6 +223,9 @@ struct Member<C> {
     name_index: u32,
     /// Distinct ring points, in point-index order (a consumer's own colliding points count once).
     points: Vec<u32>,
+    /// The same points in ascending order: joins and leaves walk them in ring order, so the
+    /// impacted ranges come out (nearly) sorted.
+    sorted: Vec<u32>,
 }
 
 /// Pulsar's consistent-hashing selector (the Key_Shared default), bit-compatible ring placement.
@@ -250,7 +253,7 @@ pub struct ConsistentHashingSelector<C> {
     point_owner: Box<[u16]>,
     points: PointSet,
     /// Colliding consumers queued behind a point's owner, FIFO.
-    queues: BTreeMap<u32, VecDeque<u16>>,
+    queues: AHashMap<u32, VecDeque<u16>>,
     /// The points that have a queue (so a leave skips the map for the uncontended ones).
     queued: PointSet,
     members: Vec<Option<Member<C>>>,
@@ -277,7 +280,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
             table: vec![NONE; SLOTS].into_boxed_slice(),
             point_owner: vec![NONE; SLOTS].into_boxed_slice(),
             points: PointSet::new(),
-            queues: BTreeMap::new(),
+            queues: AHashMap::new(),
             queued: PointSet::new(),
             members: Vec::new(),
             ids: Vec::new(),
@@ -386,12 +389,17 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             push_decimal(&mut buf, i);
             pts.push(slot(key_hash31(&buf), CONSISTENT_RANGE));
         }
-        dedup_keep_first(&mut pts);
+        let mut sorted = pts.clone();
+        sorted.sort_unstable();
+        dedup_keep_first(&mut pts, &mut sorted);
 
-        let mut lost: Vec<(C, HashRange)> = Vec::new();
-        let mut gained: Vec<(C, HashRange)> = Vec::new();
+        // The order the points are taken in does not change the outcome: each slot that moves
+        // is reported once, with the owner it had before the join, and a point's queue only
+        // sees this consumer once. Ring order makes the gained ranges come out sorted.
+        let mut lost: Vec<(C, HashRange)> = Vec::with_capacity(sorted.len() + 1);
+        let mut gained: Vec<(C, HashRange)> = Vec::with_capacity(sorted.len() + 1);
         let mut owned = 0usize;
-        for &p in &pts {
+        for &p in &sorted {
             if self.point_owner[p as usize] != NONE {
                 self.queues.entry(p).or_default().push_back(idx);
                 self.queued.insert(p);
@@ -443,6 +451,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             name: c.name,
             name_index,
             points: pts,
+            sorted,
         });
         Ok(ImpactedConsumers::from_pairs(lost, gained))
     }
@@ -454,9 +463,11 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         let Some(member) = self.members.get_mut(idx as usize).and_then(Option::take) else {
             return ImpactedConsumers::default();
         };
-        // 1. The arcs the member owns, measured on the ring before any change.
-        let mut arcs: Vec<(u32, u32)> = Vec::new();
-        for &p in &member.points {
+        // 1. The arcs the member owns, measured on the ring before any change. Every step
+        //    handles each point on its own, so the points are walked in ring order (the lost
+        //    ranges come out nearly sorted).
+        let mut arcs: Vec<(u32, u32)> = Vec::with_capacity(member.sorted.len());
+        for &p in &member.sorted {
             if self.point_owner[p as usize] == idx {
                 if let Some(prev) = self.points.pred(p) {
                     arcs.push((prev, p));
@@ -464,7 +475,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             }
         }
         // 2. Leave every point: hand owned points to the first queued consumer, or drop them.
-        for &p in &member.points {
+        for &p in &member.sorted {
             let queue = if self.queued.contains(p) {
                 self.queues.get_mut(&p)
             } else {
@@ -496,8 +507,8 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             }
         }
         // 3. Each former arc goes to the point's new owner, else to the next point's owner.
-        let mut lost: Vec<(C, HashRange)> = Vec::new();
-        let mut gained: Vec<(C, HashRange)> = Vec::new();
+        let mut lost: Vec<(C, HashRange)> = Vec::with_capacity(arcs.len() + 1);
+        let mut gained: Vec<(C, HashRange)> = Vec::with_capacity(arcs.len() + 1);
         for (prev, p) in arcs {
             let new_owner = match self.point_owner[p as usize] {
                 NONE => self
