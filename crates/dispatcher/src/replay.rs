@@ -463,6 +463,11 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
         self.entries.iter().map(|(p, e)| (*p, *e))
     }
 
+    /// [`iter`](Self::iter) from `from` on (inclusive).
+    pub fn iter_from(&self, from: P) -> impl Iterator<Item = (P, ReplayEntry<C>)> + '_ {
+        self.entries.range(from..).map(|(p, e)| (*p, *e))
+    }
+
     /// Positions whose not-before time is due at `now`, ascending.
     pub fn due(&self, now: u64) -> impl Iterator<Item = P> + '_ {
         self.iter()

@@ -479,6 +479,11 @@ fn run_seed_checked(
             for (p, _) in w.d.pending_positions(id) {
                 let _ = w.ack.ack(id, p);
             }
+            // As every driver must: an ack that unblocked something woke the driver.
+            if w.waker.take() {
+                w.d.handle_wake(w.now);
+                w.pump();
+            }
         }
         w.step("advance 20");
         let g = w.cell.lock().unwrap();

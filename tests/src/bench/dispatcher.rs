@@ -20,7 +20,8 @@
 //!   keys (setup untimed per round); timed: one more consumer joins (selector update, impacted
 //!   ranges, draining registration over the pending acks). Figure: ms.
 //! * W12: the threaded runtime, Key_Shared, 1,000,000 messages (the W8 ledger), one dispatcher
-//!   thread, 4 consumer threads that ack each message on their own thread and send a Flow after
+//!   thread, 4 consumer threads (W12-1, W12-2, W12-8: 1, 2 and 8 threads, the scaling table;
+//!   `W12_STATS=1` prints the replay picks and the entries they scanned per row) that ack each message on their own thread and send a Flow after
 //!   every 500 acks (receiver queue 1,000). Figure: messages per second (higher is better).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -339,8 +340,8 @@ fn w11() -> impl FnMut() -> Result<f64, String> {
     }
 }
 
-/// W12: threaded runtime, 4 consumer threads acking on their own threads.
-fn w12() -> impl FnMut() -> Result<f64, String> {
+/// W12: threaded runtime, `consumers` consumer threads acking on their own threads.
+fn w12(consumers: u64) -> impl FnMut() -> Result<f64, String> {
     move || {
         let ledger = zipf_ledger();
         let cursor = ManagedCursor::new("bench", &*ledger, MemoryStore::new());
@@ -353,7 +354,7 @@ fn w12() -> impl FnMut() -> Result<f64, String> {
         let acked = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let mut threads = Vec::new();
-        for i in 0..4u64 {
+        for i in 0..consumers {
             let c = rt
                 .add_consumer(ConsumerSpec::new(i, format!("consumer-{i}")))
                 .map_err(|e| e.to_string())?;
@@ -395,6 +396,14 @@ fn w12() -> impl FnMut() -> Result<f64, String> {
             th.join()
                 .map_err(|_| "consumer thread panicked".to_string())??;
         }
+        if std::env::var_os("W12_STATS").is_some() {
+            if let Some((s, _)) = rt.stats() {
+                eprintln!(
+                    "W12 consumers={consumers}: picks={} scanned={} replay={} look_ahead={} discarded={}",
+                    s.replay_picks, s.replay_scanned, s.replay_size, s.look_ahead_triggers, s.read_results_discarded
+                );
+            }
+        }
         rt.shutdown();
         Ok(MESSAGES as f64 / secs)
     }
@@ -409,6 +418,9 @@ pub fn workloads() -> Vec<Workload> {
         Workload::lower("W8N", "ns/message", None, None, w8n()),
         Workload::lower("W8N-base", "ns/message", None, None, w8n_base()),
         Workload::lower("W11", "ms", None, Some(1.0), w11()),
-        Workload::higher("W12", "messages/s", None, Some(1_500_000.0), w12()),
+        Workload::higher("W12-1", "messages/s", None, None, w12(1)),
+        Workload::higher("W12-2", "messages/s", None, None, w12(2)),
+        Workload::higher("W12", "messages/s", None, Some(1_500_000.0), w12(4)),
+        Workload::higher("W12-8", "messages/s", None, None, w12(8)),
     ]
 }

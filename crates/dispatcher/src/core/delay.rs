@@ -64,7 +64,7 @@ impl Dispatcher {
         }
         if n > 0 {
             debug!(count = n, "delayed entries due: to replay");
-            self.read.replay_settled = false;
+            self.read.unsettle();
         }
         n
     }

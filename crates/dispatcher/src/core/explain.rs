@@ -135,6 +135,10 @@ pub struct DispatcherStats {
     pub delayed_index_bytes: usize,
     /// Entries held for their deliver-at time so far (a re-read entry counts again).
     pub delayed_held: u64,
+    /// Key_Shared replay picks so far (each scans the replay set in order).
+    pub replay_picks: u64,
+    /// Replay entries those picks looked at (the cost of replay on Key_Shared).
+    pub replay_scanned: u64,
     /// Distinct hashes with a parked entry now.
     pub parked_keys: usize,
     /// Parked entries now.
@@ -260,6 +264,8 @@ impl Dispatcher {
             delayed: self.delayed.len(),
             delayed_index_bytes: self.delayed.memory_bytes(),
             delayed_held: self.counters.delayed_held,
+            replay_picks: self.counters.replay_picks,
+            replay_scanned: self.counters.replay_scanned,
             held_hashes: self.replay.held_hashes(),
             parked_keys: {
                 let mut h: Vec<u32> = parked.iter().map(|(_, h)| *h).collect();

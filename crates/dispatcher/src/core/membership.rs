@@ -227,6 +227,12 @@ impl Dispatcher {
         let Some(i) = self.find(id) else {
             return false;
         };
+        // A settled replay stays settled if this consumer had usable permits when it settled
+        // and still has (permits only grow by a flow, which would have unsettled it): every
+        // entry waiting for it waits for something else than permits.
+        let keep = self.read.replay_settled
+            && !self.read.starved.contains(&id)
+            && self.consumers[i].available_permits() > 0;
         let c = &mut self.consumers[i];
         if c.blocked() {
             c.parked_permits = c.parked_permits.saturating_add(i64::from(permits));
@@ -234,7 +240,12 @@ impl Dispatcher {
             c.permits = c.permits.saturating_add(i64::from(permits));
         }
         trace!(consumer = %id, permits, total = c.permits, "flow");
+        let resume = self.read.pick_resume;
         self.input_arrived();
+        if keep {
+            self.read.replay_settled = true;
+            self.read.pick_resume = resume;
+        }
         self.read_more(now);
         true
     }

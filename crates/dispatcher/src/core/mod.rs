@@ -158,6 +158,8 @@ struct Counters {
     dead_letters: u64,
     holds_ended_by_mark_delete: u64,
     delayed_held: u64,
+    replay_picks: u64,
+    replay_scanned: u64,
 }
 
 /// The subscription type's routing state: Shared and Key_Shared as one enum, so each mode's
@@ -247,6 +249,9 @@ pub struct Dispatcher {
     /// The timers besides the read loop's retry (see [`Timers`]).
     timers: Timers,
     scratch_blocked: AHashSet<u32>,
+    /// The replay pick's (consumer, hash) marks of pinned entries, kept with `scratch_blocked`
+    /// for a pick that resumes where the last one stopped.
+    scratch_pinned_blocked: AHashSet<(ConsumerId, u32)>,
     mark_delete: Option<Position>,
     redelivery_counts: BTreeMap<Position, u32>,
     /// Dead letters for the driver (see `poll_dead_letter`).
@@ -440,6 +445,7 @@ impl Dispatcher {
             read: ReadLoop::new(read_batch, read_seed),
             timers: Timers::default(),
             scratch_blocked: AHashSet::new(),
+            scratch_pinned_blocked: AHashSet::new(),
             mark_delete: None,
             redelivery_counts: BTreeMap::new(),
             dead_letters: VecDeque::new(),

@@ -146,6 +146,19 @@ pub(super) struct ReadLoop {
     /// Key_Shared: the last replay pick found nothing dispatchable and nothing relevant changed
     /// since (the pick scans the replay set, so it is not repeated for nothing).
     pub(super) replay_settled: bool,
+    /// Key_Shared: the last replay pick scanned the whole replay set (it stopped for neither
+    /// the read size nor the permits), so once its replay read is dispatched nothing else in
+    /// replay can go until new input arrives: the loop settles as if the pick found nothing.
+    pub(super) pick_scanned_all: bool,
+    /// While settled: the consumers that had no usable permits when the loop settled. A flow
+    /// to any other consumer cannot unblock a replay entry (each entry waiting for that
+    /// consumer waits for something else than permits), so it leaves the loop settled.
+    pub(super) starved: Vec<ConsumerId>,
+    /// Key_Shared: the last replay pick stopped (read size or permits reached) before this
+    /// position, and nothing that could unblock an earlier entry happened since (the same
+    /// events unsettle the loop and clear it): the next pick resumes here, with the last
+    /// pick's marks, instead of scanning the entries it already found waiting.
+    pub(super) pick_resume: Option<Position>,
     /// The last read result was discarded into replay (not a reason to back off).
     pub(super) discarded_read: bool,
     /// The back-off jitter's random stream (seeded from the configuration).
@@ -175,6 +188,13 @@ impl SplitMix64 {
 }
 
 impl ReadLoop {
+    /// Something may have unblocked a replay entry: the next pick scans the replay set from
+    /// its start.
+    pub(super) fn unsettle(&mut self) {
+        self.replay_settled = false;
+        self.pick_resume = None;
+    }
+
     pub(super) fn new(batch: usize, seed: u64) -> Self {
         ReadLoop {
             jitter: SplitMix64::new(seed),
@@ -185,6 +205,9 @@ impl ReadLoop {
             rewind_pending: false,
             look_ahead_next: false,
             replay_settled: false,
+            pick_scanned_all: false,
+            starved: Vec::new(),
+            pick_resume: None,
             discarded_read: false,
         }
     }
@@ -222,7 +245,7 @@ impl Dispatcher {
 
     /// A timer armed through [`DispatchCommand::SetTimer`] is due.
     pub fn handle_timeout(&mut self, now: u64) {
-        self.read.replay_settled = false;
+        self.read.unsettle();
         if self.timers.unblock.is_some_and(|t| t <= now) {
             self.timers.unblock = None;
             self.read.look_ahead_next = false;
@@ -290,13 +313,15 @@ impl Dispatcher {
     /// New input may allow progress: cancel the retry backoff.
     pub(super) fn input_arrived(&mut self) {
         self.read.state.cancel_backoff();
-        self.read.replay_settled = false;
+        self.read.unsettle();
     }
 
     /// New entries were appended to the ledger: a read parked at the end of the topic resumes.
     pub fn handle_entries_appended(&mut self, now: u64) {
         self.read.state.set_at_end(false);
-        self.input_arrived();
+        // A new entry unblocks no replay entry: the replay pick stays settled (a producer's
+        // every append would otherwise rescan the replay set).
+        self.read.state.cancel_backoff();
         self.read_more(now);
     }
     pub(super) fn look_ahead_limit(&self) -> usize {
@@ -407,18 +432,33 @@ impl Dispatcher {
             .map(|c| (c.id, self.available_permits(c)))
             .collect();
         let mut capacity: i64 = snapshot.iter().map(|(_, p)| *p).sum();
+        let holds = self.replay.has_holds();
+        // Resume where the last pick stopped, with its marks (see `ReadLoop::pick_resume`).
+        let resume = self.read.pick_resume.take().filter(|_| !holds);
         let mut blocked = std::mem::replace(&mut self.scratch_blocked, AHashSet::new());
-        blocked.clear();
-        let mut pinned_blocked: AHashSet<(ConsumerId, u32)> = AHashSet::new();
+        let mut pinned_blocked =
+            std::mem::replace(&mut self.scratch_pinned_blocked, AHashSet::new());
+        if resume.is_none() {
+            blocked.clear();
+            pinned_blocked.clear();
+        }
         let mut out = Vec::new();
         let ordered = self.mode.key_shared().is_some_and(|k| k.ordered());
-        let holds = self.replay.has_holds();
         // Nacked entries picked in this pass (later entries of their key may follow them).
         let mut resent_nacked: Vec<Position> = Vec::new();
-        for (p, e) in self.replay.iter() {
+        let mut stopped_at = None;
+        let mut scanned = 0u64;
+        let entries: Box<dyn Iterator<Item = (Position, crate::replay::ReplayEntry<ConsumerId>)>> =
+            match resume {
+                Some(from) => Box::new(self.replay.iter_from(from)),
+                None => Box::new(self.replay.iter()),
+            };
+        for (p, e) in entries {
             if out.len() >= n || capacity <= 0 {
+                stopped_at = Some(p);
                 break;
             }
+            scanned += 1;
             if e.not_before > now {
                 // A nack delay (or a park): not yet. Its hash stays held (ordered mode).
                 if ordered && e.hash != 0 {
@@ -457,6 +497,15 @@ impl Dispatcher {
                     .and_then(|k| k.selector.select(e.hash)),
             };
             let slot = target.and_then(|t| snapshot.iter().position(|(c, _)| *c == t));
+            let out_of_permits = slot.is_some_and(|i| snapshot[i].1 <= 0);
+            if out_of_permits && pin.is_none() {
+                // Its target has no permits left in this pass. Every later unpinned entry of
+                // the hash has the same target (the selector does not change during a pass),
+                // so it waits too without being marked; pinned entries of the hash are ordered
+                // by `pinned_blocked`, which an unpinned entry never marks. Skipping the mark
+                // keeps a long replay set cheap to scan for the consumers that have permits.
+                continue;
+            }
             let ok = match (target, slot) {
                 (Some(t), Some(i)) => {
                     snapshot[i].1 > 0
@@ -487,10 +536,17 @@ impl Dispatcher {
             }
         }
         self.scratch_blocked = blocked;
+        self.scratch_pinned_blocked = pinned_blocked;
+        self.counters.replay_picks += 1;
+        self.counters.replay_scanned += scanned;
+        self.read.pick_scanned_all = stopped_at.is_none() && !out.is_empty();
+        // Not with nack holds: a pass's re-sent nacked entries change what later entries of
+        // their key may do, and those are not carried over.
+        self.read.pick_resume = stopped_at.filter(|_| !holds);
         if out.is_empty() {
             // Nothing in replay can go now; only new permits, an unblock, a membership change or
             // new redeliveries can change that (entries a dispatch pass holds back cannot).
-            self.read.replay_settled = true;
+            self.settle_replay();
         }
         out
     }
@@ -545,7 +601,15 @@ impl Dispatcher {
         already_acked: &[Position],
     ) {
         self.read.state.finish(ReadKind::Replay);
-        self.read.replay_settled = false;
+        // Settled when the pick that issued this read took everything it could, unless the
+        // dispatch below can unblock replay entries by itself: a re-sent nacked entry releases
+        // the entries kept behind it, a chunk pins or unpins its key. Anything else that
+        // unblocks an entry (a flow, an ack's wake, a timer, a membership change) unsettles the
+        // loop again.
+        let full = std::mem::take(&mut self.read.pick_scanned_all);
+        let settle =
+            full && !self.replay.has_holds() && entries.iter().all(|e| e.meta.chunk.is_none());
+        self.read.replay_settled = settle;
         for p in already_acked {
             self.replay.remove(*p);
         }
@@ -561,6 +625,10 @@ impl Dispatcher {
                 false => self.dispatch_shared(now, entries, true),
             }
         }
+        if self.read.replay_settled {
+            // Still settled after the dispatch: note who is out of permits now.
+            self.settle_replay();
+        }
         if (!already_acked.is_empty() || delayed > 0) && self.counters.entries_sent == before {
             // Progress of a kind: acked positions left replay. Read again at once.
             self.read.backoff_step = 0;
@@ -568,6 +636,21 @@ impl Dispatcher {
             self.after_dispatch(now, before);
         }
         self.read_more(now);
+    }
+
+    /// The replay loop settles: no replay entry can go until new input arrives. Notes the
+    /// consumers without usable permits (only a flow to one of them unsettles the loop).
+    pub(super) fn settle_replay(&mut self) {
+        self.read.replay_settled = true;
+        let mut starved = std::mem::take(&mut self.read.starved);
+        starved.clear();
+        starved.extend(
+            self.consumers
+                .iter()
+                .filter(|c| c.available_permits() <= 0)
+                .map(|c| c.id),
+        );
+        self.read.starved = starved;
     }
 
     /// Folds a read's messages per entry into the moving average (the first read sets it,

@@ -27,7 +27,7 @@ impl Dispatcher {
                 c.permits = c
                     .permits
                     .saturating_add(std::mem::take(&mut c.parked_permits));
-                self.read.replay_settled = false;
+                self.read.unsettle();
                 debug!(consumer = %c.id, permits = c.permits, "consumer resumed below half its unacked limit");
             }
         }
@@ -54,6 +54,8 @@ impl Dispatcher {
         let draining = self.mode.key_shared().and_then(|k| k.draining.clone());
         let key_serial = self.mode.key_shared().and_then(|k| k.key_serial.clone());
         let gated = draining.is_some() || key_serial.is_some();
+        let holds_before = self.replay.held_hashes();
+        let mut sent_chunk = false;
         {
             let c = &self.consumers[i];
             let replay = &mut self.replay;
@@ -97,6 +99,7 @@ impl Dispatcher {
                         }
                         if let Mode::KeyShared(key_shared) = mode {
                             note_chunk_sent(key_shared, e, id, hash);
+                            sent_chunk |= e.meta.chunk.is_some();
                         }
                         messages += i64::from(n);
                         true
@@ -125,6 +128,11 @@ impl Dispatcher {
             });
         }
         self.counters.send_time_refusals += refused_n;
+        if sent_chunk || self.replay.held_hashes() != holds_before {
+            // A chunk pinned or unpinned its key, or a re-sent nacked entry ended a hold: replay
+            // entries held behind them may go now.
+            self.read.unsettle();
+        }
         if out.is_empty() {
             return 0;
         }
