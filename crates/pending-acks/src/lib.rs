@@ -86,7 +86,7 @@ mod store;
 mod sync;
 mod types;
 
-pub use crate::map::PendingAcks;
+pub use crate::map::{AddBatch, PendingAcks};
 pub use crate::position::SegmentedPosition;
 pub use crate::sync::Arc;
 pub use crate::types::{

@@ -136,6 +136,29 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
         Self::insert_locked(&mut st, pos, remaining, hash)
     }
 
+    /// Several adds under one write lock (a send of many entries to one consumer): `f` gets an
+    /// [`AddBatch`] whose [`add_if`](AddBatch::add_if) and
+    /// [`add_if_allowed`](AddBatch::add_if_allowed) behave exactly as this map's, one entry at
+    /// a time. The lock is held until `f` returns: `f` must not call back into this map.
+    ///
+    /// ```
+    /// let m: pending_acks::PendingAcks<(u64, u64), u32> = pending_acks::PendingAcks::new(7);
+    /// let added = m.add_batch(|b| {
+    ///     (0..3u64)
+    ///         .filter(|e| b.add_if((1, *e), 1, 9, |_, (_, e), _| e != 1).is_ok())
+    ///         .count()
+    /// });
+    /// assert_eq!((added, m.len()), (2, 2));
+    /// ```
+    pub fn add_batch<R>(&self, f: impl FnOnce(&mut AddBatch<'_, P, C>) -> R) -> R {
+        let mut st = self.write();
+        let mut batch = AddBatch {
+            consumer: self.consumer,
+            st: &mut st,
+        };
+        f(&mut batch)
+    }
+
     fn insert_locked(
         st: &mut State<P, C>,
         pos: P,
@@ -405,5 +428,52 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
     /// sparse buckets: estimated from their entry count). Not counting the handlers.
     pub fn memory_bytes(&self) -> usize {
         sync::read(&self.state).store.memory_bytes()
+    }
+}
+
+/// Adds under one held write lock; see [`PendingAcks::add_batch`].
+pub struct AddBatch<'a, P, C> {
+    consumer: C,
+    st: &'a mut State<P, C>,
+}
+
+impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> AddBatch<'_, P, C> {
+    /// [`PendingAcks::add_if`] inside the batch's lock.
+    pub fn add_if(
+        &mut self,
+        pos: P,
+        remaining: u32,
+        hash: u32,
+        check: impl FnOnce(C, P, u32) -> bool,
+    ) -> Result<AddOutcome, AddRefused> {
+        if self.st.closed {
+            debug!(pos = ?pos, hash, "pending ack refused: map closed");
+            return Err(AddRefused::Closed);
+        }
+        if !check(self.consumer, pos, hash) {
+            debug!(pos = ?pos, hash, "pending ack vetoed by the add check");
+            return Err(AddRefused::Vetoed);
+        }
+        PendingAcks::<P, C>::insert_locked(self.st, pos, remaining, hash)
+    }
+
+    /// [`PendingAcks::add_if_allowed`] inside the batch's lock.
+    pub fn add_if_allowed(
+        &mut self,
+        pos: P,
+        remaining: u32,
+        hash: u32,
+    ) -> Result<AddOutcome, AddRefused> {
+        if self.st.closed {
+            debug!(pos = ?pos, hash, "pending ack refused: map closed");
+            return Err(AddRefused::Closed);
+        }
+        if let Some(h) = &self.st.add_handler {
+            if !h.allow_add(self.consumer, pos, hash) {
+                debug!(pos = ?pos, hash, "pending ack vetoed by add handler");
+                return Err(AddRefused::Vetoed);
+            }
+        }
+        PendingAcks::<P, C>::insert_locked(self.st, pos, remaining, hash)
     }
 }

@@ -64,7 +64,8 @@ impl Dispatcher {
             let mut k = 0usize;
             // A message whose chunk 0 was refused here must not get its later chunks.
             let mut refused_uuids: Vec<String> = Vec::new();
-            out.retain(|e| {
+            // One write lock of the consumer's pending acks for the whole send.
+            c.shared.pending.add_batch(|batch| out.retain(|e| {
                 let hash = hashes.get(k).copied().unwrap_or(0);
                 let is_pinned = pinned.get(k).copied().unwrap_or(false);
                 k += 1;
@@ -78,7 +79,7 @@ impl Dispatcher {
                 let n = e.meta.messages();
                 let continuation = e.meta.chunk.as_ref().is_some_and(|c| c.chunk_id > 0);
                 let r = if gated {
-                    c.shared.pending.add_if(pending_key(e.position), n, hash, |c, p, h| {
+                    batch.add_if(pending_key(e.position), n, hash, |c, p, h| {
                         send_gate(
                             draining.as_deref(),
                             key_serial.as_deref(),
@@ -90,7 +91,7 @@ impl Dispatcher {
                         )
                     })
                 } else {
-                    c.shared.pending.add_if_allowed(pending_key(e.position), n, hash)
+                    batch.add_if_allowed(pending_key(e.position), n, hash)
                 };
                 match r {
                     Ok(_) => {
@@ -125,7 +126,7 @@ impl Dispatcher {
                         false
                     }
                 }
-            });
+            }));
         }
         self.counters.send_time_refusals += refused_n;
         if sent_chunk || self.replay.held_hashes() != holds_before {
