@@ -323,6 +323,44 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
         Ok(())
     }
 
+    /// [`recount_entry`](Self::recount_entry) for every hash of `hashes` under one lock (a
+    /// join's registration over a consumer's pending acks); returns how many were counted. A
+    /// refused hash (0, or another owner's) is skipped with the same WARN as one refused by
+    /// `recount_entry`.
+    ///
+    /// ```
+    /// use draining_hashes::{Arc, DrainingHashes, UnblockListener};
+    /// struct Quiet;
+    /// impl UnblockListener for Quiet {
+    ///     fn hashes_unblocked(&self) {}
+    /// }
+    /// let d: DrainingHashes<u32> = DrainingHashes::new(Arc::new(Quiet));
+    /// assert_eq!(d.recount_entries(1, [5, 5, 0, 9]), 3);
+    /// assert_eq!(d.get(5).map(|e| e.ref_count), Some(2));
+    /// ```
+    pub fn recount_entries(&self, consumer: C, hashes: impl IntoIterator<Item = u32>) -> usize {
+        let mut g = lock(&self.inner);
+        let mut n = 0;
+        for hash in hashes {
+            if hash == 0 {
+                warn!(consumer = ?consumer, "draining entry for hash 0 refused");
+                continue;
+            }
+            match self.add_locked(&mut g, consumer, hash) {
+                Ok(()) => {
+                    n += 1;
+                    if g.take_stale(consumer, hash) {
+                        debug!(hash, consumer = ?consumer, "stale draining reference counted again");
+                    }
+                }
+                Err(e) => {
+                    warn!(consumer = ?consumer, hash, error = %e, "draining registration refused")
+                }
+            }
+        }
+        n
+    }
+
     /// The owner's stale references on `hash`: references of an entry removed early whose
     /// `reduce_ref_count` calls are still to come (see the type's docs). 0 for hash 0.
     pub fn stale_references(&self, consumer: C, hash: u32) -> u32 {

@@ -118,19 +118,20 @@ impl Dispatcher {
             }
             let Some(i) = self.find(*cid) else { continue };
             let c = &self.consumers[i];
-            let mut n = 0u32;
+            // The lost slots as a bitmap (8 KiB): one bit test per pending entry instead of a
+            // search of the ranges; the matching hashes are counted under one lock.
+            let lost = SlotBits::of(ranges);
+            let mut moved: Vec<u32> = Vec::new();
             c.shared.pending.for_each(|pos, ack| {
                 if ack.hash == 0 {
                     warn!(consumer = %c.id, ledger = pos.0, entry = pos.1, "pending ack without hash on Key_Shared, not draining");
                     return;
                 }
-                if ranges_contain(ranges, ack.hash) {
-                    match dr.recount_entry(c.id, ack.hash) {
-                        Ok(()) => n += 1,
-                        Err(e) => warn!(consumer = %c.id, hash = ack.hash, error = %e, "draining registration refused"),
-                    }
+                if lost.contains(ack.hash) {
+                    moved.push(ack.hash);
                 }
             });
+            let n = dr.recount_entries(c.id, moved);
             debug!(consumer = %c.id, references = n, "draining registered");
         }
         for (cid, ranges) in &imp.added {
@@ -248,5 +249,25 @@ impl Dispatcher {
         }
         self.read_more(now);
         true
+    }
+}
+
+/// A set of hash slots in [0, 65535] as a bitmap.
+struct SlotBits(Box<[u64; 1024]>);
+
+impl SlotBits {
+    fn of(ranges: &[crate::HashRange]) -> SlotBits {
+        let mut b = Box::new([0u64; 1024]);
+        for r in ranges {
+            let (start, end) = (r.start.min(65_535), r.end.min(65_535));
+            for s in start..=end {
+                b[(s >> 6) as usize] |= 1 << (s & 63);
+            }
+        }
+        SlotBits(b)
+    }
+
+    fn contains(&self, slot: u32) -> bool {
+        slot <= 65_535 && self.0[(slot >> 6) as usize] & (1 << (slot & 63)) != 0
     }
 }
