@@ -99,18 +99,7 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
         remaining: u32,
         hash: u32,
     ) -> Result<AddOutcome, AddRefused> {
-        let mut st = self.write();
-        if st.closed {
-            debug!(pos = ?pos, hash, "pending ack refused: map closed");
-            return Err(AddRefused::Closed);
-        }
-        if let Some(h) = &st.add_handler {
-            if !h.allow_add(self.consumer, pos, hash) {
-                debug!(pos = ?pos, hash, "pending ack vetoed by add handler");
-                return Err(AddRefused::Vetoed);
-            }
-        }
-        Self::insert_locked(&mut st, pos, remaining, hash)
+        self.add_batch(|b| b.add_if_allowed(pos, remaining, hash))
     }
 
     /// Like [`add_if_allowed`](Self::add_if_allowed), but `check(consumer, pos, hash)` decides
@@ -124,16 +113,7 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
         hash: u32,
         check: impl FnOnce(C, P, u32) -> bool,
     ) -> Result<AddOutcome, AddRefused> {
-        let mut st = self.write();
-        if st.closed {
-            debug!(pos = ?pos, hash, "pending ack refused: map closed");
-            return Err(AddRefused::Closed);
-        }
-        if !check(self.consumer, pos, hash) {
-            debug!(pos = ?pos, hash, "pending ack vetoed by the add check");
-            return Err(AddRefused::Vetoed);
-        }
-        Self::insert_locked(&mut st, pos, remaining, hash)
+        self.add_batch(|b| b.add_if(pos, remaining, hash, check))
     }
 
     /// Several adds under one write lock (a send of many entries to one consumer): `f` gets an
