@@ -130,6 +130,7 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
     /// });
     /// assert_eq!((added, m.len()), (2, 2));
     /// ```
+    #[inline]
     pub fn add_batch<R>(&self, f: impl FnOnce(&mut AddBatch<'_, P, C>) -> R) -> R {
         let mut st = self.write();
         let mut batch = AddBatch {
@@ -419,6 +420,7 @@ pub struct AddBatch<'a, P, C> {
 
 impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> AddBatch<'_, P, C> {
     /// [`PendingAcks::add_if`] inside the batch's lock.
+    #[inline]
     pub fn add_if(
         &mut self,
         pos: P,
@@ -438,6 +440,7 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> AddBatch<'_, P, C> {
     }
 
     /// [`PendingAcks::add_if_allowed`] inside the batch's lock.
+    #[inline]
     pub fn add_if_allowed(
         &mut self,
         pos: P,
