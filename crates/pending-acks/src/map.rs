@@ -315,9 +315,33 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
     /// Visits every entry in ascending position order, under the read lock. `f` must not call
     /// methods of this map that write (deadlock).
     pub fn for_each(&self, mut f: impl FnMut(P, PendingAck)) {
-        sync::read(&self.state)
-            .store
-            .for_each(|s, o, ack| f(P::from_parts(s, o), ack));
+        self.fold_then((), |_, p, ack| f(p, ack), |_| ())
+    }
+
+    /// Folds every entry (ascending) into `init` with `f`, then calls `then` with the result
+    /// before the map's lock is released: what `then` records from the walk (for example
+    /// draining references of the hashes it saw) cannot be overtaken by a removal of those
+    /// entries. Neither closure may call back into this map.
+    ///
+    /// ```
+    /// let m: pending_acks::PendingAcks<(u64, u64), u32> = pending_acks::PendingAcks::new(7);
+    /// m.add_if_allowed((1, 0), 1, 5).unwrap();
+    /// let hashes = m.fold_then(Vec::new(), |v, _, ack| v.push(ack.hash), |v| v);
+    /// assert_eq!(hashes, vec![5]);
+    /// ```
+    pub fn fold_then<S, R>(
+        &self,
+        init: S,
+        mut f: impl FnMut(&mut S, P, PendingAck),
+        then: impl FnOnce(S) -> R,
+    ) -> R {
+        let st = sync::read(&self.state);
+        let mut acc = init;
+        st.store
+            .for_each(|s, o, ack| f(&mut acc, P::from_parts(s, o), ack));
+        let r = then(acc);
+        drop(st);
+        r
     }
 
     /// Removes every entry in ascending order. Per entry: `f`, then the remove handler with

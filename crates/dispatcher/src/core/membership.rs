@@ -119,19 +119,23 @@ impl Dispatcher {
             let Some(i) = self.find(*cid) else { continue };
             let c = &self.consumers[i];
             // The lost slots as a bitmap (8 KiB): one bit test per pending entry instead of a
-            // search of the ranges; the matching hashes are counted under one lock.
+            // search of the ranges; the matching hashes are counted under one draining lock,
+            // still inside the pending map's lock (an ack in between would remove an entry
+            // whose reference is not counted yet, and the reference would outlive it).
             let lost = SlotBits::of(ranges);
-            let mut moved: Vec<u32> = Vec::new();
-            c.shared.pending.for_each(|pos, ack| {
-                if ack.hash == 0 {
-                    warn!(consumer = %c.id, ledger = pos.0, entry = pos.1, "pending ack without hash on Key_Shared, not draining");
-                    return;
-                }
-                if lost.contains(ack.hash) {
-                    moved.push(ack.hash);
-                }
-            });
-            let n = dr.recount_entries(c.id, moved);
+            let n = c.shared.pending.fold_then(
+                Vec::new(),
+                |moved, pos, ack| {
+                    if ack.hash == 0 {
+                        warn!(consumer = %c.id, ledger = pos.0, entry = pos.1, "pending ack without hash on Key_Shared, not draining");
+                        return;
+                    }
+                    if lost.contains(ack.hash) {
+                        moved.push(ack.hash);
+                    }
+                },
+                |moved| dr.recount_entries(c.id, moved),
+            );
             debug!(consumer = %c.id, references = n, "draining registered");
         }
         for (cid, ranges) in &imp.added {
