@@ -380,6 +380,29 @@ impl Segment {
     }
 }
 
+/// The front slots of a dense bucket that [`Store::drain_up_to`] has passed to its callback:
+/// dropping it removes them (also when the callback panics), with the counts.
+struct FrontDrain<'a> {
+    base: &'a mut u64,
+    slots: &'a mut VecDeque<u64>,
+    live: &'a mut usize,
+    store_len: &'a mut usize,
+    /// Slots read from the front (entries and holes).
+    done: usize,
+    /// Entries among them.
+    removed: usize,
+}
+
+impl Drop for FrontDrain<'_> {
+    fn drop(&mut self) {
+        self.slots.drain(..self.done);
+        *self.base = self.base.wrapping_add(self.done as u64);
+        *self.live -= self.removed;
+        *self.store_len -= self.removed;
+        trim_front(self.base, self.slots);
+    }
+}
+
 #[inline]
 fn trim_front(base: &mut u64, slots: &mut VecDeque<u64>) {
     while slots.front() == Some(&ABSENT) {
@@ -540,9 +563,12 @@ impl Store {
         })
     }
 
-    /// Removes every entry at or below `(seg, off)` in ascending order, calling `emit` after each
-    /// removal (the store is consistent at each call, apart from a possibly emptied first
-    /// bucket, which [`Store::repair`] drops if `emit` panics). Returns the count removed.
+    /// Removes every entry at or below `(seg, off)` in ascending order, calling `emit` once per
+    /// removed entry, in order. `emit` cannot reach the store (it runs under the map's lock), so
+    /// a dense bucket's slots are read in place and dropped in one step after the last call; if
+    /// `emit` panics, the entries already passed to it (the panicking one included) are dropped
+    /// during the unwind, so the store is consistent afterwards, apart from a possibly emptied
+    /// first bucket, which [`Store::repair`] drops. Returns the count removed.
     pub(crate) fn drain_up_to(
         &mut self,
         seg: u64,
@@ -550,19 +576,57 @@ impl Store {
         mut emit: impl FnMut(u64, u64, PendingAck),
     ) -> usize {
         let mut n = 0;
-        while let Some(s) = self.segs.front_mut() {
+        let Store { segs, len, .. } = self;
+        while let Some(s) = segs.front_mut() {
             if s.id > seg {
                 break;
             }
             let limit = (s.id == seg).then_some(off);
             let id = s.id;
-            while let Some((o, v)) = s.pop_first_up_to(limit) {
-                self.len -= 1;
-                n += 1;
-                emit(id, o, unpack(v));
+            if let Body::Dense { base, slots } = &mut s.body {
+                // Slots `[0, k)` hold the offsets `<= limit`.
+                let k = match limit {
+                    None => slots.len(),
+                    Some(l) => match l.checked_sub(*base) {
+                        None => 0,
+                        Some(d) => usize::try_from(d)
+                            .map_or(slots.len(), |d| d.saturating_add(1).min(slots.len())),
+                    },
+                };
+                let first = *base;
+                let mut g = FrontDrain {
+                    base,
+                    slots,
+                    live: &mut s.live,
+                    store_len: &mut *len,
+                    done: 0,
+                    removed: 0,
+                };
+                let (a, b) = g.slots.as_slices();
+                let (a, b) = if k <= a.len() {
+                    (&a[..k], &b[..0])
+                } else {
+                    (a, &b[..k - a.len()])
+                };
+                for &v in a.iter().chain(b) {
+                    let o = first.wrapping_add(g.done as u64);
+                    g.done += 1;
+                    if v != ABSENT {
+                        g.removed += 1;
+                        emit(id, o, unpack(v));
+                    }
+                }
+                n += g.removed;
+                drop(g);
+            } else {
+                while let Some((o, v)) = s.pop_first_up_to(limit) {
+                    *len -= 1;
+                    n += 1;
+                    emit(id, o, unpack(v));
+                }
             }
             if s.live == 0 {
-                self.segs.pop_front();
+                segs.pop_front();
             } else {
                 if s.is_sparse() {
                     s.churn = s.churn.saturating_add(1);
