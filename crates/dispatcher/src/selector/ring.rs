@@ -248,7 +248,7 @@ struct Member<C> {
 pub struct ConsistentHashingSelector<C> {
     points_per_consumer: u32,
     /// slot → owning member index (`NONE` when the ring is empty).
-    table: Box<[u16]>,
+    table: Box<[u16; SLOTS]>,
     /// point → owning member index (`NONE` when no point there).
     point_owner: Box<[u16]>,
     points: PointSet,
@@ -277,7 +277,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
     pub fn new(points_per_consumer: u32) -> Self {
         ConsistentHashingSelector {
             points_per_consumer: points_per_consumer.max(1),
-            table: vec![NONE; SLOTS].into_boxed_slice(),
+            table: Box::new([NONE; SLOTS]),
             point_owner: vec![NONE; SLOTS].into_boxed_slice(),
             points: PointSet::new(),
             queues: AHashMap::new(),
@@ -545,7 +545,8 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         } else {
             1
         };
-        let owner = self.table.get(s as usize).copied().unwrap_or(NONE);
+        // `s` is in [1, 65535], inside the fixed-size table: no bounds check.
+        let owner = self.table[s as usize];
         self.ids.get(owner as usize).copied()
     }
 
