@@ -144,12 +144,6 @@ impl Segment {
         }
         let len = slots.len() as u64;
         let limit = max_dense_span(self.live + 1);
-        if off >= *base && off - *base == len && len < limit {
-            // The common case (positions ascend): append right after the last slot.
-            slots.push_back(v);
-            self.live += 1;
-            return None;
-        }
         if off >= *base {
             let idx = off - *base;
             if idx < len {
@@ -187,6 +181,29 @@ impl Segment {
         self.insert_sparse(off, v)
     }
 
+    /// The common add (positions ascend): `off` goes right after the last slot of a non-empty
+    /// dense bucket and fits its density bound, so the value is appended — what
+    /// [`insert`](Self::insert) would do, without its other cases. Returns false (nothing
+    /// changed) otherwise.
+    #[inline(always)]
+    fn try_append(&mut self, off: u64, v: u64) -> bool {
+        let Body::Dense { base, slots } = &mut self.body else {
+            return false;
+        };
+        let len = slots.len() as u64;
+        if v == ABSENT
+            || len == 0
+            || off < *base
+            || off - *base != len
+            || len >= max_dense_span(self.live + 1)
+        {
+            return false;
+        }
+        slots.push_back(v);
+        self.live += 1;
+        true
+    }
+
     fn insert_sparse(&mut self, off: u64, v: u64) -> Option<u64> {
         let Body::Sparse(m) = &mut self.body else {
             return None;
@@ -197,6 +214,25 @@ impl Segment {
         }
         self.maybe_densify();
         prev
+    }
+
+    /// The common removal (acks in about the order sent): `off` is the first slot of a dense
+    /// bucket, which is popped — what [`remove`](Self::remove) would do, without its other cases.
+    /// `None` (nothing changed) otherwise.
+    #[inline(always)]
+    fn try_pop_front(&mut self, off: u64) -> Option<u64> {
+        let Body::Dense { base, slots } = &mut self.body else {
+            return None;
+        };
+        if off != *base {
+            return None;
+        }
+        let v = slots.pop_front()?;
+        *base = base.wrapping_add(1);
+        self.live -= 1;
+        trim_front(base, slots);
+        self.after_dense_removal();
+        Some(v)
     }
 
     /// Removes `off`; returns its value.
@@ -280,7 +316,7 @@ impl Segment {
             return;
         }
         if slots.capacity() > MIN_SHRINK && slots.capacity() / 4 > len {
-            slots.shrink_to(len * 2);
+            shrink(slots);
         }
     }
 
@@ -403,6 +439,13 @@ impl Drop for FrontDrain<'_> {
     }
 }
 
+/// Gives back most of an over-allocated dense buffer (out of line: rare).
+#[cold]
+#[inline(never)]
+fn shrink(slots: &mut VecDeque<u64>) {
+    slots.shrink_to(slots.len() * 2);
+}
+
 #[inline]
 fn trim_front(base: &mut u64, slots: &mut VecDeque<u64>) {
     while slots.front() == Some(&ABSENT) {
@@ -465,6 +508,10 @@ impl Store {
         // Fast path: most adds go to the last segment.
         if let Some(last) = self.segs.back_mut() {
             if last.id == seg {
+                if last.try_append(off, v) {
+                    self.len += 1;
+                    return None;
+                }
                 let prev = last.insert(off, v);
                 self.len += usize::from(prev.is_none());
                 return prev.map(unpack);
@@ -536,7 +583,10 @@ impl Store {
         // Fast path: most removals (acks in about the order sent) hit the first segment.
         if let Some(first) = self.segs.front_mut() {
             if first.id == seg {
-                let v = first.remove(off)?;
+                let v = match first.try_pop_front(off) {
+                    Some(v) => v,
+                    None => first.remove(off)?,
+                };
                 self.len -= 1;
                 if first.live == 0 {
                     self.segs.pop_front();
