@@ -247,24 +247,26 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
             .is_some_and(|a| a.load(Ordering::Acquire) & m != 0)
     }
 
-    /// Called under the lock when an entry is created.
+    /// Called under the lock when an entry is created. Every writer of the bitmap holds the
+    /// lock, so a plain load and store update the word (no read-modify-write instruction needed);
+    /// lock-free readers see the word before or after, as with `fetch_or`.
     #[inline]
     fn mark(&self, hash: u32) {
         if hash < DENSE_LIMIT {
             let (w, m) = bit(hash);
             if let Some(a) = self.occupied.get(w) {
-                a.fetch_or(m, Ordering::Release);
+                a.store(a.load(Ordering::Relaxed) | m, Ordering::Release);
             }
         }
     }
 
-    /// Called under the lock when an entry is removed.
+    /// Called under the lock when an entry is removed (a plain load and store, as in `mark`).
     #[inline]
     fn unmark(&self, hash: u32) {
         if hash < DENSE_LIMIT {
             let (w, m) = bit(hash);
             if let Some(a) = self.occupied.get(w) {
-                a.fetch_and(!m, Ordering::Release);
+                a.store(a.load(Ordering::Relaxed) & !m, Ordering::Release);
             }
         }
     }
