@@ -425,16 +425,23 @@ struct FrontDrain<'a> {
     store_len: &'a mut usize,
     /// Slots read from the front (entries and holes).
     done: usize,
-    /// Entries among them.
+    /// Entries among them (unless `no_holes`).
     removed: usize,
+    /// The bucket has no hole, so every slot read is an entry (`removed` is then not kept).
+    no_holes: bool,
 }
 
 impl Drop for FrontDrain<'_> {
     fn drop(&mut self) {
+        let removed = if self.no_holes {
+            self.done
+        } else {
+            self.removed
+        };
         self.slots.drain(..self.done);
         *self.base = self.base.wrapping_add(self.done as u64);
-        *self.live -= self.removed;
-        *self.store_len -= self.removed;
+        *self.live -= removed;
+        *self.store_len -= removed;
         trim_front(self.base, self.slots);
     }
 }
@@ -644,6 +651,7 @@ impl Store {
                     },
                 };
                 let first = *base;
+                let no_holes = s.live == slots.len();
                 let mut g = FrontDrain {
                     base,
                     slots,
@@ -651,6 +659,7 @@ impl Store {
                     store_len: &mut *len,
                     done: 0,
                     removed: 0,
+                    no_holes,
                 };
                 let (a, b) = g.slots.as_slices();
                 let (a, b) = if k <= a.len() {
@@ -658,15 +667,25 @@ impl Store {
                 } else {
                     (a, &b[..k - a.len()])
                 };
-                for &v in a.iter().chain(b) {
-                    let o = first.wrapping_add(g.done as u64);
-                    g.done += 1;
-                    if v != ABSENT {
-                        g.removed += 1;
+                if no_holes {
+                    // Every slot holds an entry (the usual case): no hole test per slot.
+                    for &v in a.iter().chain(b) {
+                        let o = first.wrapping_add(g.done as u64);
+                        g.done += 1;
                         emit(id, o, unpack(v));
                     }
+                    n += g.done;
+                } else {
+                    for &v in a.iter().chain(b) {
+                        let o = first.wrapping_add(g.done as u64);
+                        g.done += 1;
+                        if v != ABSENT {
+                            g.removed += 1;
+                            emit(id, o, unpack(v));
+                        }
+                    }
+                    n += g.removed;
                 }
-                n += g.removed;
                 drop(g);
             } else {
                 while let Some((o, v)) = s.pop_first_up_to(limit) {
