@@ -74,8 +74,12 @@ impl<C: Copy> Batch<'_, C> {
     #[inline(always)]
     fn next_default(&self, rr: &mut PriorityRoundRobin) -> Option<usize> {
         // Fast path (same answer as `pick`): the consumer at the cursor is on the top level and
-        // has permits, so nothing can precede it.
-        let c = rr.cursor;
+        // has permits, so nothing can precede it. A cursor past the end wraps to the start, as
+        // `pick` does.
+        let mut c = rr.cursor;
+        if c >= self.order.len() {
+            c = 0;
+        }
         if let Some(&i) = self.order.get(c) {
             let i = i as usize;
             if self.consumers[i].priority == self.top && self.permits[i] > 0 {

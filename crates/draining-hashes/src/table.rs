@@ -89,7 +89,8 @@ pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
 
 struct Page<C> {
     live: usize,
-    slots: Box<[Option<DrainingEntry<C>>]>,
+    /// Inline in the page's allocation: a look-up follows one pointer (the page's), not two.
+    slots: [Option<DrainingEntry<C>>; PAGE_SLOTS],
 }
 
 /// hash → draining entry.
@@ -151,7 +152,7 @@ impl<C: Copy + Eq> Table<C> {
             let page = page_slot.get_or_insert_with(|| {
                 Box::new(Page {
                     live: 0,
-                    slots: vec![None; PAGE_SLOTS].into_boxed_slice(),
+                    slots: [None; PAGE_SLOTS],
                 })
             });
             if let Some(slot) = page.slots.get_mut(s) {

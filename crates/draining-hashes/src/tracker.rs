@@ -247,24 +247,26 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
             .is_some_and(|a| a.load(Ordering::Acquire) & m != 0)
     }
 
-    /// Called under the lock when an entry is created.
+    /// Called under the lock when an entry is created. Every writer of the bitmap holds the
+    /// lock, so a plain load and store update the word (no read-modify-write instruction needed);
+    /// lock-free readers see the word before or after, as with `fetch_or`.
     #[inline]
     fn mark(&self, hash: u32) {
         if hash < DENSE_LIMIT {
             let (w, m) = bit(hash);
             if let Some(a) = self.occupied.get(w) {
-                a.fetch_or(m, Ordering::Release);
+                a.store(a.load(Ordering::Relaxed) | m, Ordering::Release);
             }
         }
     }
 
-    /// Called under the lock when an entry is removed.
+    /// Called under the lock when an entry is removed (a plain load and store, as in `mark`).
     #[inline]
     fn unmark(&self, hash: u32) {
         if hash < DENSE_LIMIT {
             let (w, m) = bit(hash);
             if let Some(a) = self.occupied.get(w) {
-                a.fetch_and(!m, Ordering::Release);
+                a.store(a.load(Ordering::Relaxed) & !m, Ordering::Release);
             }
         }
     }
@@ -452,6 +454,7 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
     /// docs) is paid off first, also answering `NotDraining`: the call stands for a pending entry
     /// counted by that older entry, so a newer entry of the same owner keeps its count.
     /// Errors: [`ReduceError::OwnedByOther`] when another consumer drains the hash (unchanged).
+    #[inline]
     pub fn reduce_ref_count(
         &self,
         consumer: C,
@@ -461,6 +464,18 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
         if hash == 0 || !self.maybe_draining(hash) {
             return Ok(Reduced::NotDraining);
         }
+        self.reduce_locked(consumer, hash, closing)
+    }
+
+    /// [`reduce_ref_count`](Self::reduce_ref_count) for a hash that may be draining: the part
+    /// under the lock, out of line so that callers inline only the lock-free test.
+    #[inline(never)]
+    fn reduce_locked(
+        &self,
+        consumer: C,
+        hash: u32,
+        closing: bool,
+    ) -> Result<Reduced, ReduceError<C>> {
         let notify;
         let outcome = {
             let mut g = lock(&self.inner);
@@ -509,14 +524,28 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
     /// is `false`; its remaining count becomes stale references of the owner, paid off by the
     /// owner's next `reduce_ref_count` calls on the hash (see the type's docs). Hash 0 is never
     /// blocked (a warning is logged).
+    #[inline]
     pub fn should_block(&self, consumer: C, hash: u32) -> bool {
         if hash == 0 {
-            warn!(consumer = ?consumer, "should_block asked for hash 0");
+            Self::should_block_zero(consumer);
             return false;
         }
         if !self.maybe_draining(hash) {
             return false;
         }
+        self.should_block_locked(consumer, hash)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn should_block_zero(consumer: C) {
+        warn!(consumer = ?consumer, "should_block asked for hash 0");
+    }
+
+    /// [`should_block`](Self::should_block) for a hash that may be draining: the part under the
+    /// lock, out of line so that callers inline only the lock-free test.
+    #[inline(never)]
+    fn should_block_locked(&self, consumer: C, hash: u32) -> bool {
         let mut g = lock(&self.inner);
         let Some(e) = g.table.get_mut(hash) else {
             return false;

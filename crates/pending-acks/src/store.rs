@@ -144,12 +144,6 @@ impl Segment {
         }
         let len = slots.len() as u64;
         let limit = max_dense_span(self.live + 1);
-        if off >= *base && off - *base == len && len < limit {
-            // The common case (positions ascend): append right after the last slot.
-            slots.push_back(v);
-            self.live += 1;
-            return None;
-        }
         if off >= *base {
             let idx = off - *base;
             if idx < len {
@@ -187,6 +181,29 @@ impl Segment {
         self.insert_sparse(off, v)
     }
 
+    /// The common add (positions ascend): `off` goes right after the last slot of a non-empty
+    /// dense bucket and fits its density bound, so the value is appended — what
+    /// [`insert`](Self::insert) would do, without its other cases. Returns false (nothing
+    /// changed) otherwise.
+    #[inline(always)]
+    fn try_append(&mut self, off: u64, v: u64) -> bool {
+        let Body::Dense { base, slots } = &mut self.body else {
+            return false;
+        };
+        let len = slots.len() as u64;
+        if v == ABSENT
+            || len == 0
+            || off < *base
+            || off - *base != len
+            || len >= max_dense_span(self.live + 1)
+        {
+            return false;
+        }
+        slots.push_back(v);
+        self.live += 1;
+        true
+    }
+
     fn insert_sparse(&mut self, off: u64, v: u64) -> Option<u64> {
         let Body::Sparse(m) = &mut self.body else {
             return None;
@@ -197,6 +214,25 @@ impl Segment {
         }
         self.maybe_densify();
         prev
+    }
+
+    /// The common removal (acks in about the order sent): `off` is the first slot of a dense
+    /// bucket, which is popped — what [`remove`](Self::remove) would do, without its other cases.
+    /// `None` (nothing changed) otherwise.
+    #[inline(always)]
+    fn try_pop_front(&mut self, off: u64) -> Option<u64> {
+        let Body::Dense { base, slots } = &mut self.body else {
+            return None;
+        };
+        if off != *base {
+            return None;
+        }
+        let v = slots.pop_front()?;
+        *base = base.wrapping_add(1);
+        self.live -= 1;
+        trim_front(base, slots);
+        self.after_dense_removal();
+        Some(v)
     }
 
     /// Removes `off`; returns its value.
@@ -280,7 +316,7 @@ impl Segment {
             return;
         }
         if slots.capacity() > MIN_SHRINK && slots.capacity() / 4 > len {
-            slots.shrink_to(len * 2);
+            shrink(slots);
         }
     }
 
@@ -380,6 +416,43 @@ impl Segment {
     }
 }
 
+/// The front slots of a dense bucket that [`Store::drain_up_to`] has passed to its callback:
+/// dropping it removes them (also when the callback panics), with the counts.
+struct FrontDrain<'a> {
+    base: &'a mut u64,
+    slots: &'a mut VecDeque<u64>,
+    live: &'a mut usize,
+    store_len: &'a mut usize,
+    /// Slots read from the front (entries and holes).
+    done: usize,
+    /// Entries among them (unless `no_holes`).
+    removed: usize,
+    /// The bucket has no hole, so every slot read is an entry (`removed` is then not kept).
+    no_holes: bool,
+}
+
+impl Drop for FrontDrain<'_> {
+    fn drop(&mut self) {
+        let removed = if self.no_holes {
+            self.done
+        } else {
+            self.removed
+        };
+        self.slots.drain(..self.done);
+        *self.base = self.base.wrapping_add(self.done as u64);
+        *self.live -= removed;
+        *self.store_len -= removed;
+        trim_front(self.base, self.slots);
+    }
+}
+
+/// Gives back most of an over-allocated dense buffer (out of line: rare).
+#[cold]
+#[inline(never)]
+fn shrink(slots: &mut VecDeque<u64>) {
+    slots.shrink_to(slots.len() * 2);
+}
+
 #[inline]
 fn trim_front(base: &mut u64, slots: &mut VecDeque<u64>) {
     while slots.front() == Some(&ABSENT) {
@@ -442,6 +515,10 @@ impl Store {
         // Fast path: most adds go to the last segment.
         if let Some(last) = self.segs.back_mut() {
             if last.id == seg {
+                if last.try_append(off, v) {
+                    self.len += 1;
+                    return None;
+                }
                 let prev = last.insert(off, v);
                 self.len += usize::from(prev.is_none());
                 return prev.map(unpack);
@@ -513,7 +590,10 @@ impl Store {
         // Fast path: most removals (acks in about the order sent) hit the first segment.
         if let Some(first) = self.segs.front_mut() {
             if first.id == seg {
-                let v = first.remove(off)?;
+                let v = match first.try_pop_front(off) {
+                    Some(v) => v,
+                    None => first.remove(off)?,
+                };
                 self.len -= 1;
                 if first.live == 0 {
                     self.segs.pop_front();
@@ -540,9 +620,12 @@ impl Store {
         })
     }
 
-    /// Removes every entry at or below `(seg, off)` in ascending order, calling `emit` after each
-    /// removal (the store is consistent at each call, apart from a possibly emptied first
-    /// bucket, which [`Store::repair`] drops if `emit` panics). Returns the count removed.
+    /// Removes every entry at or below `(seg, off)` in ascending order, calling `emit` once per
+    /// removed entry, in order. `emit` cannot reach the store (it runs under the map's lock), so
+    /// a dense bucket's slots are read in place and dropped in one step after the last call; if
+    /// `emit` panics, the entries already passed to it (the panicking one included) are dropped
+    /// during the unwind, so the store is consistent afterwards, apart from a possibly emptied
+    /// first bucket, which [`Store::repair`] drops. Returns the count removed.
     pub(crate) fn drain_up_to(
         &mut self,
         seg: u64,
@@ -550,19 +633,69 @@ impl Store {
         mut emit: impl FnMut(u64, u64, PendingAck),
     ) -> usize {
         let mut n = 0;
-        while let Some(s) = self.segs.front_mut() {
+        let Store { segs, len, .. } = self;
+        while let Some(s) = segs.front_mut() {
             if s.id > seg {
                 break;
             }
             let limit = (s.id == seg).then_some(off);
             let id = s.id;
-            while let Some((o, v)) = s.pop_first_up_to(limit) {
-                self.len -= 1;
-                n += 1;
-                emit(id, o, unpack(v));
+            if let Body::Dense { base, slots } = &mut s.body {
+                // Slots `[0, k)` hold the offsets `<= limit`.
+                let k = match limit {
+                    None => slots.len(),
+                    Some(l) => match l.checked_sub(*base) {
+                        None => 0,
+                        Some(d) => usize::try_from(d)
+                            .map_or(slots.len(), |d| d.saturating_add(1).min(slots.len())),
+                    },
+                };
+                let first = *base;
+                let no_holes = s.live == slots.len();
+                let mut g = FrontDrain {
+                    base,
+                    slots,
+                    live: &mut s.live,
+                    store_len: &mut *len,
+                    done: 0,
+                    removed: 0,
+                    no_holes,
+                };
+                let (a, b) = g.slots.as_slices();
+                let (a, b) = if k <= a.len() {
+                    (&a[..k], &b[..0])
+                } else {
+                    (a, &b[..k - a.len()])
+                };
+                if no_holes {
+                    // Every slot holds an entry (the usual case): no hole test per slot.
+                    for &v in a.iter().chain(b) {
+                        let o = first.wrapping_add(g.done as u64);
+                        g.done += 1;
+                        emit(id, o, unpack(v));
+                    }
+                    n += g.done;
+                } else {
+                    for &v in a.iter().chain(b) {
+                        let o = first.wrapping_add(g.done as u64);
+                        g.done += 1;
+                        if v != ABSENT {
+                            g.removed += 1;
+                            emit(id, o, unpack(v));
+                        }
+                    }
+                    n += g.removed;
+                }
+                drop(g);
+            } else {
+                while let Some((o, v)) = s.pop_first_up_to(limit) {
+                    *len -= 1;
+                    n += 1;
+                    emit(id, o, unpack(v));
+                }
             }
             if s.live == 0 {
-                self.segs.pop_front();
+                segs.pop_front();
             } else {
                 if s.is_sparse() {
                     s.churn = s.churn.saturating_add(1);

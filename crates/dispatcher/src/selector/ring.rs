@@ -248,7 +248,7 @@ struct Member<C> {
 pub struct ConsistentHashingSelector<C> {
     points_per_consumer: u32,
     /// slot → owning member index (`NONE` when the ring is empty).
-    table: Box<[u16]>,
+    table: Box<[u16; SLOTS]>,
     /// point → owning member index (`NONE` when no point there).
     point_owner: Box<[u16]>,
     points: PointSet,
@@ -261,6 +261,10 @@ pub struct ConsistentHashingSelector<C> {
     ids: Vec<C>,
     free: Vec<u16>,
     by_id: AHashMap<C, u16>,
+    /// Scratch for grouping impacted ranges: per member index, the ranges collected so far
+    /// (always left empty), and the indexes that have some.
+    scratch: Vec<Vec<HashRange>>,
+    touched: Vec<u16>,
     /// Used name indexes per name (bitmap).
     names: AHashMap<String, Vec<u64>>,
 }
@@ -277,7 +281,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
     pub fn new(points_per_consumer: u32) -> Self {
         ConsistentHashingSelector {
             points_per_consumer: points_per_consumer.max(1),
-            table: vec![NONE; SLOTS].into_boxed_slice(),
+            table: Box::new([NONE; SLOTS]),
             point_owner: vec![NONE; SLOTS].into_boxed_slice(),
             points: PointSet::new(),
             queues: AHashMap::new(),
@@ -286,6 +290,8 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
             ids: Vec::new(),
             free: Vec::new(),
             by_id: AHashMap::new(),
+            scratch: Vec::new(),
+            touched: Vec::new(),
             names: AHashMap::new(),
         }
     }
@@ -355,6 +361,65 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
     fn fill(&mut self, r: HashRange, owner: u16) {
         self.table[r.start as usize..=r.end as usize].fill(owner);
     }
+
+    /// `(member index, range)` pairs grouped per consumer as [`ImpactedConsumers`] lists them
+    /// (ascending ids, each consumer's ranges sorted and merged). The ranges are spread into
+    /// per-member scratch lists, so only the distinct consumers are sorted, not every pair.
+    fn group_by_member(&mut self, pairs: Vec<(u16, HashRange)>) -> Vec<(C, Vec<HashRange>)> {
+        if self.scratch.len() < self.ids.len() {
+            self.scratch.resize_with(self.ids.len(), Vec::new);
+        }
+        let mut touched = std::mem::take(&mut self.touched);
+        for (m, r) in pairs {
+            let v = &mut self.scratch[m as usize];
+            if v.is_empty() {
+                touched.push(m);
+            }
+            v.push(r);
+        }
+        let ids = &self.ids;
+        touched.sort_unstable_by_key(|&m| ids[m as usize]);
+        let mut out = Vec::with_capacity(touched.len());
+        for &m in &touched {
+            let v = &mut self.scratch[m as usize];
+            let n = merge_in_place(v);
+            out.push((self.ids[m as usize], v[..n].to_vec()));
+            v.clear();
+        }
+        touched.clear();
+        self.touched = touched;
+        out
+    }
+}
+
+/// Sorts `rs` (when it is not sorted already) and merges overlapping or adjacent ranges into
+/// `rs[..n]`; returns `n`.
+fn merge_in_place(rs: &mut [HashRange]) -> usize {
+    if !rs.is_sorted() {
+        rs.sort_unstable();
+    }
+    let mut n = 0usize;
+    for i in 0..rs.len() {
+        let r = rs[i];
+        if n > 0 && u64::from(r.start) <= u64::from(rs[n - 1].end) + 1 {
+            rs[n - 1].end = rs[n - 1].end.max(r.end);
+            continue;
+        }
+        rs[n] = r;
+        n += 1;
+    }
+    n
+}
+
+/// One consumer's ranges as an [`ImpactedConsumers`] list: empty, or that consumer with its
+/// ranges sorted and merged.
+fn single<C>(c: C, mut rs: Vec<HashRange>) -> Vec<(C, Vec<HashRange>)> {
+    if rs.is_empty() {
+        return Vec::new();
+    }
+    let n = merge_in_place(&mut rs);
+    rs.truncate(n);
+    vec![(c, rs)]
 }
 
 impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashingSelector<C> {
@@ -396,8 +461,9 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         // The order the points are taken in does not change the outcome: each slot that moves
         // is reported once, with the owner it had before the join, and a point's queue only
         // sees this consumer once. Ring order makes the gained ranges come out sorted.
-        let mut lost: Vec<(C, HashRange)> = Vec::with_capacity(sorted.len() + 1);
-        let mut gained: Vec<(C, HashRange)> = Vec::with_capacity(sorted.len() + 1);
+        // Losers by member index; the gains are all this consumer's.
+        let mut lost: Vec<(u16, HashRange)> = Vec::with_capacity(sorted.len() + 1);
+        let mut gained: Vec<HashRange> = Vec::with_capacity(sorted.len() + 1);
         let mut owned = 0usize;
         for &p in &sorted {
             if self.point_owner[p as usize] != NONE {
@@ -413,7 +479,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
                 // First point on an empty ring: every slot was unassigned.
                 let all = HashRange::new(1, MAX_SLOT);
                 self.fill(all, idx);
-                gained.push((c.id, all));
+                gained.push(all);
                 continue;
             };
             let old = self.point_owner[succ as usize];
@@ -423,8 +489,8 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             let (a, b) = arc(prev, p);
             for r in std::iter::once(a).chain(b) {
                 self.fill(r, idx);
-                lost.push((self.ids[old as usize], r));
-                gained.push((c.id, r));
+                lost.push((old, r));
+                gained.push(r);
             }
         }
         if owned == 0 {
@@ -453,7 +519,10 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             points: pts,
             sorted,
         });
-        Ok(ImpactedConsumers::from_pairs(lost, gained))
+        Ok(ImpactedConsumers {
+            removed: self.group_by_member(lost),
+            added: single(c.id, gained),
+        })
     }
 
     fn remove_consumer(&mut self, id: C) -> ImpactedConsumers<C> {
@@ -507,8 +576,9 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             }
         }
         // 3. Each former arc goes to the point's new owner, else to the next point's owner.
-        let mut lost: Vec<(C, HashRange)> = Vec::with_capacity(arcs.len() + 1);
-        let mut gained: Vec<(C, HashRange)> = Vec::with_capacity(arcs.len() + 1);
+        // The losses are all this consumer's; gainers by member index.
+        let mut lost: Vec<HashRange> = Vec::with_capacity(arcs.len() + 1);
+        let mut gained: Vec<(u16, HashRange)> = Vec::with_capacity(arcs.len() + 1);
         for (prev, p) in arcs {
             let new_owner = match self.point_owner[p as usize] {
                 NONE => self
@@ -520,9 +590,9 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             let (a, b) = arc(prev, p);
             for r in std::iter::once(a).chain(b) {
                 self.fill(r, new_owner);
-                lost.push((id, r));
+                lost.push(r);
                 if new_owner != NONE {
-                    gained.push((self.ids[new_owner as usize], r));
+                    gained.push((new_owner, r));
                 }
             }
         }
@@ -534,7 +604,10 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             name_index = member.name_index,
             "consumer removed from consistent-hashing ring"
         );
-        ImpactedConsumers::from_pairs(lost, gained)
+        ImpactedConsumers {
+            removed: single(id, lost),
+            added: self.group_by_member(gained),
+        }
     }
 
     #[inline]
@@ -545,7 +618,8 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         } else {
             1
         };
-        let owner = self.table.get(s as usize).copied().unwrap_or(NONE);
+        // `s` is in [1, 65535], inside the fixed-size table: no bounds check.
+        let owner = self.table[s as usize];
         self.ids.get(owner as usize).copied()
     }
 
