@@ -1,7 +1,7 @@
 //! The WARN events carry the documented fields (captured with a minimal in-test subscriber).
 
 use std::fmt::Write as _;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -10,9 +10,28 @@ use tracing::{Event, Level, Metadata, Subscriber};
 use super::*;
 use crate::{AssignorConfig, ChunkAssignor};
 
-/// Records `LEVEL message k=v …` for every event at WARN or above.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<String>>>);
+/// Records `LEVEL message k=v …` for every event at WARN or above on the thread that asked.
+///
+/// Installed once as the global default: a subscriber scoped with `with_default` races with the
+/// other tests of this binary, whose threads hit the same callsites with no subscriber and can
+/// leave them cached as disabled (the capture then comes back empty now and then).
+#[derive(Default)]
+struct Capture {
+    thread: Mutex<Option<std::thread::ThreadId>>,
+    lines: Mutex<Vec<String>>,
+}
+
+fn capture() -> &'static Capture {
+    static CAPTURE: std::sync::OnceLock<&'static Capture> = std::sync::OnceLock::new();
+    CAPTURE.get_or_init(|| {
+        let c: &'static Capture = Box::leak(Box::default());
+        let _ = tracing::subscriber::set_global_default(Forward(c));
+        c
+    })
+}
+
+/// The global subscriber: forwards to the capture.
+struct Forward(&'static Capture);
 
 struct Line(String);
 
@@ -26,7 +45,7 @@ impl Visit for Line {
     }
 }
 
-impl Subscriber for Capture {
+impl Subscriber for Forward {
     fn enabled(&self, m: &Metadata<'_>) -> bool {
         *m.level() <= Level::WARN
     }
@@ -36,9 +55,17 @@ impl Subscriber for Capture {
     fn record(&self, _: &Id, _: &Record<'_>) {}
     fn record_follows_from(&self, _: &Id, _: &Id) {}
     fn event(&self, e: &Event<'_>) {
+        let mine = self
+            .0
+            .thread
+            .lock()
+            .is_ok_and(|t| *t == Some(std::thread::current().id()));
+        if !mine {
+            return;
+        }
         let mut line = Line(e.metadata().level().to_string());
         e.record(&mut line);
-        if let Ok(mut v) = self.0.lock() {
+        if let Ok(mut v) = self.0.lines.lock() {
             v.push(line.0);
         }
     }
@@ -48,8 +75,11 @@ impl Subscriber for Capture {
 
 #[test]
 fn anomalies_are_logged_at_warn_with_their_fields() {
-    let cap = Capture::default();
-    tracing::subscriber::with_default(cap.clone(), || {
+    let cap = capture();
+    if let Ok(mut t) = cap.thread.lock() {
+        *t = Some(std::thread::current().id());
+    }
+    {
         let mut a = ChunkAssignor::new(AssignorConfig {
             max_pins: 1,
             max_pin_age: 5,
@@ -61,7 +91,11 @@ fn anomalies_are_logged_at_warn_with_their_fields() {
         a.assign(10, vec![plain(5)], &consumers); // "b" evicted by age
         a.assign(10, vec![ch(6, "c", 0, 2)], &consumers);
         a.assign(11, vec![ch(7, "c", 1, 2)], &cs(&[(8, 10, 0)])); // stale pin, then orphan
-    });
-    let lines = cap.0.lock().map(|v| v.join("\n")).unwrap_or_default();
+    }
+    let lines = cap
+        .lines
+        .lock()
+        .map(|mut v| std::mem::take(&mut *v).join("\n"))
+        .unwrap_or_default();
     insta::assert_snapshot!(lines);
 }
