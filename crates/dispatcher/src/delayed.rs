@@ -109,26 +109,30 @@ impl DelayedTracker {
     }
 
     /// Holds `pos` until `deliver_at` if [`should_hold`](Self::should_hold) says so; returns
-    /// whether it is held (false: dispatch it now). A position already held stays held once.
+    /// whether it is held (false: dispatch it now). A position already held stays held, once,
+    /// until [`pop_due`](Self::pop_due) releases it (so an entry read twice is never both
+    /// dispatched and held).
     pub fn track(&mut self, now: u64, pos: Position, deliver_at: u64) -> bool {
-        if !self.should_hold(now, deliver_at) {
+        if !self.cfg.enabled {
             return false;
         }
-        let bucket = match self.cfg.strict {
-            // Rounded up: never released before its time.
-            true => deliver_at
-                .checked_next_multiple_of(self.precision)
-                .unwrap_or(!(self.precision - 1)),
-            // Rounded down: released up to one tick early, as Pulsar does.
-            false => deliver_at & !(self.precision - 1),
-        };
+        let bucket = self.bucket_of(deliver_at);
+        if !self.should_hold(now, deliver_at) {
+            // Held already (an entry's deliver-at never changes, so it sits in this bucket):
+            // it stays held until its bucket is released, even if its time is within reach.
+            return self
+                .buckets
+                .get(&bucket)
+                .and_then(|l| l.get(&pos.ledger_id))
+                .is_some_and(|ids| ids.binary_search(&pos.entry_id).is_ok());
+        }
         let ids = self
             .buckets
             .entry(bucket)
             .or_default()
             .entry(pos.ledger_id)
             .or_default();
-        // Reads mostly come in ascending order: append, else insert in place.
+        // Reads mostly come in ascending order: append, else insert in place (once).
         match ids.last() {
             Some(&last) if last >= pos.entry_id => {
                 if let Err(i) = ids.binary_search(&pos.entry_id) {
@@ -142,6 +146,17 @@ impl DelayedTracker {
             }
         }
         true
+    }
+
+    /// The bucket of a deliver-at time: rounded up to the precision when strict (never released
+    /// before its time), down otherwise (released up to one tick early, as Pulsar does).
+    fn bucket_of(&self, deliver_at: u64) -> u64 {
+        match self.cfg.strict {
+            true => deliver_at
+                .checked_next_multiple_of(self.precision)
+                .unwrap_or(!(self.precision - 1)),
+            false => deliver_at & !(self.precision - 1),
+        }
     }
 
     /// The bucket time's release time: its own time when strict, else one tick before its last
@@ -299,6 +314,91 @@ mod tests {
             ..DelayedDelivery::default()
         });
         assert!(!off.should_hold(0, u64::MAX));
+    }
+
+    /// Random tracks, pops, forgets and clears against a plain list of (position, deliver-at):
+    /// strict, never early and at most one precision step late; lenient, never more than one
+    /// tick early; every held position comes out exactly once unless forgotten or cleared.
+    #[test]
+    fn matches_a_reference_list() {
+        let mut x = 0x5EED_u64;
+        let mut next = move || {
+            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        };
+        for case in 0..200u64 {
+            let cfg = DelayedDelivery {
+                enabled: true,
+                tick: [0, 1, 7, 16, 100, 1000][(case % 6) as usize],
+                strict: case % 2 == 0,
+            };
+            let precision = match cfg.tick {
+                0 => 1,
+                t => 1u64 << (63 - t.leading_zeros()),
+            };
+            let mut t = DelayedTracker::new(cfg);
+            // The reference: position → deliver-at of what is held.
+            let mut held: std::collections::BTreeMap<Position, u64> = Default::default();
+            let mut now = 0u64;
+            for _ in 0..300 {
+                match next() % 10 {
+                    0..=5 => {
+                        let p = Position::new(1 + next() % 3, next() % 50);
+                        let at = now + next() % 3000;
+                        let was = held.contains_key(&p);
+                        let hold = t.track(now, p, held.get(&p).copied().unwrap_or(at));
+                        let expect = was || t.should_hold(now, at);
+                        assert_eq!(hold, expect, "case {case}: track {p} at {at}, now {now}");
+                        if hold && !was {
+                            held.insert(p, at);
+                        }
+                    }
+                    6 | 7 => {
+                        now += next() % 700;
+                        let mut out = Vec::new();
+                        t.pop_due(now, &mut out);
+                        for p in &out {
+                            let at = held.remove(p).unwrap_or_else(|| {
+                                panic!("case {case}: {p} popped twice or never held")
+                            });
+                            if cfg.strict {
+                                assert!(at <= now, "case {case}: {p} due {at} popped at {now}");
+                            } else {
+                                assert!(
+                                    at <= now + cfg.tick,
+                                    "case {case}: {p} due {at} popped at {now}, tick {}",
+                                    cfg.tick
+                                );
+                            }
+                        }
+                        if cfg.strict {
+                            // Nothing due a whole precision step ago is still held.
+                            assert!(
+                                held.values().all(|at| at + precision > now),
+                                "case {case}: late at {now}"
+                            );
+                        }
+                    }
+                    8 => {
+                        let upto = Position::new(1 + next() % 3, next() % 50);
+                        let n = t.remove_up_to(upto);
+                        let before = held.len();
+                        held.retain(|p, _| *p > upto);
+                        assert_eq!(n, before - held.len(), "case {case}");
+                    }
+                    _ => {
+                        if next() % 8 == 0 {
+                            t.clear();
+                            held.clear();
+                        }
+                    }
+                }
+                assert_eq!(t.len(), held.len(), "case {case}");
+            }
+        }
     }
 
     #[test]
