@@ -92,21 +92,74 @@ pub(super) struct BatchRouting<'e> {
     pub(super) dispatched: usize,
 }
 
+/// The per-batch tables' buffers, kept between batches (a batch of 100 entries would otherwise
+/// allocate five vectors).
+#[derive(Default)]
+pub(super) struct RouteScratch {
+    permits: Vec<i64>,
+    targeted: Vec<bool>,
+    counts: Vec<usize>,
+    decisions: Vec<Option<usize>>,
+    hashes: Vec<u32>,
+}
+
+impl RouteScratch {
+    /// Keeps a finished batch's buffers for the next one.
+    fn keep(
+        &mut self,
+        targeted: Vec<bool>,
+        counts: Vec<usize>,
+        decisions: Vec<Option<usize>>,
+        hashes: Vec<u32>,
+        permits: Vec<i64>,
+    ) {
+        *self = RouteScratch {
+            permits,
+            targeted,
+            counts,
+            decisions,
+            hashes,
+        };
+    }
+}
+
 impl<'e> BatchRouting<'e> {
-    pub(super) fn new(d: &Dispatcher, from_replay: bool, len: usize) -> Self {
+    /// A batch's tables, in buffers taken from `scratch` (give them back with
+    /// [`RouteScratch::keep`]).
+    pub(super) fn new(
+        d: &Dispatcher,
+        scratch: &mut RouteScratch,
+        from_replay: bool,
+        len: usize,
+    ) -> Self {
         let ordered = d.mode.key_shared().is_some_and(|k| k.ordered());
         let nc = d.consumers.len();
+        let mut permits = std::mem::take(&mut scratch.permits);
+        permits.clear();
+        permits.extend(d.consumers.iter().map(|c| d.available_permits(c)));
+        let mut targeted = std::mem::take(&mut scratch.targeted);
+        targeted.clear();
+        targeted.resize(nc, false);
+        let mut counts = std::mem::take(&mut scratch.counts);
+        counts.clear();
+        counts.resize(nc, 0);
+        let mut decisions = std::mem::take(&mut scratch.decisions);
+        decisions.clear();
+        decisions.reserve(len);
+        let mut hashes = std::mem::take(&mut scratch.hashes);
+        hashes.clear();
+        hashes.reserve(len);
         BatchRouting {
             from_replay,
             ordered,
             holds: ordered && d.replay.has_holds(),
             draining_on: d.mode.key_shared().is_some_and(|k| k.draining.is_some()),
             len,
-            permits: d.consumers.iter().map(|c| d.available_permits(c)).collect(),
-            targeted: vec![false; nc],
-            counts: vec![0; nc],
-            decisions: Vec::with_capacity(len),
-            hashes: Vec::with_capacity(len),
+            permits,
+            targeted,
+            counts,
+            decisions,
+            hashes,
             pinned: Vec::new(),
             blocked: AHashSet::new(),
             pinned_blocked: AHashSet::new(),
@@ -201,7 +254,8 @@ impl Dispatcher {
         for c in &mut self.consumers {
             c.blocked_by_hash = false;
         }
-        let mut batch = BatchRouting::new(self, from_replay, entries.len());
+        let mut scratch = std::mem::take(&mut self.route_scratch);
+        let mut batch = BatchRouting::new(self, &mut scratch, from_replay, entries.len());
         for e in &entries {
             let d = self.route_entry(now, &mut batch, e);
             batch.decisions.push(d);
@@ -213,12 +267,15 @@ impl Dispatcher {
             counts,
             targeted,
             dispatched,
+            permits,
             ..
         } = batch;
         self.send_routed(entries, &decisions, &hashes, &pinned, &counts);
         if dispatched == 0 && !from_replay {
             self.look_ahead_if_stuck(&targeted, has_more);
         }
+        scratch.keep(targeted, counts, decisions, hashes, permits);
+        self.route_scratch = scratch;
     }
 
     /// Ordered mode: something earlier than this read's first replay position entered replay
@@ -366,6 +423,7 @@ impl Dispatcher {
                     Some(p) => Some(*p),
                     None => self.chunk_pin(e, now),
                 },
+                _ if b.batch_hash_pins.is_empty() => self.hash_pin(hash),
                 _ => b
                     .batch_hash_pins
                     .get(&hash)

@@ -252,6 +252,8 @@ pub struct Dispatcher {
     /// The replay pick's (consumer, hash) marks of pinned entries, kept with `scratch_blocked`
     /// for a pick that resumes where the last one stopped.
     scratch_pinned_blocked: AHashSet<(ConsumerId, u32)>,
+    /// Key_Shared: the batch tables' buffers, reused from batch to batch.
+    route_scratch: RouteScratch,
     mark_delete: Option<Position>,
     redelivery_counts: BTreeMap<Position, u32>,
     /// Dead letters for the driver (see `poll_dead_letter`).
@@ -446,6 +448,7 @@ impl Dispatcher {
             timers: Timers::default(),
             scratch_blocked: AHashSet::new(),
             scratch_pinned_blocked: AHashSet::new(),
+            route_scratch: RouteScratch::default(),
             mark_delete: None,
             redelivery_counts: BTreeMap::new(),
             dead_letters: VecDeque::new(),
