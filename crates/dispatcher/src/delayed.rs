@@ -321,14 +321,8 @@ mod tests {
     /// tick early; every held position comes out exactly once unless forgotten or cleared.
     #[test]
     fn matches_a_reference_list() {
-        let mut x = 0x5EED_u64;
-        let mut next = move || {
-            x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = x;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        };
+        let mut rng = crate::rng::SplitMix64::new(0x5EED);
+        let mut next = move || rng.next();
         for case in 0..200u64 {
             let cfg = DelayedDelivery {
                 enabled: true,

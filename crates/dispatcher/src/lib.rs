@@ -190,6 +190,7 @@ pub mod driver;
 mod error;
 mod hash;
 mod replay;
+mod rng;
 mod runtime;
 mod selector;
 mod shared;

@@ -678,14 +678,8 @@ mod tests {
     #[test]
     fn matches_reference_model() {
         for seed in 0..80u64 {
-            let mut x = seed;
-            let mut next = move || {
-                x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-                let mut z = x;
-                z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-                z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-                z ^ (z >> 31)
-            };
+            let mut rng = crate::rng::SplitMix64::new(seed);
+            let mut next = move || rng.next();
             let mut s = Set::new(true);
             let mut m: BTreeMap<u64, (u32, bool)> = BTreeMap::new();
             for step in 0..400 {

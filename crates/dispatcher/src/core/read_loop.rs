@@ -1,6 +1,7 @@
 //! The read loop: wake and timers, choosing the next read or replay, read results.
 
 use super::*;
+use crate::rng::SplitMix64;
 
 /// Which kind of read is in flight.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -167,24 +168,6 @@ pub(super) struct ReadLoop {
     /// Pulsar's `avgMessagesPerEntry`. Permits and unacked limits count messages, reads count
     /// entries: a read asks for the permits divided by this.
     pub(super) avg_messages_milli: u64,
-}
-
-/// SplitMix64: the core's only random source, seeded from the configuration.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct SplitMix64(u64);
-
-impl SplitMix64 {
-    pub(super) fn new(seed: u64) -> Self {
-        SplitMix64(seed)
-    }
-
-    pub(super) fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
 }
 
 impl ReadLoop {

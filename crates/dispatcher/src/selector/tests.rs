@@ -7,20 +7,7 @@ use std::fmt::Write as _;
 use super::*;
 use crate::hash::{key_hash31, CONSISTENT_RANGE, FULL_RANGE};
 
-/// SplitMix64 as docs/BENCHMARKS.md defines it.
-struct SplitMix64(u64);
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::rng::SplitMix64;
 
 fn ring_of(names: &[&str], points: u32) -> ConsistentHashingSelector<u32> {
     let mut r = ConsistentHashingSelector::new(points);
@@ -133,7 +120,7 @@ fn w6_check_values() {
         r.add_consumer(ConsumerInfo::new(i, format!("consumer-{i}")))
             .unwrap();
     }
-    let mut rng = SplitMix64(43);
+    let mut rng = SplitMix64::new(43);
     let mut sum = 0u64;
     let mut hits = [0u32; 100];
     for _ in 0..1_000_000 {

@@ -109,7 +109,7 @@ fn owns_contended(r: &ConsistentHashingSelector<u32>, id: u32) -> bool {
 
 fn run_ring_model(seed: u64, points: u32, steps: usize) -> usize {
     let names = ["a", "b", "consumer", "x1", "x11"];
-    let mut rng = SplitMix64(seed);
+    let mut rng = SplitMix64::new(seed);
     let mut real = ConsistentHashingSelector::<u32>::new(points);
     let mut model = RingModel {
         points,
@@ -310,7 +310,7 @@ fn auto_split_model_remove(bounds: &mut Vec<(u32, u32)>, id: u32) {
 #[test]
 fn auto_split_matches_reference_model() {
     for seed in 10..16u64 {
-        let mut rng = SplitMix64(seed);
+        let mut rng = SplitMix64::new(seed);
         let mut real = AutoSplitSelector::<u32>::new();
         let mut model: Vec<(u32, u32)> = Vec::new();
         let mut log = Vec::new();
@@ -411,7 +411,7 @@ fn auto_split_runs_out_of_ranges() {
 #[test]
 fn exclusive_matches_reference_model() {
     for seed in 20..26u64 {
-        let mut rng = SplitMix64(seed);
+        let mut rng = SplitMix64::new(seed);
         let mut real = ExclusiveRangeSelector::<u32>::new();
         let mut model: Vec<Option<u32>> = vec![None; 65536];
         let mut log = Vec::new();
