@@ -275,19 +275,7 @@ impl Consumer {
             // entry's whole-entry ack goes out once the application acked the rest.
             self.stats.dropped_already_acked += 1;
             trace!(id = %d.id, "batch index acked before this delivery; skipped");
-            let entry = d.id.entry();
-            let st = self.batches.entry(entry).or_insert_with(|| BatchAcks {
-                size: b.size,
-                acked: BTreeSet::new(),
-            });
-            st.acked.insert(b.index);
-            if st.acked.len() as u64 >= u64::from(st.size) {
-                self.batches.remove(&entry);
-                self.nacks.remove(entry);
-                let whole = MessageId::new(entry.ledger_id, entry.entry_id);
-                self.remember_ack(whole);
-                self.send_ack(vec![whole]);
-            }
+            self.record_batch_index_ack(d.id.entry(), b.size, b.index);
             self.return_permits(1);
             return;
         }
@@ -476,22 +464,30 @@ impl Consumer {
             self.send_ack(vec![id]);
             return Ok(());
         };
-        let entry = id.entry();
-        let st = self.batches.entry(entry).or_insert_with(|| BatchAcks {
-            size: b.size,
-            acked: BTreeSet::new(),
-        });
-        st.acked.insert(i);
-        if st.acked.len() as u64 >= u64::from(st.size) {
-            self.batches.remove(&entry);
-            self.nacks.remove(entry);
-            let whole = MessageId::new(entry.ledger_id, entry.entry_id);
-            self.remember_ack(whole);
-            self.send_ack(vec![whole]);
-        } else {
+        if !self.record_batch_index_ack(id.entry(), b.size, i) {
             self.send_ack(vec![id]);
         }
         Ok(())
+    }
+
+    /// Records index `index` of the batch entry `entry` (`size` messages) as acked. Once every
+    /// index is, the whole entry is acked (remembered, its nack forgotten, the ack sent) and
+    /// true is returned.
+    fn record_batch_index_ack(&mut self, entry: EntryId, size: u32, index: u32) -> bool {
+        let st = self.batches.entry(entry).or_insert_with(|| BatchAcks {
+            size,
+            acked: BTreeSet::new(),
+        });
+        st.acked.insert(index);
+        if (st.acked.len() as u64) < u64::from(st.size) {
+            return false;
+        }
+        self.batches.remove(&entry);
+        self.nacks.remove(entry);
+        let whole = MessageId::new(entry.ledger_id, entry.entry_id);
+        self.remember_ack(whole);
+        self.send_ack(vec![whole]);
+        true
     }
 
     /// The application failed `id` and wants it again after the nack delay (or backoff).
