@@ -37,11 +37,15 @@ impl Shared {
         if let Some(t) = topics.get(&full) {
             return Ok(t.clone());
         }
-        let mut t = match &self.cfg.data_dir {
+        let defaults = crate::topic::SubscriptionDefaults {
+            legacy: self.cfg.legacy,
+            max_unacked_per_key: self.cfg.key_shared_max_unacked_per_key,
+            delayed_delivery: self.cfg.delayed_delivery,
+        };
+        let t = match &self.cfg.data_dir {
             None => {
                 let mut t = Topic::new(full.clone(), self.cfg.entries_per_ledger);
-                t.legacy = self.cfg.legacy;
-                t.max_unacked_per_key = self.cfg.key_shared_max_unacked_per_key;
+                t.defaults = defaults;
                 t
             }
             Some(d) => Topic::open(
@@ -49,11 +53,9 @@ impl Shared {
                 d.join("topics").join(encode_name(&full)),
                 self.cfg.entries_per_ledger,
                 self.cfg.sync,
-                self.cfg.legacy,
-                self.cfg.key_shared_max_unacked_per_key,
+                defaults,
             )?,
         };
-        t.delayed_delivery = self.cfg.delayed_delivery;
         if self.cfg.legacy != crate::config::Legacy::default() {
             warn!(topic = %full, legacy = ?self.cfg.legacy, "Pulsar-bug switches are on for this topic's subscriptions");
         }

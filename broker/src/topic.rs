@@ -131,13 +131,24 @@ pub(crate) enum SubKind {
     KeyShared(KeySharedConfig),
 }
 
+/// What the broker's flags set for every new subscription's dispatcher.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct SubscriptionDefaults {
+    /// Pulsar-bug switches (`--legacy`).
+    pub legacy: Legacy,
+    /// Key-serial limit for Key_Shared (0 = off; `--key-shared-max-unacked-per-key`).
+    pub max_unacked_per_key: u32,
+    /// Delayed delivery for Shared and Key_Shared (`--delayed-delivery-*`).
+    pub delayed_delivery: dispatcher::DelayedDelivery,
+}
+
 impl SubKind {
-    pub(crate) fn dispatcher_config(
-        self,
-        legacy: Legacy,
-        max_unacked_per_key: u32,
-        delayed: dispatcher::DelayedDelivery,
-    ) -> DispatcherConfig {
+    pub(crate) fn dispatcher_config(self, defaults: &SubscriptionDefaults) -> DispatcherConfig {
+        let SubscriptionDefaults {
+            legacy,
+            max_unacked_per_key,
+            delayed_delivery: delayed,
+        } = *defaults;
         let mut cfg = match self {
             SubKind::Exclusive | SubKind::Shared => DispatcherConfig::shared(),
             SubKind::KeyShared(ks) => DispatcherConfig::new(SubscriptionType::KeyShared(ks)),
@@ -292,12 +303,8 @@ pub(crate) struct Topic {
     /// The topic's directory under `--data-dir`, with its log; `None` in memory.
     storage: Option<(PathBuf, Mutex<TopicLog>)>,
     sync: SyncPolicy,
-    /// Pulsar-bug switches for new subscriptions' dispatchers.
-    pub legacy: Legacy,
-    /// Key-serial limit for new Key_Shared subscriptions (0 = off).
-    pub max_unacked_per_key: u32,
-    /// Delayed delivery for new Shared and Key_Shared subscriptions.
-    pub delayed_delivery: dispatcher::DelayedDelivery,
+    /// The settings of new subscriptions' dispatchers.
+    pub defaults: SubscriptionDefaults,
     state: Mutex<TopicState>,
     payloads: RwLock<BTreeMap<Position, Arc<[u8]>>>,
     counters: Mutex<TopicCounters>,
@@ -324,9 +331,7 @@ impl Topic {
             name,
             storage: None,
             sync: SyncPolicy::Always,
-            legacy: Legacy::default(),
-            max_unacked_per_key: 0,
-            delayed_delivery: dispatcher::DelayedDelivery::default(),
+            defaults: SubscriptionDefaults::default(),
             state: Mutex::new(TopicState {
                 ledger: InMemoryLedger::new(entries_per_ledger),
                 chunks: HashMap::new(),
@@ -348,8 +353,7 @@ impl Topic {
         dir: PathBuf,
         entries_per_ledger: u64,
         sync: SyncPolicy,
-        legacy: Legacy,
-        max_unacked_per_key: u32,
+        defaults: SubscriptionDefaults,
     ) -> Result<Topic, StorageError> {
         let (log, recovered) = TopicLog::open(&dir)?;
         let mut ledger = InMemoryLedger::new(entries_per_ledger);
@@ -395,9 +399,7 @@ impl Topic {
             name,
             storage: Some((dir.clone(), Mutex::new(log))),
             sync,
-            legacy,
-            max_unacked_per_key,
-            delayed_delivery: dispatcher::DelayedDelivery::default(),
+            defaults,
             state: Mutex::new(TopicState {
                 ledger,
                 chunks,
@@ -713,11 +715,7 @@ impl Topic {
                 }
             }
         };
-        let runtime = Runtime::start(
-            kind.dispatcher_config(self.legacy, self.max_unacked_per_key, self.delayed_delivery),
-            cursor,
-            replica,
-        );
+        let runtime = Runtime::start(kind.dispatcher_config(&self.defaults), cursor, replica);
         info!(topic = %self.name, subscription = name, kind = kind.pulsar_name(), recovered = recover, "subscription started");
         Ok(Arc::new(Subscription {
             name: name.to_owned(),
