@@ -463,9 +463,13 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
         self.entries.iter().map(|(p, e)| (*p, *e))
     }
 
-    /// [`iter`](Self::iter) from `from` on (inclusive).
-    pub fn iter_from(&self, from: P) -> impl Iterator<Item = (P, ReplayEntry<C>)> + '_ {
-        self.entries.range(from..).map(|(p, e)| (*p, *e))
+    /// [`iter`](Self::iter) from `from` on (inclusive; `None`: from the start).
+    pub fn iter_from(&self, from: Option<P>) -> impl Iterator<Item = (P, ReplayEntry<C>)> + '_ {
+        use std::ops::Bound::{Included, Unbounded};
+        let start = from.map_or(Unbounded, Included);
+        self.entries
+            .range((start, Unbounded))
+            .map(|(p, e)| (*p, *e))
     }
 
     /// Positions whose not-before time is due at `now`, ascending.

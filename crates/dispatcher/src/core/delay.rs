@@ -19,6 +19,8 @@ impl Dispatcher {
         entries: &mut Vec<Entry>,
         from_replay: bool,
     ) -> usize {
+        // A read without delayed entries (the common case) is only looked at, not retained:
+        // measured cheaper on the Shared cycle (W9) than a retain that keeps everything.
         if !self.delayed.config().enabled || entries.iter().all(|e| e.meta.deliver_at.is_none()) {
             return 0;
         }

@@ -431,12 +431,7 @@ impl Dispatcher {
         let mut resent_nacked: Vec<Position> = Vec::new();
         let mut stopped_at = None;
         let mut scanned = 0u64;
-        let entries: Box<dyn Iterator<Item = (Position, crate::replay::ReplayEntry<ConsumerId>)>> =
-            match resume {
-                Some(from) => Box::new(self.replay.iter_from(from)),
-                None => Box::new(self.replay.iter()),
-            };
-        for (p, e) in entries {
+        for (p, e) in self.replay.iter_from(resume) {
             if out.len() >= n || capacity <= 0 {
                 stopped_at = Some(p);
                 break;
