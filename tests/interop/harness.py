@@ -113,6 +113,21 @@ def _stop_all_at_exit():
 atexit.register(_stop_all_at_exit)
 
 
+def spawn_broker(args, stderr_path):
+    """Starts the broker with `args` (stdout piped for its URL lines, stderr to `stderr_path`,
+    killed if this process dies); returns (process, stderr file, start time)."""
+    stderr = open(stderr_path, "wb")
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        args,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=stderr,
+        preexec_fn=_pdeathsig,
+    )
+    return proc, stderr, t0
+
+
 class Broker:
     """A fresh broker process on 127.0.0.1 with OS-chosen ports.
 
@@ -135,15 +150,7 @@ class Broker:
 
     def start(self):
         args = [broker_bin(), "--listen", LISTEN, "--admin", LISTEN, *self.extra_args]
-        self._stderr = open(self.stderr_path, "wb")
-        t0 = time.monotonic()
-        self.proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            preexec_fn=_pdeathsig,
-        )
+        self.proc, self._stderr, t0 = spawn_broker(args, self.stderr_path)
         _LIVE_BROKERS.append(self)
         lines, first_at = self._read_lines(2, START_TIMEOUT_S)
         if len(lines) < 2:

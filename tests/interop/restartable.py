@@ -19,7 +19,6 @@ The broker always dies with the scenario (PR_SET_PDEATHSIG, harness's atexit sto
 import os
 import signal
 import socket
-import subprocess
 import time
 
 import harness as h
@@ -76,15 +75,7 @@ class RestartableBroker(h.Broker):
             *self.extra_args,
         ]
         self.stderr_path = os.path.join(h.log_dir(), f"{self.name}.{self.generation}.stderr.log")
-        self._stderr = open(self.stderr_path, "wb")
-        t0 = time.monotonic()
-        self.proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=self._stderr,
-            preexec_fn=h._pdeathsig,
-        )
+        self.proc, self._stderr, t0 = h.spawn_broker(args, self.stderr_path)
         h._LIVE_BROKERS.append(self)
         lines, first_at = self._read_lines(2, h.START_TIMEOUT_S)
         if len(lines) < 2:
