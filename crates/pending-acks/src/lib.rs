@@ -10,8 +10,10 @@
 //! Positions are anything that splits into `(segment, offset)` ([`SegmentedPosition`]:
 //! `(ledger, entry)` pairs and plain `u64` are built in). Storage follows the access pattern —
 //! positions mostly ascend, removals mostly happen at the front: one bucket per segment, a dense
-//! ring buffer of packed 8-byte values per bucket (no per-entry key), a `BTreeMap` fallback for
-//! buckets whose offsets are far apart. About 8 bytes per entry for ascending positions
+//! ring buffer of packed 8-byte values per bucket (no per-entry key); an ordered ring of
+//! `(offset, value)` pairs for buckets whose offsets ascend but are far apart (a Key_Shared
+//! consumer's share of a stream), a `BTreeMap` for inserts in the middle of a large bucket.
+//! About 8 bytes per entry for ascending positions
 //! ([`memory_bytes`](PendingAcks::memory_bytes)); add at the end and remove at the front are
 //! O(1) amortised, lookups O(log segments), `remove_all_up_to` O(removed).
 //!

@@ -140,6 +140,7 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
         f(&mut batch)
     }
 
+    #[inline]
     fn insert_locked(
         st: &mut State<P, C>,
         pos: P,
@@ -232,6 +233,7 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
 
     /// Removes `pos` and reports it to the remove handler with `cause`. Returns the removed
     /// value, or `None` (a no-op, no handler call) if `pos` is absent.
+    #[inline]
     pub fn remove(&self, pos: P, cause: RemovalCause) -> Option<PendingAck> {
         let mut st = self.write();
         let ack = st.store.remove(pos.segment(), pos.offset());
@@ -429,8 +431,9 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> PendingAcks<P, C> {
         self.consumer
     }
 
-    /// Heap bytes the map retains, computed from its buffers' capacities (dense buckets: exact;
-    /// sparse buckets: estimated from their entry count). Not counting the handlers.
+    /// Heap bytes the map retains, computed from its buffers' capacities (dense and ordered
+    /// buckets, and a spare buffer kept from an emptied bucket: exact; tree buckets: estimated
+    /// from their entry count). Not counting the handlers.
     pub fn memory_bytes(&self) -> usize {
         sync::read(&self.state).store.memory_bytes()
     }

@@ -3,28 +3,45 @@
 //! Layout (follows the access pattern: positions mostly ascend, removals mostly at the front):
 //! * a `VecDeque` of segment buckets sorted by segment id (new segments usually go at the back,
 //!   emptied ones leave from the front);
-//! * a bucket is **dense** — a base offset plus a `VecDeque<u64>` of packed values
-//!   (`remaining << 32 | hash`), one slot per offset, [`ABSENT`] marking a hole, never a hole at
-//!   either end — or **sparse** — a `BTreeMap<offset, packed>` — when its offsets are spread out.
-//! * dense → sparse when the slot span would exceed `4 * live + SLACK` (an insert far away, or
-//!   many holes), or when a value equals the `ABSENT` bit pattern; sparse → dense when the span
-//!   fits in `2 * live + SLACK` again, checked only after `live / 2` operations on the bucket, so
-//!   conversions (O(live)) are amortised O(1) per operation.
+//! * a bucket has one of three forms:
+//!   * **dense**: a base offset plus a `VecDeque<u64>` of packed values (`remaining << 32 |
+//!     hash`), one slot per offset, [`ABSENT`] marking a hole, never a hole at either end. For
+//!     runs of consecutive offsets (a consumer given most of a segment): 8 bytes per entry.
+//!   * **ordered**: a `VecDeque<(offset, packed)>` in ascending offset order, a removed pair in
+//!     the middle left as a tombstone (value [`ABSENT`]), never one at either end. For ascending
+//!     but spread-out offsets (a Key_Shared consumer given one position in ten): adds append,
+//!     acks pop the front, lookups binary-search; 16 bytes per entry.
+//!   * **tree**: a `BTreeMap<offset, packed>`, for what the other two cannot hold cheaply: an
+//!     insert in the middle of a large ordered bucket, or a value equal to the `ABSENT` pattern.
+//! * dense → ordered when the slot span would exceed `4 * live + SLACK` (an insert far away, or
+//!   many holes); ordered → tree on a middle insert into more than [`ORDERED_SHIFT_MAX`] pairs;
+//!   either → tree when a value equals the `ABSENT` pattern; ordered or tree → dense when the
+//!   span fits in `2 * live + SLACK` again, checked only after `live / 2` operations on the
+//!   bucket, so conversions (O(live)) are amortised O(1) per operation. An ordered bucket drops
+//!   its tombstones once they outnumber its entries (plus `SLACK`), also amortised.
 //! * when a new last segment opens, the previous last one is trimmed to its length (it is
 //!   usually complete) and the new one starts with that length as capacity.
+//! * the buffer of a bucket that empties (if small) is kept for the next new bucket, with its
+//!   form: a consumer whose pending set keeps emptying and refilling does not allocate each time.
 
 use std::collections::{BTreeMap, VecDeque};
 
 use crate::types::PendingAck;
 
-/// Bit pattern of an empty dense slot. A real value with this pattern forces the bucket sparse.
+/// Bit pattern of an empty dense slot or an ordered tombstone. A real value with this pattern
+/// forces the bucket into the tree form.
 const ABSENT: u64 = u64::MAX;
 /// Extra slots a dense bucket may hold beyond its density bound (keeps small buckets dense).
 const SLACK: u64 = 32;
 /// Largest capacity a new last segment inherits from the previous one (512 KiB of slots).
 const MAX_HINT: usize = 1 << 16;
-/// A dense bucket's buffer is shrunk once its capacity exceeds `4 * len` and this many slots.
+/// A buffer is shrunk once its capacity exceeds `4 * len` and this many slots.
 const MIN_SHRINK: usize = 64;
+/// Largest ordered bucket that takes an insert in its middle by shifting; beyond, it becomes a
+/// tree (shifting would cost O(len) per insert).
+const ORDERED_SHIFT_MAX: usize = 64;
+/// Largest buffer capacity (in entries) kept from an emptied bucket for the next new one.
+const SPARE_MAX: usize = 256;
 /// Rough heap bytes of one `BTreeMap<u64, u64>` leaf (11 keys, 11 values, parent link, lengths).
 const BTREE_NODE_BYTES: usize = 192;
 /// Entries per `BTreeMap` node assumed by the estimate (nodes are between half and fully used).
@@ -43,52 +60,124 @@ fn unpack(v: u64) -> PendingAck {
     }
 }
 
-/// Largest dense span allowed for `live` entries before the bucket goes sparse.
+/// Largest dense span allowed for `live` entries before the bucket leaves the dense form.
 #[inline]
 fn max_dense_span(live: usize) -> u64 {
     (live as u64).saturating_mul(4).saturating_add(SLACK)
 }
 
-/// Largest span at which a sparse bucket goes back to dense.
+/// Largest span at which an ordered or tree bucket goes back to dense.
 #[inline]
 fn densify_span(live: usize) -> u64 {
     (live as u64).saturating_mul(2).saturating_add(SLACK)
 }
 
 enum Body {
-    Dense { base: u64, slots: VecDeque<u64> },
-    Sparse(BTreeMap<u64, u64>),
+    Dense {
+        base: u64,
+        slots: VecDeque<u64>,
+    },
+    Ordered {
+        pairs: VecDeque<(u64, u64)>,
+        /// Tombstones among `pairs` (never at either end).
+        dead: usize,
+    },
+    Tree(BTreeMap<u64, u64>),
+}
+
+/// An emptied bucket's buffer, kept for the next new bucket (always empty).
+#[derive(Default)]
+enum Spare {
+    #[default]
+    None,
+    Dense(VecDeque<u64>),
+    Ordered(VecDeque<(u64, u64)>),
+}
+
+impl Spare {
+    fn heap_bytes(&self) -> usize {
+        match self {
+            Spare::None => 0,
+            Spare::Dense(b) => b.capacity() * core::mem::size_of::<u64>(),
+            Spare::Ordered(b) => b.capacity() * core::mem::size_of::<(u64, u64)>(),
+        }
+    }
 }
 
 struct Segment {
     id: u64,
     /// Entries present in this bucket.
     live: usize,
-    /// Operations while sparse since the last representation check (amortises sparse → dense);
-    /// reset when the bucket goes sparse, so dense operations do not count.
+    /// Operations while ordered or tree since the last representation check (amortises the way
+    /// back to dense and the tree check); reset on each conversion, dense operations skip it.
     churn: usize,
     body: Body,
 }
 
+/// Index of `off` among ascending `pairs` (the front checked first: acks mostly come in order).
+#[inline]
+fn find_pair(pairs: &VecDeque<(u64, u64)>, off: u64) -> Result<usize, usize> {
+    match pairs.front() {
+        Some(&(f, _)) if f == off => Ok(0),
+        Some(&(f, _)) if f > off => Err(0),
+        None => Err(0),
+        _ => pairs.binary_search_by_key(&off, |p| p.0),
+    }
+}
+
+#[inline]
+fn trim_pairs(pairs: &mut VecDeque<(u64, u64)>, dead: &mut usize) {
+    while pairs.front().is_some_and(|p| p.1 == ABSENT) {
+        pairs.pop_front();
+        *dead -= 1;
+    }
+    while pairs.back().is_some_and(|p| p.1 == ABSENT) {
+        pairs.pop_back();
+        *dead -= 1;
+    }
+}
+
 impl Segment {
-    fn new(id: u64, off: u64, v: u64, capacity: usize) -> Segment {
-        if v == ABSENT {
-            let mut m = BTreeMap::new();
-            m.insert(off, v);
-            return Segment {
-                id,
-                live: 1,
-                churn: 0,
-                body: Body::Sparse(m),
-            };
-        }
-        let mut slots = VecDeque::with_capacity(capacity.max(1));
-        slots.push_back(v);
+    fn new(id: u64, off: u64, v: u64, capacity: usize, spare: Spare) -> Segment {
+        let body = if v == ABSENT {
+            Body::Tree(BTreeMap::from([(off, v)]))
+        } else {
+            match spare {
+                Spare::Ordered(mut pairs) => {
+                    pairs.push_back((off, v));
+                    Body::Ordered { pairs, dead: 0 }
+                }
+                Spare::Dense(mut slots) if slots.capacity() >= capacity => {
+                    slots.push_back(v);
+                    Body::Dense { base: off, slots }
+                }
+                _ => {
+                    let mut slots = VecDeque::with_capacity(capacity.max(1));
+                    slots.push_back(v);
+                    Body::Dense { base: off, slots }
+                }
+            }
+        };
         Segment {
             id,
             live: 1,
             churn: 0,
-            body: Body::Dense { base: off, slots },
+            body,
+        }
+    }
+
+    /// The emptied bucket's buffer, if small enough to keep.
+    fn into_spare(self) -> Spare {
+        match self.body {
+            Body::Dense { mut slots, .. } if slots.capacity() <= SPARE_MAX => {
+                slots.clear();
+                Spare::Dense(slots)
+            }
+            Body::Ordered { mut pairs, .. } if pairs.capacity() <= SPARE_MAX => {
+                pairs.clear();
+                Spare::Ordered(pairs)
+            }
+            _ => Spare::None,
         }
     }
 
@@ -100,7 +189,11 @@ impl Segment {
                 let v = *slots.get(usize::try_from(idx).ok()?)?;
                 (v != ABSENT).then_some(v)
             }
-            Body::Sparse(m) => m.get(&off).copied(),
+            Body::Ordered { pairs, .. } => {
+                let v = pairs[find_pair(pairs, off).ok()?].1;
+                (v != ABSENT).then_some(v)
+            }
+            Body::Tree(m) => m.get(&off).copied(),
         }
     }
 
@@ -112,29 +205,34 @@ impl Segment {
                 let v = slots.get_mut(usize::try_from(idx).ok()?)?;
                 (*v != ABSENT).then_some(v)
             }
-            Body::Sparse(m) => m.get_mut(&off),
+            Body::Ordered { pairs, .. } => {
+                let i = find_pair(pairs, off).ok()?;
+                let v = &mut pairs[i].1;
+                (*v != ABSENT).then_some(v)
+            }
+            Body::Tree(m) => m.get_mut(&off),
         }
     }
 
     fn first_offset(&self) -> Option<u64> {
         match &self.body {
             Body::Dense { base, slots } => (!slots.is_empty()).then_some(*base),
-            Body::Sparse(m) => m.keys().next().copied(),
+            Body::Ordered { pairs, .. } => pairs.front().map(|p| p.0),
+            Body::Tree(m) => m.keys().next().copied(),
         }
     }
 
     /// Inserts or overwrites; returns the previous value.
     #[inline]
     fn insert(&mut self, off: u64, v: u64) -> Option<u64> {
-        // `churn` only matters while sparse (going sparse resets it), so dense operations skip it.
+        // `churn` only matters while not dense (each conversion resets it).
         let Body::Dense { base, slots } = &mut self.body else {
-            self.churn = self.churn.saturating_add(1);
-            return self.insert_sparse(off, v);
+            return self.insert_other(off, v);
         };
         if v == ABSENT {
-            // The value collides with the hole marker: only the sparse form can hold it.
-            self.make_sparse();
-            return self.insert_sparse(off, v);
+            // The value collides with the hole marker: only the tree form can hold it.
+            self.make_tree();
+            return self.insert_other(off, v);
         }
         if slots.is_empty() {
             *base = off;
@@ -158,9 +256,8 @@ impl Segment {
                 return Some(prev);
             }
             if idx < limit {
-                for _ in len..idx {
-                    slots.push_back(ABSENT);
-                }
+                // `idx < limit`, a span that fits in memory (it is bounded by `4 * live + SLACK`).
+                slots.resize(idx as usize, ABSENT);
                 slots.push_back(v);
                 self.live += 1;
                 return None;
@@ -177,8 +274,10 @@ impl Segment {
                 return None;
             }
         }
-        self.make_sparse();
-        self.insert_sparse(off, v)
+        // Outside the dense bound, but before or after every slot: the ordered form appends or
+        // prepends it.
+        self.make_ordered();
+        self.insert_other(off, v)
     }
 
     /// The common add (positions ascend): `off` goes right after the last slot of a non-empty
@@ -204,11 +303,48 @@ impl Segment {
         true
     }
 
-    fn insert_sparse(&mut self, off: u64, v: u64) -> Option<u64> {
-        let Body::Sparse(m) = &mut self.body else {
-            return None;
+    /// Insert into an ordered or tree bucket (out of line, as `remove_other`).
+    #[inline(never)]
+    fn insert_other(&mut self, off: u64, v: u64) -> Option<u64> {
+        self.churn = self.churn.saturating_add(1);
+        let prev = match &mut self.body {
+            Body::Dense { .. } => return self.insert(off, v),
+            Body::Tree(m) => m.insert(off, v),
+            Body::Ordered { pairs, dead } => {
+                if v == ABSENT {
+                    self.make_tree();
+                    return self.insert_other(off, v);
+                }
+                match pairs.back() {
+                    Some(&(last, _)) if last >= off => match find_pair(pairs, off) {
+                        Err(0) => {
+                            pairs.push_front((off, v));
+                            None
+                        }
+                        Ok(i) => {
+                            let prev = core::mem::replace(&mut pairs[i].1, v);
+                            if prev != ABSENT {
+                                return Some(prev);
+                            }
+                            *dead -= 1;
+                            None
+                        }
+                        Err(i) if pairs.len() < ORDERED_SHIFT_MAX => {
+                            pairs.insert(i, (off, v));
+                            None
+                        }
+                        Err(_) => {
+                            self.make_tree();
+                            return self.insert_other(off, v);
+                        }
+                    },
+                    _ => {
+                        pairs.push_back((off, v));
+                        None
+                    }
+                }
+            }
         };
-        let prev = m.insert(off, v);
         if prev.is_none() {
             self.live += 1;
         }
@@ -238,45 +374,72 @@ impl Segment {
     /// Removes `off`; returns its value.
     #[inline]
     fn remove(&mut self, off: u64) -> Option<u64> {
+        let Body::Dense { base, slots } = &mut self.body else {
+            return self.remove_other(off);
+        };
+        if off == *base {
+            // The common case (acks arrive roughly in order): pop the front.
+            let v = slots.pop_front()?;
+            *base = base.wrapping_add(1);
+            self.live -= 1;
+            trim_front(base, slots);
+            self.after_dense_removal();
+            return Some(v);
+        }
+        let idx = usize::try_from(off.checked_sub(*base)?).ok()?;
+        let slot = slots.get_mut(idx)?;
+        let v = *slot;
+        if v == ABSENT {
+            return None;
+        }
+        *slot = ABSENT;
+        self.live -= 1;
+        if idx == 0 {
+            trim_front(base, slots);
+        } else if idx + 1 == slots.len() {
+            trim_back(slots);
+        }
+        self.after_dense_removal();
+        Some(v)
+    }
+
+    /// [`remove`](Self::remove) from an ordered or tree bucket (out of line, so the dense path
+    /// stays small where it is inlined).
+    #[inline(never)]
+    fn remove_other(&mut self, off: u64) -> Option<u64> {
         match &mut self.body {
-            Body::Dense { base, slots } => {
-                if off == *base {
-                    // The common case (acks arrive roughly in order): pop the front.
-                    let v = slots.pop_front()?;
-                    *base = base.wrapping_add(1);
-                    self.live -= 1;
-                    trim_front(base, slots);
-                    self.after_dense_removal();
-                    return Some(v);
-                }
-                let idx = usize::try_from(off.checked_sub(*base)?).ok()?;
-                let slot = slots.get_mut(idx)?;
-                let v = *slot;
+            Body::Dense { .. } => self.remove(off),
+            Body::Ordered { pairs, dead } => {
+                let i = find_pair(pairs, off).ok()?;
+                let v = core::mem::replace(&mut pairs[i].1, ABSENT);
                 if v == ABSENT {
                     return None;
                 }
-                *slot = ABSENT;
                 self.live -= 1;
-                if idx == 0 {
-                    trim_front(base, slots);
-                } else if idx + 1 == slots.len() {
-                    trim_back(slots);
+                if i == 0 || i + 1 == pairs.len() {
+                    *dead += 1;
+                    trim_pairs(pairs, dead);
+                } else {
+                    *dead += 1;
+                    if *dead as u64 > self.live as u64 + SLACK {
+                        pairs.retain(|p| p.1 != ABSENT);
+                        *dead = 0;
+                    }
                 }
-                self.after_dense_removal();
+                self.after_other_removal();
                 Some(v)
             }
-            Body::Sparse(m) => {
-                self.churn = self.churn.saturating_add(1);
+            Body::Tree(m) => {
                 let v = m.remove(&off)?;
                 self.live -= 1;
-                self.maybe_densify();
+                self.after_other_removal();
                 Some(v)
             }
         }
     }
 
     /// Pops the smallest entry if its offset is `<= limit` (any offset when `limit` is None).
-    /// Popping from the front never lowers density; the caller shrinks the buffer once at the end.
+    /// Popping from the front never lowers density; the caller checks the form once at the end.
     #[inline]
     fn pop_first_up_to(&mut self, limit: Option<u64>) -> Option<(u64, u64)> {
         match &mut self.body {
@@ -289,10 +452,19 @@ impl Segment {
                 *base = base.wrapping_add(1);
                 self.live -= 1;
                 trim_front(base, slots);
-                // No shrink check per pop: the caller checks once when it stops.
                 Some((off, v))
             }
-            Body::Sparse(m) => {
+            Body::Ordered { pairs, dead } => {
+                let &(off, _) = pairs.front()?;
+                if limit.is_some_and(|l| off > l) {
+                    return None;
+                }
+                let (off, v) = pairs.pop_front()?;
+                trim_pairs(pairs, dead);
+                self.live -= 1;
+                Some((off, v))
+            }
+            Body::Tree(m) => {
                 let (&off, _) = m.first_key_value()?;
                 if limit.is_some_and(|l| off > l) {
                     return None;
@@ -304,15 +476,24 @@ impl Segment {
         }
     }
 
-    /// Shrinks an over-allocated buffer and goes sparse when holes dominate.
-    #[inline]
+    /// After removals: shrinks an over-allocated buffer, changes form when density changed.
+    fn after_removal(&mut self) {
+        if matches!(self.body, Body::Dense { .. }) {
+            self.after_dense_removal();
+        } else {
+            self.after_other_removal();
+        }
+    }
+
+    /// Shrinks an over-allocated buffer and leaves the dense form when holes dominate.
+    #[inline(always)]
     fn after_dense_removal(&mut self) {
         let Body::Dense { slots, .. } = &mut self.body else {
             return;
         };
         let len = slots.len();
         if self.live > 0 && len as u64 > max_dense_span(self.live) {
-            self.make_sparse();
+            self.make_ordered();
             return;
         }
         if slots.capacity() > MIN_SHRINK && slots.capacity() / 4 > len {
@@ -320,53 +501,95 @@ impl Segment {
         }
     }
 
-    fn make_sparse(&mut self) {
+    /// Counts the operation, shrinks an ordered bucket's buffer, and goes dense when it can.
+    #[inline]
+    fn after_other_removal(&mut self) {
+        self.churn = self.churn.saturating_add(1);
+        if let Body::Ordered { pairs, .. } = &mut self.body {
+            if pairs.capacity() > MIN_SHRINK && pairs.capacity() / 4 > pairs.len() {
+                shrink(pairs);
+            }
+        }
+        self.maybe_densify();
+    }
+
+    /// Dense → ordered (every entry kept, in order, no tombstone).
+    #[cold]
+    #[inline(never)]
+    fn make_ordered(&mut self) {
         if let Body::Dense { base, slots } = &mut self.body {
-            let mut m = BTreeMap::new();
+            let mut pairs = VecDeque::with_capacity(self.live + 1);
             for (i, &v) in slots.iter().enumerate() {
                 if v != ABSENT {
-                    m.insert(base.wrapping_add(i as u64), v);
+                    pairs.push_back((base.wrapping_add(i as u64), v));
                 }
             }
             tracing::debug!(
                 segment = self.id,
                 live = self.live,
                 span = slots.len(),
-                "pending-acks bucket switched to sparse"
+                "pending-acks bucket switched to ordered"
             );
-            self.body = Body::Sparse(m);
+            self.body = Body::Ordered { pairs, dead: 0 };
             self.churn = 0;
         }
     }
 
-    /// Goes back to dense when the offsets are close enough, checked once per `live / 2` operations.
+    /// Dense or ordered → tree.
+    #[cold]
+    #[inline(never)]
+    fn make_tree(&mut self) {
+        let mut m = BTreeMap::new();
+        self.for_each(|o, v| {
+            m.insert(o, v);
+        });
+        tracing::debug!(
+            segment = self.id,
+            live = self.live,
+            "pending-acks bucket switched to tree"
+        );
+        self.body = Body::Tree(m);
+        self.churn = 0;
+    }
+
+    /// Goes back to dense when the offsets are close enough, checked once per `live / 2`
+    /// operations.
     fn maybe_densify(&mut self) {
         if self.churn.saturating_mul(2) < self.live.max(SLACK as usize) {
             return;
         }
         self.churn = 0;
-        let Body::Sparse(m) = &self.body else {
-            return;
-        };
-        let (Some((&first, _)), Some((&last, _))) = (m.first_key_value(), m.last_key_value())
-        else {
-            return;
+        let (first, last) = match &self.body {
+            Body::Dense { .. } => return,
+            Body::Ordered { pairs, .. } => match (pairs.front(), pairs.back()) {
+                (Some(f), Some(l)) => (f.0, l.0),
+                _ => return,
+            },
+            Body::Tree(m) => match (m.first_key_value(), m.last_key_value()) {
+                (Some((&f, _)), Some((&l, _))) => {
+                    if m.values().any(|&v| v == ABSENT) {
+                        return;
+                    }
+                    (f, l)
+                }
+                _ => return,
+            },
         };
         let span = last - first;
-        if span >= densify_span(self.live) || m.values().any(|&v| v == ABSENT) {
+        if span >= densify_span(self.live) {
             return;
         }
         // `span < 2 * live + SLACK`, which fits in memory because `live` entries already do.
         let mut slots = VecDeque::with_capacity(span as usize + 1);
         let mut next = first;
-        for (&off, &v) in m {
+        self.for_each(|off, v| {
             while next < off {
                 slots.push_back(ABSENT);
                 next += 1;
             }
             slots.push_back(v);
             next = off.wrapping_add(1);
-        }
+        });
         tracing::debug!(
             segment = self.id,
             live = self.live,
@@ -376,12 +599,20 @@ impl Segment {
         self.body = Body::Dense { base: first, slots };
     }
 
-    /// Trims a dense buffer to its length when the slack is worth a reallocation (> 1/8).
+    /// Trims a buffer to its length when the slack is worth a reallocation (> 1/8).
     fn seal(&mut self) {
-        if let Body::Dense { slots, .. } = &mut self.body {
-            if slots.capacity() - slots.len() > slots.len() / 8 {
-                slots.shrink_to_fit();
+        match &mut self.body {
+            Body::Dense { slots, .. } => {
+                if slots.capacity() - slots.len() > slots.len() / 8 {
+                    slots.shrink_to_fit();
+                }
             }
+            Body::Ordered { pairs, .. } => {
+                if pairs.capacity() - pairs.len() > pairs.len() / 8 {
+                    pairs.shrink_to_fit();
+                }
+            }
+            Body::Tree(_) => {}
         }
     }
 
@@ -396,7 +627,14 @@ impl Segment {
                     off = off.wrapping_add(1);
                 }
             }
-            Body::Sparse(m) => {
+            Body::Ordered { pairs, .. } => {
+                for &(off, v) in pairs {
+                    if v != ABSENT {
+                        f(off, v);
+                    }
+                }
+            }
+            Body::Tree(m) => {
                 for (&off, &v) in m {
                     f(off, v);
                 }
@@ -407,12 +645,19 @@ impl Segment {
     fn heap_bytes(&self) -> usize {
         match &self.body {
             Body::Dense { slots, .. } => slots.capacity() * core::mem::size_of::<u64>(),
-            Body::Sparse(m) => m.len().div_ceil(BTREE_ENTRIES_PER_NODE) * BTREE_NODE_BYTES,
+            Body::Ordered { pairs, .. } => pairs.capacity() * core::mem::size_of::<(u64, u64)>(),
+            Body::Tree(m) => m.len().div_ceil(BTREE_ENTRIES_PER_NODE) * BTREE_NODE_BYTES,
         }
     }
 
-    fn is_sparse(&self) -> bool {
-        matches!(self.body, Body::Sparse(_))
+    /// 0 dense, 1 ordered, 2 tree.
+    #[cfg(test)]
+    fn form(&self) -> usize {
+        match self.body {
+            Body::Dense { .. } => 0,
+            Body::Ordered { .. } => 1,
+            Body::Tree(_) => 2,
+        }
     }
 }
 
@@ -449,11 +694,11 @@ impl Drop for FrontDrain<'_> {
 /// Gives back most of an over-allocated dense buffer (out of line: rare).
 #[cold]
 #[inline(never)]
-fn shrink(slots: &mut VecDeque<u64>) {
-    slots.shrink_to(slots.len() * 2);
+fn shrink<T>(buf: &mut VecDeque<T>) {
+    buf.shrink_to(buf.len() * 2);
 }
 
-#[inline]
+#[inline(always)]
 fn trim_front(base: &mut u64, slots: &mut VecDeque<u64>) {
     while slots.front() == Some(&ABSENT) {
         slots.pop_front();
@@ -475,6 +720,8 @@ pub(crate) struct Store {
     len: usize,
     /// Capacity for a new last segment: the length of the last one that was sealed.
     tail_hint: usize,
+    /// The buffer of the last bucket that emptied, for the next new one.
+    spare: Spare,
 }
 
 impl Store {
@@ -544,7 +791,9 @@ impl Store {
                 } else {
                     1
                 };
-                self.segs.insert(i, Segment::new(seg, off, v, capacity));
+                let spare = core::mem::take(&mut self.spare);
+                self.segs
+                    .insert(i, Segment::new(seg, off, v, capacity, spare));
                 self.len += 1;
                 None
             }
@@ -596,7 +845,9 @@ impl Store {
                 };
                 self.len -= 1;
                 if first.live == 0 {
-                    self.segs.pop_front();
+                    if let Some(s) = self.segs.pop_front() {
+                        self.keep_spare(s);
+                    }
                     self.shrink_bucket_list();
                 }
                 return Some(unpack(v));
@@ -607,7 +858,9 @@ impl Store {
         let v = s.remove(off)?;
         self.len -= 1;
         if s.live == 0 {
-            self.segs.remove(i);
+            if let Some(s) = self.segs.remove(i) {
+                self.keep_spare(s);
+            }
             self.shrink_bucket_list();
         }
         Some(unpack(v))
@@ -633,7 +886,9 @@ impl Store {
         mut emit: impl FnMut(u64, u64, PendingAck),
     ) -> usize {
         let mut n = 0;
-        let Store { segs, len, .. } = self;
+        let Store {
+            segs, len, spare, ..
+        } = self;
         while let Some(s) = segs.front_mut() {
             if s.id > seg {
                 break;
@@ -695,19 +950,27 @@ impl Store {
                 }
             }
             if s.live == 0 {
-                segs.pop_front();
-            } else {
-                if s.is_sparse() {
-                    s.churn = s.churn.saturating_add(1);
-                    s.maybe_densify();
-                } else {
-                    s.after_dense_removal();
+                if let Some(s) = segs.pop_front() {
+                    let kept = s.into_spare();
+                    if !matches!(kept, Spare::None) {
+                        *spare = kept;
+                    }
                 }
+            } else {
+                s.after_removal();
                 break;
             }
         }
         self.shrink_bucket_list();
         n
+    }
+
+    /// Keeps an emptied bucket's buffer for the next new bucket (if it is small).
+    fn keep_spare(&mut self, s: Segment) {
+        let kept = s.into_spare();
+        if !matches!(kept, Spare::None) {
+            self.spare = kept;
+        }
     }
 
     /// Gives back bucket-list capacity once it is mostly unused.
@@ -722,6 +985,7 @@ impl Store {
         let n = self.drain_up_to(u64::MAX, u64::MAX, emit);
         self.segs = VecDeque::new();
         self.tail_hint = 0;
+        self.spare = Spare::None;
         n
     }
 
@@ -733,11 +997,12 @@ impl Store {
         }
     }
 
-    /// Heap bytes held: bucket list capacity plus each bucket's buffer (dense: exact capacity;
-    /// sparse: an estimate from the entry count, as `BTreeMap` does not expose its nodes).
+    /// Heap bytes held: bucket list capacity plus each bucket's buffer (dense and ordered: exact capacity;
+    /// tree: an estimate from the entry count, as `BTreeMap` does not expose its nodes).
     pub(crate) fn memory_bytes(&self) -> usize {
         self.segs.capacity() * core::mem::size_of::<Segment>()
             + self.segs.iter().map(Segment::heap_bytes).sum::<usize>()
+            + self.spare.heap_bytes()
     }
 
     /// Drops buckets left empty by an operation interrupted by a panicking callback.
@@ -746,11 +1011,14 @@ impl Store {
         self.len = self.segs.iter().map(|s| s.live).sum();
     }
 
-    /// (dense buckets, sparse buckets), for tests.
+    /// (dense, ordered, tree) bucket counts, for tests.
     #[cfg(test)]
-    pub(crate) fn shape(&self) -> (usize, usize) {
-        let sparse = self.segs.iter().filter(|s| s.is_sparse()).count();
-        (self.segs.len() - sparse, sparse)
+    pub(crate) fn shape(&self) -> (usize, usize, usize) {
+        let mut n = [0; 3];
+        for s in &self.segs {
+            n[s.form()] += 1;
+        }
+        (n[0], n[1], n[2])
     }
 }
 

@@ -1,4 +1,4 @@
-//! Layout tests of the store (dense/sparse buckets, trimming, memory) and a store-level
+//! Layout tests of the store (dense/ordered/tree buckets, trimming, memory) and a store-level
 //! reference model over seeded random operations.
 
 use std::collections::BTreeMap;
@@ -23,7 +23,7 @@ fn ascending_entries_stay_dense_at_eight_bytes_each() {
         assert_eq!(s.insert(i / 10_000, i % 10_000, ack(1, i as u32)), None);
     }
     assert_eq!(s.len(), 100_000);
-    assert_eq!(s.shape(), (10, 0));
+    assert_eq!(s.shape(), (10, 0, 0));
     // The last bucket may still have growth slack; the sealed ones are exact.
     let per_entry = s.memory_bytes() as f64 / 100_000.0;
     assert!(per_entry < 8.5, "{per_entry} bytes/entry");
@@ -40,7 +40,7 @@ fn holes_at_the_ends_are_trimmed_and_memory_shrinks() {
         assert_eq!(s.remove(0, o), Some(ack(1, 1)));
     }
     assert_eq!(s.len(), 10);
-    assert_eq!(s.shape(), (1, 0));
+    assert_eq!(s.shape(), (1, 0, 0));
     assert!(
         s.memory_bytes() * 20 < full,
         "{} vs {full}",
@@ -51,29 +51,29 @@ fn holes_at_the_ends_are_trimmed_and_memory_shrinks() {
         s.remove(0, o);
     }
     assert_eq!(s.len(), 0);
-    assert_eq!(s.shape(), (0, 0));
+    assert_eq!(s.shape(), (0, 0, 0));
 }
 
 #[test]
-fn a_far_insert_goes_sparse_and_density_brings_it_back() {
+fn a_far_insert_goes_ordered_and_density_brings_it_back() {
     let mut s = Store::default();
     for o in 0..100u64 {
         s.insert(3, o, ack(1, 2));
     }
     s.insert(3, 1_000_000_000, ack(1, 3));
-    assert_eq!(s.shape(), (0, 1));
+    assert_eq!(s.shape(), (0, 1, 0));
     assert_eq!(s.get(3, 1_000_000_000), Some(ack(1, 3)));
     assert_eq!(s.remove(3, 1_000_000_000), Some(ack(1, 3)));
     // Enough operations on a now-compact bucket turn it dense again.
     for o in 100..300u64 {
         s.insert(3, o, ack(1, 2));
     }
-    assert_eq!(s.shape(), (1, 0));
+    assert_eq!(s.shape(), (1, 0, 0));
     assert_eq!(entries(&s).len(), 300);
 }
 
 #[test]
-fn many_holes_in_the_middle_go_sparse() {
+fn many_holes_in_the_middle_go_ordered() {
     let mut s = Store::default();
     for o in 0..1_000u64 {
         s.insert(0, o, ack(1, 1));
@@ -83,19 +83,90 @@ fn many_holes_in_the_middle_go_sparse() {
             s.remove(0, o);
         }
     }
-    assert_eq!(s.shape(), (0, 1));
+    assert_eq!(s.shape(), (0, 1, 0));
     assert_eq!(s.len(), 101);
 }
 
 #[test]
-fn a_value_equal_to_the_hole_marker_is_kept_sparse() {
+fn spread_ascending_offsets_stay_ordered_and_a_middle_insert_into_many_goes_to_a_tree() {
+    let mut s = Store::default();
+    // One position in fifty, as a Key_Shared consumer gets them.
+    for i in 0..200u64 {
+        s.insert(0, i * 50, ack(1, i as u32));
+    }
+    assert_eq!(s.shape(), (0, 1, 0));
+    assert_eq!(s.get(0, 50 * 77), Some(ack(1, 77)));
+    assert_eq!(s.get(0, 50 * 77 + 1), None);
+    // Acks in order pop the front; one out of order leaves a tombstone that is skipped.
+    assert_eq!(s.remove(0, 0), Some(ack(1, 0)));
+    assert_eq!(s.remove(0, 500), Some(ack(1, 10)));
+    assert_eq!(s.remove(0, 500), None);
+    assert_eq!(s.get(0, 500), None);
+    // Re-adding a removed offset revives its place.
+    assert_eq!(s.insert(0, 500, ack(2, 10)), None);
+    assert_eq!(s.get(0, 500), Some(ack(2, 10)));
+    assert_eq!(s.shape(), (0, 1, 0));
+    // A new offset in the middle of more than 64 pairs: the tree form takes it.
+    assert_eq!(s.insert(0, 501, ack(1, 1)), None);
+    assert_eq!(s.shape(), (0, 0, 1));
+    assert_eq!(s.len(), 200);
+    let offs: Vec<u64> = entries(&s).iter().map(|e| e.1).collect();
+    let mut sorted = offs.clone();
+    sorted.sort_unstable();
+    assert_eq!(offs, sorted);
+}
+
+#[test]
+fn tombstones_are_dropped_once_they_outnumber_the_entries() {
+    let mut s = Store::default();
+    for i in 0..1_000u64 {
+        s.insert(0, i * 10, ack(1, 1));
+    }
+    assert_eq!(s.shape(), (0, 1, 0));
+    // Remove every entry but the two ends, from the middle outwards: tombstones only.
+    for i in 1..999u64 {
+        assert_eq!(s.remove(0, i * 10), Some(ack(1, 1)));
+    }
+    assert_eq!(s.len(), 2);
+    // 998 tombstones would be 16 KB; compaction and the shrink keep far less.
+    assert!(s.memory_bytes() < 2_000, "{}", s.memory_bytes());
+    assert_eq!(
+        entries(&s).iter().map(|e| e.1).collect::<Vec<_>>(),
+        [0, 9_990]
+    );
+}
+
+#[test]
+fn an_emptied_small_bucket_lends_its_buffer_and_form_to_the_next() {
+    let mut s = Store::default();
+    for i in 0..20u64 {
+        s.insert(0, i * 50, ack(1, 1));
+    }
+    assert_eq!(s.shape(), (0, 1, 0));
+    for i in 0..20u64 {
+        s.remove(0, i * 50);
+    }
+    assert_eq!(s.shape(), (0, 0, 0));
+    // The spare buffer is still counted as held memory.
+    assert!(s.memory_bytes() > 0);
+    s.insert(0, 5_000, ack(1, 1));
+    assert_eq!(s.shape(), (0, 1, 0));
+    s.insert(0, 5_050, ack(1, 2));
+    assert_eq!(s.get(0, 5_050), Some(ack(1, 2)));
+    // Clearing gives everything back.
+    s.drain_all(|_, _, _| {});
+    assert_eq!(s.memory_bytes(), 0);
+}
+
+#[test]
+fn a_value_equal_to_the_hole_marker_is_kept_in_a_tree() {
     let mut s = Store::default();
     let all_ones = ack(u32::MAX, u32::MAX);
     s.insert(0, 0, ack(1, 1));
     s.insert(0, 1, all_ones);
-    assert_eq!(s.shape(), (0, 1));
+    assert_eq!(s.shape(), (0, 0, 1));
     assert_eq!(s.get(0, 1), Some(all_ones));
-    // A new segment starting with it is sparse from the start.
+    // A new segment starting with it is a tree from the start.
     s.insert(1, 5, all_ones);
     assert_eq!(s.get(1, 5), Some(all_ones));
     assert_eq!(s.update_remaining(1, 5, 0), Some(u32::MAX));
@@ -172,7 +243,7 @@ fn repair_drops_empty_buckets_and_recounts() {
     }
     s.repair();
     assert_eq!(s.len(), 1);
-    assert_eq!(s.shape(), (1, 0));
+    assert_eq!(s.shape(), (1, 0, 0));
 }
 
 /// SplitMix64, for seeded operation sequences.
@@ -199,7 +270,8 @@ enum Op {
 }
 
 /// Position generator for a profile: 0 ascending-heavy, 1 random, 2 sparse offsets,
-/// 3 many segments.
+/// 3 many segments, 4 ascending with gaps (one consumer's share of a Key_Shared stream) and
+/// some going back.
 fn position(rng: &mut Rng, profile: u64, cursor: &mut u64) -> (u64, u64) {
     match profile {
         0 => {
@@ -212,18 +284,26 @@ fn position(rng: &mut Rng, profile: u64, cursor: &mut u64) -> (u64, u64) {
         }
         1 => (rng.below(4), rng.below(400)),
         2 => (rng.below(2), rng.below(8) * 1_000_000 + rng.below(64)),
-        _ => (rng.below(200), rng.below(8)),
+        3 => (rng.below(200), rng.below(8)),
+        _ => {
+            if rng.below(10) < 9 {
+                *cursor += 5 + rng.below(40);
+            } else {
+                *cursor = cursor.saturating_sub(rng.below(2_000));
+            }
+            (*cursor / 100_000, *cursor % 100_000)
+        }
     }
 }
 
-fn run_store_model(seed: u64, steps: usize) -> Result<(usize, usize), String> {
+fn run_store_model(seed: u64, steps: usize) -> Result<[usize; 3], String> {
     let mut rng = Rng(seed);
-    let profile = seed % 4;
+    let profile = seed % 5;
     let mut cursor = 0u64;
     let mut s = Store::default();
     let mut model: BTreeMap<(u64, u64), PendingAck> = BTreeMap::new();
     let mut ops = Vec::new();
-    let (mut saw_dense, mut saw_sparse) = (0, 0);
+    let mut saw = [0; 3];
     for step in 0..steps {
         let (seg, off) = position(&mut rng, profile, &mut cursor);
         let roll = rng.below(100);
@@ -303,9 +383,10 @@ fn run_store_model(seed: u64, steps: usize) -> Result<(usize, usize), String> {
         if s.len() != model.len() {
             return Err(fail(format!("len {} want {}", s.len(), model.len()), &ops));
         }
-        let (d, sp) = s.shape();
-        saw_dense += d.min(1);
-        saw_sparse += sp.min(1);
+        let (d, o, t) = s.shape();
+        saw[0] += d.min(1);
+        saw[1] += o.min(1);
+        saw[2] += t.min(1);
         if step % 64 == 0 || step + 1 == steps {
             let got: Vec<_> = entries(&s)
                 .into_iter()
@@ -322,22 +403,26 @@ fn run_store_model(seed: u64, steps: usize) -> Result<(usize, usize), String> {
             }
         }
     }
-    Ok((saw_dense, saw_sparse))
+    Ok(saw)
 }
 
 #[test]
 fn store_matches_a_btreemap_over_seeded_operations() {
-    let (mut dense, mut sparse) = (0, 0);
-    for seed in 0..64u64 {
+    let mut saw = [0; 3];
+    for seed in 0..80u64 {
         match std::panic::catch_unwind(|| run_store_model(seed, 3_000)) {
-            Ok(Ok((d, s))) => {
-                dense += d;
-                sparse += s;
+            Ok(Ok(s)) => {
+                for (a, b) in saw.iter_mut().zip(s) {
+                    *a += b;
+                }
             }
             Ok(Err(e)) => panic!("{e}\nreproduce: run_store_model({seed}, 3000)"),
             Err(_) => panic!("seed {seed} panicked\nreproduce: run_store_model({seed}, 3000)"),
         }
     }
-    // The sequences must exercise both representations, or the model proves little.
-    assert!(dense > 0 && sparse > 0, "dense {dense}, sparse {sparse}");
+    // The sequences must exercise all three forms, or the model proves little.
+    assert!(
+        saw.iter().all(|&n| n > 0),
+        "steps in dense, ordered, tree: {saw:?}"
+    );
 }
