@@ -16,8 +16,9 @@
 //! * dense → ordered when the slot span would exceed `4 * live + SLACK` (an insert far away, or
 //!   many holes); ordered → tree on a middle insert into more than [`ORDERED_SHIFT_MAX`] pairs;
 //!   either → tree when a value equals the `ABSENT` pattern; ordered or tree → dense when the
-//!   span fits in `2 * live + SLACK` again, checked only after `live / 2` operations on the
-//!   bucket, so conversions (O(live)) are amortised O(1) per operation. An ordered bucket drops
+//!   span fits in `2 * live + SLACK` again and it holds at least [`DENSIFY_MIN_LIVE`] entries,
+//!   checked only after `live / 2` operations on the bucket, so conversions (O(live)) are
+//!   amortised O(1) per operation. An ordered bucket drops
 //!   its tombstones once they outnumber its entries (plus `SLACK`), also amortised.
 //! * when a new last segment opens, the previous last one is trimmed to its length (it is
 //!   usually complete) and the new one starts with that length as capacity.
@@ -40,6 +41,8 @@ const MIN_SHRINK: usize = 64;
 /// Largest ordered bucket that takes an insert in its middle by shifting; beyond, it becomes a
 /// tree (shifting would cost O(len) per insert).
 const ORDERED_SHIFT_MAX: usize = 64;
+/// Fewest entries at which an ordered or tree bucket is considered for the dense form.
+const DENSIFY_MIN_LIVE: usize = 64;
 /// Largest buffer capacity (in entries) kept from an emptied bucket for the next new one.
 const SPARE_MAX: usize = 256;
 /// Rough heap bytes of one `BTreeMap<u64, u64>` leaf (11 keys, 11 values, parent link, lengths).
@@ -559,6 +562,11 @@ impl Segment {
             return;
         }
         self.churn = 0;
+        if self.live < DENSIFY_MIN_LIVE {
+            // Small: the form it has costs little memory, and converting back and forth would
+            // allocate each time (a consumer's pending set that keeps emptying and refilling).
+            return;
+        }
         let (first, last) = match &self.body {
             Body::Dense { .. } => return,
             Body::Ordered { pairs, .. } => match (pairs.front(), pairs.back()) {
