@@ -13,6 +13,12 @@ const WORDS: usize = (BLOCK_BITS / 64) as usize;
 const MAX_RUNS: usize = 128;
 /// A bitmap turns back into runs at or below this many runs (hysteresis against flapping).
 const MIN_RUNS: u32 = 64;
+/// The head block (the first block of the first ledger: where acks land right above
+/// mark-delete, and where mark-delete moves take runs off) turns into a bitmap above this many
+/// runs: a bit test instead of a binary search over the runs per ack, for one 512-byte bitmap.
+const HEAD_MAX_RUNS: usize = 16;
+/// The head block's bitmap turns back into runs at or below this many runs.
+const HEAD_MIN_RUNS: u32 = 8;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Bitmap {
@@ -21,6 +27,8 @@ struct Bitmap {
     runs: u32,
     /// Number of set bits.
     len: u32,
+    /// Every bit below this index is clear (a lower bound; 0 is always valid).
+    lo: u32,
 }
 
 impl Bitmap {
@@ -63,6 +71,37 @@ impl Bitmap {
         out
     }
 
+    /// Clears every bit `<= i`; returns how many were set. Scans only the words from `lo` to
+    /// `i`'s, and keeps `len` and `runs` exact without a recount: a mark-delete move clears the
+    /// run it absorbed, so this costs about that run's words.
+    fn clear_through(&mut self, i: u32) -> u32 {
+        if self.lo > i {
+            return 0;
+        }
+        // A run crossing `i` loses its start below `i + 1` but goes on from `i + 1`.
+        let straddle = self.bit(i) && i + 1 < BLOCK_BITS as u32 && self.bit(i + 1);
+        let hi = (i >> 6) as usize;
+        let (mut removed, mut starts, mut carry) = (0u32, 0u32, 0u64);
+        // The word before `lo`'s is clear (below `lo`), so the carry into it is 0.
+        for wi in (self.lo >> 6) as usize..=hi {
+            let w = self.words[wi];
+            let mask = if wi < hi || i & 63 == 63 {
+                !0u64
+            } else {
+                (1u64 << ((i & 63) + 1)) - 1
+            };
+            let run_starts = w & !((w << 1) | carry);
+            removed += (w & mask).count_ones();
+            starts += (run_starts & mask).count_ones();
+            carry = w >> 63;
+            self.words[wi] = w & !mask;
+        }
+        self.len -= removed;
+        self.runs -= starts - u32::from(straddle);
+        self.lo = i + 1;
+        removed
+    }
+
     /// The last index of the run of set bits that contains `i` (bit `i` must be set).
     fn run_end(&self, i: u32) -> u32 {
         let mut wi = (i >> 6) as usize;
@@ -84,6 +123,7 @@ impl Bitmap {
             words: [0; WORDS],
             runs: 0,
             len: 0,
+            lo: 0,
         });
         for &(s, e) in runs {
             for i in u32::from(s)..=u32::from(e) {
@@ -124,9 +164,10 @@ impl Container {
         }
     }
 
-    /// Inserts `i`; returns whether it was new.
+    /// Inserts `i`; returns whether it was new. `head`: this is the head block (see
+    /// [`HEAD_MAX_RUNS`]), which turns into a bitmap at fewer runs.
     #[inline]
-    fn insert(&mut self, i: u32) -> bool {
+    fn insert(&mut self, i: u32, head: bool) -> bool {
         match self {
             Container::Runs(r) => {
                 let idx = r.partition_point(|&(s, _)| u32::from(s) <= i);
@@ -144,7 +185,7 @@ impl Container {
                     (false, true) => r[idx].0 = i as u16,
                     (false, false) => {
                         r.insert(idx, (i as u16, i as u16));
-                        if r.len() > MAX_RUNS {
+                        if r.len() > MAX_RUNS || (head && r.len() > HEAD_MAX_RUNS) {
                             *self = Container::Bitmap(Bitmap::from_runs(r));
                         }
                     }
@@ -159,8 +200,11 @@ impl Container {
                 let right = i + 1 < BLOCK_BITS as u32 && b.bit(i + 1);
                 b.words[(i >> 6) as usize] |= 1u64 << (i & 63);
                 b.len += 1;
+                if i < b.lo {
+                    b.lo = i;
+                }
                 b.runs = b.runs + 1 - u32::from(left) - u32::from(right);
-                if b.runs <= MIN_RUNS {
+                if b.runs <= if head { HEAD_MIN_RUNS } else { MIN_RUNS } {
                     *self = Container::Runs(b.to_runs());
                 }
                 true
@@ -182,7 +226,8 @@ impl Container {
         }
     }
 
-    /// Removes every element `<= i`; returns how many were removed.
+    /// Removes every element `<= i`; returns how many were removed. Only ever called on the
+    /// head block (the one a mark-delete move ends in), so a bitmap keeps the head's thresholds.
     fn remove_through(&mut self, i: u32) -> u64 {
         let before = self.len();
         match self {
@@ -196,18 +241,8 @@ impl Container {
                 }
             }
             Container::Bitmap(b) => {
-                let full = ((i + 1) >> 6) as usize;
-                for w in b.words.iter_mut().take(full) {
-                    *w = 0;
-                }
-                if full < WORDS {
-                    let rem = (i + 1) & 63;
-                    if rem > 0 {
-                        b.words[full] &= !0u64 << rem;
-                    }
-                }
-                b.recount();
-                if b.runs <= MIN_RUNS {
+                b.clear_through(i);
+                if b.runs <= HEAD_MIN_RUNS {
                     *self = Container::Runs(b.to_runs());
                 }
             }
@@ -354,7 +389,7 @@ impl AckSet {
                 bi
             }
         };
-        let new = blocks[bi].1.insert(i);
+        let new = blocks[bi].1.insert(i, li == 0 && bi == 0);
         self.len += u64::from(new);
         new
     }
@@ -432,6 +467,26 @@ impl AckSet {
         }
         self.len -= removed;
         removed
+    }
+
+    /// Test check: every bitmap's run and bit counts match a recount, and no bit is below its
+    /// `lo` bound.
+    #[cfg(test)]
+    fn check_bitmaps(&self) {
+        for lb in &self.ledgers {
+            for (b, c) in &lb.blocks {
+                if let Container::Bitmap(bm) = c {
+                    let mut fresh = bm.clone();
+                    fresh.recount();
+                    assert_eq!((bm.runs, bm.len), (fresh.runs, fresh.len), "block {b}");
+                    assert!(
+                        (0..bm.lo.min(BLOCK_BITS as u32)).all(|i| !bm.bit(i)),
+                        "lo {}",
+                        bm.lo
+                    );
+                }
+            }
+        }
     }
 
     /// Removes everything.
@@ -583,6 +638,7 @@ impl AckSet {
                             words: [0; WORDS],
                             runs: 0,
                             len: 0,
+                            lo: 0,
                         });
                         for w in bm.words.iter_mut() {
                             let bytes = r.take(8)?;
@@ -655,6 +711,49 @@ mod tests {
         d
     }
 
+    /// The cursor's pattern: acks land in a window right above a moving floor (the head
+    /// block, a bitmap once it has more than 16 runs), and the floor moves through runs and
+    /// through arbitrary points, often inside a run.
+    #[test]
+    fn a_sliding_window_over_the_head_block_matches_a_btreeset() {
+        for seed in 0..20u64 {
+            let mut rng = Rng(seed);
+            let mut s = AckSet::new();
+            let mut m = BTreeSet::new();
+            let mut floor = 0u64;
+            for step in 0..6_000 {
+                let e = floor + 1 + rng.next() % 300;
+                if rng.next() % 8 != 0 {
+                    assert_eq!(s.insert(Position::new(1, e)), m.insert(Position::new(1, e)));
+                } else {
+                    let cut = floor + rng.next() % 200;
+                    let before = m.len();
+                    m.retain(|x| x.entry_id > cut);
+                    let removed = s.remove_through(Position::new(1, cut));
+                    assert_eq!(
+                        removed as usize,
+                        before - m.len(),
+                        "seed {seed} step {step}"
+                    );
+                    floor = cut;
+                }
+                assert_eq!(s.len(), m.len() as u64);
+                s.check_bitmaps();
+            }
+            assert_eq!(s.ranges().len(), {
+                let mut runs = 0;
+                let mut prev: Option<u64> = None;
+                for p in &m {
+                    if prev.is_none_or(|q| q + 1 != p.entry_id) {
+                        runs += 1;
+                    }
+                    prev = Some(p.entry_id);
+                }
+                runs
+            });
+        }
+    }
+
     #[test]
     fn matches_a_btreeset_over_random_ops() {
         for seed in 0..40u64 {
@@ -693,6 +792,7 @@ mod tests {
                     assert_eq!(s.run_end(x), want, "seed {seed} step {step} e {e}");
                 }
                 assert_eq!(s.len(), m.len() as u64);
+                s.check_bitmaps();
             }
             assert_eq!(s.first(), m.iter().next().copied());
             for e in 0..span {
