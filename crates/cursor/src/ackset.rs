@@ -723,7 +723,7 @@ mod tests {
             let mut floor = 0u64;
             for step in 0..6_000 {
                 let e = floor + 1 + rng.next() % 300;
-                if rng.next() % 8 != 0 {
+                if !rng.next().is_multiple_of(8) {
                     assert_eq!(s.insert(Position::new(1, e)), m.insert(Position::new(1, e)));
                 } else {
                     let cut = floor + rng.next() % 200;
