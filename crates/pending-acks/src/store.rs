@@ -556,11 +556,16 @@ impl Segment {
     }
 
     /// Goes back to dense when the offsets are close enough, checked once per `live / 2`
-    /// operations.
+    /// operations (the count test inline, the check out of line).
+    #[inline(always)]
     fn maybe_densify(&mut self) {
-        if self.churn.saturating_mul(2) < self.live.max(SLACK as usize) {
-            return;
+        if self.churn.saturating_mul(2) >= self.live.max(SLACK as usize) {
+            self.densify_check();
         }
+    }
+
+    #[inline(never)]
+    fn densify_check(&mut self) {
         self.churn = 0;
         if self.live < DENSIFY_MIN_LIVE {
             // Small: the form it has costs little memory, and converting back and forth would
