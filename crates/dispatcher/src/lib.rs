@@ -202,8 +202,8 @@ pub use crate::hash::{
 };
 pub use crate::selector::{
     diff, ranges_contain, ring_point, Assignment, AutoSplitSelector, ConsistentHashingSelector,
-    ConsumerInfo, ExclusiveRangeSelector, ImpactedConsumers, SelectorError, StickyKeySelector,
-    DEFAULT_POINTS_PER_CONSUMER,
+    ConsumerInfo, ExclusiveRangeSelector, ImpactedConsumers, Ranges, SelectorError,
+    StickyKeySelector, DEFAULT_POINTS_PER_CONSUMER,
 };
 
 pub use crate::ack::{AckEffect, AckHandle, BatchAck, ConsumerAckHandle, CursorAck, CursorCell};

@@ -106,10 +106,16 @@ pub fn ranges_contain(ranges: &[HashRange], hash: u32) -> bool {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ImpactedConsumers<C> {
     /// Per consumer, the ranges it lost.
-    pub removed: Vec<(C, Vec<HashRange>)>,
+    pub removed: Vec<(C, Ranges)>,
     /// Per consumer, the ranges it gained.
-    pub added: Vec<(C, Vec<HashRange>)>,
+    pub added: Vec<(C, Ranges)>,
 }
+
+/// One consumer's ranges in [`ImpactedConsumers`]: a vector that keeps up to two ranges inline
+/// (a join or leave on a ring moves one or two arcs of most consumers it touches, so most lists
+/// need no allocation of their own). Derefs to `[HashRange]`; build one with
+/// `Ranges::from_slice`, `Ranges::from_vec` or `collect()`.
+pub type Ranges = smallvec::SmallVec<[HashRange; 2]>;
 
 impl<C> Default for ImpactedConsumers<C> {
     fn default() -> Self {
@@ -155,7 +161,7 @@ impl<C: Copy + Ord> ImpactedConsumers<C> {
     }
 }
 
-fn find<C: Copy + Ord>(list: &[(C, Vec<HashRange>)], c: C) -> &[HashRange] {
+fn find<C: Copy + Ord>(list: &[(C, Ranges)], c: C) -> &[HashRange] {
     match list.binary_search_by(|(id, _)| id.cmp(&c)) {
         Ok(i) => &list[i].1,
         Err(_) => &[],
@@ -163,12 +169,12 @@ fn find<C: Copy + Ord>(list: &[(C, Vec<HashRange>)], c: C) -> &[HashRange] {
 }
 
 /// Groups pairs per consumer (ascending ids), with each consumer's ranges sorted and merged.
-fn group<C: Copy + Ord>(mut pairs: Vec<(C, HashRange)>) -> Vec<(C, Vec<HashRange>)> {
+fn group<C: Copy + Ord>(mut pairs: Vec<(C, HashRange)>) -> Vec<(C, Ranges)> {
     if !pairs.is_sorted() {
         pairs.sort_unstable();
     }
     // Merge in place (pairs[..n] holds the merged list), then copy each consumer's ranges into
-    // a vector of exactly its length.
+    // its list (inline up to two ranges).
     let mut n = 0usize;
     let mut consumers = 0usize;
     for i in 0..pairs.len() {
@@ -186,7 +192,7 @@ fn group<C: Copy + Ord>(mut pairs: Vec<(C, HashRange)>) -> Vec<(C, Vec<HashRange
         n += 1;
     }
     let merged = &pairs[..n];
-    let mut out: Vec<(C, Vec<HashRange>)> = Vec::with_capacity(consumers);
+    let mut out: Vec<(C, Ranges)> = Vec::with_capacity(consumers);
     let mut i = 0;
     while i < n {
         let c = merged[i].0;

@@ -8,7 +8,7 @@ use ahash::AHashMap;
 use tracing::{debug, warn};
 
 use super::{
-    Assignment, ConsumerInfo, ImpactedConsumers, SelectorError, StickyKeySelector, MAX_SLOT,
+    Assignment, ConsumerInfo, ImpactedConsumers, Ranges, SelectorError, StickyKeySelector, MAX_SLOT,
 };
 use crate::hash::{key_hash31, slot, HashRange, CONSISTENT_RANGE};
 
@@ -265,6 +265,8 @@ pub struct ConsistentHashingSelector<C> {
     /// (always left empty), and the indexes that have some.
     scratch: Vec<Vec<HashRange>>,
     touched: Vec<u16>,
+    /// Scratch for the `(member index, range)` pairs of one join or leave (always left empty).
+    pair_scratch: Vec<(u16, HashRange)>,
     /// Used name indexes per name (bitmap).
     names: AHashMap<String, Vec<u64>>,
 }
@@ -292,6 +294,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
             by_id: AHashMap::new(),
             scratch: Vec::new(),
             touched: Vec::new(),
+            pair_scratch: Vec::new(),
             names: AHashMap::new(),
         }
     }
@@ -365,12 +368,13 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
     /// `(member index, range)` pairs grouped per consumer as [`ImpactedConsumers`] lists them
     /// (ascending ids, each consumer's ranges sorted and merged). The ranges are spread into
     /// per-member scratch lists, so only the distinct consumers are sorted, not every pair.
-    fn group_by_member(&mut self, pairs: Vec<(u16, HashRange)>) -> Vec<(C, Vec<HashRange>)> {
+    /// `pairs` is left empty (its buffer is the caller's scratch).
+    fn group_by_member(&mut self, pairs: &mut Vec<(u16, HashRange)>) -> Vec<(C, Ranges)> {
         if self.scratch.len() < self.ids.len() {
             self.scratch.resize_with(self.ids.len(), Vec::new);
         }
         let mut touched = std::mem::take(&mut self.touched);
-        for (m, r) in pairs {
+        for (m, r) in pairs.drain(..) {
             let v = &mut self.scratch[m as usize];
             if v.is_empty() {
                 touched.push(m);
@@ -383,7 +387,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
         for &m in &touched {
             let v = &mut self.scratch[m as usize];
             let n = merge_in_place(v);
-            out.push((self.ids[m as usize], v[..n].to_vec()));
+            out.push((self.ids[m as usize], Ranges::from_slice(&v[..n])));
             v.clear();
         }
         touched.clear();
@@ -413,13 +417,13 @@ fn merge_in_place(rs: &mut [HashRange]) -> usize {
 
 /// One consumer's ranges as an [`ImpactedConsumers`] list: empty, or that consumer with its
 /// ranges sorted and merged.
-fn single<C>(c: C, mut rs: Vec<HashRange>) -> Vec<(C, Vec<HashRange>)> {
+fn single<C>(c: C, mut rs: Vec<HashRange>) -> Vec<(C, Ranges)> {
     if rs.is_empty() {
         return Vec::new();
     }
     let n = merge_in_place(&mut rs);
     rs.truncate(n);
-    vec![(c, rs)]
+    vec![(c, Ranges::from_vec(rs))]
 }
 
 impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashingSelector<C> {
@@ -462,7 +466,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         // is reported once, with the owner it had before the join, and a point's queue only
         // sees this consumer once. Ring order makes the gained ranges come out sorted.
         // Losers by member index; the gains are all this consumer's.
-        let mut lost: Vec<(u16, HashRange)> = Vec::with_capacity(sorted.len() + 1);
+        let mut lost = std::mem::take(&mut self.pair_scratch);
         let mut gained: Vec<HashRange> = Vec::with_capacity(sorted.len() + 1);
         let mut owned = 0usize;
         for &p in &sorted {
@@ -519,8 +523,10 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             points: pts,
             sorted,
         });
+        let removed = self.group_by_member(&mut lost);
+        self.pair_scratch = lost;
         Ok(ImpactedConsumers {
-            removed: self.group_by_member(lost),
+            removed,
             added: single(c.id, gained),
         })
     }
@@ -578,7 +584,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         // 3. Each former arc goes to the point's new owner, else to the next point's owner.
         // The losses are all this consumer's; gainers by member index.
         let mut lost: Vec<HashRange> = Vec::with_capacity(arcs.len() + 1);
-        let mut gained: Vec<(u16, HashRange)> = Vec::with_capacity(arcs.len() + 1);
+        let mut gained = std::mem::take(&mut self.pair_scratch);
         for (prev, p) in arcs {
             let new_owner = match self.point_owner[p as usize] {
                 NONE => self
@@ -604,9 +610,11 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             name_index = member.name_index,
             "consumer removed from consistent-hashing ring"
         );
+        let added = self.group_by_member(&mut gained);
+        self.pair_scratch = gained;
         ImpactedConsumers {
             removed: single(id, lost),
-            added: self.group_by_member(gained),
+            added,
         }
     }
 

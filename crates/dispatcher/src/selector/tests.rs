@@ -167,8 +167,14 @@ fn collisions_queue_fifo_and_hand_over() {
     assert_eq!(r.select(p), Some(1));
     // Owner leaves: the first queued (B, not C) takes over everything.
     let i = r.remove_consumer(1);
-    assert_eq!(i.removed, vec![(1, vec![HashRange::new(1, 65535)])]);
-    assert_eq!(i.added, vec![(2, vec![HashRange::new(1, 65535)])]);
+    assert_eq!(
+        i.removed,
+        vec![(1, Ranges::from_vec(vec![HashRange::new(1, 65535)]))]
+    );
+    assert_eq!(
+        i.added,
+        vec![(2, Ranges::from_vec(vec![HashRange::new(1, 65535)]))]
+    );
     assert_eq!(r.point_entry(p), Some((2, vec![3])));
     // A rejoins behind C.
     assert!(r.add_consumer(ConsumerInfo::new(1, a)).unwrap().is_empty());
@@ -177,9 +183,15 @@ fn collisions_queue_fifo_and_hand_over() {
     assert!(r.remove_consumer(3).is_empty());
     assert_eq!(r.point_entry(p), Some((2, vec![1])));
     let i = r.remove_consumer(2);
-    assert_eq!(i.added, vec![(1, vec![HashRange::new(1, 65535)])]);
+    assert_eq!(
+        i.added,
+        vec![(1, Ranges::from_vec(vec![HashRange::new(1, 65535)]))]
+    );
     let i = r.remove_consumer(1);
-    assert_eq!(i.removed, vec![(1, vec![HashRange::new(1, 65535)])]);
+    assert_eq!(
+        i.removed,
+        vec![(1, Ranges::from_vec(vec![HashRange::new(1, 65535)]))]
+    );
     assert!(i.added.is_empty());
     assert_eq!(r.select(p), None);
     assert!(r.assignment().is_empty());
@@ -274,7 +286,10 @@ fn exclusive_validation_errors() {
     let ok = add(&mut s, 1, &[(100, 199), (0, 9), (10, 19)]).unwrap();
     assert_eq!(
         ok.added,
-        vec![(1, vec![HashRange::new(0, 19), HashRange::new(100, 199)])]
+        vec![(
+            1,
+            Ranges::from_vec(vec![HashRange::new(0, 19), HashRange::new(100, 199)])
+        )]
     );
     assert!(ok.removed.is_empty());
     assert_eq!(
@@ -303,7 +318,10 @@ fn exclusive_validation_errors() {
     let gone = s.remove_consumer(1);
     assert_eq!(
         gone.removed,
-        vec![(1, vec![HashRange::new(0, 19), HashRange::new(100, 199)])]
+        vec![(
+            1,
+            Ranges::from_vec(vec![HashRange::new(0, 19), HashRange::new(100, 199)])
+        )]
     );
     assert!(gone.added.is_empty());
     assert_eq!(s.select(19), None, "unassigned after the owner left");
@@ -333,8 +351,14 @@ fn diff_and_assignment_helpers() {
     assert!(Assignment::from_sorted([(r(9, 5), 1u32)]).is_none());
     let after = Assignment::from_sorted([(r(0, 4), 1u32), (r(5, 34), 3), (r(35, 39), 2)]).unwrap();
     let d = diff(&before, &after);
-    assert_eq!(d.removed, vec![(1, vec![r(5, 19)]), (2, vec![r(30, 34)])]);
-    assert_eq!(d.added, vec![(3, vec![r(5, 34)])]);
+    assert_eq!(
+        d.removed,
+        vec![
+            (1, Ranges::from_vec(vec![r(5, 19)])),
+            (2, Ranges::from_vec(vec![r(30, 34)]))
+        ]
+    );
+    assert_eq!(d.added, vec![(3, Ranges::from_vec(vec![r(5, 34)]))]);
     assert!(d.removed_contains(2, 34) && !d.removed_contains(2, 35));
     assert!(d.added_contains(3, 20) && !d.added_contains(1, 20));
     assert!(diff(&after, &after).is_empty());
