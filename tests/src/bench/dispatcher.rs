@@ -25,31 +25,40 @@
 //!   every 500 acks (receiver queue 1,000). Figure: messages per second (higher is better).
 //!
 //! Where W8's time goes (`perf record --call-graph dwarf` of `cargo xtask bench =W8`, inclusive
-//! shares of the timed loop turned into ns per message; 2 vCPUs, quiet):
+//! shares of the timed loop turned into ns per message; 2 vCPUs, quiet). Three profiles: an
+//! early one (335 ns), the one before the pending-acks ordered form and the cursor's head
+//! bitmap (299 ns), and the current one (224 ns under perf; about 220 without):
 //!
-//! | stage | what | before (335 ns) | after (299 ns) |
-//! |---|---|---:|---:|
-//! | read | `ManagedCursor::read`: the ledger's entries, an `Arc` clone each | 27 | 19 |
-//! | route | `route_entry`: the sticky key's Murmur3 (26 → 25, most of it the first touch of the key's bytes), the ring (7 → 8), the gates | 53 | 50 |
-//! | send | `send_to`: pending-acks adds through the send gate (61 → 56, now under one lock per send), replay and pin bookkeeping | 78 | 73 |
-//! | batch | `dispatch_key_shared`'s own work: the batch tables, the per-consumer grouping | 28 | 28 |
-//! | ack | `ConsumerAckHandle::ack`: cursor ack under its lock (61 → 55), pending-ack removal (51 → 47, of which the draining release 9 → 7) | 129 | 117 |
-//! | rest | the driver's loop, flows, the harness | 20 | 22 |
+//! | stage | what | 335 ns | 299 ns | 224 ns |
+//! |---|---|---:|---:|---:|
+//! | read | `ManagedCursor::read`: the ledger's entries, an `Arc` clone each | 27 | 19 | 21 |
+//! | key hash | the sticky key's Murmur3, most of it the first touch of the key's bytes | 26 | 25 | 23 |
+//! | ring | the consistent-hashing table lookup | 7 | 8 | 7 |
+//! | pending add | `send_to`'s pending-acks adds, one lock per send | 61 | 56 | 34 |
+//! | rest of dispatch | the gates, the batch tables, the per-consumer grouping, replay and pin bookkeeping | 67 | 62 | 38 |
+//! | cursor ack | `ManagedCursor::ack` under its lock | 61 | 55 | 40 |
+//! | pending remove | the pending-ack removal, with the draining release (9, 7, 7) | 51 | 47 | 29 |
+//! | rest | the ack handle's counters, the driver's loop, flows, the harness | 35 | 27 | 32 |
 //!
 //! The floor the issue names (hash, ring, pending add and remove, draining check, cursor ack:
 //! under 100 ns) is what each structure costs alone on warm data. Here each of the 1,000,000
 //! entries is touched for the first time by the read (its `Arc<EntryMeta>` and its key's bytes
 //! are cold), acks from 10 consumers arrive out of position order (the cursor keeps holes), and
-//! every structure is shared with the consumers' threads, so each add and ack takes its lock.
+//! every structure is shared with the consumers' threads, so each add and ack takes its lock:
+//! per message about eight atomic read-modify-writes (the `Arc` count up and down, the cursor's
+//! mutex, the pending map's lock, the consumer's and the subscription's unacked counters), some
+//! 40 ns on this machine before any work.
 //!
-//! W8 − W9 (Shared, 127 ns in the same profile), about 166 ns: routing and the batch tables
-//! (about 78 ns, Key_Shared's own work); pending-acks add and remove, 56 + 47 ns against W9's
-//! 25 + 7 — Shared's round robin hands each consumer runs of up to 20 consecutive positions, so
-//! its buckets stay dense, while Key_Shared scatters each consumer's positions (about one in ten,
-//! one in fifty for the consumers without a hot key), which sends its buckets to the sparse
-//! B-tree form; and the cursor ack, 55 ns against 28, because ten consumers' interleaved acks
-//! leave holes. A bucket form for sparse but ascending offsets (a presence bitmap beside the
-//! packed values) is where most of what is left would come from.
+//! W8 − W9 (Shared, 122 ns in the same kind of profile) is about 100 ns:
+//! * Key_Shared's routing, about 70 ns: the key hash (23), the ring (7), and the rest of its
+//!   dispatch (the draining and replay gates per entry, the batch tables, grouping the batch per
+//!   consumer) against Shared's round robin (31 ns for its whole dispatch);
+//! * pending-acks, about 38 ns: add 34 against 16, remove 29 against 9 (of which the draining
+//!   release, which Shared does not have, 7). Shared's round robin hands each consumer runs of
+//!   consecutive positions, which the dense bucket form stores by appending; Key_Shared gives each
+//!   consumer about one position in ten, which now goes to the ordered form (append and pop at
+//!   the front, binary-searched lookups) instead of the B-tree, but stays dearer;
+//! * the cursor ack, 40 ns against 35.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
