@@ -38,7 +38,7 @@
 //! | rest of dispatch | the gates, the batch tables, the per-consumer grouping, replay and pin bookkeeping | 67 | 62 | 38 |
 //! | cursor ack | `ManagedCursor::ack` under its lock | 61 | 55 | 40 |
 //! | pending remove | the pending-ack removal, with the draining release (9, 7, 7) | 51 | 47 | 29 |
-//! | rest | the ack handle's counters, the driver's loop, flows, the harness | 35 | 27 | 32 |
+//! | rest | the ack handle's counters, the driver's loop, flows, the harness | 37 | 27 | 32 |
 //!
 //! The floor the issue names (hash, ring, pending add and remove, draining check, cursor ack:
 //! under 100 ns) is what each structure costs alone on warm data. Here each of the 1,000,000
