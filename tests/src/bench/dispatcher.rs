@@ -35,7 +35,7 @@
 //! | key hash | the sticky key's Murmur3, most of it the first touch of the key's bytes | 26 | 25 | 23 |
 //! | ring | the consistent-hashing table lookup | 7 | 8 | 7 |
 //! | pending add | `send_to`'s pending-acks adds, one lock per send | 61 | 56 | 34 |
-//! | rest of dispatch | the gates, the batch tables, the per-consumer grouping, replay and pin bookkeeping | 67 | 62 | 38 |
+//! | rest of dispatch | the gates, the batch tables, the per-consumer grouping, replay and pin bookkeeping | 65 | 62 | 38 |
 //! | cursor ack | `ManagedCursor::ack` under its lock | 61 | 55 | 40 |
 //! | pending remove | the pending-ack removal, with the draining release (9, 7, 7) | 51 | 47 | 29 |
 //! | rest | the ack handle's counters, the driver's loop, flows, the harness | 37 | 27 | 32 |
