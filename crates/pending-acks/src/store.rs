@@ -290,7 +290,7 @@ impl Segment {
     #[inline(always)]
     fn try_append(&mut self, off: u64, v: u64) -> bool {
         let Body::Dense { base, slots } = &mut self.body else {
-            return false;
+            return self.try_append_ordered(off, v);
         };
         let len = slots.len() as u64;
         if v == ABSENT
@@ -303,6 +303,22 @@ impl Segment {
         }
         slots.push_back(v);
         self.live += 1;
+        true
+    }
+
+    /// [`try_append`](Self::try_append) for an ordered bucket: `off` is above its last pair.
+    #[inline(always)]
+    fn try_append_ordered(&mut self, off: u64, v: u64) -> bool {
+        let Body::Ordered { pairs, .. } = &mut self.body else {
+            return false;
+        };
+        if v == ABSENT || pairs.back().is_none_or(|&(last, _)| last >= off) {
+            return false;
+        }
+        pairs.push_back((off, v));
+        self.live += 1;
+        self.churn = self.churn.saturating_add(1);
+        self.maybe_densify();
         true
     }
 
@@ -361,7 +377,7 @@ impl Segment {
     #[inline(always)]
     fn try_pop_front(&mut self, off: u64) -> Option<u64> {
         let Body::Dense { base, slots } = &mut self.body else {
-            return None;
+            return self.try_pop_front_ordered(off);
         };
         if off != *base {
             return None;
@@ -371,6 +387,24 @@ impl Segment {
         self.live -= 1;
         trim_front(base, slots);
         self.after_dense_removal();
+        Some(v)
+    }
+
+    /// [`try_pop_front`](Self::try_pop_front) for an ordered bucket: `off` is its first pair.
+    #[inline(always)]
+    fn try_pop_front_ordered(&mut self, off: u64) -> Option<u64> {
+        let Body::Ordered { pairs, dead } = &mut self.body else {
+            return None;
+        };
+        if pairs.front()?.0 != off {
+            return None;
+        }
+        let (_, v) = pairs.pop_front()?;
+        if *dead > 0 {
+            trim_pairs(pairs, dead);
+        }
+        self.live -= 1;
+        self.after_other_removal();
         Some(v)
     }
 
