@@ -408,6 +408,21 @@ impl AckSet {
         Some(Position::new(l, (b << BLOCK_SHIFT) + i))
     }
 
+    /// The largest position in the set.
+    #[inline]
+    pub fn last(&self) -> Option<Position> {
+        let lb = self.ledgers.last()?;
+        let (b, c) = lb.blocks.back()?;
+        let i = match c {
+            Container::Runs(r) => u64::from(r.last()?.1),
+            Container::Bitmap(bm) => {
+                let (wi, w) = bm.words.iter().enumerate().rev().find(|(_, w)| **w != 0)?;
+                wi as u64 * 64 + 63 - u64::from(w.leading_zeros())
+            }
+        };
+        Some(Position::new(lb.ledger_id, (b << BLOCK_SHIFT) + i))
+    }
+
     /// For `p` in the set: the last position `q >= p` in the same ledger such that every entry
     /// id from `p` to `q` is in the set. `None` when `p` is not in the set.
     pub fn run_end(&self, p: Position) -> Option<Position> {
@@ -795,6 +810,7 @@ mod tests {
                 s.check_bitmaps();
             }
             assert_eq!(s.first(), m.iter().next().copied());
+            assert_eq!(s.last(), m.iter().next_back().copied());
             for e in 0..span {
                 assert_eq!(
                     s.contains(q(seed, e)),

@@ -876,6 +876,17 @@ impl<S: CursorStore> ManagedCursor<S> {
     /// batches are returned; see [`batch_acked_indexes`](Self::batch_acked_indexes)), and
     /// advances the read position past them.
     pub fn read<L: Ledger + ?Sized>(&mut self, ledger: &L, n: usize) -> Vec<Entry> {
+        // The usual case: nothing is acked at or after the first unacked entry to read (acks
+        // are of entries already read), so the read is the ledger's next `n` entries.
+        if let Some(start) = self.first_unacked_after(ledger, self.read.before()) {
+            if self.acked.last().is_none_or(|l| l < start) {
+                let out = ledger.read_range(start, n);
+                if let Some(last) = out.last() {
+                    self.read = last.position.next();
+                }
+                return out;
+            }
+        }
         // Sized up front (capped, so a huge `n` does not reserve memory it may never fill).
         let mut out = Vec::with_capacity(n.min(1024));
         let mut q = self.read.before();

@@ -366,6 +366,37 @@ impl Ledger for InMemoryLedger {
         seg.metas.get(usize::try_from(i).ok()?).map(|m| &**m)
     }
 
+    /// Copies runs of each segment's entries at once (one segment lookup per segment).
+    fn read_range(&self, from: Position, max: usize) -> Vec<Entry> {
+        let mut out = Vec::with_capacity(max.min(1024));
+        let mut next = self.next_position(from.before());
+        while let Some(q) = next {
+            if out.len() >= max {
+                break;
+            }
+            let Some(seg) = self.seg(q.ledger_id) else {
+                break;
+            };
+            // `next_position` only returns existing positions: `base <= entry_id < end`.
+            let start = usize::try_from(q.entry_id - seg.base).unwrap_or(usize::MAX);
+            let take = (max - out.len()).min(seg.metas.len().saturating_sub(start));
+            if take == 0 {
+                break;
+            }
+            out.extend(
+                seg.metas
+                    .range(start..start + take)
+                    .zip(q.entry_id..)
+                    .map(|(meta, e)| Entry {
+                        position: Position::new(seg.id, e),
+                        meta: meta.clone(),
+                    }),
+            );
+            next = self.next_position(Position::new(seg.id, q.entry_id + take as u64 - 1));
+        }
+        out
+    }
+
     fn get(&self, p: Position) -> Option<Entry> {
         let seg = self.seg(p.ledger_id)?;
         let i = p.entry_id.checked_sub(seg.base)?;
@@ -575,6 +606,36 @@ mod tests {
             self.0.entry_count(id)
         }
         fn trim_below(&mut self, _: Position) {}
+    }
+
+    /// `InMemoryLedger::read_range` (a run per segment) returns what the trait's default (one
+    /// `next_position` and `get` per entry) does, across rolled, trimmed and empty segments.
+    #[test]
+    fn read_range_matches_the_per_entry_default() {
+        let mut l = InMemoryLedger::new(4);
+        for i in 0..30u64 {
+            l.append(EntryMeta::simple(i, 10));
+            if i == 9 || i == 10 {
+                l.roll_over();
+            }
+        }
+        l.trim_below(Position::new(1, 2));
+        let lin = Linear(&l);
+        let mut froms = vec![Position::new(0, 0), Position::new(99, 0)];
+        for id in 0..12u64 {
+            for e in 0..6u64 {
+                froms.push(Position::new(id, e));
+            }
+        }
+        for from in froms {
+            for max in [0usize, 1, 2, 3, 5, 8, 40] {
+                assert_eq!(
+                    l.read_range(from, max),
+                    lin.read_range(from, max),
+                    "from {from} max {max}"
+                );
+            }
+        }
     }
 
     #[test]
