@@ -26,39 +26,39 @@
 //!
 //! Where W8's time goes (`perf record --call-graph dwarf` of `cargo xtask bench =W8`, inclusive
 //! shares of the timed loop turned into ns per message; 2 vCPUs, quiet). Three profiles: an
-//! early one (335 ns), the one before the pending-acks ordered form and the cursor's head
-//! bitmap (299 ns), and the current one (224 ns under perf; about 220 without):
+//! early one (335 ns), the one before the pending-acks ordered form, the cursor's head bitmap
+//! and the one-run read (299 ns), and the current one (207 ns under perf, as without):
 //!
-//! | stage | what | 335 ns | 299 ns | 224 ns |
+//! | stage | what | 335 ns | 299 ns | 207 ns |
 //! |---|---|---:|---:|---:|
-//! | read | `ManagedCursor::read`: the ledger's entries, an `Arc` clone each | 27 | 19 | 21 |
-//! | key hash | the sticky key's Murmur3, most of it the first touch of the key's bytes | 26 | 25 | 23 |
-//! | ring | the consistent-hashing table lookup | 7 | 8 | 7 |
-//! | pending add | `send_to`'s pending-acks adds, one lock per send | 61 | 56 | 34 |
-//! | rest of dispatch | the gates, the batch tables, the per-consumer grouping, replay and pin bookkeeping | 65 | 62 | 38 |
-//! | cursor ack | `ManagedCursor::ack` under its lock | 61 | 55 | 40 |
-//! | pending remove | the pending-ack removal, with the draining release (9, 7, 7) | 51 | 47 | 29 |
+//! | read | `ManagedCursor::read`: the ledger's entries, an `Arc` clone each | 27 | 19 | 13 |
+//! | key hash | the sticky key's Murmur3, most of it the first touch of the entry's metadata and key bytes | 26 | 25 | 27 |
+//! | ring | the consistent-hashing table lookup | 7 | 8 | 8 |
+//! | pending add | `send_to`'s pending-acks adds, one lock per send | 61 | 56 | 31 |
+//! | rest of dispatch | the gates, the batch tables, the per-consumer grouping, replay and pin bookkeeping | 65 | 62 | 35 |
+//! | cursor ack | `ManagedCursor::ack` under its lock | 61 | 55 | 41 |
+//! | pending remove | the pending-ack removal, with the draining release (9, 7, 5) | 51 | 47 | 20 |
 //! | rest | the ack handle's counters, the driver's loop, flows, the harness | 37 | 27 | 32 |
 //!
 //! The floor the issue names (hash, ring, pending add and remove, draining check, cursor ack:
 //! under 100 ns) is what each structure costs alone on warm data. Here each of the 1,000,000
-//! entries is touched for the first time by the read (its `Arc<EntryMeta>` and its key's bytes
-//! are cold), acks from 10 consumers arrive out of position order (the cursor keeps holes), and
-//! every structure is shared with the consumers' threads, so each add and ack takes its lock:
-//! per message about eight atomic read-modify-writes (the `Arc` count up and down, the cursor's
-//! mutex, the pending map's lock, the consumer's and the subscription's unacked counters), some
-//! 40 ns on this machine before any work.
+//! entries is touched for the first time by the read (its `Arc<EntryMeta>`, about three cache
+//! lines, and its key's bytes are cold), acks from 10 consumers arrive out of position order (the
+//! cursor keeps holes), and every structure is shared with the consumers' threads, so each add
+//! and ack takes its lock: per message about eight atomic read-modify-writes (the `Arc` count up
+//! and down, the cursor's mutex, the pending map's lock, the consumer's and the subscription's
+//! unacked counters), some 40 ns on this machine before any work.
 //!
-//! W8 − W9 (Shared, 122 ns in the same kind of profile) is about 100 ns:
-//! * Key_Shared's routing, about 70 ns: the key hash (23), the ring (7), and the rest of its
+//! W8 − W9 (Shared, 111 ns in the same kind of profile) is about 96 ns:
+//! * Key_Shared's routing, about 56 ns: the key hash (27), the ring (8), and the rest of its
 //!   dispatch (the draining and replay gates per entry, the batch tables, grouping the batch per
-//!   consumer) against Shared's round robin (31 ns for its whole dispatch);
-//! * pending-acks, about 38 ns: add 34 against 16, remove 29 against 9 (of which the draining
-//!   release, which Shared does not have, 7). Shared's round robin hands each consumer runs of
+//!   consumer: 35 against Shared's round robin, 14 without its pending adds);
+//! * pending-acks, about 25 ns: add 31 against 18, remove 20 against 8 (of which the draining
+//!   release, which Shared does not have, 5). Shared's round robin hands each consumer runs of
 //!   consecutive positions, which the dense bucket form stores by appending; Key_Shared gives each
-//!   consumer about one position in ten, which now goes to the ordered form (append and pop at
-//!   the front, binary-searched lookups) instead of the B-tree, but stays dearer;
-//! * the cursor ack, 40 ns against 35.
+//!   consumer about one position in ten, which goes to the ordered form (append and pop at the
+//!   front as well, but 16 bytes per entry and a bucket that empties and refills each batch);
+//! * the cursor ack, 41 ns against 33 (more holes to insert and absorb), and 7 ns elsewhere.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
