@@ -46,6 +46,9 @@ use crate::shared::{
 };
 use crate::sync::{Arc, AtomicBool, Ordering, RwLock};
 
+/// Up to this many consumers, `Dispatcher::find` compares every id (branch-free).
+const FIND_SCAN_ALL: usize = 16;
+
 /// A boxed selector, as the dispatcher holds it (users may plug their own).
 pub type BoxedSelector = Box<dyn StickyKeySelector<ConsumerId> + Send>;
 
@@ -503,7 +506,20 @@ impl Dispatcher {
         self.timers.last_sent = t;
     }
 
+    /// The index of consumer `id`. Called per routed entry with a target that changes from one
+    /// entry to the next, so for a few consumers the whole list is compared without an early
+    /// exit (no mispredicted branch; ids are unique, so the one match is the answer).
+    #[inline]
     fn find(&self, id: ConsumerId) -> Option<usize> {
+        if self.ids.len() <= FIND_SCAN_ALL {
+            let mut found = usize::MAX;
+            for (i, c) in self.ids.iter().enumerate() {
+                if *c == id {
+                    found = i;
+                }
+            }
+            return (found != usize::MAX).then_some(found);
+        }
         self.ids.iter().position(|c| *c == id)
     }
 }
