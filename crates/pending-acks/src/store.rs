@@ -98,6 +98,15 @@ enum Spare {
 }
 
 impl Spare {
+    /// Keeps the buffer of `s`, a bucket that just emptied, if it is small enough (otherwise
+    /// the one kept before stays).
+    fn keep(&mut self, s: Segment) {
+        let kept = s.into_spare();
+        if !matches!(kept, Spare::None) {
+            *self = kept;
+        }
+    }
+
     fn heap_bytes(&self) -> usize {
         match self {
             Spare::None => 0,
@@ -372,8 +381,8 @@ impl Segment {
     }
 
     /// The common removal (acks in about the order sent): `off` is the first slot of a dense
-    /// bucket, which is popped — what [`remove`](Self::remove) would do, without its other cases.
-    /// `None` (nothing changed) otherwise.
+    /// bucket or the first pair of an ordered one, which is popped — the case
+    /// [`remove`](Self::remove) tries first. `None` (nothing changed) otherwise.
     #[inline(always)]
     fn try_pop_front(&mut self, off: u64) -> Option<u64> {
         let Body::Dense { base, slots } = &mut self.body else {
@@ -411,18 +420,13 @@ impl Segment {
     /// Removes `off`; returns its value.
     #[inline]
     fn remove(&mut self, off: u64) -> Option<u64> {
+        // The common case (acks arrive roughly in order): pop the front.
+        if let Some(v) = self.try_pop_front(off) {
+            return Some(v);
+        }
         let Body::Dense { base, slots } = &mut self.body else {
             return self.remove_other(off);
         };
-        if off == *base {
-            // The common case (acks arrive roughly in order): pop the front.
-            let v = slots.pop_front()?;
-            *base = base.wrapping_add(1);
-            self.live -= 1;
-            trim_front(base, slots);
-            self.after_dense_removal();
-            return Some(v);
-        }
         let idx = usize::try_from(off.checked_sub(*base)?).ok()?;
         let slot = slots.get_mut(idx)?;
         let v = *slot;
@@ -431,9 +435,8 @@ impl Segment {
         }
         *slot = ABSENT;
         self.live -= 1;
-        if idx == 0 {
-            trim_front(base, slots);
-        } else if idx + 1 == slots.len() {
+        // Not the first slot (`try_pop_front` took that case), so only the back can need a trim.
+        if idx + 1 == slots.len() {
             trim_back(slots);
         }
         self.after_dense_removal();
@@ -808,14 +811,9 @@ impl Store {
         let v = pack(ack);
         // Fast path: most adds go to the last segment.
         if let Some(last) = self.segs.back_mut() {
-            if last.id == seg {
-                if last.try_append(off, v) {
-                    self.len += 1;
-                    return None;
-                }
-                let prev = last.insert(off, v);
-                self.len += usize::from(prev.is_none());
-                return prev.map(unpack);
+            if last.id == seg && last.try_append(off, v) {
+                self.len += 1;
+                return None;
             }
         }
         match self.find(seg) {
@@ -883,30 +881,19 @@ impl Store {
 
     #[inline]
     pub(crate) fn remove(&mut self, seg: u64, off: u64) -> Option<PendingAck> {
-        // Fast path: most removals (acks in about the order sent) hit the first segment.
-        if let Some(first) = self.segs.front_mut() {
-            if first.id == seg {
-                let v = match first.try_pop_front(off) {
-                    Some(v) => v,
-                    None => first.remove(off)?,
-                };
-                self.len -= 1;
-                if first.live == 0 {
-                    if let Some(s) = self.segs.pop_front() {
-                        self.keep_spare(s);
-                    }
-                    self.shrink_bucket_list();
-                }
-                return Some(unpack(v));
+        // Most removals (acks in about the order sent) hit the first segment.
+        let (i, s) = match self.segs.front_mut() {
+            Some(s) if s.id == seg => (0, s),
+            _ => {
+                let i = self.find(seg).ok()?;
+                (i, &mut self.segs[i])
             }
-        }
-        let i = self.find(seg).ok()?;
-        let s = &mut self.segs[i];
+        };
         let v = s.remove(off)?;
         self.len -= 1;
         if s.live == 0 {
             if let Some(s) = self.segs.remove(i) {
-                self.keep_spare(s);
+                self.spare.keep(s);
             }
             self.shrink_bucket_list();
         }
@@ -998,10 +985,7 @@ impl Store {
             }
             if s.live == 0 {
                 if let Some(s) = segs.pop_front() {
-                    let kept = s.into_spare();
-                    if !matches!(kept, Spare::None) {
-                        *spare = kept;
-                    }
+                    spare.keep(s);
                 }
             } else {
                 s.after_removal();
@@ -1010,14 +994,6 @@ impl Store {
         }
         self.shrink_bucket_list();
         n
-    }
-
-    /// Keeps an emptied bucket's buffer for the next new bucket (if it is small).
-    fn keep_spare(&mut self, s: Segment) {
-        let kept = s.into_spare();
-        if !matches!(kept, Spare::None) {
-            self.spare = kept;
-        }
     }
 
     /// Gives back bucket-list capacity once it is mostly unused.
