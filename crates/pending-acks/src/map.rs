@@ -455,15 +455,9 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> AddBatch<'_, P, C> {
         hash: u32,
         check: impl FnOnce(C, P, u32) -> bool,
     ) -> Result<AddOutcome, AddRefused> {
-        if self.st.closed {
-            debug!(pos = ?pos, hash, "pending ack refused: map closed");
-            return Err(AddRefused::Closed);
-        }
-        if !check(self.consumer, pos, hash) {
-            debug!(pos = ?pos, hash, "pending ack vetoed by the add check");
-            return Err(AddRefused::Vetoed);
-        }
-        PendingAcks::<P, C>::insert_locked(self.st, pos, remaining, hash)
+        self.add_checked(pos, remaining, hash, "the add check", |_, c, p, h| {
+            check(c, p, h)
+        })
     }
 
     /// [`PendingAcks::add_if_allowed`] inside the batch's lock.
@@ -474,15 +468,29 @@ impl<P: SegmentedPosition, C: Copy + Send + Sync + 'static> AddBatch<'_, P, C> {
         remaining: u32,
         hash: u32,
     ) -> Result<AddOutcome, AddRefused> {
+        self.add_checked(pos, remaining, hash, "add handler", |st, c, p, h| {
+            st.add_handler.as_ref().is_none_or(|a| a.allow_add(c, p, h))
+        })
+    }
+
+    /// The one add: refused when the map is closed or `allowed` says no (`by` names the veto
+    /// in the log), inserted otherwise.
+    #[inline]
+    fn add_checked(
+        &mut self,
+        pos: P,
+        remaining: u32,
+        hash: u32,
+        by: &'static str,
+        allowed: impl FnOnce(&State<P, C>, C, P, u32) -> bool,
+    ) -> Result<AddOutcome, AddRefused> {
         if self.st.closed {
             debug!(pos = ?pos, hash, "pending ack refused: map closed");
             return Err(AddRefused::Closed);
         }
-        if let Some(h) = &self.st.add_handler {
-            if !h.allow_add(self.consumer, pos, hash) {
-                debug!(pos = ?pos, hash, "pending ack vetoed by add handler");
-                return Err(AddRefused::Vetoed);
-            }
+        if !allowed(self.st, self.consumer, pos, hash) {
+            debug!(pos = ?pos, hash, by, "pending ack vetoed");
+            return Err(AddRefused::Vetoed);
         }
         PendingAcks::<P, C>::insert_locked(self.st, pos, remaining, hash)
     }
