@@ -876,29 +876,28 @@ impl<S: CursorStore> ManagedCursor<S> {
     /// batches are returned; see [`batch_acked_indexes`](Self::batch_acked_indexes)), and
     /// advances the read position past them.
     pub fn read<L: Ledger + ?Sized>(&mut self, ledger: &L, n: usize) -> Vec<Entry> {
-        // The usual case: nothing is acked at or after the first unacked entry to read (acks
-        // are of entries already read), so the read is the ledger's next `n` entries.
-        if let Some(start) = self.first_unacked_after(ledger, self.read.before()) {
-            if self.acked.last().is_none_or(|l| l < start) {
-                let out = ledger.read_range(start, n);
-                if let Some(last) = out.last() {
-                    self.read = last.position.next();
+        let Some(start) = self.first_unacked_after(ledger, self.read.before()) else {
+            return Vec::new();
+        };
+        let out = if self.acked.last().is_none_or(|l| l < start) {
+            // The usual case: nothing is acked at or after `start` (acks are of entries already
+            // read), so the read is the ledger's next `n` entries.
+            ledger.read_range(start, n)
+        } else {
+            // Sized up front (capped, so a huge `n` does not reserve memory it may never fill).
+            let mut out = Vec::with_capacity(n.min(1024));
+            let mut next = Some(start);
+            while out.len() < n {
+                let Some(p) = next else {
+                    break;
+                };
+                if let Some(e) = ledger.get(p) {
+                    out.push(e);
                 }
-                return out;
+                next = self.first_unacked_after(ledger, p);
             }
-        }
-        // Sized up front (capped, so a huge `n` does not reserve memory it may never fill).
-        let mut out = Vec::with_capacity(n.min(1024));
-        let mut q = self.read.before();
-        while out.len() < n {
-            let Some(p) = self.first_unacked_after(ledger, q) else {
-                break;
-            };
-            if let Some(e) = ledger.get(p) {
-                out.push(e);
-            }
-            q = p;
-        }
+            out
+        };
         if let Some(last) = out.last() {
             self.read = last.position.next();
         }
