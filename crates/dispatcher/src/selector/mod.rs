@@ -173,34 +173,34 @@ fn group<C: Copy + Ord>(mut pairs: Vec<(C, HashRange)>) -> Vec<(C, Ranges)> {
     if !pairs.is_sorted() {
         pairs.sort_unstable();
     }
-    // Merge in place (pairs[..n] holds the merged list), then copy each consumer's ranges into
-    // its list (inline up to two ranges).
+    pairs
+        .chunk_by(|a, b| a.0 == b.0)
+        .map(|run| {
+            let mut rs: Ranges = run.iter().map(|&(_, r)| r).collect();
+            let n = merge_in_place(&mut rs);
+            rs.truncate(n);
+            (run[0].0, rs)
+        })
+        .collect()
+}
+
+/// Sorts `rs` (when it is not sorted already) and merges overlapping or adjacent ranges into
+/// `rs[..n]`; returns `n`.
+pub(super) fn merge_in_place(rs: &mut [HashRange]) -> usize {
+    if !rs.is_sorted() {
+        rs.sort_unstable();
+    }
     let mut n = 0usize;
-    let mut consumers = 0usize;
-    for i in 0..pairs.len() {
-        let (c, r) = pairs[i];
-        if n > 0 && pairs[n - 1].0 == c {
-            let l = &mut pairs[n - 1].1;
-            if u64::from(r.start) <= u64::from(l.end) + 1 {
-                l.end = l.end.max(r.end);
-                continue;
-            }
-        } else {
-            consumers += 1;
+    for i in 0..rs.len() {
+        let r = rs[i];
+        if n > 0 && u64::from(r.start) <= u64::from(rs[n - 1].end) + 1 {
+            rs[n - 1].end = rs[n - 1].end.max(r.end);
+            continue;
         }
-        pairs[n] = (c, r);
+        rs[n] = r;
         n += 1;
     }
-    let merged = &pairs[..n];
-    let mut out: Vec<(C, Ranges)> = Vec::with_capacity(consumers);
-    let mut i = 0;
-    while i < n {
-        let c = merged[i].0;
-        let len = merged[i..].iter().take_while(|(x, _)| *x == c).count();
-        out.push((c, merged[i..i + len].iter().map(|&(_, r)| r).collect()));
-        i += len;
-    }
-    out
+    n
 }
 
 /// A snapshot of a selector's assignment: sorted, non-overlapping `(range, owner)` pairs, with

@@ -8,7 +8,8 @@ use ahash::AHashMap;
 use tracing::{debug, warn};
 
 use super::{
-    Assignment, ConsumerInfo, ImpactedConsumers, Ranges, SelectorError, StickyKeySelector, MAX_SLOT,
+    merge_in_place, Assignment, ConsumerInfo, ImpactedConsumers, Ranges, SelectorError,
+    StickyKeySelector, MAX_SLOT,
 };
 use crate::hash::{key_hash31, slot, HashRange, CONSISTENT_RANGE};
 
@@ -394,25 +395,6 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
         self.touched = touched;
         out
     }
-}
-
-/// Sorts `rs` (when it is not sorted already) and merges overlapping or adjacent ranges into
-/// `rs[..n]`; returns `n`.
-fn merge_in_place(rs: &mut [HashRange]) -> usize {
-    if !rs.is_sorted() {
-        rs.sort_unstable();
-    }
-    let mut n = 0usize;
-    for i in 0..rs.len() {
-        let r = rs[i];
-        if n > 0 && u64::from(r.start) <= u64::from(rs[n - 1].end) + 1 {
-            rs[n - 1].end = rs[n - 1].end.max(r.end);
-            continue;
-        }
-        rs[n] = r;
-        n += 1;
-    }
-    n
 }
 
 /// One consumer's ranges as an [`ImpactedConsumers`] list: empty, or that consumer with its
