@@ -317,8 +317,18 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
             warn!(consumer = ?consumer, "draining entry for hash 0 refused");
             return Err(AddEntryError::ZeroHash);
         }
-        let mut g = lock(&self.inner);
-        self.add_locked(&mut g, consumer, hash)?;
+        self.recount_locked(&mut lock(&self.inner), consumer, hash)
+    }
+
+    /// `recount_entry` under the held lock: adds the reference, then turns one stale reference
+    /// back into a live one (see `recount_entry`).
+    fn recount_locked(
+        &self,
+        g: &mut Inner<C>,
+        consumer: C,
+        hash: u32,
+    ) -> Result<(), AddEntryError<C>> {
+        self.add_locked(g, consumer, hash)?;
         if g.take_stale(consumer, hash) {
             debug!(hash, consumer = ?consumer, "stale draining reference counted again");
         }
@@ -348,13 +358,8 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
                 warn!(consumer = ?consumer, "draining entry for hash 0 refused");
                 continue;
             }
-            match self.add_locked(&mut g, consumer, hash) {
-                Ok(()) => {
-                    n += 1;
-                    if g.take_stale(consumer, hash) {
-                        debug!(hash, consumer = ?consumer, "stale draining reference counted again");
-                    }
-                }
+            match self.recount_locked(&mut g, consumer, hash) {
+                Ok(()) => n += 1,
                 Err(e) => {
                     warn!(consumer = ?consumer, hash, error = %e, "draining registration refused")
                 }
