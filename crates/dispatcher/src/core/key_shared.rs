@@ -103,50 +103,30 @@ pub(super) struct RouteScratch {
     hashes: Vec<u32>,
 }
 
-impl RouteScratch {
-    /// Keeps a finished batch's buffers for the next one.
-    fn keep(
-        &mut self,
-        targeted: Vec<bool>,
-        counts: Vec<usize>,
-        decisions: Vec<Option<usize>>,
-        hashes: Vec<u32>,
-        permits: Vec<i64>,
-    ) {
-        *self = RouteScratch {
-            permits,
-            targeted,
-            counts,
-            decisions,
-            hashes,
-        };
-    }
-}
-
 impl<'e> BatchRouting<'e> {
-    /// A batch's tables, in buffers taken from `scratch` (give them back with
-    /// [`RouteScratch::keep`]).
+    /// A batch's tables, in the buffers of `scratch` (the caller puts them back when the batch
+    /// is done).
     pub(super) fn new(
         d: &Dispatcher,
-        scratch: &mut RouteScratch,
+        scratch: RouteScratch,
         from_replay: bool,
         len: usize,
     ) -> Self {
         let ordered = d.mode.key_shared().is_some_and(|k| k.ordered());
         let nc = d.consumers.len();
-        let mut permits = std::mem::take(&mut scratch.permits);
+        let mut permits = scratch.permits;
         permits.clear();
         permits.extend(d.consumers.iter().map(|c| d.available_permits(c)));
-        let mut targeted = std::mem::take(&mut scratch.targeted);
+        let mut targeted = scratch.targeted;
         targeted.clear();
         targeted.resize(nc, false);
-        let mut counts = std::mem::take(&mut scratch.counts);
+        let mut counts = scratch.counts;
         counts.clear();
         counts.resize(nc, 0);
-        let mut decisions = std::mem::take(&mut scratch.decisions);
+        let mut decisions = scratch.decisions;
         decisions.clear();
         decisions.reserve(len);
-        let mut hashes = std::mem::take(&mut scratch.hashes);
+        let mut hashes = scratch.hashes;
         hashes.clear();
         hashes.reserve(len);
         BatchRouting {
@@ -254,8 +234,8 @@ impl Dispatcher {
         for c in &mut self.consumers {
             c.blocked_by_hash = false;
         }
-        let mut scratch = std::mem::take(&mut self.route_scratch);
-        let mut batch = BatchRouting::new(self, &mut scratch, from_replay, entries.len());
+        let scratch = std::mem::take(&mut self.route_scratch);
+        let mut batch = BatchRouting::new(self, scratch, from_replay, entries.len());
         for e in &entries {
             let d = self.route_entry(now, &mut batch, e);
             batch.decisions.push(d);
@@ -274,8 +254,14 @@ impl Dispatcher {
         if dispatched == 0 && !from_replay {
             self.look_ahead_if_stuck(&targeted, has_more);
         }
-        scratch.keep(targeted, counts, decisions, hashes, permits);
-        self.route_scratch = scratch;
+        // The buffers, for the next batch.
+        self.route_scratch = RouteScratch {
+            permits,
+            targeted,
+            counts,
+            decisions,
+            hashes,
+        };
     }
 
     /// Ordered mode: something earlier than this read's first replay position entered replay
