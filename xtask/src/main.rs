@@ -2,7 +2,8 @@
 //!
 //! * `ci`: everything CI checks (fmt, clippy, tests with snapshots locked, a quick loom run, tidy).
 //! * `loom [crate] [--preemptions N]`: the full loom models in release mode.
-//! * `bench [ids…] [--quick]`: the benchmark table and `target/bench/results.json`.
+//! * `bench [ids…] [--quick] [--return-memory]`: the benchmark table and
+//!   `target/bench/results.json`.
 //! * `sim [args…]`: the deterministic simulator (issue 7).
 //! * `tidy`: repository hygiene checks alone.
 //! * `interop [--keep-logs] [scenario…]`: the broker against the stock Python client (tests/interop).
@@ -30,7 +31,7 @@ fn main() -> anyhow::Result<()> {
         "tidy" => tidy::run(),
         "interop" => interop::run(&rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] | sim [args…] | tidy | interop [--keep-logs] [scenario…]>");
+            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] [--return-memory] | sim [args…] | tidy | interop [--keep-logs] [scenario…]>");
             Ok(())
         }
         other => anyhow::bail!("unknown xtask subcommand `{other}` (try `cargo xtask help`)"),

@@ -204,6 +204,8 @@ fn exec_broker() -> Result<(f64, f64), String> {
     let mut child = Command::new(&bin)
         .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
         .env("RUST_LOG", "warn")
+        // The broker's idle memory with malloc's defaults, not the harness's settings.
+        .env_remove("GLIBC_TUNABLES")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())

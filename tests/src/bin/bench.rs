@@ -23,6 +23,16 @@ fn main() -> anyhow::Result<()> {
             id => settings.filter.push(id.to_string()),
         }
     }
+    // `cargo xtask bench` sets GLIBC_TUNABLES so that freed memory stays in the process; say
+    // which way this run went, since fresh structures (W1, W5a) pay page faults otherwise.
+    match std::env::var("GLIBC_TUNABLES") {
+        Ok(t) if t.contains("trim_threshold") => {
+            eprintln!("memory: glibc malloc keeps freed memory in the process (GLIBC_TUNABLES={t})")
+        }
+        _ => eprintln!(
+            "memory: glibc malloc defaults (freed memory goes back to the kernel; fresh structures pay page faults)"
+        ),
+    }
     let mut rows = Vec::new();
     for mut w in bench::all() {
         if !settings.filter.is_empty()
