@@ -17,6 +17,7 @@ pub mod cursor;
 pub mod delayed;
 pub mod dispatcher;
 pub mod draining_hashes;
+pub mod floors;
 pub mod pending_acks;
 pub mod rng;
 pub mod selectors;
@@ -158,6 +159,7 @@ pub fn all() -> Vec<Workload> {
     w.extend(delayed::workloads());
     w.extend(client::workloads());
     w.extend(broker::workloads());
+    w.extend(floors::workloads());
     let _ = &mut w;
     w
 }
