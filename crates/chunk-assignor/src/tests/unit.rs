@@ -36,6 +36,31 @@ fn plain_entries_round_robin_within_a_level() {
 }
 
 #[test]
+fn a_plain_run_charges_each_pick_and_hands_over_when_the_smallest_permits_could_run_out() {
+    let mut a = assignor();
+    let out = a.assign(0, vec![plain(1)], &cs(&[(1, 10, 0), (2, 10, 0), (3, 10, 0)]));
+    assert_eq!(render(&out), "c1=[1] replay=[]");
+    // Smallest permits 2 over 3 consumers: 6 picks from the cursor (c2) without checks, then
+    // the checked loop sees c1 at 0, c3 at 1 and c2 at 3, and ends in replay.
+    let out = a.assign(
+        0,
+        (2..=13).map(plain).collect(),
+        &cs(&[(1, 2, 0), (2, 5, 0), (3, 3, 0)]),
+    );
+    assert_eq!(
+        render(&out),
+        "c1=[4 7] c2=[2 5 8 10 11] c3=[3 6 9] replay=[12 13]"
+    );
+    // A chunk ends the run: the rotation goes on from where the run stopped.
+    let out = a.assign(
+        0,
+        vec![plain(14), ch(15, "u", 0, 2), plain(16), ch(17, "u", 1, 2)],
+        &cs(&[(1, 10, 0), (2, 10, 0), (3, 10, 0)]),
+    );
+    assert_eq!(render(&out), "c1=[15 17] c2=[16] c3=[14] replay=[]");
+}
+
+#[test]
 fn permits_are_exact_per_consumer() {
     let mut a = assignor();
     let consumers = cs(&[(1, 1, 0), (2, 3, 0), (3, 0, 0), (4, -5, 0)]);
