@@ -273,7 +273,11 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
         }
         let min = batch.permits.iter().copied().min().unwrap_or(0);
         let budget = usize::try_from(min).unwrap_or(0).saturating_mul(n);
-        let start = if self.rr.cursor >= n { 0 } else { self.rr.cursor };
+        let start = if self.rr.cursor >= n {
+            0
+        } else {
+            self.rr.cursor
+        };
         let (mut c, mut k, mut held) = (start, 0usize, None);
         let mut next = Some(first);
         while k < budget {

@@ -38,7 +38,11 @@ fn plain_entries_round_robin_within_a_level() {
 #[test]
 fn a_plain_run_charges_each_pick_and_hands_over_when_the_smallest_permits_could_run_out() {
     let mut a = assignor();
-    let out = a.assign(0, vec![plain(1)], &cs(&[(1, 10, 0), (2, 10, 0), (3, 10, 0)]));
+    let out = a.assign(
+        0,
+        vec![plain(1)],
+        &cs(&[(1, 10, 0), (2, 10, 0), (3, 10, 0)]),
+    );
     assert_eq!(render(&out), "c1=[1] replay=[]");
     // Smallest permits 2 over 3 consumers: 6 picks from the cursor (c2) without checks, then
     // the checked loop sees c1 at 0, c3 at 1 and c2 at 3, and ends in replay.
