@@ -87,10 +87,29 @@ impl Hasher for FxHasher {
 /// `BuildHasher` for [`FxHasher`].
 pub(crate) type FxBuild = BuildHasherDefault<FxHasher>;
 
+/// One dense slot: the owner and its reference count, 0 when the slot is vacant (a live entry
+/// always has at least one reference). The blocked-attempt counts, which only blocking paths
+/// touch, live in their own array, so the slots of hashes a few apart share cache lines (8 bytes
+/// a slot for a `u32` consumer id, against 16 for an `Option<DrainingEntry>`).
+#[derive(Clone, Copy)]
+struct Slot<C> {
+    owner: C,
+    ref_count: u32,
+}
+
 struct Page<C> {
     live: usize,
     /// Inline in the page's allocation: a look-up follows one pointer (the page's), not two.
-    slots: [Option<DrainingEntry<C>>; PAGE_SLOTS],
+    slots: [Slot<C>; PAGE_SLOTS],
+    blocked: [u32; PAGE_SLOTS],
+}
+
+/// A draining entry in place, as [`Table::get_mut`] lends it: the owner by value (it never
+/// changes in place) and the two counts by reference.
+pub(crate) struct EntryMut<'a, C> {
+    pub(crate) owner: C,
+    pub(crate) ref_count: &'a mut u32,
+    pub(crate) blocked_attempts: &'a mut u32,
 }
 
 /// hash → draining entry.
@@ -121,45 +140,102 @@ impl<C: Copy + Eq> Table<C> {
         self.len
     }
 
+    /// The entry at `hash`, copied out.
     #[inline]
-    pub(crate) fn get(&self, hash: u32) -> Option<&DrainingEntry<C>> {
+    pub(crate) fn get(&self, hash: u32) -> Option<DrainingEntry<C>> {
         if hash < DENSE_LIMIT {
             let (p, s) = split(hash);
-            self.pages.get(p)?.as_ref()?.slots.get(s)?.as_ref()
+            let page = self.pages.get(p)?.as_ref()?;
+            let slot = page.slots.get(s)?;
+            (slot.ref_count != 0).then(|| DrainingEntry {
+                owner: slot.owner,
+                ref_count: slot.ref_count,
+                blocked_attempts: page.blocked.get(s).copied().unwrap_or(0),
+            })
         } else {
-            self.overflow.get(&hash)
+            self.overflow.get(&hash).copied()
         }
     }
 
+    /// Whether `hash` has an entry.
     #[inline]
-    pub(crate) fn get_mut(&mut self, hash: u32) -> Option<&mut DrainingEntry<C>> {
+    pub(crate) fn contains(&self, hash: u32) -> bool {
         if hash < DENSE_LIMIT {
             let (p, s) = split(hash);
-            self.pages.get_mut(p)?.as_mut()?.slots.get_mut(s)?.as_mut()
+            self.pages
+                .get(p)
+                .and_then(|page| page.as_ref())
+                .and_then(|page| page.slots.get(s))
+                .is_some_and(|slot| slot.ref_count != 0)
         } else {
-            self.overflow.get_mut(&hash)
+            self.overflow.contains_key(&hash)
         }
     }
 
-    /// Inserts `entry` at `hash`, which the caller has checked is vacant.
+    /// The entry at `hash`, in place.
+    #[inline]
+    pub(crate) fn get_mut(&mut self, hash: u32) -> Option<EntryMut<'_, C>> {
+        if hash < DENSE_LIMIT {
+            let (p, s) = split(hash);
+            let page = self.pages.get_mut(p)?.as_mut()?;
+            let Page { slots, blocked, .. } = &mut **page;
+            let slot = slots.get_mut(s)?;
+            if slot.ref_count == 0 {
+                return None;
+            }
+            Some(EntryMut {
+                owner: slot.owner,
+                ref_count: &mut slot.ref_count,
+                blocked_attempts: blocked.get_mut(s)?,
+            })
+        } else {
+            let e = self.overflow.get_mut(&hash)?;
+            Some(EntryMut {
+                owner: e.owner,
+                ref_count: &mut e.ref_count,
+                blocked_attempts: &mut e.blocked_attempts,
+            })
+        }
+    }
+
+    /// Inserts `entry` at `hash`, which the caller has checked is vacant. `entry.ref_count`
+    /// must be at least 1 (0 marks a vacant slot); an entry with 0 is not stored.
     #[inline]
     pub(crate) fn insert_vacant(&mut self, hash: u32, entry: DrainingEntry<C>) {
+        if entry.ref_count == 0 {
+            return;
+        }
         if hash < DENSE_LIMIT {
             let (p, s) = split(hash);
             let Some(page_slot) = self.pages.get_mut(p) else {
                 return;
             };
             let page = page_slot.get_or_insert_with(|| {
+                // Vacant slots need some owner value; they are told apart by their count.
                 Box::new(Page {
                     live: 0,
-                    slots: [None; PAGE_SLOTS],
+                    slots: [Slot {
+                        owner: entry.owner,
+                        ref_count: 0,
+                    }; PAGE_SLOTS],
+                    blocked: [0; PAGE_SLOTS],
                 })
             });
-            if let Some(slot) = page.slots.get_mut(s) {
-                if slot.replace(entry).is_none() {
-                    page.live += 1;
+            let Page {
+                live,
+                slots,
+                blocked,
+            } = &mut **page;
+            if let (Some(slot), Some(b)) = (slots.get_mut(s), blocked.get_mut(s)) {
+                if slot.ref_count == 0 {
+                    *live += 1;
                     self.len += 1;
                 }
+                *slot = Slot {
+                    owner: entry.owner,
+                    ref_count: entry.ref_count,
+                };
+                *b = entry.blocked_attempts;
             }
         } else if self.overflow.insert(hash, entry).is_none() {
             self.len += 1;
@@ -173,9 +249,25 @@ impl<C: Copy + Eq> Table<C> {
             let (p, s) = split(hash);
             let page_slot = self.pages.get_mut(p)?;
             let page = page_slot.as_mut()?;
-            let removed = page.slots.get_mut(s)?.take()?;
-            page.live -= 1;
-            if page.live == 0 {
+            let Page {
+                live,
+                slots,
+                blocked,
+            } = &mut **page;
+            let slot = slots.get_mut(s)?;
+            if slot.ref_count == 0 {
+                return None;
+            }
+            let b = blocked.get_mut(s)?;
+            let removed = DrainingEntry {
+                owner: slot.owner,
+                ref_count: slot.ref_count,
+                blocked_attempts: *b,
+            };
+            slot.ref_count = 0;
+            *b = 0;
+            *live -= 1;
+            if *live == 0 {
                 *page_slot = None;
             }
             self.len -= 1;
@@ -200,9 +292,14 @@ impl<C: Copy + Eq> Table<C> {
         let mut out = Vec::with_capacity(self.len);
         for (p, page) in self.pages.iter().enumerate() {
             let Some(page) = page else { continue };
-            for (s, slot) in page.slots.iter().enumerate() {
-                if let Some(e) = slot {
-                    out.push((((p << PAGE_BITS) | s) as u32, *e));
+            for (s, (slot, blocked)) in page.slots.iter().zip(page.blocked.iter()).enumerate() {
+                if slot.ref_count != 0 {
+                    let e = DrainingEntry {
+                        owner: slot.owner,
+                        ref_count: slot.ref_count,
+                        blocked_attempts: *blocked,
+                    };
+                    out.push((((p << PAGE_BITS) | s) as u32, e));
                 }
             }
         }
@@ -211,5 +308,58 @@ impl<C: Copy + Eq> Table<C> {
         big.sort_unstable_by_key(|(h, _)| *h);
         out.extend(big);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(owner: u32, ref_count: u32, blocked_attempts: u32) -> DrainingEntry<u32> {
+        DrainingEntry {
+            owner,
+            ref_count,
+            blocked_attempts,
+        }
+    }
+
+    /// A vacant dense slot is one with count 0: every field of an entry survives a round trip
+    /// through the split arrays, a removed slot reads as vacant, and a slot reused by another
+    /// owner shows that owner's counts, not the last one's.
+    #[test]
+    fn dense_slots_round_trip_and_reuse() {
+        let mut t: Table<u32> = Table::new();
+        for hash in [7, 8, 300, DENSE_LIMIT + 5] {
+            assert!(t.get(hash).is_none() && !t.contains(hash));
+            t.insert_vacant(hash, entry(1, 3, 5));
+            assert_eq!(t.get(hash), Some(entry(1, 3, 5)));
+            assert!(t.contains(hash));
+        }
+        assert_eq!(t.len(), 4);
+        if let Some(e) = t.get_mut(8) {
+            *e.ref_count += 1;
+            *e.blocked_attempts = 0;
+        }
+        assert_eq!(t.get(8), Some(entry(1, 4, 0)));
+        assert_eq!(t.remove(7), Some(entry(1, 3, 5)));
+        assert!(t.get(7).is_none() && t.get_mut(7).is_none() && t.remove(7).is_none());
+        t.insert_vacant(7, entry(2, 1, 9));
+        assert_eq!(t.get(7), Some(entry(2, 1, 9)));
+        assert_eq!(t.remove(7), Some(entry(2, 1, 9)));
+        t.insert_vacant(7, entry(3, 1, 0));
+        assert_eq!(t.get(7), Some(entry(3, 1, 0)));
+        // A count of 0 would read as vacant: such an entry is not stored.
+        t.insert_vacant(9, entry(1, 0, 0));
+        assert!(t.get(9).is_none());
+        assert_eq!(
+            t.sorted_entries(),
+            vec![
+                (7, entry(3, 1, 0)),
+                (8, entry(1, 4, 0)),
+                (300, entry(1, 3, 5)),
+                (DENSE_LIMIT + 5, entry(1, 3, 5)),
+            ]
+        );
+        assert_eq!(t.len(), 4);
     }
 }

@@ -175,7 +175,7 @@ impl<C: Copy + Eq + Hash> Inner<C> {
 
     /// Whether `hash` has an entry or stale references (its occupancy bit must stay set).
     fn occupied(&self, hash: u32) -> bool {
-        self.table.get(hash).is_some() || (!self.stale.is_empty() && self.stale.contains_key(&hash))
+        self.table.contains(hash) || (!self.stale.is_empty() && self.stale.contains_key(&hash))
     }
 }
 
@@ -426,11 +426,11 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
                 Err(AddEntryError::OwnedByOther { owner })
             }
             Some(e) => {
-                e.ref_count = e
+                *e.ref_count = e
                     .ref_count
                     .checked_add(1)
                     .ok_or(AddEntryError::RefCountOverflow)?;
-                trace!(hash, consumer = ?consumer, ref_count = e.ref_count, "draining reference added");
+                trace!(hash, consumer = ?consumer, ref_count = *e.ref_count, "draining reference added");
                 Ok(())
             }
             None => {
@@ -499,14 +499,14 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
                 warn!(hash, consumer = ?consumer, owner = ?owner, "reduce for a hash draining on another consumer");
                 return Err(ReduceError::OwnedByOther { owner });
             }
-            if e.ref_count > 1 {
-                e.ref_count -= 1;
-                trace!(hash, consumer = ?consumer, remaining = e.ref_count, "draining reference dropped");
+            if *e.ref_count > 1 {
+                *e.ref_count -= 1;
+                trace!(hash, consumer = ?consumer, remaining = *e.ref_count, "draining reference dropped");
                 return Ok(Reduced::Decremented {
-                    remaining: e.ref_count,
+                    remaining: *e.ref_count,
                 });
             }
-            let was_blocking = e.blocked_attempts > 0;
+            let was_blocking = *e.blocked_attempts > 0;
             g.table.remove(hash);
             if !g.occupied(hash) {
                 self.unmark(hash);
@@ -556,7 +556,7 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
             return false;
         };
         if e.owner == consumer {
-            let n = e.ref_count;
+            let n = *e.ref_count;
             g.table.remove(hash);
             // The bit stays set: the stale references keep the hash on the slow path.
             g.add_stale(consumer, hash, n);
@@ -564,7 +564,7 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
             debug!(hash, consumer = ?consumer, stale = n, "hash came back to its draining owner; entry removed");
             return false;
         }
-        e.blocked_attempts = e.blocked_attempts.saturating_add(1);
+        *e.blocked_attempts = e.blocked_attempts.saturating_add(1);
         trace!(hash, consumer = ?consumer, owner = ?e.owner, "hash blocked while draining");
         true
     }
@@ -588,13 +588,13 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
             return SendCheck::NotDraining;
         };
         if e.owner != consumer {
-            e.blocked_attempts = e.blocked_attempts.saturating_add(1);
+            *e.blocked_attempts = e.blocked_attempts.saturating_add(1);
             trace!(hash, consumer = ?consumer, owner = ?e.owner, "send refused: hash draining");
             return SendCheck::Blocked { owner: e.owner };
         }
         match e.ref_count.checked_add(1) {
             Some(n) => {
-                e.ref_count = n;
+                *e.ref_count = n;
                 debug!(hash, consumer = ?consumer, ref_count = n, "send of a hash draining on its own consumer counted");
                 SendCheck::Counted { ref_count: n }
             }
@@ -640,7 +640,7 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
         if hash == 0 || !self.maybe_draining(hash) {
             return None;
         }
-        lock(&self.inner).table.get(hash).copied()
+        lock(&self.inner).table.get(hash)
     }
 
     /// Drops every entry, every stale reference and every consumer's stats, without notifying
