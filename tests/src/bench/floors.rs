@@ -22,41 +22,43 @@ use super::Workload;
 
 const OPS: u64 = 1_000_000;
 
-fn per_op(start: Instant) -> f64 {
-    start.elapsed().as_nanos() as f64 / OPS as f64
+/// Times `op` for `i` in `0..OPS`; ns per call.
+fn per_op(mut op: impl FnMut(u64) -> Result<(), String>) -> Result<f64, String> {
+    let start = Instant::now();
+    for i in 0..OPS {
+        op(i)?;
+    }
+    Ok(start.elapsed().as_nanos() as f64 / OPS as f64)
 }
 
 fn mutex() -> Result<f64, String> {
     let m = Mutex::new(0u64);
-    let start = Instant::now();
-    for i in 0..OPS {
+    let ns = per_op(|i| {
         let mut g = m.lock().map_err(|e| e.to_string())?;
         *g = g.wrapping_add(black_box(i));
-    }
-    let ns = per_op(start);
+        Ok(())
+    })?;
     black_box(m.lock().map(|g| *g).map_err(|e| e.to_string())?);
     Ok(ns)
 }
 
 fn rwlock() -> Result<f64, String> {
     let m = RwLock::new(0u64);
-    let start = Instant::now();
-    for i in 0..OPS {
+    let ns = per_op(|i| {
         let mut g = m.write().map_err(|e| e.to_string())?;
         *g = g.wrapping_add(black_box(i));
-    }
-    let ns = per_op(start);
+        Ok(())
+    })?;
     black_box(m.read().map(|g| *g).map_err(|e| e.to_string())?);
     Ok(ns)
 }
 
 fn atomic() -> Result<f64, String> {
     let a = AtomicU64::new(0);
-    let start = Instant::now();
-    for i in 0..OPS {
+    let ns = per_op(|i| {
         a.fetch_add(black_box(i), Ordering::SeqCst);
-    }
-    let ns = per_op(start);
+        Ok(())
+    })?;
     black_box(a.load(Ordering::SeqCst));
     Ok(ns)
 }
