@@ -271,8 +271,12 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
         if first.chunk().is_some() {
             return Some(first);
         }
+        // Every consumer has a permit (`available == n`), so the budget is at least `n`.
         let min = batch.permits.iter().copied().min().unwrap_or(0);
         let budget = usize::try_from(min).unwrap_or(0).saturating_mul(n);
+        if budget == 0 {
+            return Some(first);
+        }
         let start = if self.rr.cursor >= n {
             0
         } else {
@@ -294,10 +298,6 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
                 c = 0;
             }
             k += 1;
-        }
-        if k == 0 {
-            // No budget (a consumer has 0 permits left): `first` goes to the general loop.
-            return held.or(next);
         }
         // Position p of the rotation was picked k / n times, once more if it is among the
         // k % n positions from `start` on.
