@@ -201,14 +201,18 @@ impl<C: Copy + Eq + Hash> Inner<C> {
 /// [`stale_references`](Self::stale_references) reports them; [`clear`](Self::clear) drops them.
 ///
 /// Thread-safe: every method takes `&self`, state sits behind one mutex, and the common
-/// "not draining" answer of `should_block` and `reduce_ref_count` is read from an atomic bitmap
-/// without locking. The tracker never calls into pending acks; it calls the
+/// "not draining" answer of `should_block`, `check_send` and `reduce_ref_count` is read without
+/// locking: from a count of occupied hashes (0 while nothing drains) and an atomic bitmap. The tracker never calls into pending acks; it calls the
 /// [`UnblockListener`] only after releasing its lock.
 pub struct DrainingHashes<C> {
     inner: Mutex<Inner<C>>,
     /// One bit per dense hash: set while that hash has an entry. Written only under `inner`'s
     /// lock; read without it for the fast "not draining" path.
     occupied: Box<[AtomicU64]>,
+    /// How many bits of `occupied` are set; written only under `inner`'s lock. The lock-free
+    /// path reads it first: while nothing drains (most of a subscription's life) every check is
+    /// one load of this always-cached word instead of a bitmap word per hash.
+    occupied_bits: AtomicU64,
     listener: Arc<dyn UnblockListener>,
 }
 
@@ -231,6 +235,7 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
             occupied: (0..(DENSE_LIMIT as usize).div_ceil(64))
                 .map(|_| AtomicU64::new(0))
                 .collect(),
+            occupied_bits: AtomicU64::new(0),
             listener,
         }
     }
@@ -240,6 +245,11 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
     fn maybe_draining(&self, hash: u32) -> bool {
         if hash >= DENSE_LIMIT {
             return true;
+        }
+        // A mark counts before it sets its bit and an unmark clears before it uncounts, so a
+        // count of 0 means no bit was set when it was read.
+        if self.occupied_bits.load(Ordering::Acquire) == 0 {
+            return false;
         }
         let (w, m) = bit(hash);
         self.occupied
@@ -255,7 +265,12 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
         if hash < DENSE_LIMIT {
             let (w, m) = bit(hash);
             if let Some(a) = self.occupied.get(w) {
-                a.store(a.load(Ordering::Relaxed) | m, Ordering::Release);
+                let word = a.load(Ordering::Relaxed);
+                if word & m == 0 {
+                    let n = self.occupied_bits.load(Ordering::Relaxed);
+                    self.occupied_bits.store(n + 1, Ordering::Release);
+                    a.store(word | m, Ordering::Release);
+                }
             }
         }
     }
@@ -266,7 +281,13 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
         if hash < DENSE_LIMIT {
             let (w, m) = bit(hash);
             if let Some(a) = self.occupied.get(w) {
-                a.store(a.load(Ordering::Relaxed) & !m, Ordering::Release);
+                let word = a.load(Ordering::Relaxed);
+                if word & m != 0 {
+                    a.store(word & !m, Ordering::Release);
+                    let n = self.occupied_bits.load(Ordering::Relaxed);
+                    self.occupied_bits
+                        .store(n.saturating_sub(1), Ordering::Release);
+                }
             }
         }
     }
@@ -653,6 +674,7 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
         for a in self.occupied.iter() {
             a.store(0, Ordering::Release);
         }
+        self.occupied_bits.store(0, Ordering::Release);
         debug!("draining hashes cleared");
     }
 

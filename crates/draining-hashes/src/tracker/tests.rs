@@ -796,6 +796,19 @@ fn run_model(seed: u64, steps: usize) -> Result<(), String> {
                 ops.join(" ")
             ));
         }
+        // The lock-free fast path reads this count first: it must equal the bits set.
+        let bits: u64 = t
+            .occupied
+            .iter()
+            .map(|w| u64::from(w.load(Ordering::Relaxed).count_ones()))
+            .sum();
+        let counted = t.occupied_bits.load(Ordering::Relaxed);
+        if counted != bits {
+            return Err(format!(
+                "seed {seed}: {counted} occupied bits counted, {bits} set; ops: {}",
+                ops.join(" ")
+            ));
+        }
     }
     Ok(())
 }
