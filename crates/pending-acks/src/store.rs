@@ -456,15 +456,12 @@ impl Segment {
                     return None;
                 }
                 self.live -= 1;
+                *dead += 1;
                 if i == 0 || i + 1 == pairs.len() {
-                    *dead += 1;
                     trim_pairs(pairs, dead);
-                } else {
-                    *dead += 1;
-                    if *dead as u64 > self.live as u64 + SLACK {
-                        pairs.retain(|p| p.1 != ABSENT);
-                        *dead = 0;
-                    }
+                } else if *dead as u64 > self.live as u64 + SLACK {
+                    pairs.retain(|p| p.1 != ABSENT);
+                    *dead = 0;
                 }
                 self.after_other_removal();
                 Some(v)
@@ -536,9 +533,7 @@ impl Segment {
             self.make_ordered();
             return;
         }
-        if slots.capacity() > MIN_SHRINK && slots.capacity() / 4 > len {
-            shrink(slots);
-        }
+        shrink_if_slack(slots);
     }
 
     /// Counts the operation, shrinks an ordered bucket's buffer, and goes dense when it can.
@@ -546,9 +541,7 @@ impl Segment {
     fn after_other_removal(&mut self) {
         self.churn = self.churn.saturating_add(1);
         if let Body::Ordered { pairs, .. } = &mut self.body {
-            if pairs.capacity() > MIN_SHRINK && pairs.capacity() / 4 > pairs.len() {
-                shrink(pairs);
-            }
+            shrink_if_slack(pairs);
         }
         self.maybe_densify();
     }
@@ -651,17 +644,14 @@ impl Segment {
 
     /// Trims a buffer to its length when the slack is worth a reallocation (> 1/8).
     fn seal(&mut self) {
+        fn trim<T>(buf: &mut VecDeque<T>) {
+            if buf.capacity() - buf.len() > buf.len() / 8 {
+                buf.shrink_to_fit();
+            }
+        }
         match &mut self.body {
-            Body::Dense { slots, .. } => {
-                if slots.capacity() - slots.len() > slots.len() / 8 {
-                    slots.shrink_to_fit();
-                }
-            }
-            Body::Ordered { pairs, .. } => {
-                if pairs.capacity() - pairs.len() > pairs.len() / 8 {
-                    pairs.shrink_to_fit();
-                }
-            }
+            Body::Dense { slots, .. } => trim(slots),
+            Body::Ordered { pairs, .. } => trim(pairs),
             Body::Tree(_) => {}
         }
     }
@@ -741,7 +731,15 @@ impl Drop for FrontDrain<'_> {
     }
 }
 
-/// Gives back most of an over-allocated dense buffer (out of line: rare).
+/// Gives back most of a buffer whose capacity exceeds `MIN_SHRINK` and four times its length
+/// (the test inline, the shrink out of line: rare).
+#[inline(always)]
+fn shrink_if_slack<T>(buf: &mut VecDeque<T>) {
+    if buf.capacity() > MIN_SHRINK && buf.capacity() / 4 > buf.len() {
+        shrink(buf);
+    }
+}
+
 #[cold]
 #[inline(never)]
 fn shrink<T>(buf: &mut VecDeque<T>) {
