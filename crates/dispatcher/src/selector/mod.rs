@@ -175,13 +175,15 @@ fn group<C: Copy + Ord>(mut pairs: Vec<(C, HashRange)>) -> Vec<(C, Ranges)> {
     }
     pairs
         .chunk_by(|a, b| a.0 == b.0)
-        .map(|run| {
-            let mut rs: Ranges = run.iter().map(|&(_, r)| r).collect();
-            let n = merge_in_place(&mut rs);
-            rs.truncate(n);
-            (run[0].0, rs)
-        })
+        .map(|run| (run[0].0, merged(run.iter().map(|&(_, r)| r).collect())))
         .collect()
+}
+
+/// `rs` sorted, with overlapping or adjacent ranges merged.
+pub(super) fn merged(mut rs: Ranges) -> Ranges {
+    let n = merge_in_place(&mut rs);
+    rs.truncate(n);
+    rs
 }
 
 /// Sorts `rs` (when it is not sorted already) and merges overlapping or adjacent ranges into

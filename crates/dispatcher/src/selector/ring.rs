@@ -8,7 +8,7 @@ use ahash::AHashMap;
 use tracing::{debug, warn};
 
 use super::{
-    merge_in_place, Assignment, ConsumerInfo, ImpactedConsumers, Ranges, SelectorError,
+    merge_in_place, merged, Assignment, ConsumerInfo, ImpactedConsumers, Ranges, SelectorError,
     StickyKeySelector, MAX_SLOT,
 };
 use crate::hash::{key_hash31, slot, HashRange, CONSISTENT_RANGE};
@@ -399,13 +399,11 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
 
 /// One consumer's ranges as an [`ImpactedConsumers`] list: empty, or that consumer with its
 /// ranges sorted and merged.
-fn single<C>(c: C, mut rs: Vec<HashRange>) -> Vec<(C, Ranges)> {
+fn single<C>(c: C, rs: Vec<HashRange>) -> Vec<(C, Ranges)> {
     if rs.is_empty() {
         return Vec::new();
     }
-    let n = merge_in_place(&mut rs);
-    rs.truncate(n);
-    vec![(c, Ranges::from_vec(rs))]
+    vec![(c, merged(Ranges::from_vec(rs)))]
 }
 
 impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashingSelector<C> {
