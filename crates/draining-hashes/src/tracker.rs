@@ -175,7 +175,12 @@ impl<C: Copy + Eq + Hash> Inner<C> {
 
     /// Whether `hash` has an entry or stale references (its occupancy bit must stay set).
     fn occupied(&self, hash: u32) -> bool {
-        self.table.contains(hash) || (!self.stale.is_empty() && self.stale.contains_key(&hash))
+        self.table.contains(hash) || self.has_stale(hash)
+    }
+
+    /// Whether `hash` has stale references.
+    fn has_stale(&self, hash: u32) -> bool {
+        !self.stale.is_empty() && self.stale.contains_key(&hash)
     }
 }
 
@@ -529,7 +534,8 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
             }
             let was_blocking = *e.blocked_attempts > 0;
             g.table.remove(hash);
-            if !g.occupied(hash) {
+            // The entry is gone: only stale references can keep the bit.
+            if !g.has_stale(hash) {
                 self.unmark(hash);
             }
             g.count_cleared(consumer);

@@ -796,6 +796,16 @@ fn run_model(seed: u64, steps: usize) -> Result<(), String> {
                 ops.join(" ")
             ));
         }
+        // The step's hash is marked exactly while it has an entry or stale references (a bit
+        // left behind would send every later check of it through the lock).
+        let occupied = m.entries.contains_key(&h) || m.stale.keys().any(|&(_, sh)| sh == h);
+        if h != 0 && h < DENSE_LIMIT && t.maybe_draining(h) != occupied {
+            return Err(format!(
+                "seed {seed}: hash {h} marked {} but occupied {occupied}; ops: {}",
+                t.maybe_draining(h),
+                ops.join(" ")
+            ));
+        }
         // The lock-free fast path reads this count first: it must equal the bits set.
         let bits: u64 = t
             .occupied
