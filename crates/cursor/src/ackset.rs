@@ -119,13 +119,18 @@ impl Bitmap {
         }
     }
 
-    fn from_runs(runs: &[(u16, u16)]) -> Box<Bitmap> {
-        let mut b = Box::new(Bitmap {
+    /// An empty bitmap.
+    fn empty() -> Box<Bitmap> {
+        Box::new(Bitmap {
             words: [0; WORDS],
             runs: 0,
             len: 0,
             lo: 0,
-        });
+        })
+    }
+
+    fn from_runs(runs: &[(u16, u16)]) -> Box<Bitmap> {
+        let mut b = Bitmap::empty();
         for &(s, e) in runs {
             for i in u32::from(s)..=u32::from(e) {
                 b.words[(i >> 6) as usize] |= 1u64 << (i & 63);
@@ -680,12 +685,7 @@ impl AckSet {
                         }
                     }
                     1 => {
-                        let mut bm = Box::new(Bitmap {
-                            words: [0; WORDS],
-                            runs: 0,
-                            len: 0,
-                            lo: 0,
-                        });
+                        let mut bm = Bitmap::empty();
                         for w in bm.words.iter_mut() {
                             let bytes = r.take(8)?;
                             let mut a = [0u8; 8];
