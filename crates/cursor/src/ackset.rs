@@ -326,7 +326,7 @@ struct Blocks {
 
 /// Index of block `b` (or where it would go). Blocks are usually dense, so the slot at
 /// `b - first` is tried before a binary search.
-#[inline]
+#[inline(always)]
 fn find_block(blocks: &VecDeque<(u64, Container)>, b: u64) -> Result<usize, usize> {
     if let Some((first, _)) = blocks.front() {
         if let Some(guess) = b.checked_sub(*first) {
