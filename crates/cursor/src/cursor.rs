@@ -137,13 +137,18 @@ fn lookup<L: Ledger + ?Sized>(ledger: &L, p: Position) -> Result<(), CursorError
     if ledger.exists(p) {
         return Ok(());
     }
+    Err(missing(ledger, p))
+}
+
+/// Why the entry at `p`, which does not exist, is missing.
+fn missing<L: Ledger + ?Sized>(ledger: &L, p: Position) -> CursorError {
     match ledger.entry_count(p.ledger_id) {
-        None => Err(CursorError::UnknownLedger { position: p }),
-        Some(n) if p.entry_id >= n => Err(CursorError::BeyondLedger {
+        None => CursorError::UnknownLedger { position: p },
+        Some(n) if p.entry_id >= n => CursorError::BeyondLedger {
             position: p,
             entries: n,
-        }),
-        Some(_) => Err(CursorError::Trimmed { position: p }),
+        },
+        Some(_) => CursorError::Trimmed { position: p },
     }
 }
 
@@ -449,15 +454,17 @@ impl<S: CursorStore> ManagedCursor<S> {
                 md_move: None,
             });
         }
-        lookup(ledger, p)?;
-        // md's successor, computed once per ack: `after_insert` needs it too, and neither md nor
-        // the ledger changes in between.
-        let next = ledger.next_position(self.md);
+        // Whether `p` is md's successor, asked once per ack (with the existence check, in one
+        // ledger lookup): `after_insert` needs it too, and neither md nor the ledger changes in
+        // between.
+        let Some(is_next) = ledger.follows(self.md, p) else {
+            return Err(missing(ledger, p));
+        };
         // In-order fast path: `p` is md's successor and nothing at or below it is in the acked
         // set, so md moves onto it directly (the same move `after_insert` would make) without
         // inserting `p` into the acked set only to remove it again. The successor test comes
         // first: it is the cheap one and, for out-of-order acks, the one that fails.
-        if next == Some(p) && self.acked.first().is_none_or(|f| f > p) {
+        if is_next && self.acked.first().is_none_or(|f| f > p) {
             if !self.batches.is_empty() {
                 if let Some(b) = self.batches.remove(&p) {
                     self.partial_msgs -= u64::from(b.acked_count());
@@ -482,18 +489,18 @@ impl<S: CursorStore> ManagedCursor<S> {
         }
         Ok(AckOutcome {
             newly_acked: true,
-            md_move: self.after_insert(ledger, p, next),
+            md_move: self.after_insert(ledger, p, is_next),
         })
     }
 
     /// Bookkeeping after `p` entered the acked set: drop its batch bitset, count it, and move
-    /// md if `p` closed the gap after it. `next` is `ledger.next_position(md)` (md's successor),
-    /// computed by the caller since its last change of md.
+    /// md if `p` closed the gap after it. `is_next`: `p` is md's successor
+    /// (`ledger.next_position(md) == Some(p)`), found by the caller since its last change of md.
     fn after_insert<L: Ledger + ?Sized>(
         &mut self,
         ledger: &L,
         p: Position,
-        next: Option<Position>,
+        is_next: bool,
     ) -> Option<MarkDeleteMove> {
         if !self.batches.is_empty() {
             if let Some(b) = self.batches.remove(&p) {
@@ -506,7 +513,7 @@ impl<S: CursorStore> ManagedCursor<S> {
         }
         self.dirty = true;
         trace!(cursor = %self.name, position = %p, "acked");
-        if next == Some(p) {
+        if is_next {
             let from = self.md;
             self.absorb_acked(ledger);
             Some(self.finish_move(from, MarkDeleteReason::Ack, Vec::new()))
@@ -572,10 +579,10 @@ impl<S: CursorStore> ManagedCursor<S> {
         }
         if complete {
             self.acked.insert(p);
-            let next = ledger.next_position(self.md);
+            let is_next = ledger.next_position(self.md) == Some(p);
             return Ok(AckOutcome {
                 newly_acked: true,
-                md_move: self.after_insert(ledger, p, next),
+                md_move: self.after_insert(ledger, p, is_next),
             });
         }
         trace!(cursor = %self.name, position = %p, newly, "batch indexes acked");

@@ -1,5 +1,6 @@
 //! The ledger the cursor runs over: a trait and an in-memory implementation.
 
+use std::cmp::Ordering;
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -37,6 +38,27 @@ pub trait Ledger {
     /// implementations should answer it without touching the entry's metadata.
     fn exists(&self, p: Position) -> bool {
         self.meta(p).is_some()
+    }
+
+    /// `None` when the entry at `p` does not exist; otherwise whether it is the first existing
+    /// entry after `after` (`next_position(after) == Some(p)`). The cursor's ack path asks this
+    /// once per ack, with `after` its mark-delete position; implementations can answer from the
+    /// one lookup that finds `p`, instead of two.
+    ///
+    /// ```
+    /// use cursor::{EntryMeta, InMemoryLedger, Ledger, Position};
+    /// let mut l = InMemoryLedger::new(0);
+    /// let a = l.append(EntryMeta::simple(0, 10));
+    /// let b = l.append(EntryMeta::simple(1, 10));
+    /// assert_eq!(l.follows(a, b), Some(true));
+    /// assert_eq!(l.follows(a.before(), b), Some(false));
+    /// assert_eq!(l.follows(a, Position::new(1, 7)), None);
+    /// ```
+    fn follows(&self, after: Position, p: Position) -> Option<bool> {
+        if !self.exists(p) {
+            return None;
+        }
+        Some(self.next_position(after) == Some(p))
     }
 
     /// `{ entries: 1, messages, bytes }` of the entry at `p`, if it exists. The cursor's ack
@@ -415,6 +437,25 @@ impl Ledger for InMemoryLedger {
     }
 
     #[inline]
+    fn follows(&self, after: Position, p: Position) -> Option<bool> {
+        let seg = self.seg(p.ledger_id)?;
+        if p.entry_id < seg.base || p.entry_id >= seg.end() {
+            return None;
+        }
+        // In `p`'s own ledger the entry after `after` is `max(after + 1, base)` when that is
+        // below the end (and in a later ledger otherwise, so not `p`). From an earlier ledger,
+        // only the ledger's first existing entry can follow.
+        Some(match after.ledger_id.cmp(&p.ledger_id) {
+            Ordering::Equal => {
+                after.entry_id.checked_add(1).map(|e| e.max(seg.base)) == Some(p.entry_id)
+            }
+            Ordering::Less if p.entry_id != seg.base => false,
+            Ordering::Less => self.next_position(after) == Some(p),
+            Ordering::Greater => false,
+        })
+    }
+
+    #[inline]
     fn stats(&self, p: Position) -> Option<Backlog> {
         let seg = self.seg(p.ledger_id)?;
         let i = usize::try_from(p.entry_id.checked_sub(seg.base)?).ok()?;
@@ -606,6 +647,39 @@ mod tests {
             self.0.entry_count(id)
         }
         fn trim_below(&mut self, _: Position) {}
+    }
+
+    /// `InMemoryLedger::follows` (one segment lookup) answers what the trait's default
+    /// (`exists`, then `next_position`) does, for every pair of positions around rolled,
+    /// trimmed and empty segments, the reserved position before everything included.
+    #[test]
+    fn follows_matches_the_default() {
+        let mut l = InMemoryLedger::new(4);
+        for i in 0..30u64 {
+            l.append(EntryMeta::simple(i, 10));
+            if i == 9 || i == 10 {
+                l.roll_over();
+            }
+        }
+        l.trim_below(Position::new(1, 2));
+        let lin = Linear(&l);
+        let mut ps = vec![Position::new(0, u64::MAX), Position::new(99, 0)];
+        for id in 0..12u64 {
+            for e in 0..6u64 {
+                ps.push(Position::new(id, e));
+            }
+            ps.push(Position::new(id, u64::MAX));
+        }
+        let mut successors = 0;
+        for &after in &ps {
+            for &p in &ps {
+                let want = lin.follows(after, p);
+                assert_eq!(l.follows(after, p), want, "after {after} p {p}");
+                successors += usize::from(want == Some(true));
+            }
+        }
+        // Every existing entry follows some position (its predecessors, or anything between).
+        assert!(successors >= l.len(), "{successors} successor pairs");
     }
 
     /// `InMemoryLedger::read_range` (a run per segment) returns what the trait's default (one

@@ -122,6 +122,9 @@ impl Ledger for SharedLedger {
     fn exists(&self, p: Position) -> bool {
         self.0.exists(p)
     }
+    fn follows(&self, after: Position, p: Position) -> Option<bool> {
+        self.0.follows(after, p)
+    }
     fn stats(&self, p: Position) -> Option<Backlog> {
         self.0.stats(p)
     }
