@@ -16,9 +16,10 @@ const MIN_RUNS: u32 = 64;
 /// The head block (the first block of the first ledger: where acks land right above
 /// mark-delete, and where mark-delete moves take runs off) turns into a bitmap above this many
 /// runs: a bit test instead of a binary search over the runs per ack, for one 512-byte bitmap.
+/// A head bitmap stays one while it is the head: its run count rises and falls with every
+/// batch of acks and every mark-delete move, and turning it into runs and back each time cost
+/// more than the acks themselves.
 const HEAD_MAX_RUNS: usize = 16;
-/// The head block's bitmap turns back into runs at or below this many runs.
-const HEAD_MIN_RUNS: u32 = 8;
 
 /// Equality compares the bits only: `runs` and `len` follow from them, and `lo` is a hint.
 #[derive(Clone, Debug)]
@@ -194,7 +195,7 @@ impl Container {
     }
 
     /// Inserts `i`; returns whether it was new. `head`: this is the head block (see
-    /// [`HEAD_MAX_RUNS`]), which turns into a bitmap at fewer runs.
+    /// [`HEAD_MAX_RUNS`]), which turns into a bitmap at fewer runs and never back.
     #[inline]
     fn insert(&mut self, i: u32, head: bool) -> bool {
         match self {
@@ -233,7 +234,7 @@ impl Container {
                     b.lo = i;
                 }
                 b.runs = b.runs + 1 - u32::from(left) - u32::from(right);
-                if b.runs <= if head { HEAD_MIN_RUNS } else { MIN_RUNS } {
+                if !head && b.runs <= MIN_RUNS {
                     *self = Container::Runs(b.to_runs());
                 }
                 true
@@ -256,7 +257,7 @@ impl Container {
     }
 
     /// Removes every element `<= i`; returns how many were removed. Only ever called on the
-    /// head block (the one a mark-delete move ends in), so a bitmap keeps the head's thresholds.
+    /// head block (the one a mark-delete move ends in), so a bitmap stays a bitmap.
     fn remove_through(&mut self, i: u32) -> u64 {
         let before = self.len();
         match self {
@@ -271,9 +272,6 @@ impl Container {
             }
             Container::Bitmap(b) => {
                 b.clear_through(i);
-                if b.runs <= HEAD_MIN_RUNS {
-                    *self = Container::Runs(b.to_runs());
-                }
             }
         }
         before - self.len()
@@ -309,11 +307,47 @@ impl Container {
 /// assert!(!s.insert(Position::new(1, 6)));
 /// assert_eq!(s.ranges(), vec![(Position::new(1, 5), Position::new(1, 6))]);
 /// ```
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Debug, Default)]
 pub struct AckSet {
     /// Per ledger, sorted by ledger id; never an empty `Blocks`.
     ledgers: Vec<Blocks>,
     len: u64,
+    /// A cleared bitmap kept from the last bitmap block dropped, for the next head block: the
+    /// head empties and refills with every mark-delete move that catches up with the acks.
+    spare: Option<Box<Bitmap>>,
+}
+
+/// Equality is of the positions held (the spare bitmap holds none).
+impl PartialEq for AckSet {
+    fn eq(&self, other: &Self) -> bool {
+        self.len == other.len && self.ledgers == other.ledgers
+    }
+}
+
+impl Eq for AckSet {}
+
+/// A clone holds the same positions, without the spare bitmap.
+impl Clone for AckSet {
+    fn clone(&self) -> Self {
+        AckSet {
+            ledgers: self.ledgers.clone(),
+            len: self.len,
+            spare: None,
+        }
+    }
+}
+
+/// Keeps `c`'s bitmap, cleared, as the spare when there is none yet.
+fn keep_spare(spare: &mut Option<Box<Bitmap>>, c: Container) {
+    if let (None, Container::Bitmap(mut b)) = (&spare, c) {
+        if b.len != 0 {
+            b.words = [0; WORDS];
+        }
+        b.len = 0;
+        b.runs = 0;
+        b.lo = BLOCK_BITS as u32;
+        *spare = Some(b);
+    }
 }
 
 /// One ledger's non-empty blocks, sorted by block number (binary search on contiguous keys is
@@ -338,6 +372,18 @@ fn find_block(blocks: &VecDeque<(u64, Container)>, b: u64) -> Result<usize, usiz
         }
     }
     blocks.binary_search_by_key(&b, |(x, _)| *x)
+}
+
+/// One block's runs: kind 0, the count, then each run as (gap from the last end, length - 1).
+fn encode_runs(w: &mut Writer, runs: &[(u16, u16)]) {
+    w.byte(0);
+    w.varint(runs.len() as u64);
+    let mut next_free = 0u64;
+    for &(s, e) in runs {
+        w.varint(u64::from(s) - next_free);
+        w.varint(u64::from(e - s));
+        next_free = u64::from(e) + 1;
+    }
 }
 
 #[inline]
@@ -414,7 +460,15 @@ impl AckSet {
         let bi = match find_block(blocks, k.1) {
             Ok(bi) => bi,
             Err(bi) => {
-                blocks.insert(bi, (k.1, Container::Runs(Vec::new())));
+                // A new head block takes the spare bitmap (see `HEAD_MAX_RUNS`).
+                let c = match (li, bi, self.spare.take()) {
+                    (0, 0, Some(b)) => Container::Bitmap(b),
+                    (_, _, spare) => {
+                        self.spare = spare;
+                        Container::Runs(Vec::new())
+                    }
+                };
+                blocks.insert(bi, (k.1, c));
                 bi
             }
         };
@@ -500,12 +554,16 @@ impl AckSet {
                 }
                 if whole_ledger || *b < pk.1 {
                     removed += c.len();
-                    lb.blocks.pop_front();
+                    if let Some((_, c)) = lb.blocks.pop_front() {
+                        keep_spare(&mut self.spare, c);
+                    }
                     continue;
                 }
                 removed += c.remove_through(pi);
                 if c.is_empty() {
-                    lb.blocks.pop_front();
+                    if let Some((_, c)) = lb.blocks.pop_front() {
+                        keep_spare(&mut self.spare, c);
+                    }
                 }
                 break;
             }
@@ -608,15 +666,11 @@ impl AckSet {
                 w.varint(b - prev_b);
                 prev_b = *b;
                 match c {
-                    Container::Runs(r) => {
-                        w.byte(0);
-                        w.varint(r.len() as u64);
-                        let mut next_free = 0u64;
-                        for &(s, e) in r {
-                            w.varint(u64::from(s) - next_free);
-                            w.varint(u64::from(e - s));
-                            next_free = u64::from(e) + 1;
-                        }
+                    Container::Runs(r) => encode_runs(w, r),
+                    // A bitmap with few runs (the head keeps its bitmap) is written as runs,
+                    // so the encoding follows the contents, not the form.
+                    Container::Bitmap(bm) if bm.runs <= MIN_RUNS => {
+                        encode_runs(w, &bm.to_runs());
                     }
                     Container::Bitmap(bm) => {
                         w.byte(1);
@@ -893,6 +947,43 @@ mod tests {
         let mut w = Writer::default();
         s.encode(&mut w);
         assert!(w.into_inner().len() < 40);
+    }
+
+    /// Whether the head block (the first block of the first ledger) is a bitmap.
+    fn head_is_bitmap(s: &AckSet) -> bool {
+        matches!(
+            s.ledgers.first().and_then(|lb| lb.blocks.front()),
+            Some((_, Container::Bitmap(_)))
+        )
+    }
+
+    /// The head block keeps its bitmap while its runs fall (acks that fill the gaps, moves
+    /// that clear a prefix) and, once it empties, the next head block starts as that bitmap;
+    /// the encoding still follows the contents: a head bitmap of one run is a few bytes.
+    #[test]
+    fn the_head_keeps_its_bitmap_and_encodes_by_contents() {
+        let mut s = AckSet::new();
+        for e in (0..100u64).step_by(2) {
+            s.insert(p(e));
+        }
+        assert!(head_is_bitmap(&s), "50 runs in the head");
+        for e in (1..99u64).step_by(2) {
+            s.insert(p(e));
+        }
+        assert_eq!(s.ranges(), vec![(p(0), p(98))]);
+        assert!(head_is_bitmap(&s), "one run, still the head's bitmap");
+        let mut w = Writer::default();
+        s.encode(&mut w);
+        assert!(w.into_inner().len() < 40);
+        assert_eq!(roundtrip(&s), s);
+        // Emptied: the block is dropped; the next head block starts as the (cleared) bitmap.
+        assert_eq!(s.remove_through(p(98)), 99);
+        assert!(s.is_empty() && s.first().is_none());
+        assert!(s.insert(p(5_000)));
+        assert!(head_is_bitmap(&s));
+        assert_eq!(s.ranges(), vec![(p(5_000), p(5_000))]);
+        assert_eq!(s.first(), Some(p(5_000)));
+        s.check_bitmaps();
     }
 
     /// Equality is of the positions held: a head bitmap's scan bound, moved by a mark-delete
