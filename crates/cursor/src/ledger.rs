@@ -208,7 +208,9 @@ impl Segment {
 #[derive(Clone, Debug)]
 pub struct InMemoryLedger {
     entries_per_ledger: u64,
-    segs: VecDeque<Segment>,
+    /// Ledgers by id, oldest first; ids are contiguous. A `Vec`, not a deque: the ack path
+    /// finds a segment by index on every ack, and whole ledgers are trimmed rarely.
+    segs: Vec<Segment>,
     next_ledger_id: u64,
     roll_pending: bool,
     last_appended: Option<Position>,
@@ -223,7 +225,7 @@ impl InMemoryLedger {
             } else {
                 entries_per_ledger
             },
-            segs: VecDeque::new(),
+            segs: Vec::new(),
             next_ledger_id: 1,
             roll_pending: false,
             last_appended: None,
@@ -262,19 +264,19 @@ impl InMemoryLedger {
     /// assert!(l.restore(Position::new(3, 1), EntryMeta::simple(0, 1)).is_err());
     /// ```
     pub fn restore(&mut self, position: Position, meta: EntryMeta) -> Result<(), Position> {
-        let expected_next = self.segs.back().map(|s| Position::new(s.id, s.count));
-        match self.segs.back() {
+        let expected_next = self.segs.last().map(|s| Position::new(s.id, s.count));
+        match self.segs.last() {
             Some(s) if s.id == position.ledger_id && s.count == position.entry_id => {}
             Some(s) if position.ledger_id > s.id => {
                 for id in s.id + 1..position.ledger_id {
-                    self.segs.push_back(Segment::new(id));
+                    self.segs.push(Segment::new(id));
                 }
                 self.push_restored_segment(position);
             }
             None => self.push_restored_segment(position),
             Some(_) => return Err(expected_next.unwrap_or(position)),
         }
-        let seg = self.segs.back_mut().expect("a segment was just ensured");
+        let seg = self.segs.last_mut().expect("a segment was just ensured");
         let (m, b) = seg.cum.back().copied().unwrap_or((0, 0));
         seg.cum
             .push_back((m + u64::from(meta.messages()), b + u64::from(meta.size)));
@@ -290,13 +292,13 @@ impl InMemoryLedger {
         let mut seg = Segment::new(position.ledger_id);
         seg.base = position.entry_id;
         seg.count = position.entry_id;
-        self.segs.push_back(seg);
+        self.segs.push(seg);
     }
 
     /// The position the next [`Ledger::append`] will assign (a durable log writes the entry
     /// there first, then appends).
     pub fn next_append_position(&self) -> Position {
-        match self.segs.back() {
+        match self.segs.last() {
             Some(s) if !self.roll_pending && s.count < self.entries_per_ledger => {
                 Position::new(s.id, s.count)
             }
@@ -311,7 +313,7 @@ impl InMemoryLedger {
 
     #[inline]
     fn seg(&self, ledger_id: u64) -> Option<&Segment> {
-        let first = self.segs.front()?.id;
+        let first = self.segs.first()?.id;
         let idx = ledger_id.checked_sub(first)?;
         self.segs.get(usize::try_from(idx).ok()?)
     }
@@ -324,16 +326,16 @@ impl InMemoryLedger {
 
 impl Ledger for InMemoryLedger {
     fn append(&mut self, meta: EntryMeta) -> Position {
-        let need_new = match self.segs.back() {
+        let need_new = match self.segs.last() {
             None => true,
             Some(s) => self.roll_pending || s.count >= self.entries_per_ledger,
         };
         if need_new {
-            self.segs.push_back(Segment::new(self.next_ledger_id));
+            self.segs.push(Segment::new(self.next_ledger_id));
             self.next_ledger_id += 1;
             self.roll_pending = false;
         }
-        let seg = self.segs.back_mut().expect("a segment was just ensured");
+        let seg = self.segs.last_mut().expect("a segment was just ensured");
         let pos = Position::new(seg.id, seg.count);
         let (m, b) = seg.cum.back().copied().unwrap_or((0, 0));
         seg.cum
@@ -367,7 +369,7 @@ impl Ledger for InMemoryLedger {
 
     #[inline]
     fn next_position(&self, p: Position) -> Option<Position> {
-        let first_id = self.segs.front()?.id;
+        let first_id = self.segs.first()?.id;
         if p.ledger_id < first_id {
             return self.first_position();
         }
@@ -511,11 +513,9 @@ impl Ledger for InMemoryLedger {
     }
 
     fn trim_below(&mut self, p: Position) {
-        while let Some(s) = self.segs.front_mut() {
-            if s.id < p.ledger_id {
-                self.segs.pop_front();
-                continue;
-            }
+        let gone = self.segs.partition_point(|s| s.id < p.ledger_id);
+        self.segs.drain(..gone);
+        if let Some(s) = self.segs.first_mut() {
             if s.id == p.ledger_id {
                 while s.base < p.entry_id && !s.metas.is_empty() {
                     s.metas.pop_front();
@@ -523,7 +523,6 @@ impl Ledger for InMemoryLedger {
                     s.base += 1;
                 }
             }
-            break;
         }
     }
 }
