@@ -59,6 +59,47 @@ pub struct ChunkAssignor<C> {
     doomed: Vec<u32>,
 }
 
+/// A pin not yet in the table: chunk 0 of a message was just assigned to `consumer`, and the
+/// chunks that come right after it in the batch, with its uuid, follow it there without a
+/// table lookup each, the last one releasing the pin without it ever being inserted. The first
+/// entry that does not follow (any other entry, a consumer out of permits, the end of the
+/// call) closes it: the pin goes into the table then, as it would have at chunk 0. Nothing else
+/// reads or changes pins in between, so the table, its recency order and the stats end up as
+/// with an insert at chunk 0 and a follow per chunk.
+#[derive(Clone, Copy, Debug)]
+struct Open {
+    /// Index into `consumers` of the pinned consumer, which got every entry of the message so
+    /// far, the last one assigned included.
+    consumer: usize,
+    /// The uuid's hash, for the insert.
+    hash: u64,
+}
+
+impl Open {
+    /// Whether the pin route would send `ch` to the pinned consumer now: a later chunk of the
+    /// same uuid (compared with the entry assigned last, which is this message's), while the
+    /// consumer has permits.
+    #[inline]
+    fn takes<C, E: AssignEntry>(
+        self,
+        ch: ChunkRef<'_>,
+        batch: &Batch<'_, C>,
+        out: &Assignment<C, E>,
+    ) -> bool {
+        ch.chunk_id != 0
+            && ch.is_well_formed()
+            && batch.permits.get(self.consumer).is_some_and(|&p| p > 0)
+            && out
+                .per_consumer
+                .get(self.consumer)
+                .and_then(|(_, es)| es.last())
+                .and_then(|e| e.chunk())
+                .is_some_and(|prev| {
+                    crate::pins::same_bytes(prev.uuid.as_bytes(), ch.uuid.as_bytes())
+                })
+    }
+}
+
 /// Per-call view of the consumers shared by the routing helpers.
 struct Batch<'a, C> {
     consumers: &'a [ConsumerSlot<C>],
@@ -186,13 +227,31 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
         if next.is_none() {
             next = entries.next();
         }
+        // A message whose chunk 0 was just assigned and whose pin is not in the table yet (see
+        // `Open`); only ever the entry assigned last.
+        let mut open: Option<Open> = None;
         while let Some(e) = next.take() {
             if batch.available == 0 {
                 out.replay.push(e);
                 break;
             }
             let target = match e.chunk() {
-                None => batch.next_default(&mut self.rr),
+                Some(ch) if open.is_some_and(|o| o.takes(ch, &batch, out)) => {
+                    // The pin would send this chunk to the consumer of the chunk before it: the
+                    // pinned consumer is in this batch and has permits, and nothing was held for
+                    // replay this call (see `route_chunk`).
+                    let i = open.map_or(0, |o| o.consumer);
+                    if ch.is_last() {
+                        open = None;
+                        self.stats.pins_released += 1;
+                        debug!(uuid = %ch.uuid, consumer = ?consumers[i].id, "last chunk; pin released");
+                    }
+                    Some(i)
+                }
+                None => {
+                    self.close(&mut open, now, consumers, out);
+                    batch.next_default(&mut self.rr)
+                }
                 Some(ch) if !ch.is_well_formed() => {
                     warn!(
                         uuid = %ch.uuid,
@@ -201,9 +260,13 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
                         "malformed chunk metadata; dispatching as a plain entry"
                     );
                     self.stats.malformed_chunks += 1;
+                    self.close(&mut open, now, consumers, out);
                     batch.next_default(&mut self.rr)
                 }
-                Some(ch) => self.route_chunk(now, ch, &mut batch),
+                Some(ch) => {
+                    self.close(&mut open, now, consumers, out);
+                    self.route_chunk(now, ch, &mut batch, &mut open)
+                }
             };
             match target {
                 Some(i) => {
@@ -221,6 +284,7 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
             }
             next = entries.next();
         }
+        self.close(&mut open, now, consumers, out);
         out.replay.extend(entries);
         if batch.available == 0 && !out.replay.is_empty() {
             debug!(
@@ -315,13 +379,38 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
         held
     }
 
+    /// Puts the open message's pin into the table (see [`Open`]): its uuid is the one of the
+    /// entry assigned last, to the pinned consumer.
+    #[inline]
+    fn close<E: AssignEntry>(
+        &mut self,
+        open: &mut Option<Open>,
+        now: u64,
+        consumers: &[ConsumerSlot<C>],
+        out: &Assignment<C, E>,
+    ) {
+        let Some(o) = open.take() else {
+            return;
+        };
+        let last = out
+            .per_consumer
+            .get(o.consumer)
+            .and_then(|(_, es)| es.last());
+        if let (Some(ch), Some(c)) = (last.and_then(|e| e.chunk()), consumers.get(o.consumer)) {
+            self.pins
+                .insert(ch.uuid, o.hash, c.id, o.consumer as u32, now);
+        }
+    }
+
     /// Routes a well-formed chunk: `Some(consumer index)` or `None` for replay. The common cases
-    /// (pin, follow, release) stay here; the rare ones are out of line.
+    /// (pin, follow, release) stay here; the rare ones are out of line. A new pin is not put into
+    /// the table here but left in `open`, for the loop to follow or close.
     fn route_chunk(
         &mut self,
         now: u64,
         ch: ChunkRef<'_>,
         batch: &mut Batch<'_, C>,
+        open: &mut Option<Open>,
     ) -> Option<usize> {
         // A first chunk is rarely for the most recently seen uuid: skip that shortcut for it.
         let (found, hash) = self.pins.lookup(ch.uuid, ch.chunk_id != 0);
@@ -331,7 +420,7 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
             let consumer = batch.consumers[i].id;
             match found {
                 None if !ch.is_last() => {
-                    self.pins.insert(ch.uuid, hash, consumer, i as u32, now);
+                    *open = Some(Open { consumer: i, hash });
                     self.stats.pins_created += 1;
                     debug!(uuid = %ch.uuid, num_chunks = ch.num_chunks, consumer = ?consumer, "uuid pinned");
                 }

@@ -291,7 +291,7 @@ impl<C: Copy + Eq> PinTable<C> {
 /// Byte equality inlined for short keys (uuids are a few dozen bytes): word compares instead of
 /// a library `memcmp` call.
 #[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same_bytes(a: &[u8], b: &[u8]) -> bool {
     if a.len() != b.len() {
         return false;
     }

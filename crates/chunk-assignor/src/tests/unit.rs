@@ -143,6 +143,60 @@ fn first_chunk_pins_later_chunks_follow_and_last_chunk_unpins() {
     );
 }
 
+/// Consecutive chunks of one message follow chunk 0 without the pin table (the pin is only
+/// put in when something else comes first); the outcome is the same as pin by pin: a message
+/// complete in the batch leaves no pin and counts one created and one released, and one cut
+/// by its consumer's permits, by another entry or by the end of the batch leaves its pin.
+#[test]
+fn consecutive_chunks_follow_their_first_chunk_and_a_cut_message_keeps_its_pin() {
+    let mut a = assignor();
+    let consumers = cs(&[(1, 2, 0), (2, 10, 0)]);
+    let out = a.assign(
+        0,
+        vec![
+            ch(1, "a", 0, 3),
+            ch(2, "a", 1, 3),
+            ch(3, "a", 2, 3),
+            ch(4, "b", 0, 3),
+            ch(5, "b", 1, 3),
+            ch(6, "c", 0, 4),
+            ch(7, "c", 1, 4),
+        ],
+        &consumers,
+    );
+    // "a" is cut by c1's permits (its chunk 2 waits in replay), "b" by "c", "c" by the end.
+    assert_eq!(render(&out), "c1=[1 2] c2=[4 5 6 7] replay=[3]");
+    assert_eq!(
+        (a.pinned("a"), a.pinned("b"), a.pinned("c")),
+        (Some(1), Some(2), Some(2))
+    );
+    let s = a.stats();
+    assert_eq!(
+        (s.pins_created, s.pins_released, s.chunks_held_for_pin),
+        (3, 0, 1)
+    );
+    // The pins are followed in the next batch; "d" is complete in it and leaves no pin.
+    let out = a.assign(
+        1,
+        vec![
+            ch(3, "a", 2, 3),
+            ch(8, "b", 2, 3),
+            ch(9, "c", 2, 4),
+            ch(10, "d", 0, 2),
+            ch(11, "d", 1, 2),
+        ],
+        &cs(&[(1, 5, 0), (2, 10, 0)]),
+    );
+    assert_eq!(render(&out), "c1=[3 10 11] c2=[8 9] replay=[]");
+    assert_eq!(
+        (a.pinned("a"), a.pinned("b"), a.pinned("d")),
+        (None, None, None)
+    );
+    assert_eq!(a.pin_count(), 1);
+    let s = a.stats();
+    assert_eq!((s.pins_created, s.pins_released), (4, 3));
+}
+
 #[test]
 fn chunks_wait_in_replay_in_order_while_the_pinned_consumer_has_no_permits() {
     let mut a = assignor();
