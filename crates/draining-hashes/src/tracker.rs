@@ -519,8 +519,8 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
     }
 
     /// [`reduce_ref_count`](Self::reduce_ref_count) for a hash that may be draining: the part
-    /// under the lock, out of line so that callers inline only the lock-free test.
-    #[inline(never)]
+    /// under the lock.
+    #[inline]
     fn reduce_locked(
         &self,
         consumer: C,
