@@ -25,25 +25,30 @@
 //!   every 500 acks (receiver queue 1,000). Figure: messages per second (higher is better).
 //!
 //! Where W8's time goes (`perf record --call-graph dwarf` of `cargo xtask bench =W8`, inclusive
-//! shares of the timed loop turned into ns per message; 2 vCPUs, quiet). Four profiles: an
+//! shares of the timed loop turned into ns per message; 2 vCPUs, quiet). Five profiles: an
 //! early one (335 ns), the one before the pending-acks ordered form, the cursor's head bitmap
-//! and the one-run read (299 ns), the one after them (207 ns under perf, as without), and the
-//! build with the release profile's fat LTO (180 ns under perf, about 170 without). Between the
-//! last two, `EntryMeta`'s field order (the fields a dispatch reads first share the `Arc`'s first
-//! cache line; about 8 ns, mostly in the key-hash and read rows), a branch-free consumer lookup
-//! per routed entry (about 2.5 ns, rest of dispatch), and LTO, which inlines across the crates
-//! (about 20 ns, most in the hash, the adds, the dispatch and the driver's loop):
+//! and the one-run read (299 ns), the one after them (207 ns under perf, as without), the build
+//! with the release profile's fat LTO (180 ns under perf, about 170 without), and the one after
+//! the cursor's ack path was trimmed (165 ns under perf, about 150 without). Between the 207 and
+//! 180 columns: `EntryMeta`'s field order (the fields a dispatch reads first share the `Arc`'s
+//! first cache line; about 8 ns, mostly in the key-hash and read rows), a branch-free consumer
+//! lookup per routed entry (about 2.5 ns, rest of dispatch), and LTO, which inlines across the
+//! crates (about 20 ns, most in the hash, the adds, the dispatch and the driver's loop). Between
+//! the last two, the cursor ack (42 → 27 ns): the head block keeps its bitmap instead of turning
+//! into runs and back with every batch (insert 16 → 9 ns, the mark-delete moves 6 → 4), and one
+//! ledger lookup per ack answers both "does it exist" and "is it mark-delete's successor"
+//! (7 → 3 ns):
 //!
-//! | stage | what | 335 ns | 299 ns | 207 ns | 180 ns |
-//! |---|---|---:|---:|---:|---:|
-//! | read | `ManagedCursor::read`: the ledger's entries, an `Arc` clone each | 27 | 19 | 13 | 12 |
-//! | key hash | the sticky key's Murmur3, most of it the first touch of the entry's metadata and key bytes | 26 | 25 | 27 | 21 |
-//! | ring | the consistent-hashing table lookup | 7 | 8 | 8 | 10 |
-//! | pending add | `send_to`'s pending-acks adds, one lock per send | 61 | 56 | 31 | 24 |
-//! | rest of dispatch | the gates, the batch tables, the per-consumer grouping, replay and pin bookkeeping | 65 | 62 | 35 | 29 |
-//! | cursor ack | `ManagedCursor::ack` under its lock | 61 | 55 | 41 | 42 |
-//! | pending remove | the pending-ack removal, with the draining release (9, 7, 5, 5) | 51 | 47 | 20 | 22 |
-//! | rest | the ack handle's counters (9 in the last), the driver's loop, flows, the harness | 37 | 27 | 32 | 19 |
+//! | stage | what | 335 ns | 299 ns | 207 ns | 180 ns | 165 ns |
+//! |---|---|---:|---:|---:|---:|---:|
+//! | read | `ManagedCursor::read`: the ledger's entries, an `Arc` clone each | 27 | 19 | 13 | 12 | 13 |
+//! | key hash | the sticky key's Murmur3, most of it the first touch of the entry's metadata and key bytes | 26 | 25 | 27 | 21 | 24 |
+//! | ring | the consistent-hashing table lookup | 7 | 8 | 8 | 10 | 8 |
+//! | pending add | `send_to`'s pending-acks adds, one lock per send | 61 | 56 | 31 | 24 | 25 |
+//! | rest of dispatch | the gates, the batch tables, the per-consumer grouping, replay and pin bookkeeping | 65 | 62 | 35 | 29 | 28 |
+//! | cursor ack | `ManagedCursor::ack` under its lock | 61 | 55 | 41 | 42 | 27 |
+//! | pending remove | the pending-ack removal, with the draining release (9, 7, 5, 5, 3) | 51 | 47 | 20 | 22 | 19 |
+//! | rest | the ack handle's counters, the driver's loop, flows, the harness | 37 | 27 | 32 | 19 | 21 |
 //!
 //! The floor the issue names (hash, ring, pending add and remove, draining check, cursor ack:
 //! under 100 ns) is what each structure costs alone on warm data. Here each of the 1,000,000
@@ -55,20 +60,21 @@
 //! unacked counters), some 17 ns on this machine (the bench's F-atomic row: about 2.1 ns each)
 //! before any work.
 //!
-//! W8 − W9 in the LTO profiles (W9: 90 ns; read 11, dispatch 26 of which the adds 17, cursor ack
-//! 33, pending remove 8, counters 5, rest 8) is about 90 ns:
-//! * Key_Shared's routing, about 51 ns: the key hash (21), the ring (10), and the rest of its
+//! W8 − W9 in the last profiles (W9: 86 ns under perf; read 10, dispatch 25 of which the adds 17,
+//! cursor ack 25, pending remove 9, rest 17) is about 79 ns:
+//! * Key_Shared's routing, about 52 ns: the key hash (24), the ring (8), and the rest of its
 //!   dispatch (the draining and replay gates per entry, the batch tables, grouping the batch per
-//!   consumer: 29 against Shared's round robin, 9 without its pending adds);
-//! * pending-acks, about 21 ns: add 24 against 17, remove 22 against 8 (of which the draining
-//!   release, which Shared does not have, 5). Shared's round robin hands each consumer runs of
+//!   consumer: 28 against Shared's round robin, 8 without its pending adds);
+//! * pending-acks, about 18 ns: add 25 against 17, remove 19 against 9 (of which the draining
+//!   release, which Shared does not have, 3). Shared's round robin hands each consumer runs of
 //!   consecutive positions, which the dense bucket form stores by appending; Key_Shared gives each
 //!   consumer about one position in ten, which goes to the ordered form (append and pop at the
 //!   front as well, but 16 bytes per entry and a bucket that empties and refills each batch);
-//! * the cursor ack, 42 ns against 33 (more holes to insert and absorb), and 6 ns elsewhere.
+//! * the cursor ack, 27 ns against 25, the read, 13 against 10 (the key's line), and the rest,
+//!   21 against 17.
 //!
-//! The W8/W9 goal of 1.3 needs W8 ≤ 1.3 × W9, about 117 ns at W9 = 90: W8 − W9 at most 27 ns,
-//! less than the key hash and the ring alone (31 ns), which Shared does not do at all.
+//! The W8/W9 goal of 1.3 needs W8 ≤ 1.3 × W9, about 111 ns at W9 = 86: W8 − W9 at most 26 ns,
+//! less than the key hash and the ring alone (32 ns), which Shared does not do at all.
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread;
