@@ -112,6 +112,19 @@ pub(crate) struct EntryMut<'a, C> {
     pub(crate) blocked_attempts: &'a mut u32,
 }
 
+/// What [`Table::reduce`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TableReduce<C> {
+    /// No entry at the hash.
+    Missing,
+    /// The entry belongs to this owner, not to the consumer; it is unchanged.
+    Other(C),
+    /// One reference dropped; this many remain (at least 1).
+    Decremented(u32),
+    /// The last reference dropped: the entry is gone. It had been blocked this many times.
+    Removed { blocked_attempts: u32 },
+}
+
 /// hash → draining entry.
 pub(crate) struct Table<C> {
     pages: Box<[Option<Box<Page<C>>>]>,
@@ -138,6 +151,12 @@ impl<C: Copy + Eq> Table<C> {
 
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Test check: how many dense pages are allocated.
+    #[cfg(test)]
+    fn pages_allocated(&self) -> usize {
+        self.pages.iter().filter(|p| p.is_some()).count()
     }
 
     /// The entry at `hash`, copied out.
@@ -239,6 +258,67 @@ impl<C: Copy + Eq> Table<C> {
             }
         } else if self.overflow.insert(hash, entry).is_none() {
             self.len += 1;
+        }
+    }
+
+    /// Drops one reference of `consumer` at `hash`, in one look-up: the entry's count goes down,
+    /// or the entry goes (its page with it when it was the page's last) when that was its last
+    /// reference. An entry of another owner is left as it is.
+    #[inline]
+    pub(crate) fn reduce(&mut self, hash: u32, consumer: C) -> TableReduce<C> {
+        if hash < DENSE_LIMIT {
+            let (p, s) = split(hash);
+            let Some(page_slot) = self.pages.get_mut(p) else {
+                return TableReduce::Missing;
+            };
+            let Some(page) = page_slot.as_mut() else {
+                return TableReduce::Missing;
+            };
+            let Page {
+                live,
+                slots,
+                blocked,
+            } = &mut **page;
+            let (Some(slot), Some(b)) = (slots.get_mut(s), blocked.get_mut(s)) else {
+                return TableReduce::Missing;
+            };
+            if slot.ref_count == 0 {
+                return TableReduce::Missing;
+            }
+            if slot.owner != consumer {
+                return TableReduce::Other(slot.owner);
+            }
+            if slot.ref_count > 1 {
+                slot.ref_count -= 1;
+                return TableReduce::Decremented(slot.ref_count);
+            }
+            let blocked_attempts = *b;
+            slot.ref_count = 0;
+            *b = 0;
+            *live -= 1;
+            if *live == 0 {
+                *page_slot = None;
+            }
+            self.len -= 1;
+            TableReduce::Removed { blocked_attempts }
+        } else {
+            match self.overflow.get_mut(&hash) {
+                None => TableReduce::Missing,
+                Some(e) if e.owner != consumer => TableReduce::Other(e.owner),
+                Some(e) if e.ref_count > 1 => {
+                    e.ref_count -= 1;
+                    TableReduce::Decremented(e.ref_count)
+                }
+                Some(_) => match self.overflow.remove(&hash) {
+                    Some(e) => {
+                        self.len -= 1;
+                        TableReduce::Removed {
+                            blocked_attempts: e.blocked_attempts,
+                        }
+                    }
+                    None => TableReduce::Missing,
+                },
+            }
         }
     }
 
@@ -361,5 +441,39 @@ mod tests {
             ]
         );
         assert_eq!(t.len(), 4);
+    }
+
+    /// `reduce` in one look-up, dense and overflow alike: another owner's entry is left alone,
+    /// a count above 1 goes down, the last reference removes the entry and reports its blocked
+    /// attempts, and a slot reused afterwards starts clean.
+    #[test]
+    fn reduce_decrements_removes_and_leaves_other_owners_alone() {
+        let mut t: Table<u32> = Table::new();
+        for hash in [7, DENSE_LIMIT + 5] {
+            assert_eq!(t.reduce(hash, 1), TableReduce::Missing);
+            t.insert_vacant(hash, entry(1, 2, 4));
+            assert_eq!(t.reduce(hash, 2), TableReduce::Other(1));
+            assert_eq!(t.get(hash), Some(entry(1, 2, 4)));
+            assert_eq!(t.reduce(hash, 1), TableReduce::Decremented(1));
+            assert_eq!(t.get(hash), Some(entry(1, 1, 4)));
+            assert_eq!(
+                t.reduce(hash, 1),
+                TableReduce::Removed {
+                    blocked_attempts: 4
+                }
+            );
+            assert!(t.get(hash).is_none() && !t.contains(hash));
+            assert_eq!(t.reduce(hash, 1), TableReduce::Missing);
+            t.insert_vacant(hash, entry(2, 1, 0));
+            assert_eq!(
+                t.reduce(hash, 2),
+                TableReduce::Removed {
+                    blocked_attempts: 0
+                }
+            );
+        }
+        assert_eq!(t.len(), 0);
+        assert!(t.sorted_entries().is_empty());
+        assert_eq!(t.pages_allocated(), 0, "an emptied page is freed");
     }
 }

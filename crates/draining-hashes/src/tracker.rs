@@ -7,7 +7,7 @@ use std::hash::Hash;
 use tracing::{debug, trace, warn};
 
 use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering};
-use crate::table::{FxBuild, Table, DENSE_LIMIT};
+use crate::table::{FxBuild, Table, TableReduce, DENSE_LIMIT};
 
 /// Told that at least one draining hash was released while it was blocking another consumer.
 ///
@@ -537,23 +537,18 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
                 }
                 return Ok(Reduced::NotDraining);
             }
-            let Some(e) = g.table.get_mut(hash) else {
-                return Ok(Reduced::NotDraining);
+            let was_blocking = match g.table.reduce(hash, consumer) {
+                TableReduce::Missing => return Ok(Reduced::NotDraining),
+                TableReduce::Other(owner) => {
+                    warn!(hash, consumer = ?consumer, owner = ?owner, "reduce for a hash draining on another consumer");
+                    return Err(ReduceError::OwnedByOther { owner });
+                }
+                TableReduce::Decremented(remaining) => {
+                    trace!(hash, consumer = ?consumer, remaining, "draining reference dropped");
+                    return Ok(Reduced::Decremented { remaining });
+                }
+                TableReduce::Removed { blocked_attempts } => blocked_attempts > 0,
             };
-            if e.owner != consumer {
-                let owner = e.owner;
-                warn!(hash, consumer = ?consumer, owner = ?owner, "reduce for a hash draining on another consumer");
-                return Err(ReduceError::OwnedByOther { owner });
-            }
-            if *e.ref_count > 1 {
-                *e.ref_count -= 1;
-                trace!(hash, consumer = ?consumer, remaining = *e.ref_count, "draining reference dropped");
-                return Ok(Reduced::Decremented {
-                    remaining: *e.ref_count,
-                });
-            }
-            let was_blocking = *e.blocked_attempts > 0;
-            g.table.remove(hash);
             // The entry is gone: only stale references can keep the bit.
             if !g.has_stale(hash) {
                 self.unmark(hash);
