@@ -648,11 +648,9 @@ mod tests {
         fn trim_below(&mut self, _: Position) {}
     }
 
-    /// `InMemoryLedger::follows` (one segment lookup) answers what the trait's default
-    /// (`exists`, then `next_position`) does, for every pair of positions around rolled,
-    /// trimmed and empty segments, the reserved position before everything included.
-    #[test]
-    fn follows_matches_the_default() {
+    /// 30 entries over ledgers of 4, with two early roll-overs (an empty ledger among them) and
+    /// the first two entries trimmed.
+    fn rolled_and_trimmed() -> InMemoryLedger {
         let mut l = InMemoryLedger::new(4);
         for i in 0..30u64 {
             l.append(EntryMeta::simple(i, 10));
@@ -661,6 +659,15 @@ mod tests {
             }
         }
         l.trim_below(Position::new(1, 2));
+        l
+    }
+
+    /// `InMemoryLedger::follows` (one segment lookup) answers what the trait's default
+    /// (`exists`, then `next_position`) does, for every pair of positions around rolled,
+    /// trimmed and empty segments, the reserved position before everything included.
+    #[test]
+    fn follows_matches_the_default() {
+        let l = rolled_and_trimmed();
         let lin = Linear(&l);
         let mut ps = vec![Position::new(0, u64::MAX), Position::new(99, 0)];
         for id in 0..12u64 {
@@ -685,14 +692,7 @@ mod tests {
     /// `next_position` and `get` per entry) does, across rolled, trimmed and empty segments.
     #[test]
     fn read_range_matches_the_per_entry_default() {
-        let mut l = InMemoryLedger::new(4);
-        for i in 0..30u64 {
-            l.append(EntryMeta::simple(i, 10));
-            if i == 9 || i == 10 {
-                l.roll_over();
-            }
-        }
-        l.trim_below(Position::new(1, 2));
+        let l = rolled_and_trimmed();
         let lin = Linear(&l);
         let mut froms = vec![Position::new(0, 0), Position::new(99, 0)];
         for id in 0..12u64 {
