@@ -321,7 +321,7 @@ impl Conn {
         .connected
         {
             let mut out = Vec::with_capacity(64);
-            wire::pip493::encode_connected_with_flag(connected, &mut out);
+            wire::pip493::encode_connected_with_flag(*connected, &mut out);
             let _ = self.out.send(out);
         }
     }

@@ -120,11 +120,11 @@ fn broken_frames_and_misuse_are_refused_per_connection() {
         r#type: Type::GetSchema as i32,
         ..Default::default()
     };
-    schema.get_schema = Some(wire::proto::CommandGetSchema {
+    schema.get_schema = Some(Box::new(wire::proto::CommandGetSchema {
         request_id: 7,
         topic: TOPIC.into(),
         ..Default::default()
-    });
+    }));
     c.send(&schema);
     let e = c.expect(Type::Error);
     assert_eq!(e.command.error.unwrap().request_id, 7);

@@ -43,12 +43,12 @@ pub fn connected(
     max_message_size: i32,
 ) -> BaseCommand {
     BaseCommand {
-        connected: Some(CommandConnected {
+        connected: Some(Box::new(CommandConnected {
             server_version: server_version.to_owned(),
             protocol_version: Some(protocol_version),
             max_message_size: Some(max_message_size),
             feature_flags: None,
-        }),
+        })),
         ..base(Type::Connected)
     }
 }
@@ -56,7 +56,7 @@ pub fn connected(
 /// PING (keep-alive probe; the peer answers PONG).
 pub fn ping() -> BaseCommand {
     BaseCommand {
-        ping: Some(CommandPing {}),
+        ping: Some(Box::new(CommandPing {})),
         ..base(Type::Ping)
     }
 }
@@ -64,7 +64,7 @@ pub fn ping() -> BaseCommand {
 /// PONG (the answer to PING).
 pub fn pong() -> BaseCommand {
     BaseCommand {
-        pong: Some(CommandPong {}),
+        pong: Some(Box::new(CommandPong {})),
         ..base(Type::Pong)
     }
 }
@@ -72,12 +72,12 @@ pub fn pong() -> BaseCommand {
 /// PARTITIONED_METADATA_RESPONSE, success: `partitions` (0 = not partitioned).
 pub fn partitioned_metadata_response(request_id: u64, partitions: u32) -> BaseCommand {
     BaseCommand {
-        partition_metadata_response: Some(CommandPartitionedTopicMetadataResponse {
+        partition_metadata_response: Some(Box::new(CommandPartitionedTopicMetadataResponse {
             partitions: Some(partitions),
             request_id,
             response: Some(command_partitioned_topic_metadata_response::LookupType::Success as i32),
             ..Default::default()
-        }),
+        })),
         ..base(Type::PartitionedMetadataResponse)
     }
 }
@@ -89,13 +89,13 @@ pub fn partitioned_metadata_failed(
     message: &str,
 ) -> BaseCommand {
     BaseCommand {
-        partition_metadata_response: Some(CommandPartitionedTopicMetadataResponse {
+        partition_metadata_response: Some(Box::new(CommandPartitionedTopicMetadataResponse {
             partitions: None,
             request_id,
             response: Some(command_partitioned_topic_metadata_response::LookupType::Failed as i32),
             error: Some(error as i32),
             message: Some(message.to_owned()),
-        }),
+        })),
         ..base(Type::PartitionedMetadataResponse)
     }
 }
@@ -108,13 +108,13 @@ pub fn lookup_response(
     authoritative: bool,
 ) -> BaseCommand {
     BaseCommand {
-        lookup_topic_response: Some(CommandLookupTopicResponse {
+        lookup_topic_response: Some(Box::new(CommandLookupTopicResponse {
             broker_service_url: Some(broker_service_url.to_owned()),
             response: Some(command_lookup_topic_response::LookupType::Connect as i32),
             request_id,
             authoritative: Some(authoritative),
             ..Default::default()
-        }),
+        })),
         ..base(Type::LookupResponse)
     }
 }
@@ -122,13 +122,13 @@ pub fn lookup_response(
 /// LOOKUP_RESPONSE with `response: Failed`, `error` and `message`.
 pub fn lookup_failed(request_id: u64, error: ServerError, message: &str) -> BaseCommand {
     BaseCommand {
-        lookup_topic_response: Some(CommandLookupTopicResponse {
+        lookup_topic_response: Some(Box::new(CommandLookupTopicResponse {
             response: Some(command_lookup_topic_response::LookupType::Failed as i32),
             request_id,
             error: Some(error as i32),
             message: Some(message.to_owned()),
             ..Default::default()
-        }),
+        })),
         ..base(Type::LookupResponse)
     }
 }
@@ -142,14 +142,14 @@ pub fn producer_success(
     schema_version: Option<Vec<u8>>,
 ) -> BaseCommand {
     BaseCommand {
-        producer_success: Some(CommandProducerSuccess {
+        producer_success: Some(Box::new(CommandProducerSuccess {
             request_id,
             producer_name: producer_name.to_owned(),
             last_sequence_id: Some(last_sequence_id),
             schema_version,
             topic_epoch: None,
             producer_ready: Some(true),
-        }),
+        })),
         ..base(Type::ProducerSuccess)
     }
 }
@@ -162,12 +162,12 @@ pub fn send_receipt(
     message_id: MessageIdData,
 ) -> BaseCommand {
     BaseCommand {
-        send_receipt: Some(CommandSendReceipt {
+        send_receipt: Some(Box::new(CommandSendReceipt {
             producer_id,
             sequence_id,
             message_id: Some(message_id),
             highest_sequence_id,
-        }),
+        })),
         ..base(Type::SendReceipt)
     }
 }
@@ -180,12 +180,12 @@ pub fn send_error(
     message: &str,
 ) -> BaseCommand {
     BaseCommand {
-        send_error: Some(CommandSendError {
+        send_error: Some(Box::new(CommandSendError {
             producer_id,
             sequence_id,
             error: error as i32,
             message: message.to_owned(),
-        }),
+        })),
         ..base(Type::SendError)
     }
 }
@@ -193,10 +193,10 @@ pub fn send_error(
 /// SUCCESS for `request_id` (SUBSCRIBE, CLOSE_PRODUCER, CLOSE_CONSUMER, UNSUBSCRIBE, SEEK, …).
 pub fn success(request_id: u64) -> BaseCommand {
     BaseCommand {
-        success: Some(CommandSuccess {
+        success: Some(Box::new(CommandSuccess {
             request_id,
             schema: None,
-        }),
+        })),
         ..base(Type::Success)
     }
 }
@@ -204,11 +204,11 @@ pub fn success(request_id: u64) -> BaseCommand {
 /// ERROR for `request_id`.
 pub fn error(request_id: u64, error: ServerError, message: &str) -> BaseCommand {
     BaseCommand {
-        error: Some(CommandError {
+        error: Some(Box::new(CommandError {
             request_id,
             error: error as i32,
             message: message.to_owned(),
-        }),
+        })),
         ..base(Type::Error)
     }
 }
@@ -226,13 +226,13 @@ pub fn message(
     ack_set: Option<Vec<i64>>,
 ) -> BaseCommand {
     BaseCommand {
-        message: Some(CommandMessage {
+        message: Some(Box::new(CommandMessage {
             consumer_id,
             message_id,
             redelivery_count: (redelivery_count > 0).then_some(redelivery_count),
             ack_set: ack_set.unwrap_or_default(),
             consumer_epoch: None,
-        }),
+        })),
         ..base(Type::Message)
     }
 }
@@ -244,13 +244,13 @@ pub fn ack_response(
     error: Option<(ServerError, &str)>,
 ) -> BaseCommand {
     BaseCommand {
-        ack_response: Some(CommandAckResponse {
+        ack_response: Some(Box::new(CommandAckResponse {
             consumer_id,
             error: error.map(|(e, _)| e as i32),
             message: error.map(|(_, m)| m.to_owned()),
             request_id: Some(request_id),
             ..Default::default()
-        }),
+        })),
         ..base(Type::AckResponse)
     }
 }
@@ -258,11 +258,11 @@ pub fn ack_response(
 /// CLOSE_PRODUCER (broker-initiated: the client reconnects on its own; also what a client sends).
 pub fn close_producer(producer_id: u64, request_id: u64) -> BaseCommand {
     BaseCommand {
-        close_producer: Some(CommandCloseProducer {
+        close_producer: Some(Box::new(CommandCloseProducer {
             producer_id,
             request_id,
             ..Default::default()
-        }),
+        })),
         ..base(Type::CloseProducer)
     }
 }
@@ -271,11 +271,11 @@ pub fn close_producer(producer_id: u64, request_id: u64) -> BaseCommand {
 /// sends).
 pub fn close_consumer(consumer_id: u64, request_id: u64) -> BaseCommand {
     BaseCommand {
-        close_consumer: Some(CommandCloseConsumer {
+        close_consumer: Some(Box::new(CommandCloseConsumer {
             consumer_id,
             request_id,
             ..Default::default()
-        }),
+        })),
         ..base(Type::CloseConsumer)
     }
 }
@@ -288,11 +288,11 @@ pub fn get_last_message_id_response(
     consumer_mark_delete_position: Option<MessageIdData>,
 ) -> BaseCommand {
     BaseCommand {
-        get_last_message_id_response: Some(CommandGetLastMessageIdResponse {
+        get_last_message_id_response: Some(Box::new(CommandGetLastMessageIdResponse {
             last_message_id,
             request_id,
             consumer_mark_delete_position,
-        }),
+        })),
         ..base(Type::GetLastMessageIdResponse)
     }
 }
@@ -300,7 +300,7 @@ pub fn get_last_message_id_response(
 /// REACHED_END_OF_TOPIC for a consumer of a terminated topic.
 pub fn reached_end_of_topic(consumer_id: u64) -> BaseCommand {
     BaseCommand {
-        reached_end_of_topic: Some(CommandReachedEndOfTopic { consumer_id }),
+        reached_end_of_topic: Some(Box::new(CommandReachedEndOfTopic { consumer_id })),
         ..base(Type::ReachedEndOfTopic)
     }
 }
@@ -312,7 +312,7 @@ pub fn reached_end_of_topic(consumer_id: u64) -> BaseCommand {
 /// (`supports_auth_refresh`, `supports_broker_entry_metadata`).
 pub fn connect(client_version: &str, protocol_version: i32) -> BaseCommand {
     BaseCommand {
-        connect: Some(CommandConnect {
+        connect: Some(Box::new(CommandConnect {
             client_version: client_version.to_owned(),
             protocol_version: Some(protocol_version),
             auth_method_name: Some("none".to_owned()),
@@ -322,7 +322,7 @@ pub fn connect(client_version: &str, protocol_version: i32) -> BaseCommand {
                 ..Default::default()
             }),
             ..Default::default()
-        }),
+        })),
         ..base(Type::Connect)
     }
 }
@@ -330,11 +330,11 @@ pub fn connect(client_version: &str, protocol_version: i32) -> BaseCommand {
 /// PARTITIONED_METADATA for `topic`.
 pub fn partitioned_metadata(topic: &str, request_id: u64) -> BaseCommand {
     BaseCommand {
-        partition_metadata: Some(CommandPartitionedTopicMetadata {
+        partition_metadata: Some(Box::new(CommandPartitionedTopicMetadata {
             topic: topic.to_owned(),
             request_id,
             ..Default::default()
-        }),
+        })),
         ..base(Type::PartitionedMetadata)
     }
 }
@@ -342,12 +342,12 @@ pub fn partitioned_metadata(topic: &str, request_id: u64) -> BaseCommand {
 /// LOOKUP for `topic` (not authoritative).
 pub fn lookup(topic: &str, request_id: u64) -> BaseCommand {
     BaseCommand {
-        lookup_topic: Some(CommandLookupTopic {
+        lookup_topic: Some(Box::new(CommandLookupTopic {
             topic: topic.to_owned(),
             request_id,
             authoritative: Some(false),
             ..Default::default()
-        }),
+        })),
         ..base(Type::Lookup)
     }
 }
@@ -361,14 +361,14 @@ pub fn producer(
     producer_name: Option<&str>,
 ) -> BaseCommand {
     BaseCommand {
-        producer: Some(CommandProducer {
+        producer: Some(Box::new(CommandProducer {
             topic: topic.to_owned(),
             producer_id,
             request_id,
             producer_name: producer_name.map(str::to_owned),
             user_provided_producer_name: Some(producer_name.is_some()),
             ..Default::default()
-        }),
+        })),
         ..base(Type::Producer)
     }
 }
@@ -377,12 +377,12 @@ pub fn producer(
 /// ([`encode_with_payload`](crate::encode_with_payload)).
 pub fn send(producer_id: u64, sequence_id: u64, num_messages: i32) -> BaseCommand {
     BaseCommand {
-        send: Some(CommandSend {
+        send: Some(Box::new(CommandSend {
             producer_id,
             sequence_id,
             num_messages: (num_messages != 1).then_some(num_messages),
             ..Default::default()
-        }),
+        })),
         ..base(Type::Send)
     }
 }
@@ -398,7 +398,7 @@ pub fn subscribe(
     initial_position: command_subscribe::InitialPosition,
 ) -> BaseCommand {
     BaseCommand {
-        subscribe: Some(CommandSubscribe {
+        subscribe: Some(Box::new(CommandSubscribe {
             topic: topic.to_owned(),
             subscription: subscription.to_owned(),
             sub_type: sub_type as i32,
@@ -407,7 +407,7 @@ pub fn subscribe(
             initial_position: Some(initial_position as i32),
             key_shared_meta,
             ..Default::default()
-        }),
+        })),
         ..base(Type::Subscribe)
     }
 }
@@ -415,10 +415,10 @@ pub fn subscribe(
 /// FLOW: `permits` more messages (a batch of n uses n permits).
 pub fn flow(consumer_id: u64, permits: u32) -> BaseCommand {
     BaseCommand {
-        flow: Some(CommandFlow {
+        flow: Some(Box::new(CommandFlow {
             consumer_id,
             message_permits: permits,
-        }),
+        })),
         ..base(Type::Flow)
     }
 }
@@ -439,12 +439,12 @@ pub fn ack(
 /// ACK, individual, of several message ids at once (as the C++ client's ack grouping sends them).
 pub fn ack_ids(consumer_id: u64, message_ids: Vec<MessageIdData>) -> BaseCommand {
     BaseCommand {
-        ack: Some(CommandAck {
+        ack: Some(Box::new(CommandAck {
             consumer_id,
             ack_type: command_ack::AckType::Individual as i32,
             message_id: message_ids,
             ..Default::default()
-        }),
+        })),
         ..base(Type::Ack)
     }
 }
@@ -452,11 +452,11 @@ pub fn ack_ids(consumer_id: u64, message_ids: Vec<MessageIdData>) -> BaseCommand
 /// REDELIVER_UNACKNOWLEDGED_MESSAGES for `message_ids`; an empty list means "all my unacked".
 pub fn redeliver_unacknowledged(consumer_id: u64, message_ids: Vec<MessageIdData>) -> BaseCommand {
     BaseCommand {
-        redeliver_unacknowledged_messages: Some(CommandRedeliverUnacknowledgedMessages {
+        redeliver_unacknowledged_messages: Some(Box::new(CommandRedeliverUnacknowledgedMessages {
             consumer_id,
             message_ids,
             consumer_epoch: None,
-        }),
+        })),
         ..base(Type::RedeliverUnacknowledgedMessages)
     }
 }
@@ -464,12 +464,12 @@ pub fn redeliver_unacknowledged(consumer_id: u64, message_ids: Vec<MessageIdData
 /// SEEK the subscription to `message_id`.
 pub fn seek(consumer_id: u64, request_id: u64, message_id: MessageIdData) -> BaseCommand {
     BaseCommand {
-        seek: Some(CommandSeek {
+        seek: Some(Box::new(CommandSeek {
             consumer_id,
             request_id,
             message_id: Some(message_id),
             message_publish_time: None,
-        }),
+        })),
         ..base(Type::Seek)
     }
 }
@@ -477,11 +477,11 @@ pub fn seek(consumer_id: u64, request_id: u64, message_id: MessageIdData) -> Bas
 /// UNSUBSCRIBE the consumer's subscription.
 pub fn unsubscribe(consumer_id: u64, request_id: u64) -> BaseCommand {
     BaseCommand {
-        unsubscribe: Some(CommandUnsubscribe {
+        unsubscribe: Some(Box::new(CommandUnsubscribe {
             consumer_id,
             request_id,
             ..Default::default()
-        }),
+        })),
         ..base(Type::Unsubscribe)
     }
 }
@@ -489,10 +489,10 @@ pub fn unsubscribe(consumer_id: u64, request_id: u64) -> BaseCommand {
 /// GET_LAST_MESSAGE_ID for the consumer's topic.
 pub fn get_last_message_id(consumer_id: u64, request_id: u64) -> BaseCommand {
     BaseCommand {
-        get_last_message_id: Some(CommandGetLastMessageId {
+        get_last_message_id: Some(Box::new(CommandGetLastMessageId {
             consumer_id,
             request_id,
-        }),
+        })),
         ..base(Type::GetLastMessageId)
     }
 }

@@ -124,7 +124,7 @@ pub fn encode_negative_ack(cmd: &CommandNegativeAck, out: &mut Vec<u8>) {
 pub fn encode_connected_with_flag(connected: CommandConnected, out: &mut Vec<u8>) {
     let base = BaseCommand {
         r#type: base_command::Type::Connected as i32,
-        connected: Some(connected),
+        connected: Some(Box::new(connected)),
         ..Default::default()
     }
     .encode_to_vec();
@@ -185,7 +185,7 @@ mod tests {
             .connected
             .unwrap();
         let mut out = Vec::new();
-        encode_connected_with_flag(connected.clone(), &mut out);
+        encode_connected_with_flag((*connected).clone(), &mut out);
         let f = crate::decode_frame(&out).unwrap();
         // A peer that does not know field 10 sees a normal CONNECTED.
         assert_eq!(f.command.connected.as_ref().unwrap().server_version, "b");

@@ -37,3 +37,17 @@ fn generated_code_covers_the_newest_command() {
         Ok(wire::proto::base_command::Type::WatchTcAssignmentsClose)
     );
 }
+
+/// The generator boxes every sub-message of `BaseCommand` (`crates/wire/gen`): one inline slot
+/// per command type made it several kilobytes, cleared and copied for every frame decoded or
+/// built. Boxed, it is a pointer per command type.
+#[test]
+fn base_command_keeps_its_sub_messages_boxed() {
+    let size = std::mem::size_of::<wire::proto::BaseCommand>();
+    assert!(
+        size <= 1024,
+        "BaseCommand is {size} bytes: regenerate with the gen crate's boxing"
+    );
+    assert!(GENERATED
+        .contains("pub send: ::core::option::Option<::prost::alloc::boxed::Box<CommandSend>>"));
+}

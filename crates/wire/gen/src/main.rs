@@ -19,6 +19,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let fds = protox::compile(["PulsarApi.proto"], [&proto_dir])?;
     let mut config = prost_build::Config::new();
     config.out_dir(&out_dir);
+    // Every sub-message of `BaseCommand` is boxed: unboxed, the command is several kilobytes
+    // (one inline slot per command type), and decoding, building and moving one copied and
+    // cleared all of it for every frame. (Its scalar `type` stays inline.)
+    for file in &fds.file {
+        for message in file.message_type.iter().filter(|m| m.name() == "BaseCommand") {
+            for field in &message.field {
+                if field.r#type() == prost_types::field_descriptor_proto::Type::Message {
+                    config.boxed(format!(".{}.BaseCommand.{}", file.package(), field.name()));
+                }
+            }
+        }
+    }
     config.compile_fds(fds)?;
 
     let generated = out_dir.join("pulsar.proto.rs");

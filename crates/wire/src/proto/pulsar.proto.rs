@@ -1868,178 +1868,252 @@ pub struct CommandEndTxnOnSubscriptionResponse {
 pub struct BaseCommand {
     #[prost(enumeration = "base_command::Type", required, tag = "1")]
     pub r#type: i32,
-    #[prost(message, optional, tag = "2")]
-    pub connect: ::core::option::Option<CommandConnect>,
-    #[prost(message, optional, tag = "3")]
-    pub connected: ::core::option::Option<CommandConnected>,
-    #[prost(message, optional, tag = "4")]
-    pub subscribe: ::core::option::Option<CommandSubscribe>,
-    #[prost(message, optional, tag = "5")]
-    pub producer: ::core::option::Option<CommandProducer>,
-    #[prost(message, optional, tag = "6")]
-    pub send: ::core::option::Option<CommandSend>,
-    #[prost(message, optional, tag = "7")]
-    pub send_receipt: ::core::option::Option<CommandSendReceipt>,
-    #[prost(message, optional, tag = "8")]
-    pub send_error: ::core::option::Option<CommandSendError>,
-    #[prost(message, optional, tag = "9")]
-    pub message: ::core::option::Option<CommandMessage>,
-    #[prost(message, optional, tag = "10")]
-    pub ack: ::core::option::Option<CommandAck>,
-    #[prost(message, optional, tag = "11")]
-    pub flow: ::core::option::Option<CommandFlow>,
-    #[prost(message, optional, tag = "12")]
-    pub unsubscribe: ::core::option::Option<CommandUnsubscribe>,
-    #[prost(message, optional, tag = "13")]
-    pub success: ::core::option::Option<CommandSuccess>,
-    #[prost(message, optional, tag = "14")]
-    pub error: ::core::option::Option<CommandError>,
-    #[prost(message, optional, tag = "15")]
-    pub close_producer: ::core::option::Option<CommandCloseProducer>,
-    #[prost(message, optional, tag = "16")]
-    pub close_consumer: ::core::option::Option<CommandCloseConsumer>,
-    #[prost(message, optional, tag = "17")]
-    pub producer_success: ::core::option::Option<CommandProducerSuccess>,
-    #[prost(message, optional, tag = "18")]
-    pub ping: ::core::option::Option<CommandPing>,
-    #[prost(message, optional, tag = "19")]
-    pub pong: ::core::option::Option<CommandPong>,
-    #[prost(message, optional, tag = "20")]
+    #[prost(message, optional, boxed, tag = "2")]
+    pub connect: ::core::option::Option<::prost::alloc::boxed::Box<CommandConnect>>,
+    #[prost(message, optional, boxed, tag = "3")]
+    pub connected: ::core::option::Option<::prost::alloc::boxed::Box<CommandConnected>>,
+    #[prost(message, optional, boxed, tag = "4")]
+    pub subscribe: ::core::option::Option<::prost::alloc::boxed::Box<CommandSubscribe>>,
+    #[prost(message, optional, boxed, tag = "5")]
+    pub producer: ::core::option::Option<::prost::alloc::boxed::Box<CommandProducer>>,
+    #[prost(message, optional, boxed, tag = "6")]
+    pub send: ::core::option::Option<::prost::alloc::boxed::Box<CommandSend>>,
+    #[prost(message, optional, boxed, tag = "7")]
+    pub send_receipt: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandSendReceipt>,
+    >,
+    #[prost(message, optional, boxed, tag = "8")]
+    pub send_error: ::core::option::Option<::prost::alloc::boxed::Box<CommandSendError>>,
+    #[prost(message, optional, boxed, tag = "9")]
+    pub message: ::core::option::Option<::prost::alloc::boxed::Box<CommandMessage>>,
+    #[prost(message, optional, boxed, tag = "10")]
+    pub ack: ::core::option::Option<::prost::alloc::boxed::Box<CommandAck>>,
+    #[prost(message, optional, boxed, tag = "11")]
+    pub flow: ::core::option::Option<::prost::alloc::boxed::Box<CommandFlow>>,
+    #[prost(message, optional, boxed, tag = "12")]
+    pub unsubscribe: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandUnsubscribe>,
+    >,
+    #[prost(message, optional, boxed, tag = "13")]
+    pub success: ::core::option::Option<::prost::alloc::boxed::Box<CommandSuccess>>,
+    #[prost(message, optional, boxed, tag = "14")]
+    pub error: ::core::option::Option<::prost::alloc::boxed::Box<CommandError>>,
+    #[prost(message, optional, boxed, tag = "15")]
+    pub close_producer: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandCloseProducer>,
+    >,
+    #[prost(message, optional, boxed, tag = "16")]
+    pub close_consumer: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandCloseConsumer>,
+    >,
+    #[prost(message, optional, boxed, tag = "17")]
+    pub producer_success: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandProducerSuccess>,
+    >,
+    #[prost(message, optional, boxed, tag = "18")]
+    pub ping: ::core::option::Option<::prost::alloc::boxed::Box<CommandPing>>,
+    #[prost(message, optional, boxed, tag = "19")]
+    pub pong: ::core::option::Option<::prost::alloc::boxed::Box<CommandPong>>,
+    #[prost(message, optional, boxed, tag = "20")]
     pub redeliver_unacknowledged_messages: ::core::option::Option<
-        CommandRedeliverUnacknowledgedMessages,
+        ::prost::alloc::boxed::Box<CommandRedeliverUnacknowledgedMessages>,
     >,
-    #[prost(message, optional, tag = "21")]
-    pub partition_metadata: ::core::option::Option<CommandPartitionedTopicMetadata>,
-    #[prost(message, optional, tag = "22")]
+    #[prost(message, optional, boxed, tag = "21")]
+    pub partition_metadata: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandPartitionedTopicMetadata>,
+    >,
+    #[prost(message, optional, boxed, tag = "22")]
     pub partition_metadata_response: ::core::option::Option<
-        CommandPartitionedTopicMetadataResponse,
+        ::prost::alloc::boxed::Box<CommandPartitionedTopicMetadataResponse>,
     >,
-    #[prost(message, optional, tag = "23")]
-    pub lookup_topic: ::core::option::Option<CommandLookupTopic>,
-    #[prost(message, optional, tag = "24")]
-    pub lookup_topic_response: ::core::option::Option<CommandLookupTopicResponse>,
-    #[prost(message, optional, tag = "25")]
-    pub consumer_stats: ::core::option::Option<CommandConsumerStats>,
-    #[prost(message, optional, tag = "26")]
-    pub consumer_stats_response: ::core::option::Option<CommandConsumerStatsResponse>,
-    #[prost(message, optional, tag = "27")]
-    pub reached_end_of_topic: ::core::option::Option<CommandReachedEndOfTopic>,
-    #[prost(message, optional, tag = "28")]
-    pub seek: ::core::option::Option<CommandSeek>,
-    #[prost(message, optional, tag = "29")]
-    pub get_last_message_id: ::core::option::Option<CommandGetLastMessageId>,
-    #[prost(message, optional, tag = "30")]
+    #[prost(message, optional, boxed, tag = "23")]
+    pub lookup_topic: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandLookupTopic>,
+    >,
+    #[prost(message, optional, boxed, tag = "24")]
+    pub lookup_topic_response: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandLookupTopicResponse>,
+    >,
+    #[prost(message, optional, boxed, tag = "25")]
+    pub consumer_stats: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandConsumerStats>,
+    >,
+    #[prost(message, optional, boxed, tag = "26")]
+    pub consumer_stats_response: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandConsumerStatsResponse>,
+    >,
+    #[prost(message, optional, boxed, tag = "27")]
+    pub reached_end_of_topic: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandReachedEndOfTopic>,
+    >,
+    #[prost(message, optional, boxed, tag = "28")]
+    pub seek: ::core::option::Option<::prost::alloc::boxed::Box<CommandSeek>>,
+    #[prost(message, optional, boxed, tag = "29")]
+    pub get_last_message_id: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandGetLastMessageId>,
+    >,
+    #[prost(message, optional, boxed, tag = "30")]
     pub get_last_message_id_response: ::core::option::Option<
-        CommandGetLastMessageIdResponse,
+        ::prost::alloc::boxed::Box<CommandGetLastMessageIdResponse>,
     >,
-    #[prost(message, optional, tag = "31")]
-    pub active_consumer_change: ::core::option::Option<CommandActiveConsumerChange>,
-    #[prost(message, optional, tag = "32")]
-    pub get_topics_of_namespace: ::core::option::Option<CommandGetTopicsOfNamespace>,
-    #[prost(message, optional, tag = "33")]
+    #[prost(message, optional, boxed, tag = "31")]
+    pub active_consumer_change: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandActiveConsumerChange>,
+    >,
+    #[prost(message, optional, boxed, tag = "32")]
+    pub get_topics_of_namespace: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandGetTopicsOfNamespace>,
+    >,
+    #[prost(message, optional, boxed, tag = "33")]
     pub get_topics_of_namespace_response: ::core::option::Option<
-        CommandGetTopicsOfNamespaceResponse,
+        ::prost::alloc::boxed::Box<CommandGetTopicsOfNamespaceResponse>,
     >,
-    #[prost(message, optional, tag = "34")]
-    pub get_schema: ::core::option::Option<CommandGetSchema>,
-    #[prost(message, optional, tag = "35")]
-    pub get_schema_response: ::core::option::Option<CommandGetSchemaResponse>,
-    #[prost(message, optional, tag = "36")]
-    pub auth_challenge: ::core::option::Option<CommandAuthChallenge>,
-    #[prost(message, optional, tag = "37")]
-    pub auth_response: ::core::option::Option<CommandAuthResponse>,
-    #[prost(message, optional, tag = "38")]
-    pub ack_response: ::core::option::Option<CommandAckResponse>,
-    #[prost(message, optional, tag = "39")]
-    pub get_or_create_schema: ::core::option::Option<CommandGetOrCreateSchema>,
-    #[prost(message, optional, tag = "40")]
+    #[prost(message, optional, boxed, tag = "34")]
+    pub get_schema: ::core::option::Option<::prost::alloc::boxed::Box<CommandGetSchema>>,
+    #[prost(message, optional, boxed, tag = "35")]
+    pub get_schema_response: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandGetSchemaResponse>,
+    >,
+    #[prost(message, optional, boxed, tag = "36")]
+    pub auth_challenge: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandAuthChallenge>,
+    >,
+    #[prost(message, optional, boxed, tag = "37")]
+    pub auth_response: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandAuthResponse>,
+    >,
+    #[prost(message, optional, boxed, tag = "38")]
+    pub ack_response: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandAckResponse>,
+    >,
+    #[prost(message, optional, boxed, tag = "39")]
+    pub get_or_create_schema: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandGetOrCreateSchema>,
+    >,
+    #[prost(message, optional, boxed, tag = "40")]
     pub get_or_create_schema_response: ::core::option::Option<
-        CommandGetOrCreateSchemaResponse,
+        ::prost::alloc::boxed::Box<CommandGetOrCreateSchemaResponse>,
     >,
     /// transaction related
-    #[prost(message, optional, tag = "50")]
-    pub new_txn: ::core::option::Option<CommandNewTxn>,
-    #[prost(message, optional, tag = "51")]
-    pub new_txn_response: ::core::option::Option<CommandNewTxnResponse>,
-    #[prost(message, optional, tag = "52")]
-    pub add_partition_to_txn: ::core::option::Option<CommandAddPartitionToTxn>,
-    #[prost(message, optional, tag = "53")]
+    #[prost(message, optional, boxed, tag = "50")]
+    pub new_txn: ::core::option::Option<::prost::alloc::boxed::Box<CommandNewTxn>>,
+    #[prost(message, optional, boxed, tag = "51")]
+    pub new_txn_response: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandNewTxnResponse>,
+    >,
+    #[prost(message, optional, boxed, tag = "52")]
+    pub add_partition_to_txn: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandAddPartitionToTxn>,
+    >,
+    #[prost(message, optional, boxed, tag = "53")]
     pub add_partition_to_txn_response: ::core::option::Option<
-        CommandAddPartitionToTxnResponse,
+        ::prost::alloc::boxed::Box<CommandAddPartitionToTxnResponse>,
     >,
-    #[prost(message, optional, tag = "54")]
-    pub add_subscription_to_txn: ::core::option::Option<CommandAddSubscriptionToTxn>,
-    #[prost(message, optional, tag = "55")]
+    #[prost(message, optional, boxed, tag = "54")]
+    pub add_subscription_to_txn: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandAddSubscriptionToTxn>,
+    >,
+    #[prost(message, optional, boxed, tag = "55")]
     pub add_subscription_to_txn_response: ::core::option::Option<
-        CommandAddSubscriptionToTxnResponse,
+        ::prost::alloc::boxed::Box<CommandAddSubscriptionToTxnResponse>,
     >,
-    #[prost(message, optional, tag = "56")]
-    pub end_txn: ::core::option::Option<CommandEndTxn>,
-    #[prost(message, optional, tag = "57")]
-    pub end_txn_response: ::core::option::Option<CommandEndTxnResponse>,
-    #[prost(message, optional, tag = "58")]
-    pub end_txn_on_partition: ::core::option::Option<CommandEndTxnOnPartition>,
-    #[prost(message, optional, tag = "59")]
+    #[prost(message, optional, boxed, tag = "56")]
+    pub end_txn: ::core::option::Option<::prost::alloc::boxed::Box<CommandEndTxn>>,
+    #[prost(message, optional, boxed, tag = "57")]
+    pub end_txn_response: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandEndTxnResponse>,
+    >,
+    #[prost(message, optional, boxed, tag = "58")]
+    pub end_txn_on_partition: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandEndTxnOnPartition>,
+    >,
+    #[prost(message, optional, boxed, tag = "59")]
     pub end_txn_on_partition_response: ::core::option::Option<
-        CommandEndTxnOnPartitionResponse,
+        ::prost::alloc::boxed::Box<CommandEndTxnOnPartitionResponse>,
     >,
-    #[prost(message, optional, tag = "60")]
-    pub end_txn_on_subscription: ::core::option::Option<CommandEndTxnOnSubscription>,
-    #[prost(message, optional, tag = "61")]
+    #[prost(message, optional, boxed, tag = "60")]
+    pub end_txn_on_subscription: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandEndTxnOnSubscription>,
+    >,
+    #[prost(message, optional, boxed, tag = "61")]
     pub end_txn_on_subscription_response: ::core::option::Option<
-        CommandEndTxnOnSubscriptionResponse,
+        ::prost::alloc::boxed::Box<CommandEndTxnOnSubscriptionResponse>,
     >,
-    #[prost(message, optional, tag = "62")]
-    pub tc_client_connect_request: ::core::option::Option<CommandTcClientConnectRequest>,
-    #[prost(message, optional, tag = "63")]
+    #[prost(message, optional, boxed, tag = "62")]
+    pub tc_client_connect_request: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandTcClientConnectRequest>,
+    >,
+    #[prost(message, optional, boxed, tag = "63")]
     pub tc_client_connect_response: ::core::option::Option<
-        CommandTcClientConnectResponse,
+        ::prost::alloc::boxed::Box<CommandTcClientConnectResponse>,
     >,
-    #[prost(message, optional, tag = "64")]
-    pub watch_topic_list: ::core::option::Option<CommandWatchTopicList>,
-    #[prost(message, optional, tag = "65")]
-    pub watch_topic_list_success: ::core::option::Option<CommandWatchTopicListSuccess>,
-    #[prost(message, optional, tag = "66")]
-    pub watch_topic_update: ::core::option::Option<CommandWatchTopicUpdate>,
-    #[prost(message, optional, tag = "67")]
-    pub watch_topic_list_close: ::core::option::Option<CommandWatchTopicListClose>,
-    #[prost(message, optional, tag = "68")]
-    pub topic_migrated: ::core::option::Option<CommandTopicMigrated>,
-    #[prost(message, optional, tag = "70")]
-    pub scalable_topic_lookup: ::core::option::Option<CommandScalableTopicLookup>,
-    #[prost(message, optional, tag = "71")]
-    pub scalable_topic_update: ::core::option::Option<CommandScalableTopicUpdate>,
-    #[prost(message, optional, tag = "72")]
-    pub scalable_topic_close: ::core::option::Option<CommandScalableTopicClose>,
-    #[prost(message, optional, tag = "73")]
-    pub scalable_topic_subscribe: ::core::option::Option<CommandScalableTopicSubscribe>,
-    #[prost(message, optional, tag = "74")]
+    #[prost(message, optional, boxed, tag = "64")]
+    pub watch_topic_list: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandWatchTopicList>,
+    >,
+    #[prost(message, optional, boxed, tag = "65")]
+    pub watch_topic_list_success: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandWatchTopicListSuccess>,
+    >,
+    #[prost(message, optional, boxed, tag = "66")]
+    pub watch_topic_update: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandWatchTopicUpdate>,
+    >,
+    #[prost(message, optional, boxed, tag = "67")]
+    pub watch_topic_list_close: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandWatchTopicListClose>,
+    >,
+    #[prost(message, optional, boxed, tag = "68")]
+    pub topic_migrated: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandTopicMigrated>,
+    >,
+    #[prost(message, optional, boxed, tag = "70")]
+    pub scalable_topic_lookup: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandScalableTopicLookup>,
+    >,
+    #[prost(message, optional, boxed, tag = "71")]
+    pub scalable_topic_update: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandScalableTopicUpdate>,
+    >,
+    #[prost(message, optional, boxed, tag = "72")]
+    pub scalable_topic_close: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandScalableTopicClose>,
+    >,
+    #[prost(message, optional, boxed, tag = "73")]
+    pub scalable_topic_subscribe: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandScalableTopicSubscribe>,
+    >,
+    #[prost(message, optional, boxed, tag = "74")]
     pub scalable_topic_subscribe_response: ::core::option::Option<
-        CommandScalableTopicSubscribeResponse,
+        ::prost::alloc::boxed::Box<CommandScalableTopicSubscribeResponse>,
     >,
-    #[prost(message, optional, tag = "75")]
+    #[prost(message, optional, boxed, tag = "75")]
     pub scalable_topic_assignment_update: ::core::option::Option<
-        CommandScalableTopicAssignmentUpdate,
+        ::prost::alloc::boxed::Box<CommandScalableTopicAssignmentUpdate>,
     >,
-    #[prost(message, optional, tag = "76")]
-    pub watch_scalable_topics: ::core::option::Option<CommandWatchScalableTopics>,
-    #[prost(message, optional, tag = "77")]
+    #[prost(message, optional, boxed, tag = "76")]
+    pub watch_scalable_topics: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandWatchScalableTopics>,
+    >,
+    #[prost(message, optional, boxed, tag = "77")]
     pub watch_scalable_topics_update: ::core::option::Option<
-        CommandWatchScalableTopicsUpdate,
+        ::prost::alloc::boxed::Box<CommandWatchScalableTopicsUpdate>,
     >,
-    #[prost(message, optional, tag = "78")]
+    #[prost(message, optional, boxed, tag = "78")]
     pub watch_scalable_topics_close: ::core::option::Option<
-        CommandWatchScalableTopicsClose,
+        ::prost::alloc::boxed::Box<CommandWatchScalableTopicsClose>,
     >,
-    #[prost(message, optional, tag = "79")]
-    pub watch_tc_assignments: ::core::option::Option<CommandWatchTcAssignments>,
-    #[prost(message, optional, tag = "80")]
+    #[prost(message, optional, boxed, tag = "79")]
+    pub watch_tc_assignments: ::core::option::Option<
+        ::prost::alloc::boxed::Box<CommandWatchTcAssignments>,
+    >,
+    #[prost(message, optional, boxed, tag = "80")]
     pub watch_tc_assignments_update: ::core::option::Option<
-        CommandWatchTcAssignmentsUpdate,
+        ::prost::alloc::boxed::Box<CommandWatchTcAssignmentsUpdate>,
     >,
-    #[prost(message, optional, tag = "81")]
+    #[prost(message, optional, boxed, tag = "81")]
     pub watch_tc_assignments_close: ::core::option::Option<
-        CommandWatchTcAssignmentsClose,
+        ::prost::alloc::boxed::Box<CommandWatchTcAssignmentsClose>,
     >,
 }
 /// Nested message and enum types in `BaseCommand`.
