@@ -11,11 +11,12 @@
 //!   (decode, publish, receipt, acks), dispatcher 15% (1.2 µs per entry), forwarders 14%
 //!   (MESSAGE headers), writers 14% (mostly the kernel's send). 1, 2 or 4 consumers give
 //!   231k / 230k / 226k msg/s: it is CPU-bound as a whole, no single stage.
-//! * **The codec's `BaseCommand` holds all 54 sub-commands inline: 5,752 bytes (`Frame` 6,272).**
-//!   Decoding a frame and building a receipt or MESSAGE header move it several times:
-//!   memmove is 9–12% of all samples (dwarf call graphs: `decode_frame`'s `Result::map` /
+//! * **The codec's `BaseCommand` held all its sub-commands inline: 5,752 bytes (`Frame` 6,272).**
+//!   Decoding a frame and building a receipt or MESSAGE header moved it several times:
+//!   memmove was 9–12% of all samples (dwarf call graphs: `decode_frame`'s `Result::map` /
 //!   `map_err`, `FrameReader::next_frame`, `Conn::handle`, `commands::base` / `send_receipt`),
-//!   plus `BaseCommand::encoded_len` 2–4%. Boxing the sub-messages would shrink it to ~0.5 KB.
+//!   plus `BaseCommand::encoded_len` 2–4%. The sub-messages are boxed now (568 bytes): in
+//!   alternating pairs of the bench binary B2 went from about 300k to about 385k msg/s.
 //!   (The generator splits frames itself for this reason: while it decoded `Frame`s, memmove
 //!   was 30% of the process's samples, two thirds of that in the generator's readers.)
 //! * **Batched (B1, 1.7M msg/s, load 6.5)**: 1.1 µs per message, 11 µs per 10-message entry;
