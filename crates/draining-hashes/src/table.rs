@@ -266,97 +266,49 @@ impl<C: Copy + Eq> Table<C> {
     /// reference. An entry of another owner is left as it is.
     #[inline]
     pub(crate) fn reduce(&mut self, hash: u32, consumer: C) -> TableReduce<C> {
-        if hash < DENSE_LIMIT {
+        let removed = if hash < DENSE_LIMIT {
             let (p, s) = split(hash);
             let Some(page_slot) = self.pages.get_mut(p) else {
                 return TableReduce::Missing;
             };
-            let Some(page) = page_slot.as_mut() else {
+            let Some(slot) = page_slot.as_mut().and_then(|page| page.slots.get_mut(s)) else {
                 return TableReduce::Missing;
             };
-            let Page {
-                live,
-                slots,
-                blocked,
-            } = &mut **page;
-            let (Some(slot), Some(b)) = (slots.get_mut(s), blocked.get_mut(s)) else {
-                return TableReduce::Missing;
-            };
-            if slot.ref_count == 0 {
-                return TableReduce::Missing;
+            if let Some(done) = drop_ref(slot.owner, &mut slot.ref_count, consumer) {
+                return done;
             }
-            if slot.owner != consumer {
-                return TableReduce::Other(slot.owner);
-            }
-            if slot.ref_count > 1 {
-                slot.ref_count -= 1;
-                return TableReduce::Decremented(slot.ref_count);
-            }
-            let blocked_attempts = *b;
-            slot.ref_count = 0;
-            *b = 0;
-            *live -= 1;
-            if *live == 0 {
-                *page_slot = None;
-            }
-            self.len -= 1;
-            TableReduce::Removed { blocked_attempts }
+            vacate(page_slot, s)
         } else {
-            match self.overflow.get_mut(&hash) {
-                None => TableReduce::Missing,
-                Some(e) if e.owner != consumer => TableReduce::Other(e.owner),
-                Some(e) if e.ref_count > 1 => {
-                    e.ref_count -= 1;
-                    TableReduce::Decremented(e.ref_count)
-                }
-                Some(_) => match self.overflow.remove(&hash) {
-                    Some(e) => {
-                        self.len -= 1;
-                        TableReduce::Removed {
-                            blocked_attempts: e.blocked_attempts,
-                        }
-                    }
-                    None => TableReduce::Missing,
-                },
+            let Some(e) = self.overflow.get_mut(&hash) else {
+                return TableReduce::Missing;
+            };
+            if let Some(done) = drop_ref(e.owner, &mut e.ref_count, consumer) {
+                return done;
             }
+            self.overflow.remove(&hash)
+        };
+        match removed {
+            Some(e) => {
+                self.len -= 1;
+                TableReduce::Removed {
+                    blocked_attempts: e.blocked_attempts,
+                }
+            }
+            None => TableReduce::Missing,
         }
     }
 
     /// Removes and returns the entry at `hash`; frees its page when it was the page's last.
     #[inline]
     pub(crate) fn remove(&mut self, hash: u32) -> Option<DrainingEntry<C>> {
-        if hash < DENSE_LIMIT {
+        let removed = if hash < DENSE_LIMIT {
             let (p, s) = split(hash);
-            let page_slot = self.pages.get_mut(p)?;
-            let page = page_slot.as_mut()?;
-            let Page {
-                live,
-                slots,
-                blocked,
-            } = &mut **page;
-            let slot = slots.get_mut(s)?;
-            if slot.ref_count == 0 {
-                return None;
-            }
-            let b = blocked.get_mut(s)?;
-            let removed = DrainingEntry {
-                owner: slot.owner,
-                ref_count: slot.ref_count,
-                blocked_attempts: *b,
-            };
-            slot.ref_count = 0;
-            *b = 0;
-            *live -= 1;
-            if *live == 0 {
-                *page_slot = None;
-            }
-            self.len -= 1;
-            Some(removed)
+            vacate(self.pages.get_mut(p)?, s)?
         } else {
-            let removed = self.overflow.remove(&hash)?;
-            self.len -= 1;
-            Some(removed)
-        }
+            self.overflow.remove(&hash)?
+        };
+        self.len -= 1;
+        Some(removed)
     }
 
     pub(crate) fn clear(&mut self) {
@@ -389,6 +341,50 @@ impl<C: Copy + Eq> Table<C> {
         out.extend(big);
         out
     }
+}
+
+/// [`Table::reduce`]'s step on an entry of `owner` with `count` references (0: a vacant dense
+/// slot): the outcome, or `None` when this is the consumer's last reference and the caller
+/// removes the entry.
+#[inline]
+fn drop_ref<C: Copy + Eq>(owner: C, count: &mut u32, consumer: C) -> Option<TableReduce<C>> {
+    if *count == 0 {
+        Some(TableReduce::Missing)
+    } else if owner != consumer {
+        Some(TableReduce::Other(owner))
+    } else if *count > 1 {
+        *count -= 1;
+        Some(TableReduce::Decremented(*count))
+    } else {
+        None
+    }
+}
+
+/// Empties dense slot `s` of the page in `page_slot` and returns its entry, freeing the page
+/// when that was its last entry; `None` when there is no page or the slot is vacant.
+#[inline]
+fn vacate<C: Copy>(page_slot: &mut Option<Box<Page<C>>>, s: usize) -> Option<DrainingEntry<C>> {
+    let Page {
+        live,
+        slots,
+        blocked,
+    } = &mut **page_slot.as_mut()?;
+    let (slot, b) = (slots.get_mut(s)?, blocked.get_mut(s)?);
+    if slot.ref_count == 0 {
+        return None;
+    }
+    let removed = DrainingEntry {
+        owner: slot.owner,
+        ref_count: slot.ref_count,
+        blocked_attempts: *b,
+    };
+    slot.ref_count = 0;
+    *b = 0;
+    *live -= 1;
+    if *live == 0 {
+        *page_slot = None;
+    }
+    Some(removed)
 }
 
 #[cfg(test)]
