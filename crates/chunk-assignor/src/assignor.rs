@@ -235,24 +235,24 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
                 out.replay.push(e);
                 break;
             }
-            let target = match e.chunk() {
-                Some(ch) if open.is_some_and(|o| o.takes(ch, &batch, out)) => {
+            let chunk = e.chunk();
+            let target = match (open, chunk) {
+                (Some(o), Some(ch)) if o.takes(ch, &batch, out) => {
                     // The pin would send this chunk to the consumer of the chunk before it: the
                     // pinned consumer is in this batch and has permits, and nothing was held for
                     // replay this call (see `route_chunk`).
-                    let i = open.map_or(0, |o| o.consumer);
                     if ch.is_last() {
                         open = None;
                         self.stats.pins_released += 1;
-                        debug!(uuid = %ch.uuid, consumer = ?consumers[i].id, "last chunk; pin released");
+                        debug!(uuid = %ch.uuid, consumer = ?consumers[o.consumer].id, "last chunk; pin released");
                     }
-                    Some(i)
+                    Some(o.consumer)
                 }
-                None => {
+                (_, None) => {
                     self.close(&mut open, now, consumers, out);
                     batch.next_default(&mut self.rr)
                 }
-                Some(ch) if !ch.is_well_formed() => {
+                (_, Some(ch)) if !ch.is_well_formed() => {
                     warn!(
                         uuid = %ch.uuid,
                         chunk_id = ch.chunk_id,
@@ -263,7 +263,7 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
                     self.close(&mut open, now, consumers, out);
                     batch.next_default(&mut self.rr)
                 }
-                Some(ch) => {
+                (_, Some(ch)) => {
                     self.close(&mut open, now, consumers, out);
                     self.route_chunk(now, ch, &mut batch, &mut open)
                 }
