@@ -579,7 +579,7 @@ impl<S: CursorStore> ManagedCursor<S> {
         }
         if complete {
             self.acked.insert(p);
-            let is_next = ledger.next_position(self.md) == Some(p);
+            let is_next = ledger.follows(self.md, p) == Some(true);
             return Ok(AckOutcome {
                 newly_acked: true,
                 md_move: self.after_insert(ledger, p, is_next),
