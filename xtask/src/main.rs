@@ -4,7 +4,7 @@
 //! * `loom [crate] [--preemptions N]`: the full loom models in release mode.
 //! * `bench [ids…] [--quick] [--return-memory]`: the benchmark table and
 //!   `target/bench/results.json`.
-//! * `sim [args…]`: the deterministic simulator (issue 7).
+//! * `sim [args…]`: the deterministic simulator.
 //! * `tidy`: repository hygiene checks alone.
 //! * `interop [--keep-logs] [scenario…]`: the broker against the stock Python client (tests/interop).
 //!
