@@ -482,7 +482,9 @@ impl Topic {
             // Stored first: an entry that is not in the log is never dispatched.
             lock(log).append(st.ledger.next_append_position(), &section)?;
         }
-        let pos = st.ledger.append(meta.clone());
+        // One copy of the metadata, shared by the topic's ledger and every subscription's.
+        let meta = Arc::new(meta);
+        let pos = st.ledger.append_shared(meta.clone());
         // The payload is in place before any subscription can dispatch the entry.
         match self.payloads.write() {
             Ok(mut p) => p.insert(pos, section),
@@ -492,7 +494,7 @@ impl Topic {
             st.chunks.entry(uuid).or_default().push(pos);
         }
         for sub in st.subs.values() {
-            sub.runtime.publish(vec![meta.clone()]);
+            sub.runtime.publish_shared(vec![meta.clone()]);
         }
         drop(st);
         let mut c = lock(&self.counters);
@@ -800,11 +802,13 @@ impl Topic {
         if first.is_none_or(|f| f >= below) {
             return;
         }
-        // The master and the payloads first, each dropped outside its lock; the replicas
-        // last, so the entries' metadata is freed on the subscriptions' own threads and
-        // publishers never wait for it.
+        // The topic's ledger and the payloads are taken out under their locks (whole ledgers
+        // move without touching their entries) and dropped here, on the housekeeping thread,
+        // after the subscriptions trimmed their replicas. The entries' metadata is shared with
+        // the replicas, so a replica's trim only drops references: freeing 50,000 entries used
+        // to stall a subscription's dispatcher thread for 16 ms, and with it every delivery.
         let mut st = lock(&self.state);
-        st.ledger.trim_below(below);
+        let old_entries = st.ledger.split_off_below(below);
         st.chunks.retain(|_, ps| {
             ps.retain(|p| *p >= below);
             !ps.is_empty()
@@ -819,13 +823,14 @@ impl Topic {
             std::mem::replace(&mut *payloads, keep)
         };
         let dropped = old.len();
-        drop(old);
         if let Some((_, log)) = &self.storage {
             lock(log).delete_below(below);
         }
         for s in &subs {
             s.runtime.admin(dispatcher::AdminOp::TrimLedgerBelow(below));
         }
+        drop(old);
+        drop(old_entries);
         if dropped > 0 {
             debug!(topic = %self.name, dropped, below = %below, "entries trimmed");
         }
@@ -947,7 +952,12 @@ mod tests {
         };
         let _a = drain(&fast, 5);
         let _b = drain(&slow, 2);
+        // Both subscriptions have appended every entry: one copy of its metadata, shared by the
+        // topic's ledger, the two replicas and this handle.
+        let first = lock(&t.state).ledger.get(ps[0]).unwrap().meta;
+        assert_eq!(Arc::strong_count(&first), 4);
         t.trim();
+        assert_eq!(Arc::strong_count(&first), 1, "every ledger let the entry go");
         assert!(
             t.payload(ps[0]).is_none(),
             "a ledger below both mark-deletes"

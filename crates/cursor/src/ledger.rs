@@ -15,6 +15,27 @@ pub trait Ledger {
     /// Appends an entry and returns its position.
     fn append(&mut self, meta: EntryMeta) -> Position;
 
+    /// Appends an entry whose metadata is already shared, and returns its position. A broker
+    /// that keeps one copy of each entry's metadata for the topic and one ledger per
+    /// subscription appends the same `Arc` to each: one allocation per entry instead of one per
+    /// subscription, and a ledger dropping its last reference is the one that frees it.
+    ///
+    /// The default clones the metadata out (when the `Arc` is shared) and calls
+    /// [`append`](Self::append); [`InMemoryLedger`] stores the `Arc` itself.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use cursor::{EntryMeta, InMemoryLedger, Ledger};
+    /// let meta = Arc::new(EntryMeta::simple(0, 10));
+    /// let (mut topic, mut sub) = (InMemoryLedger::new(0), InMemoryLedger::new(0));
+    /// let p = topic.append_shared(meta.clone());
+    /// assert_eq!(sub.append_shared(meta.clone()), p);
+    /// assert_eq!(Arc::strong_count(&meta), 3);
+    /// ```
+    fn append_shared(&mut self, meta: Arc<EntryMeta>) -> Position {
+        self.append(Arc::unwrap_or_clone(meta))
+    }
+
     /// The first entry that still exists (not trimmed), or `None` when there is none.
     fn first_position(&self) -> Option<Position>;
 
@@ -232,6 +253,57 @@ impl InMemoryLedger {
         }
     }
 
+    /// Removes every entry at a position `< p`, as [`Ledger::trim_below`] does, and returns them
+    /// as a ledger of their own, at the same positions (appending to it starts a new ledger
+    /// id). Taking whole ledgers out costs O(ledgers): the entries are moved, not touched, so a
+    /// caller under a lock can take them out there and drop them (or hand them to another
+    /// thread to drop) after the lock is released.
+    ///
+    /// ```
+    /// use cursor::{EntryMeta, InMemoryLedger, Ledger, Position};
+    /// let mut l = InMemoryLedger::new(2);
+    /// for i in 0..5 {
+    ///     l.append(EntryMeta::simple(i, 10));
+    /// }
+    /// let old = l.split_off_below(Position::new(2, 1));
+    /// assert_eq!((old.first_position(), old.last_position()),
+    ///            (Some(Position::new(1, 0)), Some(Position::new(2, 0))));
+    /// assert_eq!((old.len(), l.len()), (3, 2));
+    /// assert_eq!(l.first_position(), Some(Position::new(2, 1)));
+    /// ```
+    pub fn split_off_below(&mut self, p: Position) -> InMemoryLedger {
+        let gone = self.segs.partition_point(|s| s.id < p.ledger_id);
+        let mut segs: Vec<Segment> = self.segs.drain(..gone).collect();
+        if let Some(s) = self.segs.first_mut() {
+            if s.id == p.ledger_id && s.base < p.entry_id && !s.metas.is_empty() {
+                // `n <= metas.len()`, which is a `usize`.
+                let n = (p.entry_id - s.base).min(s.metas.len() as u64) as usize;
+                let part = Segment {
+                    id: s.id,
+                    count: s.base + n as u64,
+                    base: s.base,
+                    metas: s.metas.drain(..n).collect(),
+                    cum: s.cum.iter().take(n + 1).copied().collect(),
+                };
+                s.cum.drain(..n);
+                s.base += n as u64;
+                segs.push(part);
+            }
+        }
+        let last_appended = segs
+            .iter()
+            .rev()
+            .find(|s| !s.metas.is_empty())
+            .map(|s| Position::new(s.id, s.end() - 1));
+        InMemoryLedger {
+            entries_per_ledger: self.entries_per_ledger,
+            segs,
+            next_ledger_id: self.next_ledger_id,
+            roll_pending: true,
+            last_appended,
+        }
+    }
+
     /// Makes the next append start a new ledger id (as a broker does on ledger rollover).
     pub fn roll_over(&mut self) {
         self.roll_pending = true;
@@ -326,6 +398,10 @@ impl InMemoryLedger {
 
 impl Ledger for InMemoryLedger {
     fn append(&mut self, meta: EntryMeta) -> Position {
+        self.append_shared(Arc::new(meta))
+    }
+
+    fn append_shared(&mut self, meta: Arc<EntryMeta>) -> Position {
         let need_new = match self.segs.last() {
             None => true,
             Some(s) => self.roll_pending || s.count >= self.entries_per_ledger,
@@ -340,7 +416,7 @@ impl Ledger for InMemoryLedger {
         let (m, b) = seg.cum.back().copied().unwrap_or((0, 0));
         seg.cum
             .push_back((m + u64::from(meta.messages()), b + u64::from(meta.size)));
-        seg.metas.push_back(Arc::new(meta));
+        seg.metas.push_back(meta);
         seg.count += 1;
         self.last_appended = Some(pos);
         pos
@@ -513,17 +589,7 @@ impl Ledger for InMemoryLedger {
     }
 
     fn trim_below(&mut self, p: Position) {
-        let gone = self.segs.partition_point(|s| s.id < p.ledger_id);
-        self.segs.drain(..gone);
-        if let Some(s) = self.segs.first_mut() {
-            if s.id == p.ledger_id {
-                while s.base < p.entry_id && !s.metas.is_empty() {
-                    s.metas.pop_front();
-                    s.cum.pop_front();
-                    s.base += 1;
-                }
-            }
-        }
+        drop(self.split_off_below(p));
     }
 }
 
@@ -749,6 +815,60 @@ mod tests {
         }
         l.trim_below(pos(99, 0));
         assert_eq!(l.find_by_publish_time(0), None);
+    }
+
+    /// `split_off_below(p)` leaves exactly the entries at `>= p` and returns exactly those
+    /// below, the same `Arc`s at the same positions, with their per-entry stats and range
+    /// totals intact on both sides, for every `p` around rolled, trimmed and empty segments.
+    #[test]
+    fn split_off_below_takes_out_exactly_the_prefix() {
+        let mut base = InMemoryLedger::new(4);
+        for i in 0..30u64 {
+            let m = EntryMeta::simple(i, 1 + i as u32 * 3).with_messages(1 + (i % 5) as u32);
+            base.append(m);
+            if i == 9 || i == 10 {
+                base.roll_over();
+            }
+        }
+        base.trim_below(Position::new(1, 2));
+        let all = base.read_range(Position::new(0, 0), usize::MAX);
+        let everything = |l: &InMemoryLedger| l.read_range(Position::new(0, 0), usize::MAX);
+        let mut ps = vec![Position::new(0, u64::MAX), Position::new(99, 0)];
+        for id in 0..12u64 {
+            for e in 0..6u64 {
+                ps.push(Position::new(id, e));
+            }
+            ps.push(Position::new(id, u64::MAX));
+        }
+        for &p in &ps {
+            let mut kept = base.clone();
+            let old = kept.split_off_below(p);
+            let (want_old, want_kept): (Vec<&Entry>, Vec<&Entry>) =
+                all.iter().partition(|e| e.position < p);
+            for (got, want) in [(everything(&old), want_old), (everything(&kept), want_kept)] {
+                assert_eq!(got.len(), want.len(), "p {p}");
+                for (g, w) in got.iter().zip(&want) {
+                    assert_eq!(g.position, w.position, "p {p}");
+                    assert!(Arc::ptr_eq(&g.meta, &w.meta), "p {p} at {}", w.position);
+                }
+            }
+            for l in [&old, &kept] {
+                let mut sum = Backlog::default();
+                for e in everything(l) {
+                    assert_eq!(l.stats(e.position), Some(Backlog::of(&e.meta)), "p {p}");
+                    sum.add(Backlog::of(&e.meta));
+                }
+                assert_eq!(l.totals_in(Position::new(0, 0), Position::new(99, 0)), sum);
+            }
+            let mut trimmed = base.clone();
+            trimmed.trim_below(p);
+            assert_eq!(trimmed.before_first(), kept.before_first(), "p {p}");
+            // Appending goes on after everything ever appended (a new ledger when the last one
+            // was taken out).
+            let next = kept.append(EntryMeta::simple(0, 1));
+            assert!(Some(next) > base.last_position(), "p {p}: {next}");
+            assert_eq!(next, trimmed.append(EntryMeta::simple(0, 1)), "p {p}");
+        }
     }
 
     #[test]

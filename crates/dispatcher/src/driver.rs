@@ -319,16 +319,20 @@ impl Driver {
     }
 
     /// Appends `metas` to the ledger and tells the core; returns the assigned positions.
-    pub fn publish<S: CursorStore, L: Ledger>(
+    /// Takes `EntryMeta`s or shared `Arc<EntryMeta>`s (see [`Ledger::append_shared`]).
+    pub fn publish<S: CursorStore, L: Ledger, M: Into<Arc<EntryMeta>>>(
         &mut self,
         now: u64,
         core: &mut Dispatcher,
         cell: &Mutex<CursorCell<S, L>>,
-        metas: impl IntoIterator<Item = EntryMeta>,
+        metas: impl IntoIterator<Item = M>,
     ) -> Vec<Position> {
         let positions: Vec<Position> = {
             let mut g = CursorCell::lock(cell);
-            metas.into_iter().map(|m| g.ledger.append(m)).collect()
+            metas
+                .into_iter()
+                .map(|m| g.ledger.append_shared(m.into()))
+                .collect()
         };
         trace!(entries = positions.len(), "published");
         core.handle_entries_appended(now);

@@ -197,7 +197,7 @@ pub enum Event {
     /// ([`Dispatcher::handle_release`](crate::Dispatcher::handle_release)).
     Release(ConsumerId, Vec<Position>),
     /// Append entries to the ledger (a producer).
-    Publish(Vec<EntryMeta>),
+    Publish(Vec<StdArc<EntryMeta>>),
     /// Append entries to the ledger and send back the positions assigned, in order
     /// ([`Runtime::publish_wait`]).
     PublishWait(Vec<EntryMeta>, Sender<Vec<Position>>),
@@ -464,6 +464,17 @@ impl Runtime {
     /// Appends entries to the ledger (fire and forget: the dispatcher thread appends them in
     /// event order).
     pub fn publish(&self, entries: Vec<EntryMeta>) {
+        let _ = self.events.send(Event::Publish(
+            entries.into_iter().map(StdArc::new).collect(),
+        ));
+    }
+
+    /// [`Runtime::publish`] for metadata that is already shared: the ledger keeps these `Arc`s
+    /// (see [`cursor::Ledger::append_shared`]). A broker that keeps the topic's own copy and
+    /// one runtime per subscription publishes the same `Arc` to each, so every entry is
+    /// allocated once, and freeing it falls to whoever drops the last reference (the topic's
+    /// retention, say) instead of each subscription's dispatcher thread.
+    pub fn publish_shared(&self, entries: Vec<StdArc<EntryMeta>>) {
         let _ = self.events.send(Event::Publish(entries));
     }
 
