@@ -302,27 +302,35 @@ impl Drop for Broker {
 /// How often the `interval` sync policy syncs the logs.
 const SYNC_INTERVAL: Duration = Duration::from_millis(100);
 
-/// How often retention runs.
-const HOUSEKEEPING_INTERVAL: Duration = Duration::from_secs(1);
+/// How often retention looks for ledgers every subscription has consumed. Often enough that
+/// each pass has about one ledger to drop (50,000 entries fill in a quarter of a second at
+/// 200k msg/s), and cheap when there is none (a mark-delete read per subscription).
+const RETENTION_INTERVAL: Duration = Duration::from_millis(100);
+
+/// How often the rate meters are fed.
+const RATES_INTERVAL: Duration = Duration::from_secs(1);
 
 fn housekeeping_loop(shared: Arc<Shared>) {
-    let mut last = Instant::now();
+    let mut last_rates = Instant::now();
     let mut last_sync = Instant::now();
+    let mut last_trim = Instant::now();
     while !shared.closing.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));
         if shared.cfg.data_dir.is_some() && last_sync.elapsed() >= SYNC_INTERVAL {
             last_sync = Instant::now();
             shared.sync_topics();
         }
-        if last.elapsed() < HOUSEKEEPING_INTERVAL {
-            continue;
+        if last_trim.elapsed() >= RETENTION_INTERVAL {
+            last_trim = Instant::now();
+            for t in shared.topics() {
+                t.trim();
+            }
         }
-        let secs = last.elapsed().as_secs_f64();
-        last = Instant::now();
-        for t in shared.topics() {
-            t.trim();
+        if last_rates.elapsed() >= RATES_INTERVAL {
+            let secs = last_rates.elapsed().as_secs_f64();
+            last_rates = Instant::now();
+            crate::stats::update_rates(&shared, secs);
         }
-        crate::stats::update_rates(&shared, secs);
     }
 }
 
