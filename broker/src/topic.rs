@@ -957,7 +957,11 @@ mod tests {
         let first = lock(&t.state).ledger.get(ps[0]).unwrap().meta;
         assert_eq!(Arc::strong_count(&first), 4);
         t.trim();
-        assert_eq!(Arc::strong_count(&first), 1, "every ledger let the entry go");
+        assert_eq!(
+            Arc::strong_count(&first),
+            1,
+            "every ledger let the entry go"
+        );
         assert!(
             t.payload(ps[0]).is_none(),
             "a ledger below both mark-deletes"

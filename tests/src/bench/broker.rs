@@ -21,16 +21,21 @@
 //!   was 30% of the process's samples, two thirds of that in the generator's readers.)
 //! * **Batched (B1, 1.7M msg/s, load 6.5)**: 1.1 µs per message, 11 µs per 10-message entry;
 //!   the same split across threads.
-//! * **Latency at half of B2's rate is CPU-bound, not half-loaded.** At 100k msg/s with little
-//!   to batch per wakeup every hop (reader → dispatcher → forwarder → writer, each a channel)
-//!   wakes a thread: 1.5 context switches per message against 0.15 at full speed, 54% system
-//!   time, and the process uses 1.8 of the 2 cores. So p99 follows the machine's load:
-//!   4.4 ms at load 4.7, 20–40 ms at load 7–8 (p50 0.3–1 ms).
-//! * **Retention trim stalls once per second.** `Topic::trim` took 24–33 ms at 50k msg/s
-//!   (~50k entries: 16–18 ms in the dispatcher's `TrimLedgerBelow`, the rest under the
-//!   topic's state lock and the payloads write lock while the payloads are dropped); the
-//!   timeline shows a 20–25 ms spike at each second. With a 100 ms housekeeping interval
-//!   (experiment, not committed) the pauses were 2–3 ms.
+//! * **Latency at half of B2's rate was set by retention, once a second.** Each subscription's
+//!   replica held its own copy of every entry's metadata, and its trim freed 50,000 of them per
+//!   ledger on the dispatcher thread: 16–18 ms with no delivery, four ledgers at a time at
+//!   200k msg/s. B2-p99 was 35–64 ms; with retention switched off (experiment) it was
+//!   2.8–4.2 ms. Now the topic and its subscriptions share one copy (a replica's trim only
+//!   drops references, 0.6–1.3 ms per ledger on the dispatcher thread), the topic's ledgers
+//!   are taken out under the lock in O(ledgers) and freed on the housekeeping thread, and
+//!   retention looks every 100 ms, so a pass has one ledger: B2-p99 8–14 ms in alternating
+//!   pairs. What is left: freeing a ledger's metadata and payloads costs the housekeeping
+//!   thread 30–60 ms of CPU (each a cold allocation by then) on a machine whose two cores the
+//!   process already keeps 90% busy. Freeing it in slices of 4,096 entries per 20 ms
+//!   (experiment) did not move the p99 beyond the noise (5.5–11.8 against 5.0–13.0 ms).
+//! * **Every hop wakes a thread at that rate.** At 100k–200k msg/s with little to batch per
+//!   wakeup every hop (reader → dispatcher → forwarder → writer, each a channel) wakes a
+//!   thread: 1.5 context switches per message against 0.15 at full speed, 54% system time.
 //! * **Disk, `--sync always`**: 496 `fdatasync` for 200k messages (group commit works, ~400
 //!   per sync) but 200,012 `write(2)`: one unbuffered write per entry, under the topic's state
 //!   lock; readers are 50% of the samples, 22% in the kernel (load 6.0).
