@@ -310,25 +310,30 @@ const RETENTION_INTERVAL: Duration = Duration::from_millis(100);
 /// How often the rate meters are fed.
 const RATES_INTERVAL: Duration = Duration::from_secs(1);
 
+/// When `every` has passed since `*last`: restarts the period and returns the seconds it
+/// lasted.
+fn due(last: &mut Instant, every: Duration) -> Option<f64> {
+    let elapsed = last.elapsed();
+    (elapsed >= every).then(|| {
+        *last = Instant::now();
+        elapsed.as_secs_f64()
+    })
+}
+
 fn housekeeping_loop(shared: Arc<Shared>) {
-    let mut last_rates = Instant::now();
-    let mut last_sync = Instant::now();
-    let mut last_trim = Instant::now();
+    let (mut last_sync, mut last_trim, mut last_rates) =
+        (Instant::now(), Instant::now(), Instant::now());
     while !shared.closing.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));
-        if shared.cfg.data_dir.is_some() && last_sync.elapsed() >= SYNC_INTERVAL {
-            last_sync = Instant::now();
+        if shared.cfg.data_dir.is_some() && due(&mut last_sync, SYNC_INTERVAL).is_some() {
             shared.sync_topics();
         }
-        if last_trim.elapsed() >= RETENTION_INTERVAL {
-            last_trim = Instant::now();
+        if due(&mut last_trim, RETENTION_INTERVAL).is_some() {
             for t in shared.topics() {
                 t.trim();
             }
         }
-        if last_rates.elapsed() >= RATES_INTERVAL {
-            let secs = last_rates.elapsed().as_secs_f64();
-            last_rates = Instant::now();
+        if let Some(secs) = due(&mut last_rates, RATES_INTERVAL) {
             crate::stats::update_rates(&shared, secs);
         }
     }

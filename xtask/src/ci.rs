@@ -86,32 +86,30 @@ fn used_mib(path: &Path) -> Option<u64> {
     if !path.exists() {
         return Some(0);
     }
-    let out = std::process::Command::new("du")
-        .arg("-sk")
-        .arg(path)
-        .output()
-        .ok()?;
-    let text = String::from_utf8(out.stdout).ok()?;
-    let kib: u64 = text.split_whitespace().next()?.parse().ok()?;
-    Some(kib / 1024)
+    kib_field("du", &["-sk".as_ref(), path.as_os_str()], 0, 0).map(|k| k / 1024)
 }
 
 /// Free MiB on the file system of `path` (or of its nearest existing ancestor), read from the
-/// POSIX `df -Pk`; `None` if `df` is missing or prints something else.
+/// POSIX `df -Pk`.
 fn free_mib(path: &Path) -> Option<u64> {
     let existing = path.ancestors().find(|p| p.exists())?;
-    let out = std::process::Command::new("df")
-        .arg("-Pk")
-        .arg(existing)
-        .output()
-        .ok()?;
+    kib_field("df", &["-Pk".as_ref(), existing.as_os_str()], 1, 3).map(|k| k / 1024)
+}
+
+/// Runs `prog args` and parses field `field` (whitespace-separated) of output line `line` as
+/// a number; `None` if the command is missing, fails or prints something else.
+fn kib_field(prog: &str, args: &[&std::ffi::OsStr], line: usize, field: usize) -> Option<u64> {
+    let out = std::process::Command::new(prog).args(args).output().ok()?;
     if !out.status.success() {
         return None;
     }
     let text = String::from_utf8(out.stdout).ok()?;
-    let line = text.lines().nth(1)?;
-    let avail_kib: u64 = line.split_whitespace().nth(3)?.parse().ok()?;
-    Some(avail_kib / 1024)
+    text.lines()
+        .nth(line)?
+        .split_whitespace()
+        .nth(field)?
+        .parse()
+        .ok()
 }
 
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
