@@ -64,6 +64,11 @@ pub struct BrokerConfig {
     /// `isDelayedDeliveryDeliverAtTimeStrict`). Default on, 1000 ms, strict (never early;
     /// Pulsar's default is not strict: up to one tick early).
     pub delayed_delivery: dispatcher::DelayedDelivery,
+    /// Check every frame written against the protocol's field rules as Pulsar's Java client
+    /// reads them (`--check-frames`, for test suites): a frame with a repeated non-repeated
+    /// field or a missing required field is logged at ERROR and its connection closed, so a
+    /// test with any client fails on it. Costs a protobuf walk per frame.
+    pub check_frames: bool,
 }
 
 impl Default for BrokerConfig {
@@ -79,6 +84,7 @@ impl Default for BrokerConfig {
             legacy: Legacy::default(),
             key_shared_max_unacked_per_key: 0,
             delayed_delivery: dispatcher::DelayedDelivery::default(),
+            check_frames: false,
         }
     }
 }
@@ -135,6 +141,9 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
                             mark-delete-cleanup (Key_Shared skip/expiry releases draining
                             keys), orphan-chunk-replay (Shared stalls on an orphan chunk),
                             unordered-nack (nack as Pulsar: no key-serial, no PIP-493 order)
+  --check-frames            for test suites: check every frame written as Pulsar's Java client
+                            reads it (no repeated non-repeated field, every required field);
+                            a frame that fails is logged at ERROR and its connection closed
 
 The first two lines on stdout are the service URL and the admin URL. Logs go to stderr
 (RUST_LOG sets the filter, default info).";
@@ -155,6 +164,10 @@ impl BrokerConfig {
             };
             if name == "--help" || name == "-h" {
                 return Err(ConfigError::Help);
+            }
+            if flag == "--check-frames" {
+                cfg.check_frames = true;
+                continue;
             }
             let known = [
                 "--listen",
@@ -274,6 +287,16 @@ mod tests {
         assert_eq!(c.max_message_size, 10240);
         assert_eq!(c.max_frame_size(), 10240 + 10240);
         assert_eq!(c.data_dir.as_deref(), Some(std::path::Path::new("/tmp/x")));
+        assert!(!c.check_frames);
+        assert!(
+            BrokerConfig::parse_args(["--check-frames"])
+                .unwrap()
+                .check_frames
+        );
+        assert!(matches!(
+            BrokerConfig::parse_args(["--check-frames=yes"]).unwrap_err(),
+            ConfigError::UnknownArgument(_)
+        ));
     }
 
     #[test]

@@ -22,7 +22,7 @@ use cursor::Position;
 use dispatcher::{
     ConsumerHandle, ConsumerId, ConsumerSpec, HashRange, KeySharedConfig, KeySharedMode,
 };
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 use wire::proto::{self, base_command::Type, BaseCommand, ServerError};
 
 use crate::server::Shared;
@@ -43,6 +43,8 @@ const CLOSE_FLUSH: Duration = Duration::from_millis(500);
 struct Producer {
     topic: Arc<Topic>,
     name: String,
+    /// The version of the producer's schema (empty without one), repeated to a repeated PRODUCER.
+    schema_version: Vec<u8>,
     warned_batch: bool,
 }
 
@@ -77,9 +79,10 @@ pub(crate) fn serve(shared: Arc<Shared>, conn_id: u64, stream: TcpStream) {
     };
     let (tx, rx) = bounded::<Vec<u8>>(WRITE_QUEUE);
     shared.register_writer(conn_id, tx.clone());
+    let check = shared.cfg.check_frames;
     let writer = std::thread::Builder::new()
         .name(format!("conn-{conn_id}-write"))
-        .spawn(move || write_loop(write_half, rx));
+        .spawn(move || write_loop(write_half, rx, check));
     let Ok(writer) = writer else {
         warn!(peer, "cannot spawn the writer thread; closing");
         return;
@@ -114,12 +117,20 @@ pub(crate) fn serve(shared: Arc<Shared>, conn_id: u64, stream: TcpStream) {
     let _ = writer.join();
 }
 
-fn write_loop(mut stream: TcpStream, rx: Receiver<Vec<u8>>) {
+fn write_loop(mut stream: TcpStream, rx: Receiver<Vec<u8>>, check: bool) {
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     while let Ok(first) = rx.recv() {
+        if check && !frames_pass(&first) {
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
         buf.extend_from_slice(&first);
         while buf.len() < 256 * 1024 {
             match rx.try_recv() {
+                Ok(more) if check && !frames_pass(&more) => {
+                    let _ = stream.shutdown(Shutdown::Both);
+                    return;
+                }
                 Ok(more) => buf.extend_from_slice(&more),
                 Err(_) => break,
             }
@@ -132,6 +143,25 @@ fn write_loop(mut stream: TcpStream, rx: Receiver<Vec<u8>>) {
         buf.clear();
     }
     let _ = stream.flush();
+}
+
+/// `--check-frames`: whether every frame of a queued buffer reads as the strictest client
+/// reads it; a failure is logged with the frame's command type.
+fn frames_pass(buf: &[u8]) -> bool {
+    for frame in wire::strict::frames(buf) {
+        let failed = match frame {
+            Ok(f) => wire::strict::check_frame(f).err().map(|e| (e, Some(f))),
+            Err(e) => Some((e, None)),
+        };
+        if let Some((e, f)) = failed {
+            let command = f
+                .and_then(|f| wire::decode_frame(f).ok())
+                .map(|f| f.command.r#type());
+            error!(error = %e, ?command, "--check-frames: a frame a strict client cannot read; closing the connection");
+            return false;
+        }
+    }
+    true
 }
 
 struct Conn {
@@ -288,6 +318,8 @@ impl Conn {
             Type::Unsubscribe => self.on_unsubscribe(&cmd),
             Type::Seek => self.on_seek(&cmd),
             Type::GetLastMessageId => self.on_get_last_message_id(&cmd),
+            Type::GetSchema => self.on_get_schema(&cmd),
+            Type::GetOrCreateSchema => self.on_get_or_create_schema(&cmd),
             other => {
                 debug!(conn = self.id, command = ?other, "unsupported command");
                 self.send_error(
@@ -410,6 +442,52 @@ impl Conn {
         }
     }
 
+    /// GET_SCHEMA: the topic's schema of the asked version (the latest without one); a topic
+    /// without it is answered `TopicNotFound` in GET_SCHEMA_RESPONSE, as Pulsar does, which
+    /// clients read as "no schema".
+    fn on_get_schema(&mut self, cmd: &BaseCommand) {
+        let Some(g) = &cmd.get_schema else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let found = TopicName::parse(&g.topic)
+            .ok()
+            .and_then(|n| self.shared.existing_topic(&n.full()))
+            .and_then(|t| t.schemas.get(g.schema_version.as_deref()));
+        self.send(&match found {
+            Some((schema, version)) => {
+                wire::commands::get_schema_response(g.request_id, schema, version)
+            }
+            None => wire::commands::get_schema_failed(
+                g.request_id,
+                ServerError::TopicNotFound,
+                "Topic not found or no-schema",
+            ),
+        });
+    }
+
+    /// GET_OR_CREATE_SCHEMA (a producer whose message carries another schema than its own, as
+    /// the Java client's dead-letter producer with AUTO_PRODUCE_BYTES): the schema's version,
+    /// added to the topic when it is new.
+    fn on_get_or_create_schema(&mut self, cmd: &BaseCommand) {
+        let Some(g) = &cmd.get_or_create_schema else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let failed = |error, message: &str| {
+            wire::commands::get_or_create_schema_failed(g.request_id, error, message)
+        };
+        let reply = match TopicName::parse(&g.topic) {
+            Err(e) => failed(ServerError::InvalidTopicName, &e),
+            Ok(name) => match self.shared.topic(&name) {
+                Err(e) => failed(ServerError::PersistenceError, &e.to_string()),
+                Ok(topic) => wire::commands::get_or_create_schema_response(
+                    g.request_id,
+                    topic.schemas.get_or_create(&g.schema),
+                ),
+            },
+        };
+        self.send(&reply);
+    }
+
     fn on_producer(&mut self, cmd: &BaseCommand) {
         let Some(p) = &cmd.producer else {
             return self.send_error(0, ServerError::UnknownError, "missing body");
@@ -420,12 +498,11 @@ impl Conn {
         };
         if let Some(existing) = self.producers.get(&p.producer_id) {
             // A repeated PRODUCER for a ready producer: Pulsar answers success again.
-            let name = existing.name.clone();
             return self.send(&wire::commands::producer_success(
                 p.request_id,
-                &name,
+                &existing.name,
                 -1,
-                None,
+                existing.schema_version.clone(),
             ));
         }
         let topic = match self.shared.topic(&name) {
@@ -453,12 +530,18 @@ impl Conn {
                 ),
             );
         }
+        let schema_version = p
+            .schema
+            .as_ref()
+            .map(|s| topic.schemas.get_or_create(s))
+            .unwrap_or_default();
         debug!(conn = self.id, topic = %topic.name, producer = %producer_name, "producer created");
         self.producers.insert(
             p.producer_id,
             Producer {
                 topic,
                 name: producer_name.clone(),
+                schema_version: schema_version.clone(),
                 warned_batch: false,
             },
         );
@@ -466,7 +549,7 @@ impl Conn {
             p.request_id,
             &producer_name,
             -1,
-            None,
+            schema_version,
         ));
     }
 

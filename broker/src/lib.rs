@@ -17,7 +17,8 @@
 //!   partitioned.
 //!
 //! Does not: authenticate, encrypt (no TLS), serve partitioned topics, Failover
-//! subscriptions, schemas, transactions or geo-replication. Without `--data-dir` everything is
+//! subscriptions, transactions or geo-replication, or check schema compatibility (schemas get
+//! versions, in memory). Without `--data-dir` everything is
 //! in memory.
 //!
 //! ```no_run
@@ -33,6 +34,7 @@
 mod admin;
 mod config;
 mod conn;
+mod schema;
 mod server;
 mod stats;
 mod storage;

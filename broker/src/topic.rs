@@ -314,6 +314,8 @@ pub(crate) struct Topic {
     key_shared: std::sync::atomic::AtomicBool,
     /// Messages and bytes in (rates).
     pub rate_in: Mutex<(Rate, Rate)>,
+    /// The topic's schemas and their versions (in memory).
+    pub schemas: crate::schema::SchemaRegistry,
 }
 
 impl std::fmt::Debug for Topic {
@@ -342,6 +344,7 @@ impl Topic {
             producers: Mutex::new(BTreeMap::new()),
             key_shared: std::sync::atomic::AtomicBool::new(false),
             rate_in: Mutex::new((Rate::default(), Rate::default())),
+            schemas: crate::schema::SchemaRegistry::default(),
         }
     }
 
@@ -410,6 +413,7 @@ impl Topic {
             producers: Mutex::new(BTreeMap::new()),
             key_shared: std::sync::atomic::AtomicBool::new(false),
             rate_in: Mutex::new((Rate::default(), Rate::default())),
+            schemas: crate::schema::SchemaRegistry::default(),
         };
         topic.recover_subscriptions(&dir.join("subscriptions"))?;
         Ok(topic)

@@ -6,6 +6,8 @@ manager that always stops it), talks to it with the stock `pulsar-client` wheel 
 
 Environment:
   BROKER_BIN       path of the broker binary (required)
+  BROKER_ARGS      extra broker flags, whitespace-separated, added to every broker started
+                   (`cargo xtask interop` sets `--check-frames`)
   INTEROP_LOG_DIR  where broker stderr, client logs and processing logs go (default: a temp dir)
 
 Everything listens on 127.0.0.1 only, and every wait here is bounded in time.
@@ -119,7 +121,7 @@ def spawn_broker(args, stderr_path):
     stderr = open(stderr_path, "wb")
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        args,
+        [*args, *os.environ.get("BROKER_ARGS", "").split()],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=stderr,

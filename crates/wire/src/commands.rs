@@ -9,12 +9,13 @@ use crate::proto::{
     command_partitioned_topic_metadata_response, command_subscribe, BaseCommand, CommandAck,
     CommandAckResponse, CommandCloseConsumer, CommandCloseProducer, CommandConnect,
     CommandConnected, CommandError, CommandFlow, CommandGetLastMessageId,
-    CommandGetLastMessageIdResponse, CommandLookupTopic, CommandLookupTopicResponse,
-    CommandMessage, CommandPartitionedTopicMetadata, CommandPartitionedTopicMetadataResponse,
-    CommandPing, CommandPong, CommandProducer, CommandProducerSuccess, CommandReachedEndOfTopic,
+    CommandGetLastMessageIdResponse, CommandGetOrCreateSchemaResponse, CommandGetSchemaResponse,
+    CommandLookupTopic, CommandLookupTopicResponse, CommandMessage,
+    CommandPartitionedTopicMetadata, CommandPartitionedTopicMetadataResponse, CommandPing,
+    CommandPong, CommandProducer, CommandProducerSuccess, CommandReachedEndOfTopic,
     CommandRedeliverUnacknowledgedMessages, CommandSeek, CommandSend, CommandSendError,
     CommandSendReceipt, CommandSubscribe, CommandSuccess, CommandUnsubscribe, FeatureFlags,
-    KeySharedMeta, MessageIdData, ServerError,
+    KeySharedMeta, MessageIdData, Schema, ServerError,
 };
 
 /// The newest protocol version in the vendored `PulsarApi.proto` (v21).
@@ -134,23 +135,88 @@ pub fn lookup_failed(request_id: u64, error: ServerError, message: &str) -> Base
 }
 
 /// PRODUCER_SUCCESS: the producer's name (assigned by the broker unless the client provided
-/// one), the last stored sequence id (-1 when unknown), `producer_ready: true`.
+/// one), the last stored sequence id (-1 when unknown), the topic's `schema_version` for the
+/// producer's schema (empty while the topic has none), `producer_ready: true`.
+///
+/// `schema_version` is always written: the field is optional in the proto, but the Java client
+/// reads it unconditionally (`IllegalStateException: Field 'schema_version' is not set`).
 pub fn producer_success(
     request_id: u64,
     producer_name: &str,
     last_sequence_id: i64,
-    schema_version: Option<Vec<u8>>,
+    schema_version: Vec<u8>,
 ) -> BaseCommand {
     BaseCommand {
         producer_success: Some(Box::new(CommandProducerSuccess {
             request_id,
             producer_name: producer_name.to_owned(),
             last_sequence_id: Some(last_sequence_id),
-            schema_version,
+            schema_version: Some(schema_version),
             topic_epoch: None,
             producer_ready: Some(true),
         })),
         ..base(Type::ProducerSuccess)
+    }
+}
+
+/// GET_SCHEMA_RESPONSE with the schema and its version.
+pub fn get_schema_response(
+    request_id: u64,
+    schema: Schema,
+    schema_version: Vec<u8>,
+) -> BaseCommand {
+    BaseCommand {
+        get_schema_response: Some(Box::new(CommandGetSchemaResponse {
+            request_id,
+            schema: Some(schema),
+            schema_version: Some(schema_version),
+            ..Default::default()
+        })),
+        ..base(Type::GetSchemaResponse)
+    }
+}
+
+/// GET_SCHEMA_RESPONSE with an error: the frame a client waits for on a failed GET_SCHEMA
+/// ([`ServerError::TopicNotFound`] is what Pulsar answers when the topic has no such schema,
+/// and what clients read as "no schema").
+pub fn get_schema_failed(request_id: u64, error: ServerError, message: &str) -> BaseCommand {
+    BaseCommand {
+        get_schema_response: Some(Box::new(CommandGetSchemaResponse {
+            request_id,
+            error_code: Some(error as i32),
+            error_message: Some(message.to_owned()),
+            ..Default::default()
+        })),
+        ..base(Type::GetSchemaResponse)
+    }
+}
+
+/// GET_OR_CREATE_SCHEMA_RESPONSE with the version of the schema (found or just added).
+pub fn get_or_create_schema_response(request_id: u64, schema_version: Vec<u8>) -> BaseCommand {
+    BaseCommand {
+        get_or_create_schema_response: Some(Box::new(CommandGetOrCreateSchemaResponse {
+            request_id,
+            schema_version: Some(schema_version),
+            ..Default::default()
+        })),
+        ..base(Type::GetOrCreateSchemaResponse)
+    }
+}
+
+/// GET_OR_CREATE_SCHEMA_RESPONSE with an error (e.g. [`ServerError::IncompatibleSchema`]).
+pub fn get_or_create_schema_failed(
+    request_id: u64,
+    error: ServerError,
+    message: &str,
+) -> BaseCommand {
+    BaseCommand {
+        get_or_create_schema_response: Some(Box::new(CommandGetOrCreateSchemaResponse {
+            request_id,
+            error_code: Some(error as i32),
+            error_message: Some(message.to_owned()),
+            ..Default::default()
+        })),
+        ..base(Type::GetOrCreateSchemaResponse)
     }
 }
 

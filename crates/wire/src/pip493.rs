@@ -10,15 +10,18 @@
 //! }
 //! ```
 //!
-//! Both extensions ride on protobuf's merge rule: the extra fields are appended to the encoded
-//! `BaseCommand` (or `CommandConnected`) and a peer that knows them merges them in, while a
-//! peer that does not skips them. [`decode_frame`](crate::decode_frame) accepts type 82 and
+//! Both extensions are unknown fields to a peer that does not know them, and every client skips
+//! unknown fields. Each is written inside the one message it belongs to: field 82 once in the
+//! `BaseCommand`, and field 10 inside the one `FeatureFlags` of the one `CommandConnected`
+//! (or `CommandConnect`). Never as a second occurrence of a message field relying on
+//! protobuf's merge rule: Pulsar's Java protocol code (LightProto) starts a new message on a
+//! second occurrence instead of merging, and then misses every required field of the first. [`decode_frame`](crate::decode_frame) accepts type 82 and
 //! puts the decoded command in [`Frame::negative_ack`](crate::Frame::negative_ack). The
 //! proposal is open (apache/pulsar pull request 26418); no released client sends it yet.
 
 use prost::Message;
 
-use crate::proto::{base_command, BaseCommand, CommandConnected, MessageIdData};
+use crate::proto::{base_command, BaseCommand, CommandConnected, FeatureFlags, MessageIdData};
 
 /// `BaseCommand.type` and field number of `CommandNegativeAck`.
 pub const NEGATIVE_ACK: i32 = 82;
@@ -120,40 +123,58 @@ pub fn encode_negative_ack(cmd: &CommandNegativeAck, out: &mut Vec<u8>) {
     frame(&[&base, &field], out);
 }
 
-/// Appends a CONNECTED frame that also advertises `supports_key_ordered_negative_ack`.
-pub fn encode_connected_with_flag(connected: CommandConnected, out: &mut Vec<u8>) {
+/// Appends a CONNECTED frame that also advertises `supports_key_ordered_negative_ack`, inside
+/// the command's one `FeatureFlags` (any flags already set in `connected` are kept).
+pub fn encode_connected_with_flag(mut connected: CommandConnected, out: &mut Vec<u8>) {
+    let flags = connected.feature_flags.take().unwrap_or_default();
     let base = BaseCommand {
         r#type: base_command::Type::Connected as i32,
-        connected: Some(Box::new(connected)),
         ..Default::default()
     }
     .encode_to_vec();
-    let flag = CommandWithFlags {
-        connect: None,
-        connected: Some(ConnectedFlags {
-            flags: Some(FlagField {
-                supports_key_ordered_negative_ack: Some(true),
-            }),
-        }),
-    }
-    .encode_to_vec();
-    frame(&[&base, &flag], out);
+    let inner = with_flag_inside(&connected.encode_to_vec(), CONNECTED_FLAGS_FIELD, &flags);
+    let mut cmd = base;
+    push_message_field(CONNECTED_FIELD, &inner, &mut cmd);
+    frame(&[&cmd], out);
 }
 
 /// Appends a CONNECT frame that advertises `supports_key_ordered_negative_ack` (a PIP-493
-/// client's side; tests).
-pub fn encode_connect_with_flag(connect: BaseCommand, out: &mut Vec<u8>) {
-    let base = connect.encode_to_vec();
-    let flag = CommandWithFlags {
-        connect: Some(ConnectFlags {
-            flags: Some(FlagField {
-                supports_key_ordered_negative_ack: Some(true),
-            }),
-        }),
-        connected: None,
+/// client's side; tests), inside the command's one `FeatureFlags`.
+pub fn encode_connect_with_flag(mut connect: BaseCommand, out: &mut Vec<u8>) {
+    let mut body = connect.connect.take().map(|b| *b).unwrap_or_default();
+    let flags = body.feature_flags.take().unwrap_or_default();
+    let inner = with_flag_inside(&body.encode_to_vec(), CONNECT_FLAGS_FIELD, &flags);
+    let mut cmd = connect.encode_to_vec();
+    push_message_field(CONNECT_FIELD, &inner, &mut cmd);
+    frame(&[&cmd], out);
+}
+
+/// `BaseCommand.connect` and `BaseCommand.connected`.
+const CONNECT_FIELD: u32 = 2;
+const CONNECTED_FIELD: u32 = 3;
+/// `CommandConnect.feature_flags` and `CommandConnected.feature_flags`.
+const CONNECT_FLAGS_FIELD: u32 = 10;
+const CONNECTED_FLAGS_FIELD: u32 = 4;
+
+/// `body` (encoded without feature flags) followed by its one feature-flags field: `flags`
+/// with `supports_key_ordered_negative_ack` set.
+fn with_flag_inside(body: &[u8], flags_field: u32, flags: &FeatureFlags) -> Vec<u8> {
+    let mut flag_bytes = flags.encode_to_vec();
+    FlagField {
+        supports_key_ordered_negative_ack: Some(true),
     }
-    .encode_to_vec();
-    frame(&[&base, &flag], out);
+    .encode(&mut flag_bytes)
+    .expect("a Vec grows");
+    let mut out = body.to_vec();
+    push_message_field(flags_field, &flag_bytes, &mut out);
+    out
+}
+
+/// Appends one length-delimited field.
+fn push_message_field(field: u32, bytes: &[u8], out: &mut Vec<u8>) {
+    prost::encoding::encode_key(field, prost::encoding::WireType::LengthDelimited, out);
+    prost::encoding::encode_varint(bytes.len() as u64, out);
+    out.extend_from_slice(bytes);
 }
 
 #[cfg(test)]

@@ -111,7 +111,7 @@ fn broker_side_constructors() {
     );
 
     let p = rt(
-        commands::producer_success(0, "fake-1-0", -1, None),
+        commands::producer_success(0, "fake-1-0", -1, Vec::new()),
         Type::ProducerSuccess,
     )
     .producer_success
@@ -121,12 +121,13 @@ fn broker_side_constructors() {
             p.request_id,
             p.producer_name.as_str(),
             p.last_sequence_id,
-            p.producer_ready
+            p.producer_ready,
+            p.schema_version.as_deref(),
         ),
-        (0, "fake-1-0", Some(-1), Some(true))
+        (0, "fake-1-0", Some(-1), Some(true), Some(&[][..]))
     );
     let p = rt(
-        commands::producer_success(0, "n", 41, Some(vec![1, 2])),
+        commands::producer_success(0, "n", 41, vec![1, 2]),
         Type::ProducerSuccess,
     )
     .producer_success

@@ -1,0 +1,389 @@
+//! A strict reading of the commands a broker writes, as the strictest client reads them.
+//!
+//! prost, like the C++, Go and Python clients' protobuf code, merges a second occurrence of a
+//! non-repeated message field into the first and fills absent required fields with defaults.
+//! Pulsar's Java client (its LightProto code) does neither: a second occurrence starts the
+//! field anew, and a required field left unset fails the whole command
+//! (`IllegalStateException: Some required fields are missing`). A frame that every lenient
+//! client reads can so be unreadable for Java. [`check_frame`] refuses exactly those frames:
+//!
+//! * a non-repeated field that occurs twice in one message ([`StrictError::Repeated`]);
+//! * a required field that is absent ([`StrictError::MissingRequired`]);
+//! * a known field with another wire type than its declaration ([`StrictError::WireType`]);
+//! * bytes that are not protobuf ([`StrictError::Malformed`]).
+//!
+//! Unknown fields are allowed (every client skips them), and so is a packed encoding of a
+//! repeated scalar. The payload section of a MESSAGE (the producer's metadata, stored verbatim)
+//! is not checked: the broker does not write it.
+//!
+//! ```
+//! use wire::{commands, encode_command, strict};
+//!
+//! let mut frame = Vec::new();
+//! encode_command(&commands::connected("broker", 21, 5 << 20), &mut frame);
+//! assert_eq!(strict::check_frame(&frame), Ok(()));
+//!
+//! // The same CONNECTED followed by a second `connected` field: prost merges it, Java fails.
+//! let mut twice = frame.clone();
+//! twice.extend_from_slice(&[0x1a, 0x00]); // field 3 (connected), length 0
+//! let n = (twice.len() - 4) as u32;
+//! twice[..4].copy_from_slice(&n.to_be_bytes());
+//! twice[4..8].copy_from_slice(&(n - 4).to_be_bytes());
+//! assert!(matches!(strict::check_frame(&twice), Err(strict::StrictError::Repeated { .. })));
+//! ```
+
+/// How a field is labelled in the .proto.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Label {
+    Required,
+    Optional,
+    Repeated,
+}
+
+/// The wire type a field is declared with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wire {
+    Varint,
+    Fixed64,
+    Len,
+    /// Pulsar's proto has no 32-bit fixed field today; the table would name one.
+    #[allow(dead_code)]
+    Fixed32,
+}
+
+/// One field of a message (generated into `proto/fields.rs`).
+#[derive(Debug)]
+pub(crate) struct FieldRule {
+    pub(crate) number: u32,
+    pub(crate) name: &'static str,
+    pub(crate) label: Label,
+    pub(crate) wire: Wire,
+    /// The index of its message type in `MESSAGES`, for message fields.
+    pub(crate) message: Option<usize>,
+}
+
+/// The fields of one message, sorted by number.
+#[derive(Debug)]
+pub(crate) struct MessageRules {
+    pub(crate) name: &'static str,
+    pub(crate) fields: &'static [FieldRule],
+}
+
+#[allow(clippy::all, clippy::pedantic, unreachable_pub)]
+#[rustfmt::skip]
+mod generated {
+    include!("proto/fields.rs");
+}
+use generated::{BASE_COMMAND, MESSAGES};
+
+/// Nesting deeper than this is refused (Pulsar's messages nest three levels at most).
+const MAX_DEPTH: usize = 16;
+
+/// Why a strict reader refuses a frame.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StrictError {
+    /// A non-repeated field occurs more than once in one message.
+    #[error("{message}.{field} occurs more than once")]
+    Repeated {
+        /// The message that holds the field.
+        message: &'static str,
+        /// The field's name in the .proto.
+        field: &'static str,
+    },
+    /// A required field is absent.
+    #[error("required field {message}.{field} is missing")]
+    MissingRequired {
+        /// The message that lacks the field.
+        message: &'static str,
+        /// The field's name in the .proto.
+        field: &'static str,
+    },
+    /// A known field is encoded with another wire type than declared.
+    #[error("{message}.{field} has wire type {got}")]
+    WireType {
+        /// The message that holds the field.
+        message: &'static str,
+        /// The field's name in the .proto.
+        field: &'static str,
+        /// The wire type found.
+        got: u8,
+    },
+    /// The bytes are not a protobuf message (or the frame's sizes do not add up).
+    #[error("malformed {message}: {what}")]
+    Malformed {
+        /// What was being read.
+        message: &'static str,
+        /// What is wrong.
+        what: &'static str,
+    },
+}
+
+/// Checks one whole frame (`[u32 total][u32 cmd_size][BaseCommand]…`, as written on the wire):
+/// its `BaseCommand` and every message inside it. The payload section, if any, is not read.
+pub fn check_frame(frame: &[u8]) -> Result<(), StrictError> {
+    let malformed = |what| StrictError::Malformed {
+        message: "frame",
+        what,
+    };
+    let word = |at: usize| -> Result<usize, StrictError> {
+        let b = frame
+            .get(at..at + 4)
+            .ok_or(malformed("shorter than its header"))?;
+        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    };
+    let (total, cmd_size) = (word(0)?, word(4)?);
+    if total.checked_add(4) != Some(frame.len()) || cmd_size > total.saturating_sub(4) {
+        return Err(malformed("sizes do not match its length"));
+    }
+    check_command(&frame[8..8 + cmd_size])
+}
+
+/// Checks the bytes of one `BaseCommand`.
+pub fn check_command(bytes: &[u8]) -> Result<(), StrictError> {
+    check_message(BASE_COMMAND, bytes, 0)
+}
+
+/// Splits a buffer of whole frames (as a writer queue holds them) into frames; `None` when the
+/// sizes do not add up.
+pub fn frames(mut buf: &[u8]) -> impl Iterator<Item = Result<&[u8], StrictError>> {
+    std::iter::from_fn(move || {
+        if buf.is_empty() {
+            return None;
+        }
+        let Some(len) = buf
+            .get(..4)
+            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize + 4)
+            .filter(|&n| n <= buf.len())
+        else {
+            buf = &[];
+            return Some(Err(StrictError::Malformed {
+                message: "frame",
+                what: "sizes do not match the buffer",
+            }));
+        };
+        let (one, rest) = buf.split_at(len);
+        buf = rest;
+        Some(Ok(one))
+    })
+}
+
+fn check_message(index: usize, mut bytes: &[u8], depth: usize) -> Result<(), StrictError> {
+    let rules = &MESSAGES[index];
+    let malformed = |what| StrictError::Malformed {
+        message: rules.name,
+        what,
+    };
+    if depth > MAX_DEPTH {
+        return Err(malformed("nested too deep"));
+    }
+    let mut seen = vec![false; rules.fields.len()];
+    while !bytes.is_empty() {
+        let key = varint(&mut bytes).ok_or(malformed("truncated key"))?;
+        let number = u32::try_from(key >> 3).map_err(|_| malformed("field number"))?;
+        let wire = (key & 7) as u8;
+        let body = take_value(wire, &mut bytes).ok_or(malformed("truncated value"))?;
+        let Ok(i) = rules.fields.binary_search_by_key(&number, |f| f.number) else {
+            continue; // unknown: skipped by every client
+        };
+        let f = &rules.fields[i];
+        let expected = match f.wire {
+            Wire::Varint => 0,
+            Wire::Fixed64 => 1,
+            Wire::Len => 2,
+            Wire::Fixed32 => 5,
+        };
+        let packed = f.label == Label::Repeated && f.wire != Wire::Len && wire == 2;
+        if wire != expected && !packed {
+            return Err(StrictError::WireType {
+                message: rules.name,
+                field: f.name,
+                got: wire,
+            });
+        }
+        if seen[i] && f.label != Label::Repeated {
+            return Err(StrictError::Repeated {
+                message: rules.name,
+                field: f.name,
+            });
+        }
+        seen[i] = true;
+        if let (Some(inner), Some(body)) = (f.message, body) {
+            check_message(inner, body, depth + 1)?;
+        }
+    }
+    match rules
+        .fields
+        .iter()
+        .zip(&seen)
+        .find(|(f, seen)| f.label == Label::Required && !**seen)
+    {
+        Some((f, _)) => Err(StrictError::MissingRequired {
+            message: rules.name,
+            field: f.name,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Reads one base-128 varint.
+fn varint(bytes: &mut &[u8]) -> Option<u64> {
+    let mut value = 0u64;
+    for (i, &b) in bytes.iter().enumerate().take(10) {
+        value |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            *bytes = &bytes[i + 1..];
+            return Some(value);
+        }
+    }
+    None
+}
+
+/// Skips one value of wire type `wire`; returns its bytes for a length-delimited one
+/// (`Some(None)` for the others), `None` when the bytes end early or the type is unknown.
+fn take_value<'a>(wire: u8, bytes: &mut &'a [u8]) -> Option<Option<&'a [u8]>> {
+    let skip = |n: usize, bytes: &mut &'a [u8]| -> Option<&'a [u8]> {
+        let (value, rest) = (bytes.get(..n)?, bytes.get(n..)?);
+        *bytes = rest;
+        Some(value)
+    };
+    match wire {
+        0 => varint(bytes).map(|_| None),
+        1 => skip(8, bytes).map(|_| None),
+        2 => {
+            let n = usize::try_from(varint(bytes)?).ok()?;
+            skip(n, bytes).map(Some)
+        }
+        5 => skip(4, bytes).map(|_| None),
+        _ => None, // groups (3, 4) are not used by Pulsar; 6 and 7 do not exist
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{commands, encode_command, pip493, proto};
+    use prost::Message;
+
+    fn frame_of(cmd_bytes: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&(cmd_bytes.len() as u32 + 4).to_be_bytes());
+        out.extend_from_slice(&(cmd_bytes.len() as u32).to_be_bytes());
+        out.extend_from_slice(cmd_bytes);
+        out
+    }
+
+    #[test]
+    fn the_generated_table_matches_the_proto() {
+        let base = &MESSAGES[BASE_COMMAND];
+        assert_eq!(base.name, "BaseCommand");
+        assert_eq!(base.fields[0].name, "type");
+        assert_eq!(base.fields[0].label, Label::Required);
+        let connected = base.fields.iter().find(|f| f.number == 3).unwrap();
+        assert_eq!(
+            MESSAGES[connected.message.unwrap()].name,
+            "CommandConnected"
+        );
+        for m in MESSAGES {
+            assert!(
+                m.fields.windows(2).all(|w| w[0].number < w[1].number),
+                "{}",
+                m.name
+            );
+        }
+    }
+
+    #[test]
+    fn every_constructor_passes() {
+        let id = crate::convert::message_id(cursor::Position::new(3, 4));
+        let cmds = [
+            commands::connected("b", 21, 1 << 20),
+            commands::pong(),
+            commands::ping(),
+            commands::lookup_response(1, "pulsar://x:1", true),
+            commands::producer_success(2, "p", -1, Vec::new()),
+            commands::send_receipt(1, 2, None, id.clone()),
+            commands::message(1, id, 0, Some(vec![1])),
+            commands::success(9),
+        ];
+        for c in cmds {
+            let mut f = Vec::new();
+            encode_command(&c, &mut f);
+            assert_eq!(check_frame(&f), Ok(()), "{:?}", c.r#type());
+        }
+    }
+
+    #[test]
+    fn the_flagged_connected_is_one_message() {
+        let c = commands::connected("b", 21, 1 << 20).connected.unwrap();
+        let mut f = Vec::new();
+        pip493::encode_connected_with_flag(*c, &mut f);
+        assert_eq!(check_frame(&f), Ok(()));
+        let mut c = Vec::new();
+        pip493::encode_connect_with_flag(commands::connect("t", 21), &mut c);
+        assert_eq!(check_frame(&c), Ok(()));
+    }
+
+    #[test]
+    fn a_second_occurrence_and_a_missing_required_field_are_refused() {
+        // What the broker once wrote: CONNECTED, then a second `connected` carrying only a flag.
+        let mut cmd = commands::connected("b", 21, 1 << 20).encode_to_vec();
+        cmd.extend_from_slice(&[0x1a, 0x04, 0x22, 0x02, 0x50, 0x01]);
+        assert_eq!(
+            check_frame(&frame_of(&cmd)),
+            Err(StrictError::Repeated {
+                message: "BaseCommand",
+                field: "connected"
+            })
+        );
+        // A CONNECTED without server_version.
+        let bare = proto::BaseCommand {
+            r#type: proto::base_command::Type::Connected as i32,
+            ..Default::default()
+        };
+        let mut bytes = bare.encode_to_vec();
+        bytes.extend_from_slice(&[0x1a, 0x02, 0x10, 0x15]); // connected { protocol_version: 21 }
+        assert_eq!(
+            check_command(&bytes),
+            Err(StrictError::MissingRequired {
+                message: "CommandConnected",
+                field: "server_version"
+            })
+        );
+        // A wire-type mismatch and garbage.
+        assert!(matches!(
+            check_command(&[0x0a, 0x00]),
+            Err(StrictError::WireType { field: "type", .. })
+        ));
+        assert!(matches!(
+            check_command(&[0x08]),
+            Err(StrictError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn frames_splits_a_writer_buffer() {
+        let mut buf = Vec::new();
+        encode_command(&commands::ping(), &mut buf);
+        encode_command(&commands::pong(), &mut buf);
+        let all: Vec<_> = frames(&buf).collect();
+        assert_eq!(all.len(), 2);
+        assert!(all
+            .iter()
+            .all(|f| f.as_ref().is_ok_and(|f| check_frame(f).is_ok())));
+        assert!(frames(&buf[..buf.len() - 1]).any(|f| f.is_err()));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let n = (x % 40) as usize;
+            let bytes: Vec<u8> = (0..n).map(|i| (x >> (i % 8 * 8)) as u8).collect();
+            let _ = check_command(&bytes);
+            let _ = check_frame(&bytes);
+        }
+    }
+}
