@@ -116,16 +116,16 @@ fn broken_frames_and_misuse_are_refused_per_connection() {
 
     // A supported command type the broker does not serve gets ERROR and the connection lives.
     let mut c = Raw::connected(&b);
-    let mut schema = wire::proto::BaseCommand {
-        r#type: Type::GetSchema as i32,
+    let mut topics = wire::proto::BaseCommand {
+        r#type: Type::GetTopicsOfNamespace as i32,
         ..Default::default()
     };
-    schema.get_schema = Some(Box::new(wire::proto::CommandGetSchema {
+    topics.get_topics_of_namespace = Some(Box::new(wire::proto::CommandGetTopicsOfNamespace {
         request_id: 7,
-        topic: TOPIC.into(),
+        namespace: "public/default".into(),
         ..Default::default()
     }));
-    c.send(&schema);
+    c.send(&topics);
     let e = c.expect(Type::Error);
     assert_eq!(e.command.error.unwrap().request_id, 7);
     c.send(&wire::commands::ping());

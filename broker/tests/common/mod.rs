@@ -11,9 +11,17 @@ use broker::{Broker, BrokerConfig};
 use wire::proto::{base_command::Type, BaseCommand, MessageMetadata};
 use wire::Frame;
 
-/// A broker on OS-chosen ports, shut down when dropped.
+/// A broker on OS-chosen ports, shut down when dropped. It checks every frame it writes as the
+/// strictest client reads it (`--check-frames`: a failure closes the connection, so the test
+/// sees it).
 pub fn start_broker(extra: &[&str]) -> Broker {
-    let mut args = vec!["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"];
+    let mut args = vec![
+        "--listen",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--check-frames",
+    ];
     args.extend_from_slice(extra);
     Broker::start(BrokerConfig::parse_args(args).unwrap()).unwrap()
 }

@@ -1,0 +1,130 @@
+//! Schemas over the wire: GET_SCHEMA, GET_OR_CREATE_SCHEMA and a producer's schema share one
+//! per-topic list of versions; PRODUCER_SUCCESS always carries `schema_version`.
+
+mod common;
+
+use common::{start_broker, Raw};
+use wire::proto::{base_command::Type, schema, BaseCommand, Schema, ServerError};
+
+const TOPIC: &str = "persistent://public/default/schemas";
+
+fn json(data: &str) -> Schema {
+    Schema {
+        name: "order".into(),
+        schema_data: data.as_bytes().to_vec(),
+        r#type: schema::Type::Json as i32,
+        properties: Vec::new(),
+    }
+}
+
+fn get_schema(request_id: u64, version: Option<Vec<u8>>) -> BaseCommand {
+    BaseCommand {
+        r#type: Type::GetSchema as i32,
+        get_schema: Some(Box::new(wire::proto::CommandGetSchema {
+            request_id,
+            topic: TOPIC.into(),
+            schema_version: version,
+        })),
+        ..Default::default()
+    }
+}
+
+fn get_or_create(request_id: u64, s: Schema) -> BaseCommand {
+    BaseCommand {
+        r#type: Type::GetOrCreateSchema as i32,
+        get_or_create_schema: Some(Box::new(wire::proto::CommandGetOrCreateSchema {
+            request_id,
+            topic: TOPIC.into(),
+            schema: s,
+            producer_name: None,
+        })),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn versions_are_shared_by_producers_and_schema_requests() {
+    let b = start_broker(&[]);
+    let mut c = Raw::connected(&b);
+
+    // A producer without a schema: an empty version, present (the Java client reads it).
+    c.send(&wire::commands::producer(TOPIC, 1, 1, None));
+    let ok = c
+        .expect(Type::ProducerSuccess)
+        .command
+        .producer_success
+        .unwrap();
+    assert_eq!(ok.schema_version.as_deref(), Some(&[][..]));
+
+    // No schema yet: the reply is the response frame the client waits for, with an error code.
+    c.send(&get_schema(2, None));
+    let r = c
+        .expect(Type::GetSchemaResponse)
+        .command
+        .get_schema_response
+        .unwrap();
+    assert_eq!(
+        (r.request_id, r.error_code()),
+        (2, ServerError::TopicNotFound)
+    );
+
+    // GET_OR_CREATE_SCHEMA adds version 0, and asking again finds it.
+    for request_id in [3, 4] {
+        c.send(&get_or_create(request_id, json("{a}")));
+        let r = c
+            .expect(Type::GetOrCreateSchemaResponse)
+            .command
+            .get_or_create_schema_response
+            .unwrap();
+        assert_eq!(r.request_id, request_id);
+        assert_eq!(r.error_code, None);
+        assert_eq!(r.schema_version, Some(vec![0; 8]));
+    }
+
+    // A producer with another schema gets the next version; with the first, version 0.
+    let mut p = wire::commands::producer(TOPIC, 2, 5, None);
+    p.producer.as_mut().unwrap().schema = Some(json("{b}"));
+    c.send(&p);
+    let ok = c
+        .expect(Type::ProducerSuccess)
+        .command
+        .producer_success
+        .unwrap();
+    assert_eq!(ok.schema_version, Some(vec![0, 0, 0, 0, 0, 0, 0, 1]));
+    let mut p = wire::commands::producer(TOPIC, 3, 6, None);
+    p.producer.as_mut().unwrap().schema = Some(json("{a}"));
+    c.send(&p);
+    let ok = c
+        .expect(Type::ProducerSuccess)
+        .command
+        .producer_success
+        .unwrap();
+    assert_eq!(ok.schema_version, Some(vec![0; 8]));
+
+    // GET_SCHEMA: the latest without a version, the asked one with it, an error for none.
+    c.send(&get_schema(7, None));
+    let r = c
+        .expect(Type::GetSchemaResponse)
+        .command
+        .get_schema_response
+        .unwrap();
+    assert_eq!(r.schema_version, Some(vec![0, 0, 0, 0, 0, 0, 0, 1]));
+    assert_eq!(r.schema.unwrap().schema_data, b"{b}");
+    c.send(&get_schema(8, Some(vec![0; 8])));
+    let r = c
+        .expect(Type::GetSchemaResponse)
+        .command
+        .get_schema_response
+        .unwrap();
+    assert_eq!(r.schema.unwrap().schema_data, b"{a}");
+    c.send(&get_schema(9, Some(vec![0, 0, 0, 0, 0, 0, 0, 9])));
+    let r = c
+        .expect(Type::GetSchemaResponse)
+        .command
+        .get_schema_response
+        .unwrap();
+    assert_eq!(
+        (r.request_id, r.error_code()),
+        (9, ServerError::TopicNotFound)
+    );
+}
