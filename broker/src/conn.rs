@@ -718,8 +718,11 @@ impl Conn {
             }
         };
         if let Some(old) = self.consumers.remove(&s.consumer_id) {
-            // A re-subscribe after the broker closed the consumer (seek): the old one is gone.
-            self.drop_consumer(old);
+            // A re-subscribe after the broker closed the consumer (seek): the old one is gone,
+            // but a Reader's non-durable subscription stays with the position the seek set (as
+            // Pulsar keeps it when the removal comes from a reset).
+            let same = old.sub.name == s.subscription && old.topic.name == name.full();
+            self.remove_consumer(old, !same);
         }
         let non_durable = s.durable == Some(false);
         let initial = match s.initial_position() {
@@ -1002,16 +1005,26 @@ impl Conn {
                 "no consumer with this id",
             );
         };
+        // With the subscription's mark-delete position, which clients compare with the last
+        // id for `hasMessageAvailable` (the Go client dereferences it after a seek by time).
         let last = c.topic.last_position();
+        let mark_delete = c.sub.runtime.cursor_view().mark_delete;
         self.send(&wire::commands::get_last_message_id_response(
             g.request_id,
             wire::convert::message_id(last),
-            None,
+            Some(wire::convert::message_id(mark_delete)),
         ));
     }
 
-    /// A consumer leaves: its unacked entries go back to the others.
+    /// A consumer leaves: its unacked entries go back to the others; a non-durable subscription
+    /// left without consumers is removed.
     fn drop_consumer(&mut self, c: Consumer) {
+        self.remove_consumer(c, true);
+    }
+
+    /// [`Conn::drop_consumer`], keeping an emptied non-durable subscription unless
+    /// `drop_non_durable`.
+    fn remove_consumer(&mut self, c: Consumer, drop_non_durable: bool) {
         let last = {
             let mut consumers = lock(&c.sub.consumers);
             consumers.remove(&c.global);
@@ -1028,7 +1041,7 @@ impl Conn {
         handle.close();
         // The forwarder ends when the dispatcher drops the delivery channel.
         drop(forwarder);
-        if non_durable && last {
+        if non_durable && last && drop_non_durable {
             let name = sub.name.clone();
             drop(sub);
             // Dropping the last reference stops the subscription's runtime.

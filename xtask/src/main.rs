@@ -6,7 +6,8 @@
 //!   `target/bench/results.json`.
 //! * `sim [args…]`: the deterministic simulator.
 //! * `tidy`: repository hygiene checks alone.
-//! * `interop [--keep-logs] [scenario…]`: the broker against the stock Python client (tests/interop).
+//! * `interop [--suite NAME[,NAME…]] [--keep-logs] [python scenario…]`: the broker against the stock
+//!   clients, one suite per client family and version (tests/interop).
 //!
 //! Every subcommand prints each command it runs.
 
@@ -31,7 +32,7 @@ fn main() -> anyhow::Result<()> {
         "tidy" => tidy::run(),
         "interop" => interop::run(&rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] [--return-memory] | sim [args…] | tidy | interop [--keep-logs] [scenario…]>");
+            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] [--return-memory] | sim [args…] | tidy | interop [--suite NAME[,NAME…]] [--keep-logs] [python scenario…]>");
             Ok(())
         }
         other => anyhow::bail!("unknown xtask subcommand `{other}` (try `cargo xtask help`)"),

@@ -6,6 +6,10 @@
 * Readers (non-durable subscriptions): from `earliest` reads all 10 in order; from #4 exclusive
   reads #5..#9; from #4 inclusive starts at #4; from `latest` reads only a message published
   after it was created.
+* A reader from `latest` says `has_message_available()` false, then `seek(publish time of #5)`
+  reads #5..#9 (the reader's non-durable subscription survives the broker-side close that a
+  seek does, with the position the seek set), and `has_message_available()` turns true when a
+  message is published after that.
 """
 
 import time
@@ -38,10 +42,14 @@ def main():
         topic = h.unique_topic("seek")
         cons = cl.subscribe(topic, "sub", consumer_type=pulsar.ConsumerType.Shared)
         producer = cl.create_producer(topic, batching_enabled=False)
-        ids = [producer.send(f"m{i}".encode()) for i in range(N)]
+        ids = []
+        for i in range(N):
+            time.sleep(0.002)  # publish times strictly apart, so #5's time names #5 alone
+            ids.append(producer.send(f"m{i}".encode()))
         want = [f"m{i}" for i in range(N)]
         got = h.receive_n(cons, N)
         h.check(names(got) == want, f"first pass {names(got)}")
+        publish_times = [m.publish_timestamp() for m in got]
         for m in got:
             cons.acknowledge(m)
         time.sleep(0.3)  # the grouped acks reach the broker
@@ -76,11 +84,22 @@ def main():
         latest = read_all(r)
         h.check(latest == ["late"], f"reader from latest: {latest}")
         r.close()
+
+        r = cl.create_reader(topic, pulsar.MessageId.latest)
+        h.check(not r.has_message_available(), "reader from latest: a message available at once")
+        r.seek(publish_times[5])
+        by_time = read_all(r)
+        h.check(by_time == want[5:] + ["late"], f"reader after seek(publish time of #5): {by_time}")
+        h.check(not r.has_message_available(), "reader at the end: a message still available")
+        producer.send(b"later")
+        h.wait_until(r.has_message_available, 5, "has_message_available after a new message")
+        r.close()
         producer.close()
         cl.close()
     return (
         f"seek/reader: {N} sent; seek(earliest) redelivered {len(again)}, seek(#6) {len(tail)}; "
-        f"readers: earliest {len(all_)}, #4 exclusive {len(excl)}, #4 inclusive {len(incl)}, latest {len(latest)}"
+        f"readers: earliest {len(all_)}, #4 exclusive {len(excl)}, #4 inclusive {len(incl)}, latest {len(latest)}, "
+        f"seek(time of #5) {len(by_time)}"
     )
 
 

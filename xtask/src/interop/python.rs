@@ -1,14 +1,11 @@
-//! `cargo xtask interop [--keep-logs] [scenario…]`: the broker against the stock Python client.
+//! The Python suite: `tests/interop/python/test_*.py` with the stock `pulsar-client` wheel.
 //!
-//! Builds the broker in release mode, creates (or reuses) a venv at `target/interop/venv` with
-//! `pulsar-client` pinned to [`CLIENT_VERSION`], then runs each `tests/interop/test_*.py` (or the
-//! named subset) as its own process group with a hard deadline. Each script starts its own
-//! broker (`BROKER_BIN`) and writes its logs to `INTEROP_LOG_DIR=target/interop/logs/<scenario>`;
-//! logs of passing scenarios are removed unless `--keep-logs` is given.
-//!
-//! Output: one line per scenario (name, PASS/FAIL, seconds, the last line the script printed),
-//! then `interop: N passed, M failed` alone (`, K skipped` added when a scenario exited 77: it
-//! needs something this broker lacks). Fails if any scenario failed.
+//! Creates (or reuses) a venv at `target/interop/venv` with `pulsar-client` pinned to
+//! [`CLIENT_VERSION`], then runs each script (or the named subset) as its own process group with
+//! a hard deadline. Each script starts its own broker (`BROKER_BIN`, plus `BROKER_ARGS`) and
+//! writes its logs to `INTEROP_LOG_DIR=<suite logs>/<scenario>`; logs of passing scenarios are
+//! removed unless `--keep-logs` is given. A script that exits 77 needs something the broker
+//! lacks and is counted as skipped.
 
 use std::fs;
 use std::os::unix::process::CommandExt;
@@ -16,7 +13,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::cmd::{cargo, sh};
+use super::{run_group, suite_env, tail, target_dir};
+use crate::cmd::sh;
 
 /// The stock client the suite is pinned to (it wraps the C++ client 4.2.0).
 pub(crate) const CLIENT_VERSION: &str = "3.13.0";
@@ -30,32 +28,17 @@ const SKIP_EXIT: i32 = 77;
 /// Lines of a failed scenario's output shown inline.
 const TAIL_LINES: usize = 25;
 
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from)
-}
-
-pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
-    let mut keep_logs = false;
-    let mut wanted: Vec<String> = Vec::new();
-    for a in args {
-        match a.as_str() {
-            "--keep-logs" => keep_logs = true,
-            s if s.starts_with('-') => anyhow::bail!(
-                "interop: unknown flag `{s}` (usage: cargo xtask interop [--keep-logs] [scenario…])"
-            ),
-            s => wanted.push(normalise(s)),
-        }
-    }
+/// Runs the named scenarios (all when none is named); the summary, or an error naming the
+/// failed ones.
+pub(super) fn run(
+    broker: &Path,
+    logs_root: &Path,
+    keep_logs: bool,
+    wanted: &[String],
+) -> anyhow::Result<String> {
+    let wanted: Vec<String> = wanted.iter().map(|s| normalise(s)).collect();
     let scenarios = select(&wanted)?;
-
-    let mut build = cargo();
-    build.args(["build", "--release", "--locked", "--package", "broker"]);
-    sh(build)?;
-    let broker = fs::canonicalize(target_dir().join("release").join("broker"))?;
-
     let python = venv()?;
-    let logs_root = target_dir().join("interop").join("logs");
-    fs::create_dir_all(&logs_root)?;
 
     let (mut passed, mut failed, mut skipped) = (0usize, 0usize, 0usize);
     for script in &scenarios {
@@ -66,14 +49,14 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         let logs = logs_root.join(&name);
         let _ = fs::remove_dir_all(&logs);
         fs::create_dir_all(&logs)?;
-        let outcome = run_scenario(&python, script, &broker, &logs)?;
+        let outcome = run_scenario(&python, script, broker, &logs)?;
         let verdict = match (outcome.ok, outcome.skipped) {
             (_, true) => "SKIP",
             (true, false) => "PASS",
             (false, false) => "FAIL",
         };
         println!(
-            "interop: {name:<32} {verdict} {:>5.1}s  {}",
+            "    scenario {name:<32} {verdict} {:>5.1}s  {}",
             outcome.secs, outcome.summary
         );
         if outcome.skipped {
@@ -92,18 +75,15 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             println!("    logs: {}", logs.display());
         }
     }
-    if skipped > 0 {
-        println!("interop: {passed} passed, {failed} failed, {skipped} skipped");
-    } else {
-        println!("interop: {passed} passed, {failed} failed");
-    }
+    let summary = format!("{passed} scenarios passed, {failed} failed, {skipped} skipped");
     if failed > 0 {
-        anyhow::bail!("{failed} interop scenario(s) failed");
+        anyhow::bail!("{summary}");
     }
-    Ok(())
+    Ok(summary)
 }
 
-/// `shared`, `test_shared` and `tests/interop/test_shared.py` all name the same scenario.
+/// `shared`, `test_shared` and `tests/interop/python/test_shared.py` all name the same
+/// scenario.
 fn normalise(s: &str) -> String {
     let base = Path::new(s)
         .file_name()
@@ -117,7 +97,7 @@ fn normalise(s: &str) -> String {
 }
 
 fn select(wanted: &[String]) -> anyhow::Result<Vec<PathBuf>> {
-    let dir = Path::new("tests").join("interop");
+    let dir = Path::new("tests").join("interop").join("python");
     let mut all: Vec<PathBuf> = fs::read_dir(&dir)?
         .flatten()
         .map(|e| e.path())
@@ -217,35 +197,14 @@ fn run_scenario(
     c.arg("-u")
         .arg(fs::canonicalize(script)?)
         .current_dir(&script_dir)
-        .env("BROKER_BIN", broker)
-        .env("INTEROP_LOG_DIR", fs::canonicalize(logs)?)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdin(Stdio::null())
         .stdout(fs::File::create(&stdout_path)?)
         .stderr(fs::File::create(&stderr_path)?)
         .process_group(0);
+    suite_env(&mut c, broker, &fs::canonicalize(logs)?);
     let started = Instant::now();
-    let mut child = c.spawn()?;
-    let pgid = child.id();
-    let mut timed_out = false;
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break Some(s);
-        }
-        if started.elapsed() >= SCENARIO_DEADLINE {
-            timed_out = true;
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    // Whatever the outcome, nothing the scenario started outlives it (brokers, child clients).
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{pgid}")])
-        .stderr(Stdio::null())
-        .status();
-    if timed_out {
-        let _ = child.wait();
-    }
+    let (status, timed_out) = run_group(c, SCENARIO_DEADLINE)?;
     let secs = started.elapsed().as_secs_f64();
     let out = fs::read_to_string(&stdout_path).unwrap_or_default();
     let err = fs::read_to_string(&stderr_path).unwrap_or_default();
@@ -269,13 +228,12 @@ fn run_scenario(
     } else {
         last
     };
-    let mut tail: Vec<String> = Vec::new();
-    if !ok && !skipped {
-        let mut lines: Vec<&str> = err.lines().chain(out.lines()).collect();
-        let skip = lines.len().saturating_sub(TAIL_LINES);
-        lines.drain(..skip);
-        tail = lines.into_iter().map(str::to_owned).collect();
-    }
+    let tail = if !ok && !skipped {
+        let both = format!("{err}\n{out}");
+        tail(&both, TAIL_LINES)
+    } else {
+        Vec::new()
+    };
     Ok(Outcome {
         ok,
         skipped,
