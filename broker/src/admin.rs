@@ -104,6 +104,7 @@ fn handle(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
         400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",
+        409 => "Conflict",
         412 => "Precondition Failed",
         _ => "Error",
     };
@@ -220,6 +221,7 @@ fn route(req: &Request, shared: &Shared) -> Response {
     let segs: Vec<&str> = segs.iter().map(String::as_str).collect();
     let get = req.method == "GET";
     let post = req.method == "POST";
+    let put = req.method == "PUT";
     match segs.as_slice() {
         [] if get => Response {
             status: 200,
@@ -243,6 +245,20 @@ fn route(req: &Request, shared: &Shared) -> Response {
             names.sort();
             json(200, &names)
         }
+        // Readiness checks and admin clients ask these first: one cluster, no non-persistent
+        // topics (they are not served), no partitioned topics (not served either).
+        ["admin", "v2", "clusters"] if get => json(200, &["standalone"]),
+        ["admin", "v2", "non-persistent", _, _] if get => json(200, &Vec::<String>::new()),
+        ["admin", "v2", "persistent", _, _, "partitioned"] if get => {
+            json(200, &Vec::<String>::new())
+        }
+        ["admin", "v2", "persistent", _, _, _, "partitions"] if put => Response::json_error(
+            412,
+            "partitioned topics are not supported by this broker (create a non-partitioned topic)",
+        ),
+        ["admin", "v2", "persistent", tenant, ns, topic] if put => {
+            create_topic(shared, &format!("persistent://{tenant}/{ns}/{topic}"))
+        }
         ["admin", "v2", "persistent", tenant, ns, topic, rest @ ..] => {
             let full = format!("persistent://{tenant}/{ns}/{topic}");
             let Some(t) = shared.existing_topic(&full) else {
@@ -252,6 +268,25 @@ fn route(req: &Request, shared: &Shared) -> Response {
         }
         _ if !get && !post => Response::json_error(405, "method not allowed"),
         _ => Response::json_error(404, &format!("no such path: {} {}", req.method, req.path)),
+    }
+}
+
+/// `PUT …/{topic}`: creates a non-partitioned topic; 409 when it exists, as Pulsar answers.
+fn create_topic(shared: &Shared, full: &str) -> Response {
+    if shared.existing_topic(full).is_some() {
+        return Response::json_error(409, "This topic already exists");
+    }
+    let name = match crate::topic::TopicName::parse(full) {
+        Ok(n) => n,
+        Err(e) => return Response::json_error(412, &e),
+    };
+    match shared.topic(&name) {
+        Ok(_) => Response {
+            status: 204,
+            content_type: "application/json",
+            body: String::new(),
+        },
+        Err(e) => Response::json_error(500, &e.to_string()),
     }
 }
 

@@ -210,3 +210,38 @@ fn bad_requests_get_pulsar_status_codes() {
     assert_eq!(http(&b, "GET", &format!("{BASE}/stats"), "").0, 200);
     b.shutdown(Duration::from_secs(5));
 }
+
+/// What admin clients ask before anything else (Spring's `PulsarAdministration`, readiness
+/// checks): the cluster list, both topic listings, the partitioned list, and creating a topic.
+#[test]
+fn listings_and_topic_creation() {
+    let b = start_broker(&[]);
+    let list = |path: &str| {
+        let (status, body) = http(&b, "GET", path, "");
+        assert_eq!(status, 200, "{path}: {body}");
+        serde_json::from_str::<Vec<String>>(&body).unwrap()
+    };
+    assert_eq!(list("/admin/v2/clusters"), ["standalone"]);
+    assert!(list("/admin/v2/non-persistent/public/default").is_empty());
+    assert!(list("/admin/v2/persistent/public/default/partitioned").is_empty());
+    assert!(list("/admin/v2/persistent/public/default").is_empty());
+
+    let created = "/admin/v2/persistent/public/default/made";
+    assert_eq!(http(&b, "PUT", created, "").0, 204);
+    let (status, body) = http(&b, "PUT", created, "");
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("already exists"), "{body}");
+    assert_eq!(
+        list("/admin/v2/persistent/public/default"),
+        ["persistent://public/default/made"]
+    );
+    assert_eq!(http(&b, "GET", &format!("{created}/stats"), "").0, 200);
+
+    // Partitioned topics are not served: refused with a reason that names them.
+    let (status, body) = http(&b, "PUT", &format!("{created}-p/partitions"), "2");
+    assert_eq!(status, 412, "{body}");
+    assert!(
+        body.contains("partitioned topics are not supported"),
+        "{body}"
+    );
+}

@@ -23,7 +23,7 @@ use crate::cmd::{cargo, sh};
 
 /// How a suite is built and run.
 #[derive(Clone, Copy, Debug)]
-#[allow(dead_code)] // the Java, Go and Rust suites are added next
+#[allow(dead_code)] // the Go and Rust suites are added next
 enum Kind {
     /// `tests/interop/python/test_*.py`, one process per script.
     Python,
@@ -49,11 +49,22 @@ struct Suite {
 }
 
 /// Every suite, in the order `cargo xtask interop` runs them.
-const SUITES: &[Suite] = &[Suite {
-    name: "python",
-    client: "pulsar-client 3.13.0 (Python, wraps the C++ client 4.2.0)",
-    kind: Kind::Python,
-}];
+const SUITES: &[Suite] = &[
+    Suite {
+        name: "python",
+        client: "pulsar-client 3.13.0 (Python, wraps the C++ client 4.2.0)",
+        kind: Kind::Python,
+    },
+    Suite {
+        name: "spring",
+        client: "spring-boot-starter-pulsar (Spring Boot 4.0.7, Java client 4.1.3)",
+        kind: Kind::Maven {
+            dir: "tests/interop/spring",
+            profile: None,
+            java_home: None,
+        },
+    },
+];
 
 /// The hard limit for one external suite (build excluded), everything it started included.
 const SUITE_DEADLINE: Duration = Duration::from_secs(15 * 60);
