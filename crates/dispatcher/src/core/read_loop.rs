@@ -172,10 +172,13 @@ pub(super) struct ReadLoop {
 
 impl ReadLoop {
     /// Something may have unblocked a replay entry: the next pick scans the replay set from
-    /// its start.
+    /// its start. A pick whose replay read is still in flight no longer covers everything in
+    /// replay (the input may have added or unblocked entries it never saw), so its completion
+    /// must not settle the loop.
     pub(super) fn unsettle(&mut self) {
         self.replay_settled = false;
         self.pick_resume = None;
+        self.pick_scanned_all = false;
     }
 
     pub(super) fn new(batch: usize, seed: u64) -> Self {

@@ -1,0 +1,69 @@
+//! Liveness of the Key_Shared replay loop against input that arrives while a read is in flight.
+
+mod common;
+
+use common::run;
+use cursor::Position;
+use dispatcher::DispatchCommand;
+
+/// Pulsar's `testLookAheadNotEngagedWhenCursorHasNoMoreEntries` (apache/pulsar#21554): a
+/// redelivery that arrives while a replay read is in flight must be dispatched once the read
+/// completes, even when the pick that issued the read had scanned the whole replay set and the
+/// cursor has no more entries. The pick's "scanned everything" no longer holds after that input.
+#[test]
+fn a_redelivery_during_a_replay_read_is_not_stranded() {
+    for mode in ["key_shared exclusive", "key_shared exclusive ooo"] {
+        let mut w = run(&format!(
+            "{mode}\njoin A ranges=0-32767\nflow A 100\njoin B ranges=32768-65535\nflow B 2\n"
+        ));
+        let key_of = |w: &common::World, lo: u32, hi: u32| {
+            (0..100)
+                .map(|i| format!("k{i}"))
+                .find(|k| (lo..=hi).contains(&(w.hash_of(k) % 65536)))
+                .unwrap()
+        };
+        let (b1, b2, a1) = (
+            key_of(&w, 32768, 65535),
+            key_of(&w, 32768, 65535),
+            key_of(&w, 0, 32767),
+        );
+        w.step(&format!("pub {b1} {b2} {a1}"));
+        let (a, b) = (w.id("A"), w.id("B"));
+        let got = |w: &common::World, name: &str| w.received.get(name).cloned().unwrap_or_default();
+        assert_eq!(
+            got(&w, "B"),
+            [Position::new(1, 0), Position::new(1, 1)],
+            "{mode}"
+        );
+        assert_eq!(got(&w, "A"), [Position::new(1, 2)], "{mode}");
+
+        // B asks for its two again and gets two more permits: the replay read is issued ...
+        let now = w.now;
+        w.d.handle_redeliver(now, b, &[Position::new(1, 0), Position::new(1, 1)]);
+        w.d.handle_flow(now, b, 2);
+        let replay = loop {
+            match w.d.poll_command() {
+                Some(DispatchCommand::Replay { positions }) => break positions,
+                Some(_) => continue,
+                None => panic!("{mode}: no replay read issued"),
+            }
+        };
+        assert_eq!(replay, [Position::new(1, 0), Position::new(1, 1)], "{mode}");
+        // ... and while it is in flight, A asks for 1:2 again.
+        w.d.handle_redeliver(now, a, &[Position::new(1, 2)]);
+        let entries: Vec<_> = w
+            .sends
+            .iter()
+            .filter(|(n, _)| n == "B")
+            .map(|(_, e)| e.clone())
+            .collect();
+        w.d.handle_replay_complete(now, entries, &[]);
+        w.pump();
+        assert_eq!(
+            got(&w, "A"),
+            [Position::new(1, 2), Position::new(1, 2)],
+            "{mode}: 1:2 was not re-sent to A\n{}",
+            w.out
+        );
+    }
+}
