@@ -718,11 +718,8 @@ impl Conn {
             }
         };
         if let Some(old) = self.consumers.remove(&s.consumer_id) {
-            // A re-subscribe after the broker closed the consumer (seek): the old one is gone,
-            // but a Reader's non-durable subscription stays with the position the seek set (as
-            // Pulsar keeps it when the removal comes from a reset).
-            let same = old.sub.name == s.subscription && old.topic.name == name.full();
-            self.remove_consumer(old, !same);
+            // A re-subscribe after the broker closed the consumer (seek): the old one is gone.
+            self.drop_consumer(old);
         }
         let non_durable = s.durable == Some(false);
         let initial = match s.initial_position() {
@@ -1017,18 +1014,15 @@ impl Conn {
     }
 
     /// A consumer leaves: its unacked entries go back to the others; a non-durable subscription
-    /// left without consumers is removed.
+    /// it leaves without consumers is removed. A consumer the broker already closed (a seek or
+    /// reset-cursor closes every consumer of the subscription) is no longer registered: its
+    /// removal, by the client's re-subscribe or its own CLOSE_CONSUMER, leaves a Reader's
+    /// subscription where the seek put it, as Pulsar keeps it when the removal comes from a
+    /// reset.
     fn drop_consumer(&mut self, c: Consumer) {
-        self.remove_consumer(c, true);
-    }
-
-    /// [`Conn::drop_consumer`], keeping an emptied non-durable subscription unless
-    /// `drop_non_durable`.
-    fn remove_consumer(&mut self, c: Consumer, drop_non_durable: bool) {
         let last = {
             let mut consumers = lock(&c.sub.consumers);
-            consumers.remove(&c.global);
-            consumers.is_empty()
+            consumers.remove(&c.global).is_some() && consumers.is_empty()
         };
         let Consumer {
             handle,
@@ -1041,7 +1035,7 @@ impl Conn {
         handle.close();
         // The forwarder ends when the dispatcher drops the delivery channel.
         drop(forwarder);
-        if non_durable && last && drop_non_durable {
+        if non_durable && last {
             let name = sub.name.clone();
             drop(sub);
             // Dropping the last reference stops the subscription's runtime.

@@ -23,7 +23,6 @@ use crate::cmd::{cargo, sh};
 
 /// How a suite is built and run.
 #[derive(Clone, Copy, Debug)]
-#[allow(dead_code)] // the Go and Rust suites are added next
 enum Kind {
     /// `tests/interop/python/test_*.py`, one process per script.
     Python,
@@ -56,12 +55,54 @@ const SUITES: &[Suite] = &[
         kind: Kind::Python,
     },
     Suite {
+        name: "java",
+        client: "org.apache.pulsar:pulsar-client 4.0.13 (Java 17)",
+        kind: Kind::Maven {
+            dir: "tests/interop/java",
+            profile: None,
+            java_home: None,
+        },
+    },
+    Suite {
+        name: "java-4.2",
+        client: "org.apache.pulsar:pulsar-client 4.2.4 (Java 17)",
+        kind: Kind::Maven {
+            dir: "tests/interop/java",
+            profile: Some("pulsar-4.2"),
+            java_home: None,
+        },
+    },
+    Suite {
+        name: "java-5.0",
+        client: "org.apache.pulsar:pulsar-client-original 5.0.1 (Java 17; Netty's native \
+                 transports are not served, the client runs on NIO)",
+        kind: Kind::Maven {
+            dir: "tests/interop/java",
+            profile: Some("pulsar-5.0"),
+            java_home: None,
+        },
+    },
+    Suite {
         name: "spring",
         client: "spring-boot-starter-pulsar (Spring Boot 4.0.7, Java client 4.1.3)",
         kind: Kind::Maven {
             dir: "tests/interop/spring",
             profile: None,
             java_home: None,
+        },
+    },
+    Suite {
+        name: "go",
+        client: "github.com/apache/pulsar-client-go v0.21.0",
+        kind: Kind::Go {
+            dir: "tests/interop/go",
+        },
+    },
+    Suite {
+        name: "rust",
+        client: "the pulsar crate 6.9.1 (tokio runtime)",
+        kind: Kind::Cargo {
+            dir: "tests/interop/rust",
         },
     },
 ];
@@ -185,10 +226,13 @@ fn run_external(suite: &Suite, broker: &Path, logs: &Path) -> anyhow::Result<Str
     let test_log = logs.join("test.log");
     let out = run_logged(test, &test_log, SUITE_DEADLINE)?;
     let text = fs::read_to_string(&test_log).unwrap_or_default();
+    // One line per scenario (a suite may print its summary again at the end).
+    let mut seen = std::collections::BTreeSet::new();
     let scenario_lines: Vec<&str> = text
         .lines()
         .map(str::trim)
         .filter(|l| l.starts_with("scenario "))
+        .filter(|l| seen.insert(scenario_name(l)))
         .collect();
     for l in &scenario_lines {
         println!("    {l}");
@@ -254,7 +298,7 @@ fn commands(suite: &Suite) -> anyhow::Result<(Command, Command, &'static str)> {
             (prepare, test, "the Go module proxy")
         }
         Kind::Cargo { dir } => {
-            ensure_protoc()?;
+            ensure_debian_packages(RUST_CLIENT_PACKAGES)?;
             let target = root.join(target_dir()).join("interop").join("rust-target");
             let manifest = root.join(dir).join("Cargo.toml");
             let cargo_in = |args: &[&str]| {
@@ -275,6 +319,14 @@ fn commands(suite: &Suite) -> anyhow::Result<(Command, Command, &'static str)> {
     })
 }
 
+/// The scenario's name in a `scenario NAME: …` or `scenario NAME …` line.
+fn scenario_name(line: &str) -> &str {
+    line.trim_start_matches("scenario ")
+        .split([':', ' '])
+        .next()
+        .unwrap_or_default()
+}
+
 fn need_tool(prog: &str, what: &str) -> anyhow::Result<()> {
     let found = Command::new(prog)
         .arg("--version")
@@ -288,35 +340,37 @@ fn need_tool(prog: &str, what: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `protoc` (the Rust client's build needs it): installed from Debian's `protobuf-compiler`
-/// when missing and we are root; otherwise a clear error.
-fn ensure_protoc() -> anyhow::Result<()> {
-    if need_tool("protoc", "").is_ok() {
+/// Debian packages the Rust client's build needs: `protoc` for its protocol types, OpenSSL's
+/// headers and `pkg-config` for `native-tls` (every runtime feature of the crate brings a TLS
+/// stack). Installed when missing and we are root; otherwise a clear error.
+const RUST_CLIENT_PACKAGES: &[&str] = &["protobuf-compiler", "libssl-dev", "pkg-config"];
+
+fn ensure_debian_packages(packages: &[&str]) -> anyhow::Result<()> {
+    let installed = |p: &str| {
+        Command::new("dpkg-query")
+            .args(["-W", "-f=${Status}", p])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+    };
+    let missing: Vec<&str> = packages.iter().copied().filter(|p| !installed(p)).collect();
+    if missing.is_empty() {
         return Ok(());
     }
-    println!("interop: `protoc` is missing; installing Debian's protobuf-compiler");
+    println!("interop: installing Debian's {}", missing.join(", "));
     let mut update = Command::new("apt-get");
     update.args(["-q", "update"]);
     let mut install = Command::new("apt-get");
     install
-        .args([
-            "-q",
-            "install",
-            "-y",
-            "--no-install-recommends",
-            "protobuf-compiler",
-        ])
+        .args(["-q", "install", "-y", "--no-install-recommends"])
+        .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive");
-    sh(update)
-        .and_then(|()| sh(install))
-        .and_then(|()| need_tool("protoc", ""))
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "interop: the Rust client suite needs `protoc`; installing Debian's \
-                 protobuf-compiler failed ({e}): install it by hand (as root, with Debian's \
-                 package servers reachable)"
-            )
-        })
+    sh(update).and_then(|()| sh(install)).map_err(|e| {
+        anyhow::anyhow!(
+            "interop: the Rust client suite needs Debian's {}; installing failed ({e}): install \
+             them by hand (as root, with Debian's package servers reachable)",
+            missing.join(", ")
+        )
+    })
 }
 
 struct Logged {

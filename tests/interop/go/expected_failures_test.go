@@ -1,0 +1,216 @@
+package interop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/pulsar-client-go/pulsar"
+)
+
+// Scenarios for features the broker does not serve yet. Each returns nil when the feature works
+// and an error saying what failed otherwise; expectFailure turns an error into XFAIL(feature) and
+// nil into a test failure that asks for the marker to be removed.
+
+// TestPatternSubscription: two topics exist (one message each); a consumer with TopicsPattern
+// matching both gets both messages.
+func TestPatternSubscription(t *testing.T) {
+	sc := begin(t, "pattern_subscription")
+	b := StartBroker(t, "broker")
+	expectFailure(t, sc, "pattern subscriptions", func(t *testing.T) error {
+		stem := uniqueTopic("pattern")
+		cl := NewClient(t, b.ServiceURL)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for _, suffix := range []string{"a", "b"} {
+			p, err := cl.CreateProducer(pulsar.ProducerOptions{Topic: stem + "-" + suffix, DisableBatching: true})
+			if err != nil {
+				return err
+			}
+			_, err = p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte(suffix)})
+			p.Close()
+			if err != nil {
+				return err
+			}
+			sc.Sent(1)
+		}
+		cons, err := cl.Subscribe(pulsar.ConsumerOptions{
+			TopicsPattern: stem + "-.*", SubscriptionName: "sub", Type: pulsar.Shared,
+			AutoDiscoveryPeriod:         time.Second,
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
+		})
+		if err != nil {
+			return fmt.Errorf("subscribe with TopicsPattern %q: %w", stem+"-.*", err)
+		}
+		defer cons.Close()
+		got := payloads(receiveN(t, cons, 2, 8*time.Second, 300*time.Millisecond))
+		slices.Sort(got)
+		if !slices.Equal(got, []string{"a", "b"}) {
+			return fmt.Errorf("the pattern consumer received %q, expected [a b]", got)
+		}
+		return nil
+	})
+}
+
+// TestFailover: two Failover consumers on one topic; all 10 messages go to one (the active
+// one); when it closes, the other gets the next 10.
+func TestFailover(t *testing.T) {
+	sc := begin(t, "failover")
+	b := StartBroker(t, "broker")
+	expectFailure(t, sc, "Failover", func(t *testing.T) error {
+		topic := uniqueTopic("failover")
+		cl := NewClient(t, b.ServiceURL)
+		var cons []pulsar.Consumer
+		for _, name := range []string{"fa", "fb"} {
+			c, err := cl.Subscribe(pulsar.ConsumerOptions{
+				Topic: topic, SubscriptionName: "sub", Type: pulsar.Failover, Name: name,
+			})
+			if err != nil {
+				return fmt.Errorf("Failover subscribe %s: %w", name, err)
+			}
+			defer c.Close()
+			cons = append(cons, c)
+		}
+		p, err := cl.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+		if err != nil {
+			return err
+		}
+		defer p.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		send := func(from int) error {
+			for i := from; i < from+10; i++ {
+				if _, err := p.Send(ctx, &pulsar.ProducerMessage{Payload: fmt.Appendf(nil, "m%d", i)}); err != nil {
+					return err
+				}
+				sc.Sent(1)
+			}
+			return nil
+		}
+		if err := send(0); err != nil {
+			return err
+		}
+		per := make([][]pulsar.Message, 2)
+		for i, c := range cons {
+			per[i] = drain(t, c, 700*time.Millisecond, 3*time.Second)
+			for _, m := range per[i] {
+				_ = c.Ack(m)
+			}
+		}
+		active := slices.IndexFunc(per, func(ms []pulsar.Message) bool { return len(ms) == 10 })
+		if active < 0 || len(per[1-active]) != 0 {
+			return fmt.Errorf("Failover: the consumers got %d and %d of 10, expected all on one", len(per[0]), len(per[1]))
+		}
+		cons[active].Close()
+		if err := send(10); err != nil {
+			return err
+		}
+		if got := payloads(receiveN(t, cons[1-active], 10, 8*time.Second, 300*time.Millisecond)); !slices.Equal(got, names(10, 20)) {
+			return fmt.Errorf("after the active consumer closed the other got %q, expected m10..m19", got)
+		}
+		return nil
+	})
+}
+
+// TestPartitionedTopic: a topic with 2 partitions is created with the admin API; the client sees
+// 2 partitions; 20 keyed messages produced to the topic reach a consumer of the topic from both
+// partitions.
+func TestPartitionedTopic(t *testing.T) {
+	sc := begin(t, "partitioned_topic")
+	b := StartBroker(t, "broker")
+	expectFailure(t, sc, "partitioned topics", func(t *testing.T) error {
+		topic := uniqueTopic("partitioned")
+		status, body, err := adminDo(http.MethodPut, topicPath(b.AdminURL, topic)+"/partitions", "2")
+		if err != nil {
+			return err
+		}
+		if status/100 != 2 {
+			return fmt.Errorf("PUT …/partitions 2: HTTP %d %.200s", status, body)
+		}
+		cl := NewClient(t, b.ServiceURL)
+		parts, err := cl.TopicPartitions(topic)
+		if err != nil {
+			return fmt.Errorf("TopicPartitions: %w", err)
+		}
+		if len(parts) != 2 {
+			return fmt.Errorf("the client sees partitions %q, expected 2", parts)
+		}
+		cons, err := cl.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: pulsar.Shared,
+			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
+		if err != nil {
+			return fmt.Errorf("subscribe: %w", err)
+		}
+		defer cons.Close()
+		p, err := cl.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+		if err != nil {
+			return fmt.Errorf("create producer: %w", err)
+		}
+		defer p.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		for i := range 20 {
+			if _, err := p.Send(ctx, &pulsar.ProducerMessage{Key: fmt.Sprintf("k%d", i), Payload: fmt.Appendf(nil, "m%d", i)}); err != nil {
+				return fmt.Errorf("send: %w", err)
+			}
+			sc.Sent(1)
+		}
+		got := receiveN(t, cons, 20, 8*time.Second, 300*time.Millisecond)
+		from := map[string]int{}
+		for _, m := range got {
+			from[m.Topic()]++
+		}
+		if len(got) != 20 || len(from) != 2 {
+			return fmt.Errorf("received %d of 20 from partitions %v", len(got), from)
+		}
+		return nil
+	})
+}
+
+// TestProducerAccessModeExclusive: with an Exclusive producer connected, a second Exclusive
+// producer and a Shared one are refused; after the first closes, a new Exclusive one is accepted.
+func TestProducerAccessModeExclusive(t *testing.T) {
+	sc := begin(t, "producer_access_mode_exclusive")
+	b := StartBroker(t, "broker")
+	expectFailure(t, sc, "access modes", func(t *testing.T) error {
+		topic := uniqueTopic("access-mode")
+		cl := NewClient(t, b.ServiceURL)
+		create := func(mode pulsar.ProducerAccessMode) (pulsar.Producer, error) {
+			return cl.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true, ProducerAccessMode: mode})
+		}
+		p1, err := create(pulsar.ProducerAccessModeExclusive)
+		if err != nil {
+			return fmt.Errorf("first Exclusive producer: %w", err)
+		}
+		defer p1.Close()
+		var accepted []string
+		for _, m := range []struct {
+			name string
+			mode pulsar.ProducerAccessMode
+		}{{"a second Exclusive", pulsar.ProducerAccessModeExclusive}, {"a Shared", pulsar.ProducerAccessModeShared}} {
+			p, err := create(m.mode)
+			if err == nil {
+				p.Close()
+				accepted = append(accepted, m.name)
+			} else if !strings.Contains(err.Error(), "ProducerBusy") && !strings.Contains(err.Error(), "ProducerFenced") &&
+				!errors.Is(err, pulsar.ErrProducerBlockedQuotaExceeded) {
+				t.Logf("%s producer refused with %v", m.name, err)
+			}
+		}
+		if len(accepted) > 0 {
+			return fmt.Errorf("with an Exclusive producer connected, the broker accepted %s producer", strings.Join(accepted, " and "))
+		}
+		p1.Close()
+		p3, err := create(pulsar.ProducerAccessModeExclusive)
+		if err != nil {
+			return fmt.Errorf("an Exclusive producer after the first closed: %w", err)
+		}
+		p3.Close()
+		sc.Sent(0)
+		return nil
+	})
+}

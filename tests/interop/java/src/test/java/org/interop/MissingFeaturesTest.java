@@ -1,0 +1,171 @@
+package org.interop;
+
+import static org.interop.harness.Check.check;
+
+import java.util.ArrayList;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.concurrent.TimeUnit;
+import java.util.regex.Pattern;
+import org.apache.pulsar.client.api.Consumer;
+import org.apache.pulsar.client.api.Message;
+import org.apache.pulsar.client.api.MessageRoutingMode;
+import org.apache.pulsar.client.api.Producer;
+import org.apache.pulsar.client.api.ProducerAccessMode;
+import org.apache.pulsar.client.api.PulsarClient;
+import org.apache.pulsar.client.api.PulsarClientException;
+import org.apache.pulsar.client.api.SubscriptionInitialPosition;
+import org.apache.pulsar.client.api.SubscriptionType;
+import org.interop.harness.Admin;
+import org.interop.harness.Broker;
+import org.interop.harness.Check;
+import org.interop.harness.Clients;
+import org.interop.harness.ExpectedFailure;
+import org.interop.harness.Report;
+import org.interop.harness.Scenario;
+
+/**
+ * What applications do with features the broker does not have yet. Each scenario is written as
+ * if the feature worked and is a strict {@link ExpectedFailure}: when the broker gains the
+ * feature, the scenario passes and the suite fails until the marker is removed.
+ */
+class MissingFeaturesTest {
+    /**
+     * Failover: two consumers on one subscription; the active one gets every message; when it
+     * closes, the other takes over and gets the rest.
+     */
+    @Scenario("failover_subscription")
+    @ExpectedFailure(feature = "Failover", matches = "Failover")
+    void failover(Report report) throws Exception {
+        try (Broker b = Broker.start("failover");
+                PulsarClient cl = Clients.client(b.serviceUrl())) {
+            String topic = Clients.topic("failover");
+            List<Consumer<byte[]>> cs = new ArrayList<>();
+            for (String n : List.of("f1", "f2")) {
+                cs.add(cl.newConsumer().topic(topic).subscriptionName("fo").subscriptionType(SubscriptionType.Failover)
+                        .consumerName(n).subscriptionInitialPosition(SubscriptionInitialPosition.Earliest).subscribe());
+            }
+            Producer<byte[]> p = cl.newProducer().topic(topic).enableBatching(false).create();
+            for (int i = 0; i < 10; i++) {
+                p.send(Clients.bytes("m" + i));
+            }
+            List<Message<byte[]>> a = Clients.drain(cs.get(0), 500, 5);
+            List<Message<byte[]>> b2 = Clients.drain(cs.get(1), 500, 5);
+            report.messages(a.size() + b2.size());
+            Consumer<byte[]> active = a.isEmpty() ? cs.get(1) : cs.get(0);
+            Consumer<byte[]> standby = a.isEmpty() ? cs.get(0) : cs.get(1);
+            check((a.size() == 10 && b2.isEmpty()) || (b2.size() == 10 && a.isEmpty()),
+                    "one active consumer should get all 10: f1 " + a.size() + ", f2 " + b2.size());
+            for (Message<byte[]> m : (a.isEmpty() ? b2 : a)) {
+                active.acknowledge(m);
+            }
+            active.close();
+            for (int i = 10; i < 15; i++) {
+                p.send(Clients.bytes("m" + i));
+            }
+            List<Message<byte[]>> rest = Clients.receiveN(standby, 5, 5, 300);
+            report.messages(rest.size());
+            check(rest.size() == 5, "after the active consumer closed, the standby got " + rest.size() + " of 5");
+            standby.close();
+            p.close();
+        }
+    }
+
+    /**
+     * Pattern subscription ({@code topicsPattern}): two topics matching a regex exist; a consumer
+     * subscribed by pattern gets the messages of both.
+     */
+    @Scenario("pattern_subscription")
+    @ExpectedFailure(feature = "pattern subscriptions", matches = "GET_TOPICS_OF_NAMESPACE")
+    void pattern(Report report) throws Exception {
+        try (Broker b = Broker.start("pattern");
+                PulsarClient cl = Clients.client(b.serviceUrl())) {
+            String stem = Clients.topic("pat");
+            List<Producer<byte[]>> ps = new ArrayList<>();
+            for (String suffix : List.of("-x", "-y")) {
+                ps.add(cl.newProducer().topic(stem + suffix).enableBatching(false).create());
+            }
+            Consumer<byte[]> c = cl.newConsumer().topicsPattern(Pattern.compile(stem + "-.*"))
+                    .subscriptionName("pat").subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
+                    .patternAutoDiscoveryPeriod(1, TimeUnit.SECONDS).subscribe();
+            for (int i = 0; i < 10; i++) {
+                ps.get(i % 2).send(Clients.bytes("m" + i));
+            }
+            List<Message<byte[]>> got = Clients.receiveN(c, 10, 8, 300);
+            report.messages(got.size());
+            Set<String> topics = new HashSet<>();
+            for (Message<byte[]> m : got) {
+                topics.add(m.getTopicName());
+                c.acknowledge(m);
+            }
+            check(got.size() == 10 && topics.size() == 2, "pattern consumer got " + got.size() + " from " + topics);
+            c.close();
+            for (Producer<byte[]> p : ps) {
+                p.close();
+            }
+        }
+    }
+
+    /**
+     * Partitioned topic: created with 3 partitions through the admin API
+     * ({@code PUT .../partitions} with body 3), then 30 messages round robin; a consumer gets all
+     * 30 from the three {@code -partition-N} topics.
+     */
+    @Scenario("partitioned_topic")
+    @ExpectedFailure(feature = "partitioned topics", matches = "/partitions \\(3\\): HTTP")
+    void partitioned(Report report) throws Exception {
+        try (Broker b = Broker.start("partitioned");
+                PulsarClient cl = Clients.client(b.serviceUrl())) {
+            String topic = Clients.topic("parted");
+            Admin.Response r = b.admin().request("PUT", Admin.topicPath(topic) + "/partitions", "3");
+            check(r.ok(), "PUT " + Admin.topicPath(topic) + "/partitions (3): HTTP " + r.status() + " " + r.body());
+            Consumer<byte[]> c = cl.newConsumer().topic(topic).subscriptionName("sub")
+                    .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest).subscribe();
+            Producer<byte[]> p = cl.newProducer().topic(topic).enableBatching(false)
+                    .messageRoutingMode(MessageRoutingMode.RoundRobinPartition).create();
+            for (int i = 0; i < 30; i++) {
+                p.send(Clients.bytes("m" + i));
+            }
+            List<Message<byte[]>> got = Clients.receiveN(c, 30, 8, 300);
+            report.messages(got.size());
+            Set<String> parts = new HashSet<>();
+            for (Message<byte[]> m : got) {
+                parts.add(m.getTopicName());
+                c.acknowledge(m);
+            }
+            check(got.size() == 30 && parts.size() == 3, "got " + got.size() + " from partitions " + parts);
+            c.close();
+            p.close();
+        }
+    }
+
+    /**
+     * Producer access mode Exclusive: while one {@code ProducerAccessMode.Exclusive} producer is
+     * connected, a second one on the topic is refused.
+     */
+    @Scenario("exclusive_producer")
+    @ExpectedFailure(feature = "access modes", matches = "second Exclusive producer was accepted")
+    void exclusiveProducer(Report report) throws Exception {
+        try (Broker b = Broker.start("exclusive-producer");
+                PulsarClient cl = Clients.client(b.serviceUrl())) {
+            String topic = Clients.topic("excl-producer");
+            Producer<byte[]> p1 = cl.newProducer().topic(topic).accessMode(ProducerAccessMode.Exclusive).create();
+            p1.send(Clients.bytes("from p1"));
+            report.messages(1);
+            Producer<byte[]> p2 = null;
+            PulsarClientException refused = null;
+            try {
+                p2 = cl.newProducer().topic(topic).accessMode(ProducerAccessMode.Exclusive).create();
+            } catch (PulsarClientException e) {
+                refused = e;
+            }
+            if (p2 != null) {
+                p2.close();
+            }
+            p1.close();
+            check(refused != null, "a second Exclusive producer was accepted while the first was connected");
+            report.note("second producer refused: " + refused.getClass().getSimpleName());
+        }
+    }
+}

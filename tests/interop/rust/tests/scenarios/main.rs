@@ -1,0 +1,18 @@
+//! The interop scenarios: the unmodified `pulsar` crate against the broker.
+//!
+//! One test binary; each `#[tokio::test]` is one scenario that starts its own broker
+//! (`BROKER_BIN`, plus `BROKER_ARGS`) and prints `scenario <name>: <result> messages=<n> <s>s`.
+//! Scenarios run one at a time (see `scenario::run`). `cargo test -- NAME` runs a subset.
+
+mod batches;
+mod client_features;
+mod delayed;
+mod dlq;
+mod key_shared;
+mod missing;
+mod nack;
+mod reader_seek;
+mod seed_000_skip;
+mod seed_001_orphan_chunk;
+mod seed_002_key_serial;
+mod shared;
