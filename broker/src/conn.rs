@@ -319,6 +319,7 @@ impl Conn {
             Type::Seek => self.on_seek(&cmd),
             Type::GetLastMessageId => self.on_get_last_message_id(&cmd),
             Type::GetSchema => self.on_get_schema(&cmd),
+            Type::GetTopicsOfNamespace => self.on_get_topics_of_namespace(&cmd),
             Type::GetOrCreateSchema => self.on_get_or_create_schema(&cmd),
             other => {
                 debug!(conn = self.id, command = ?other, "unsupported command");
@@ -440,6 +441,35 @@ impl Conn {
                 &e,
             )),
         }
+    }
+
+    /// GET_TOPICS_OF_NAMESPACE (every client's pattern subscription, and its periodic
+    /// rediscovery): the namespace's persistent topics, unfiltered (the client applies its
+    /// pattern); none in NON_PERSISTENT mode, as none are served.
+    fn on_get_topics_of_namespace(&mut self, cmd: &BaseCommand) {
+        let Some(g) = &cmd.get_topics_of_namespace else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        use proto::command_get_topics_of_namespace::Mode;
+        let topics = match g.mode() {
+            Mode::NonPersistent => Vec::new(),
+            Mode::Persistent | Mode::All => {
+                let prefix = format!("persistent://{}/", g.namespace);
+                let mut names: Vec<String> = self
+                    .shared
+                    .topics()
+                    .into_iter()
+                    .map(|t| t.name.clone())
+                    .filter(|n| n.starts_with(&prefix))
+                    .collect();
+                names.sort();
+                names
+            }
+        };
+        self.send(&wire::commands::get_topics_of_namespace_response(
+            g.request_id,
+            topics,
+        ));
     }
 
     /// GET_SCHEMA: the topic's schema of the asked version (the latest without one); a topic

@@ -116,16 +116,15 @@ fn broken_frames_and_misuse_are_refused_per_connection() {
 
     // A supported command type the broker does not serve gets ERROR and the connection lives.
     let mut c = Raw::connected(&b);
-    let mut topics = wire::proto::BaseCommand {
-        r#type: Type::GetTopicsOfNamespace as i32,
+    let stats = wire::proto::BaseCommand {
+        r#type: Type::ConsumerStats as i32,
+        consumer_stats: Some(Box::new(wire::proto::CommandConsumerStats {
+            request_id: 7,
+            consumer_id: 1,
+        })),
         ..Default::default()
     };
-    topics.get_topics_of_namespace = Some(Box::new(wire::proto::CommandGetTopicsOfNamespace {
-        request_id: 7,
-        namespace: "public/default".into(),
-        ..Default::default()
-    }));
-    c.send(&topics);
+    c.send(&stats);
     let e = c.expect(Type::Error);
     assert_eq!(e.command.error.unwrap().request_id, 7);
     c.send(&wire::commands::ping());

@@ -10,9 +10,9 @@ use crate::proto::{
     CommandAckResponse, CommandCloseConsumer, CommandCloseProducer, CommandConnect,
     CommandConnected, CommandError, CommandFlow, CommandGetLastMessageId,
     CommandGetLastMessageIdResponse, CommandGetOrCreateSchemaResponse, CommandGetSchemaResponse,
-    CommandLookupTopic, CommandLookupTopicResponse, CommandMessage,
-    CommandPartitionedTopicMetadata, CommandPartitionedTopicMetadataResponse, CommandPing,
-    CommandPong, CommandProducer, CommandProducerSuccess, CommandReachedEndOfTopic,
+    CommandGetTopicsOfNamespaceResponse, CommandLookupTopic, CommandLookupTopicResponse,
+    CommandMessage, CommandPartitionedTopicMetadata, CommandPartitionedTopicMetadataResponse,
+    CommandPing, CommandPong, CommandProducer, CommandProducerSuccess, CommandReachedEndOfTopic,
     CommandRedeliverUnacknowledgedMessages, CommandSeek, CommandSend, CommandSendError,
     CommandSendReceipt, CommandSubscribe, CommandSuccess, CommandUnsubscribe, FeatureFlags,
     KeySharedMeta, MessageIdData, Schema, ServerError,
@@ -188,6 +188,21 @@ pub fn get_schema_failed(request_id: u64, error: ServerError, message: &str) -> 
             ..Default::default()
         })),
         ..base(Type::GetSchemaResponse)
+    }
+}
+
+/// GET_TOPICS_OF_NAMESPACE_RESPONSE: the namespace's `topics`, not filtered by the client's
+/// pattern (`filtered: false`, so the client applies its pattern itself), no hash.
+pub fn get_topics_of_namespace_response(request_id: u64, topics: Vec<String>) -> BaseCommand {
+    BaseCommand {
+        get_topics_of_namespace_response: Some(Box::new(CommandGetTopicsOfNamespaceResponse {
+            request_id,
+            topics,
+            filtered: Some(false),
+            topics_hash: None,
+            changed: Some(true),
+        })),
+        ..base(Type::GetTopicsOfNamespaceResponse)
     }
 }
 

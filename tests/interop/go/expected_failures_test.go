@@ -17,46 +17,6 @@ import (
 // and an error saying what failed otherwise; expectFailure turns an error into XFAIL(feature) and
 // nil into a test failure that asks for the marker to be removed.
 
-// TestPatternSubscription: two topics exist (one message each); a consumer with TopicsPattern
-// matching both gets both messages.
-func TestPatternSubscription(t *testing.T) {
-	sc := begin(t, "pattern_subscription")
-	b := StartBroker(t, "broker")
-	expectFailure(t, sc, "pattern subscriptions", func(t *testing.T) error {
-		stem := uniqueTopic("pattern")
-		cl := NewClient(t, b.ServiceURL)
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for _, suffix := range []string{"a", "b"} {
-			p, err := cl.CreateProducer(pulsar.ProducerOptions{Topic: stem + "-" + suffix, DisableBatching: true})
-			if err != nil {
-				return err
-			}
-			_, err = p.Send(ctx, &pulsar.ProducerMessage{Payload: []byte(suffix)})
-			p.Close()
-			if err != nil {
-				return err
-			}
-			sc.Sent(1)
-		}
-		cons, err := cl.Subscribe(pulsar.ConsumerOptions{
-			TopicsPattern: stem + "-.*", SubscriptionName: "sub", Type: pulsar.Shared,
-			AutoDiscoveryPeriod:         time.Second,
-			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest,
-		})
-		if err != nil {
-			return fmt.Errorf("subscribe with TopicsPattern %q: %w", stem+"-.*", err)
-		}
-		defer cons.Close()
-		got := payloads(receiveN(t, cons, 2, 8*time.Second, 300*time.Millisecond))
-		slices.Sort(got)
-		if !slices.Equal(got, []string{"a", "b"}) {
-			return fmt.Errorf("the pattern consumer received %q, expected [a b]", got)
-		}
-		return nil
-	})
-}
-
 // TestFailover: two Failover consumers on one topic; all 10 messages go to one (the active
 // one); when it closes, the other gets the next 10.
 func TestFailover(t *testing.T) {

@@ -212,52 +212,46 @@ async fn xfail_failover() {
 
 /// A regex subscription over two topics gets the messages of both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn xfail_pattern_subscription() {
-    scenario::run_xfail(
-        "xfail_pattern_subscription",
-        "pattern subscriptions",
-        "GET_TOPICS_OF_NAMESPACE is not supported",
-        |ctx| async move {
-            let mut b = Broker::start(&ctx.log_dir, "broker", &[])?;
-            let cl = client::client(&b.service_url).await?;
-            let stem = client::unique_topic("pattern");
-            let topics = [format!("{stem}-one"), format!("{stem}-two")];
-            for t in &topics {
-                let mut p = client::producer(&cl, t).await?;
-                client::send(&mut p, t.clone(), None).await?;
-                p.close().await?;
-            }
-            let re = regex::Regex::new(&format!("{}-.*", regex::escape(&stem)))?;
-            let builder = cl
-                .consumer()
-                .with_topic_regex(re)
-                .with_lookup_namespace("public/default")
-                .with_subscription("pat")
-                .with_subscription_type(SubType::Shared)
-                .with_options(
-                    pulsar::ConsumerOptions::default()
-                        .with_initial_position(pulsar::consumer::InitialPosition::Earliest),
-                );
-            let mut c: client::Consumer =
-                client::bounded("regex subscribe", builder.build()).await?;
-            let got = recv_n(
-                &mut c,
-                2,
-                Duration::from_secs(5),
-                Duration::from_millis(300),
-            )
-            .await?;
-            ctx.count(got.len() as u64);
-            let names: BTreeSet<String> = got.iter().map(text).collect();
-            ensure!(
-                names == topics.iter().cloned().collect::<BTreeSet<_>>(),
-                "the pattern consumer got {names:?}"
+async fn pattern_subscription() {
+    scenario::run("pattern_subscription", |ctx| async move {
+        let mut b = Broker::start(&ctx.log_dir, "broker", &[])?;
+        let cl = client::client(&b.service_url).await?;
+        let stem = client::unique_topic("pattern");
+        let topics = [format!("{stem}-one"), format!("{stem}-two")];
+        for t in &topics {
+            let mut p = client::producer(&cl, t).await?;
+            client::send(&mut p, t.clone(), None).await?;
+            p.close().await?;
+        }
+        let re = regex::Regex::new(&format!("{}-.*", regex::escape(&stem)))?;
+        let builder = cl
+            .consumer()
+            .with_topic_regex(re)
+            .with_lookup_namespace("public/default")
+            .with_subscription("pat")
+            .with_subscription_type(SubType::Shared)
+            .with_options(
+                pulsar::ConsumerOptions::default()
+                    .with_initial_position(pulsar::consumer::InitialPosition::Earliest),
             );
-            close(c).await?;
-            b.stop()?;
-            Ok("one message from each of the two matching topics".to_owned())
-        },
-    )
+        let mut c: client::Consumer = client::bounded("regex subscribe", builder.build()).await?;
+        let got = recv_n(
+            &mut c,
+            2,
+            Duration::from_secs(5),
+            Duration::from_millis(300),
+        )
+        .await?;
+        ctx.count(got.len() as u64);
+        let names: BTreeSet<String> = got.iter().map(text).collect();
+        ensure!(
+            names == topics.iter().cloned().collect::<BTreeSet<_>>(),
+            "the pattern consumer got {names:?}"
+        );
+        close(c).await?;
+        b.stop()?;
+        Ok("one message from each of the two matching topics".to_owned())
+    })
     .await;
 }
 

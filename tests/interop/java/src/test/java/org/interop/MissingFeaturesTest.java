@@ -73,41 +73,6 @@ class MissingFeaturesTest {
     }
 
     /**
-     * Pattern subscription ({@code topicsPattern}): two topics matching a regex exist; a consumer
-     * subscribed by pattern gets the messages of both.
-     */
-    @Scenario("pattern_subscription")
-    @ExpectedFailure(feature = "pattern subscriptions", matches = "GET_TOPICS_OF_NAMESPACE")
-    void pattern(Report report) throws Exception {
-        try (Broker b = Broker.start("pattern");
-                PulsarClient cl = Clients.client(b.serviceUrl())) {
-            String stem = Clients.topic("pat");
-            List<Producer<byte[]>> ps = new ArrayList<>();
-            for (String suffix : List.of("-x", "-y")) {
-                ps.add(cl.newProducer().topic(stem + suffix).enableBatching(false).create());
-            }
-            Consumer<byte[]> c = cl.newConsumer().topicsPattern(Pattern.compile(stem + "-.*"))
-                    .subscriptionName("pat").subscriptionInitialPosition(SubscriptionInitialPosition.Earliest)
-                    .patternAutoDiscoveryPeriod(1, TimeUnit.SECONDS).subscribe();
-            for (int i = 0; i < 10; i++) {
-                ps.get(i % 2).send(Clients.bytes("m" + i));
-            }
-            List<Message<byte[]>> got = Clients.receiveN(c, 10, 8, 300);
-            report.messages(got.size());
-            Set<String> topics = new HashSet<>();
-            for (Message<byte[]> m : got) {
-                topics.add(m.getTopicName());
-                c.acknowledge(m);
-            }
-            check(got.size() == 10 && topics.size() == 2, "pattern consumer got " + got.size() + " from " + topics);
-            c.close();
-            for (Producer<byte[]> p : ps) {
-                p.close();
-            }
-        }
-    }
-
-    /**
      * Partitioned topic: created with 3 partitions through the admin API
      * ({@code PUT .../partitions} with body 3), then 30 messages round robin; a consumer gets all
      * 30 from the three {@code -partition-N} topics.
