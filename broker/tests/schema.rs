@@ -42,6 +42,34 @@ fn get_or_create(request_id: u64, s: Schema) -> BaseCommand {
     }
 }
 
+/// Sends GET_SCHEMA and returns its response.
+fn ask_schema(
+    c: &mut Raw,
+    request_id: u64,
+    version: Option<Vec<u8>>,
+) -> wire::proto::CommandGetSchemaResponse {
+    c.send(&get_schema(request_id, version));
+    let r = *c
+        .expect(Type::GetSchemaResponse)
+        .command
+        .get_schema_response
+        .unwrap();
+    assert_eq!(r.request_id, request_id);
+    r
+}
+
+/// Opens producer `id` with `schema` and returns the schema version PRODUCER_SUCCESS carries.
+fn producer_version(c: &mut Raw, id: u64, schema: Option<Schema>) -> Option<Vec<u8>> {
+    let mut p = wire::commands::producer(TOPIC, id, 100 + id, None);
+    p.producer.as_mut().unwrap().schema = schema;
+    c.send(&p);
+    c.expect(Type::ProducerSuccess)
+        .command
+        .producer_success
+        .unwrap()
+        .schema_version
+}
+
 #[test]
 fn versions_are_shared_by_producers_and_schema_requests() {
     let b = start_broker(&[]);

@@ -154,17 +154,7 @@ func TestNackRedelivery(t *testing.T) {
 				t.Fatalf("subscribe: %v", err)
 			}
 			defer cons.Close()
-			producer, err := cl.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
-			if err != nil {
-				t.Fatalf("create producer: %v", err)
-			}
-			defer producer.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if _, err := producer.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("nack-me")}); err != nil {
-				t.Fatalf("send: %v", err)
-			}
-			sc.Sent(1)
+			sendOne(t, cl, sc, topic, "nack-me")
 			m, err := receiveWithin(cons, 3*time.Second)
 			if err != nil || m == nil {
 				t.Fatalf("the message was not delivered within 3 s (%v)", err)

@@ -140,17 +140,7 @@ func TestRetryLetter(t *testing.T) {
 		t.Fatalf("subscribe with RetryEnable: %v", err)
 	}
 	defer cons.Close()
-	producer, err := cl.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
-	if err != nil {
-		t.Fatalf("create producer: %v", err)
-	}
-	defer producer.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if _, err := producer.Send(ctx, &pulsar.ProducerMessage{Payload: []byte("retry-me")}); err != nil {
-		t.Fatalf("send: %v", err)
-	}
-	sc.Sent(1)
+	sendOne(t, cl, sc, topic, "retry-me")
 
 	var (
 		topics []string

@@ -574,3 +574,19 @@ func isolated(t *testing.T, scenario string) bool {
 	}
 	return false
 }
+
+// sendOne publishes one unbatched message with payload to topic and counts it in sc.
+func sendOne(t *testing.T, cl pulsar.Client, sc *Scenario, topic, payload string) {
+	t.Helper()
+	producer, err := cl.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
+	if err != nil {
+		t.Fatalf("create producer: %v", err)
+	}
+	defer producer.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := producer.Send(ctx, &pulsar.ProducerMessage{Payload: []byte(payload)}); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	sc.Sent(1)
+}

@@ -32,6 +32,30 @@ func produceNumbered(t *testing.T, cl pulsar.Client, topic string, n int) []puls
 	return ids
 }
 
+// readFirstPass reads the topic's readerN messages with a reader from the earliest; it returns
+// the reader (at the end) and the publish time of message #mark.
+func readFirstPass(t *testing.T, cl pulsar.Client, topic string, mark int) (pulsar.Reader, time.Time) {
+	t.Helper()
+	r, err := cl.CreateReader(pulsar.ReaderOptions{Topic: topic, StartMessageID: pulsar.EarliestMessageID()})
+	if err != nil {
+		t.Fatalf("create reader: %v", err)
+	}
+	var at time.Time
+	for i := range readerN {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		m, err := r.Next(ctx)
+		cancel()
+		if err != nil {
+			r.Close()
+			t.Fatalf("first pass: message %d: %v", i, err)
+		}
+		if i == mark {
+			at = m.PublishTime()
+		}
+	}
+	return r, at
+}
+
 func names(from, to int) []string {
 	var out []string
 	for i := from; i < to; i++ {
@@ -186,23 +210,8 @@ func TestReaderSeekByTime(t *testing.T) {
 	cl := NewClient(t, b.ServiceURL)
 	produceNumbered(t, cl, topic, readerN)
 	sc.Sent(readerN)
-	r, err := cl.CreateReader(pulsar.ReaderOptions{Topic: topic, StartMessageID: pulsar.EarliestMessageID()})
-	if err != nil {
-		t.Fatalf("create reader: %v", err)
-	}
+	r, at := readFirstPass(t, cl, topic, 5)
 	defer r.Close()
-	var at time.Time
-	for i := range readerN {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		m, err := r.Next(ctx)
-		cancel()
-		if err != nil {
-			t.Fatalf("first pass: message %d: %v", i, err)
-		}
-		if i == 5 {
-			at = m.PublishTime()
-		}
-	}
 	if err := r.SeekByTime(at); err != nil {
 		t.Fatalf("SeekByTime: %v", err)
 	}
@@ -277,23 +286,8 @@ func TestReaderHasNextAfterSeekByTime(t *testing.T) {
 	cl := NewClient(t, b.ServiceURL)
 	produceNumbered(t, cl, topic, readerN)
 	sc.Sent(readerN)
-	r, err := cl.CreateReader(pulsar.ReaderOptions{Topic: topic, StartMessageID: pulsar.EarliestMessageID()})
-	if err != nil {
-		t.Fatalf("create reader: %v", err)
-	}
+	r, at := readFirstPass(t, cl, topic, 5)
 	defer r.Close()
-	var at time.Time
-	for i := range readerN {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		m, err := r.Next(ctx)
-		cancel()
-		if err != nil {
-			t.Fatalf("first pass: message %d: %v", i, err)
-		}
-		if i == 5 {
-			at = m.PublishTime()
-		}
-	}
 	if err := r.SeekByTime(at); err != nil {
 		t.Fatalf("SeekByTime: %v", err)
 	}
