@@ -76,24 +76,12 @@ fn versions_are_shared_by_producers_and_schema_requests() {
     let mut c = Raw::connected(&b);
 
     // A producer without a schema: an empty version, present (the Java client reads it).
-    c.send(&wire::commands::producer(TOPIC, 1, 1, None));
-    let ok = c
-        .expect(Type::ProducerSuccess)
-        .command
-        .producer_success
-        .unwrap();
-    assert_eq!(ok.schema_version.as_deref(), Some(&[][..]));
+    assert_eq!(producer_version(&mut c, 1, None), Some(Vec::new()));
 
     // No schema yet: the reply is the response frame the client waits for, with an error code.
-    c.send(&get_schema(2, None));
-    let r = c
-        .expect(Type::GetSchemaResponse)
-        .command
-        .get_schema_response
-        .unwrap();
     assert_eq!(
-        (r.request_id, r.error_code()),
-        (2, ServerError::TopicNotFound)
+        ask_schema(&mut c, 2, None).error_code(),
+        ServerError::TopicNotFound
     );
 
     // GET_OR_CREATE_SCHEMA adds version 0, and asking again finds it.
@@ -110,49 +98,21 @@ fn versions_are_shared_by_producers_and_schema_requests() {
     }
 
     // A producer with another schema gets the next version; with the first, version 0.
-    let mut p = wire::commands::producer(TOPIC, 2, 5, None);
-    p.producer.as_mut().unwrap().schema = Some(json("{b}"));
-    c.send(&p);
-    let ok = c
-        .expect(Type::ProducerSuccess)
-        .command
-        .producer_success
-        .unwrap();
-    assert_eq!(ok.schema_version, Some(vec![0, 0, 0, 0, 0, 0, 0, 1]));
-    let mut p = wire::commands::producer(TOPIC, 3, 6, None);
-    p.producer.as_mut().unwrap().schema = Some(json("{a}"));
-    c.send(&p);
-    let ok = c
-        .expect(Type::ProducerSuccess)
-        .command
-        .producer_success
-        .unwrap();
-    assert_eq!(ok.schema_version, Some(vec![0; 8]));
+    assert_eq!(
+        producer_version(&mut c, 2, Some(json("{b}"))),
+        Some(vec![0, 0, 0, 0, 0, 0, 0, 1])
+    );
+    assert_eq!(
+        producer_version(&mut c, 3, Some(json("{a}"))),
+        Some(vec![0; 8])
+    );
 
     // GET_SCHEMA: the latest without a version, the asked one with it, an error for none.
-    c.send(&get_schema(7, None));
-    let r = c
-        .expect(Type::GetSchemaResponse)
-        .command
-        .get_schema_response
-        .unwrap();
+    let r = ask_schema(&mut c, 7, None);
     assert_eq!(r.schema_version, Some(vec![0, 0, 0, 0, 0, 0, 0, 1]));
     assert_eq!(r.schema.unwrap().schema_data, b"{b}");
-    c.send(&get_schema(8, Some(vec![0; 8])));
-    let r = c
-        .expect(Type::GetSchemaResponse)
-        .command
-        .get_schema_response
-        .unwrap();
+    let r = ask_schema(&mut c, 8, Some(vec![0; 8]));
     assert_eq!(r.schema.unwrap().schema_data, b"{a}");
-    c.send(&get_schema(9, Some(vec![0, 0, 0, 0, 0, 0, 0, 9])));
-    let r = c
-        .expect(Type::GetSchemaResponse)
-        .command
-        .get_schema_response
-        .unwrap();
-    assert_eq!(
-        (r.request_id, r.error_code()),
-        (9, ServerError::TopicNotFound)
-    );
+    let r = ask_schema(&mut c, 9, Some(vec![0, 0, 0, 0, 0, 0, 0, 9]));
+    assert_eq!(r.error_code(), ServerError::TopicNotFound);
 }
