@@ -245,3 +245,58 @@ fn listings_and_topic_creation() {
         "{body}"
     );
 }
+
+/// internalStats' `readPosition` as Pulsar reports it: after individual acks and a read of
+/// everything, past the last entry, never on an acked entry.
+#[test]
+fn read_position_is_never_an_acked_entry() {
+    let b = start_broker(&[]);
+    let topic = "persistent://public/default/read-pos";
+    let base = "/admin/v2/persistent/public/default/read-pos";
+    let mut c = Raw::connected(&b);
+    c.send(&wire::commands::subscribe(
+        topic,
+        "sub",
+        1,
+        1,
+        SubType::Shared,
+        None,
+        InitialPosition::Earliest,
+    ));
+    c.expect(Type::Success);
+    produce(&b, topic, 20, 1);
+    let read_position = || {
+        let (status, body) = http(&b, "GET", &format!("{base}/internalStats"), "");
+        assert_eq!(status, 200, "{body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["cursors"]["sub"]["readPosition"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    };
+    assert_eq!(read_position(), "1:0");
+    // Receive 10 and ack some of them; ack 1:19 before the consumer reads it, then read the
+    // rest: the read stops at 1:18, and the position after it is past the acked 1:19.
+    c.send(&wire::commands::flow(1, 10));
+    let got = c.expect_all(&[Type::Message; 10]);
+    let ids: Vec<_> = got
+        .iter()
+        .map(|f| f.command.message.as_ref().unwrap().message_id.clone())
+        .collect();
+    for i in [1, 4, 5, 8, 9] {
+        c.send(&wire::commands::ack(1, ids[i].clone(), None));
+    }
+    let last = wire::convert::message_id(cursor::Position::new(ids[0].ledger_id, 19));
+    c.send(&wire::commands::ack(1, last, None));
+    c.send(&wire::commands::flow(1, 100));
+    c.expect_all(&[Type::Message; 9]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while read_position() != format!("{}:20", ids[0].ledger_id) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "readPosition {} (1:19 is acked)",
+            read_position()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -341,10 +341,12 @@ impl<S: CursorStore> ManagedCursor<S> {
     }
 
     /// The raw read position: a lower bound — the next [`read`](Self::read) returns entries at
-    /// or after it. It is not normalised: it may name an entry acked since (acks do not move
-    /// it), or the position right after a ledger's last entry (`1:2`) when the next entry is in
-    /// a later ledger (`2:0`). For stats and admin output use
-    /// [`next_read_position`](Self::next_read_position).
+    /// or after it. A read leaves it on the first entry the next read returns (past acked
+    /// entries, into the next ledger) or right after the last entry, and a reset to the position
+    /// right after a ledger's last entry puts it on the next ledger's first entry, as Pulsar
+    /// reports them. It is not normalised after that: it may name an entry acked since (acks do
+    /// not move it), or a position past a ledger's end after entries were appended. For stats
+    /// and admin output use [`next_read_position`](Self::next_read_position).
     pub fn read_position(&self) -> Position {
         self.read
     }
@@ -363,7 +365,8 @@ impl<S: CursorStore> ManagedCursor<S> {
     /// let ps: Vec<_> = (0..3).map(|i| l.append(EntryMeta::simple(i, 1))).collect();
     /// let mut c = ManagedCursor::new("sub", &l, MemoryStore::new());
     /// c.read(&l, 2); // 1:0 and 1:1
-    /// assert_eq!(c.read_position(), Position::new(1, 2)); // raw: past ledger 1's end
+    /// assert_eq!(c.read_position(), Position::new(2, 0)); // a read leaves it on the next entry
+    /// c.seek(&l, Position::new(1, 2)); // raw: past ledger 1's end
     /// assert_eq!(c.next_read_position(&l), Position::new(2, 0));
     /// c.ack(&l, ps[2]).unwrap();
     /// assert_eq!(c.next_read_position(&l), Position::new(2, 1)); // 2:0 is acked: the end
@@ -823,7 +826,9 @@ impl<S: CursorStore> ManagedCursor<S> {
         self.acked_totals.set(None);
         self.partial_msgs = 0;
         self.md = to;
-        self.read = p;
+        // The position right after a ledger's last entry is the next ledger's first entry, as
+        // Pulsar resets it (the end of the log stays the end).
+        self.read = ledger.next_position(to).unwrap_or(p);
         self.dirty = true;
         let mv = MarkDeleteMove {
             from,
@@ -906,7 +911,13 @@ impl<S: CursorStore> ManagedCursor<S> {
             out
         };
         if let Some(last) = out.last() {
-            self.read = last.position.next();
+            // The entry the next read returns first, or the position right after the last
+            // entry: acked entries right after the read are passed too, as Pulsar's read
+            // position never names an acked entry.
+            let after = last.position.next();
+            self.read = self
+                .first_unacked_after(ledger, last.position)
+                .unwrap_or_else(|| ledger.last_position().map_or(after, Position::next));
         }
         out
     }

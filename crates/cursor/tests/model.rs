@@ -476,7 +476,13 @@ fn run(seed: u64, steps: usize) {
                     model.acked.clear();
                     model.partial.clear();
                     model.md = to;
-                    model.read = p;
+                    // Right after a ledger's last entry is the next ledger's first entry.
+                    let read = model
+                        .existing()
+                        .map(|(q, _)| *q)
+                        .find(|q| *q > to)
+                        .unwrap_or(p);
+                    model.read = read;
                     let want = MarkDeleteMove {
                         from,
                         to,
@@ -521,7 +527,9 @@ fn run(seed: u64, steps: usize) {
                     .take(n)
                     .collect();
                 if let Some(l) = want.last() {
-                    model.read = l.next();
+                    // The next entry a read returns, or right after the last entry.
+                    let end = model.existing().last().map_or(l.next(), |(q, _)| q.next());
+                    model.read = model.first_unacked(l.next()).unwrap_or(end);
                 }
                 let got: Vec<Position> =
                     c.read(&ledger, n).into_iter().map(|e| e.position).collect();

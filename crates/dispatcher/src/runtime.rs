@@ -114,7 +114,9 @@ pub enum WhyBlockedQuery {
 pub struct CursorView {
     /// Every entry at or before this position is acknowledged (or skipped, expired, evicted).
     pub mark_delete: Position,
-    /// The next position a normal read starts at.
+    /// The next position a normal read starts at, as Pulsar reports a read position: the next
+    /// entry that is not acked, or the position right after the last entry
+    /// ([`cursor::ManagedCursor::next_read_position`]).
     pub read: Position,
     /// Entries and messages after mark-delete not yet acknowledged.
     pub backlog: Backlog,
@@ -387,7 +389,7 @@ impl Runtime {
                 let g = CursorCell::lock(&cell);
                 CursorView {
                     mark_delete: g.cursor.mark_delete_position(),
-                    read: g.cursor.read_position(),
+                    read: g.cursor.next_read_position(&g.ledger),
                     backlog: g.cursor.backlog(&g.ledger),
                 }
             })

@@ -510,8 +510,11 @@ fn next_read_position_is_the_next_entry_neither_acked_nor_past_the_end() {
         .collect();
     let mut c = cursor(&l);
     assert_eq!(c.next_read_position(&l), ps[0]);
-    // Past the end of ledger 1: the next entry is 2:0, not 1:2.
+    // A read leaves the raw position on the next entry (2:0); a raw position past the end of
+    // ledger 1 (set by a seek) reads as 2:0 too.
     c.read(&l, 2);
+    assert_eq!(c.read_position(), pos(2, 0));
+    c.seek(&l, pos(1, 2));
     assert_eq!(c.read_position(), pos(1, 2));
     assert_eq!(c.next_read_position(&l), pos(2, 0));
     // Acked entries at the read position are skipped (a partial batch is not).
@@ -935,4 +938,42 @@ fn the_cursor_can_move_between_threads() {
     fn assert_send<T: Send>() {}
     assert_send::<ManagedCursor<MemoryStore>>();
     assert_send::<ManagedCursor<crate::FileStore>>();
+}
+
+/// Pulsar's ManagedCursor tests: after individual acks and a read of everything, the read
+/// position is past the last entry, never on an acked entry; a reset to the position right after
+/// a ledger's last entry lands on the next ledger's first entry.
+#[test]
+fn read_positions_as_pulsar_reports_them() {
+    let (l, ps) = ledger(20, 100);
+    let mut c = cursor(&l);
+    for i in [1, 4, 5, 8, 9, 10, 15, 17, 19] {
+        c.ack(&l, ps[i]).unwrap();
+    }
+    let got = c.read(&l, 100);
+    assert_eq!(got.len(), 11);
+    assert_eq!(c.read_position(), pos(1, 20), "past the acked 1:19");
+    ok(&c, &l);
+    // A read that stops before an acked run: the run is passed.
+    let mut c = cursor(&l);
+    for i in [1, 4, 5, 8, 9, 10, 15, 17, 19] {
+        c.ack(&l, ps[i]).unwrap();
+    }
+    c.read(&l, 7); // 1:0 1:2 1:3 1:6 1:7 1:11 1:12
+    assert_eq!(c.read_position(), pos(1, 13));
+    c.read(&l, 1); // 1:13, then 1:14 is not acked
+    assert_eq!(c.read_position(), pos(1, 14));
+    c.read(&l, 2); // 1:14 1:16, then 1:17 is acked
+    assert_eq!(c.read_position(), pos(1, 18));
+    ok(&c, &l);
+
+    let (l, _) = ledger(6, 3);
+    let mut c = cursor(&l);
+    let mv = c.reset(&l, pos(1, 3)).unwrap();
+    assert_eq!((mv.to, c.read_position()), (pos(1, 2), pos(2, 0)));
+    ok(&c, &l);
+    // The end of the log stays the end.
+    let mv = c.reset(&l, pos(2, 3)).unwrap();
+    assert_eq!((mv.to, c.read_position()), (pos(2, 2), pos(2, 3)));
+    ok(&c, &l);
 }
