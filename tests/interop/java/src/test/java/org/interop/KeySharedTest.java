@@ -157,6 +157,88 @@ class KeySharedTest {
     }
 
     /**
+     * STICKY with three consumers, keyless messages (the hash comes from
+     * {@code "<producer>-<sequence>"}) and an ack timeout of 1 s: each consumer acks every other
+     * message it gets and leaves the rest; after the ack timeout the client asks for the unacked
+     * half again, and each consumer gets its own unacked half back.
+     */
+    @Scenario("key_shared_sticky_ack_timeout")
+    void stickyAckTimeout(Report report) throws Exception {
+        final int n = 100;
+        List<Range> ranges = List.of(Range.of(0, 21844), Range.of(21845, 43690), Range.of(43691, 65535));
+        try (Broker b = Broker.start("key-shared-sticky-ack-timeout");
+                PulsarClient cl = Clients.client(b.serviceUrl())) {
+            String topic = Clients.topic("ks-sticky-ackto");
+            List<Consumer<byte[]>> consumers = new ArrayList<>();
+            for (int i = 0; i < ranges.size(); i++) {
+                consumers.add(cl.newConsumer().topic(topic).subscriptionName("sub")
+                        .subscriptionType(SubscriptionType.Key_Shared).consumerName("c" + i)
+                        .receiverQueueSize(200).ackTimeout(1, TimeUnit.SECONDS)
+                        .keySharedPolicy(KeySharedPolicy.stickyHashRange().ranges(ranges.get(i)))
+                        .subscribe());
+            }
+            Producer<byte[]> p = cl.newProducer().topic(topic).enableBatching(false).create();
+            for (int i = 0; i < n; i++) {
+                p.send(Clients.bytes("m" + i));
+            }
+            // First pass: each consumer acks every other message it gets.
+            List<Set<String>> unacked = new ArrayList<>();
+            int total = 0;
+            int received = 0;
+            Check.Deadline first = new Check.Deadline(10);
+            for (int i = 0; i < consumers.size(); i++) {
+                unacked.add(new HashSet<>());
+            }
+            int[] seen = new int[consumers.size()];
+            while (total < n && !first.expired()) {
+                for (int i = 0; i < consumers.size(); i++) {
+                    Message<byte[]> m = Clients.receive(consumers.get(i), 20);
+                    if (m == null || m.getRedeliveryCount() > 0) {
+                        continue;
+                    }
+                    total++;
+                    if (seen[i]++ % 2 == 0) {
+                        consumers.get(i).acknowledge(m);
+                    } else {
+                        unacked.get(i).add(new String(m.getValue()));
+                    }
+                }
+            }
+            received += total;
+            check(total == n, "first pass got " + total + " of " + n);
+            // After the ack timeout each consumer gets its own unacked half back.
+            List<Set<String>> back = new ArrayList<>();
+            for (int i = 0; i < consumers.size(); i++) {
+                back.add(new HashSet<>());
+            }
+            Check.Deadline second = new Check.Deadline(10);
+            while (!second.expired() && !back.equals(unacked)) {
+                for (int i = 0; i < consumers.size(); i++) {
+                    Message<byte[]> m = Clients.receive(consumers.get(i), 20);
+                    if (m == null) {
+                        continue;
+                    }
+                    received++;
+                    String v = new String(m.getValue());
+                    check(unacked.get(i).contains(v), "c" + i + " got " + v + " again, which it acked or never had");
+                    back.get(i).add(v);
+                    consumers.get(i).acknowledge(m);
+                }
+            }
+            report.messages(received);
+            for (int i = 0; i < consumers.size(); i++) {
+                check(back.get(i).equals(unacked.get(i)), "c" + i + " left " + unacked.get(i).size()
+                        + " unacked and got back " + back.get(i).size() + " after the ack timeout");
+            }
+            report.note("unacked per consumer " + unacked.stream().map(Set::size).toList() + ", all came back");
+            p.close();
+            for (Consumer<byte[]> c : consumers) {
+                c.close();
+            }
+        }
+    }
+
+    /**
      * Key_Shared STICKY with ranges [0, 32767] and [32768, 65535]
      * ({@code KeySharedPolicy.stickyHashRange()}): 40 keys x 5 messages; each message reaches the
      * consumer whose range holds Pulsar's sticky hash of its key (computed here), exactly once and
