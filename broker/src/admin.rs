@@ -235,15 +235,7 @@ fn route(req: &Request, shared: &Shared) -> Response {
             body: crate::stats::metrics(shared),
         },
         ["admin", "v2", "persistent", tenant, ns] if get => {
-            let prefix = format!("persistent://{tenant}/{ns}/");
-            let mut names: Vec<String> = shared
-                .topics()
-                .iter()
-                .map(|t| t.name.clone())
-                .filter(|n| n.starts_with(&prefix))
-                .collect();
-            names.sort();
-            json(200, &names)
+            json(200, &shared.topic_names_in(&format!("{tenant}/{ns}")))
         }
         // Readiness checks and admin clients ask these first: one cluster, no non-persistent
         // topics (they are not served), no partitioned topics (not served either).

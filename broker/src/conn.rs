@@ -453,18 +453,7 @@ impl Conn {
         use proto::command_get_topics_of_namespace::Mode;
         let topics = match g.mode() {
             Mode::NonPersistent => Vec::new(),
-            Mode::Persistent | Mode::All => {
-                let prefix = format!("persistent://{}/", g.namespace);
-                let mut names: Vec<String> = self
-                    .shared
-                    .topics()
-                    .into_iter()
-                    .map(|t| t.name.clone())
-                    .filter(|n| n.starts_with(&prefix))
-                    .collect();
-                names.sort();
-                names
-            }
+            Mode::Persistent | Mode::All => self.shared.topic_names_in(&g.namespace),
         };
         self.send(&wire::commands::get_topics_of_namespace_response(
             g.request_id,

@@ -112,6 +112,19 @@ impl Shared {
         lock(&self.topics).get(full).cloned()
     }
 
+    /// The full names of the persistent topics of `namespace` (`tenant/ns`), sorted: the admin
+    /// topic list and GET_TOPICS_OF_NAMESPACE.
+    pub(crate) fn topic_names_in(&self, namespace: &str) -> Vec<String> {
+        let prefix = format!("persistent://{namespace}/");
+        let mut names: Vec<String> = lock(&self.topics)
+            .keys()
+            .filter(|n| n.starts_with(&prefix))
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Every topic.
     pub(crate) fn topics(&self) -> Vec<Arc<Topic>> {
         lock(&self.topics).values().cloned().collect()

@@ -26,11 +26,10 @@ use crate::cmd::{cargo, sh};
 enum Kind {
     /// `tests/interop/python/test_*.py`, one process per script.
     Python,
-    /// A Maven project: `mvn test`, with an optional profile and JDK.
+    /// A Maven project: `mvn test`, with an optional profile (the machine's default JDK, 17).
     Maven {
         dir: &'static str,
         profile: Option<&'static str>,
-        java_home: Option<&'static str>,
     },
     /// A Go module: `go test`.
     Go { dir: &'static str },
@@ -60,7 +59,6 @@ const SUITES: &[Suite] = &[
         kind: Kind::Maven {
             dir: "tests/interop/java",
             profile: None,
-            java_home: None,
         },
     },
     Suite {
@@ -69,7 +67,6 @@ const SUITES: &[Suite] = &[
         kind: Kind::Maven {
             dir: "tests/interop/java",
             profile: Some("pulsar-4.2"),
-            java_home: None,
         },
     },
     Suite {
@@ -79,7 +76,6 @@ const SUITES: &[Suite] = &[
         kind: Kind::Maven {
             dir: "tests/interop/java",
             profile: Some("pulsar-5.0"),
-            java_home: None,
         },
     },
     Suite {
@@ -88,7 +84,6 @@ const SUITES: &[Suite] = &[
         kind: Kind::Maven {
             dir: "tests/interop/spring",
             profile: None,
-            java_home: None,
         },
     },
     Suite {
@@ -266,11 +261,7 @@ fn commands(suite: &Suite) -> anyhow::Result<(Command, Command, &'static str)> {
     let root = std::env::current_dir()?;
     Ok(match suite.kind {
         Kind::Python => unreachable!("the Python suite runs its scripts itself"),
-        Kind::Maven {
-            dir,
-            profile,
-            java_home,
-        } => {
+        Kind::Maven { dir, profile } => {
             need_tool("mvn", "Maven (Debian's `maven` package)")?;
             let mvn = |goal: &str| {
                 let mut c = Command::new("mvn");
@@ -278,9 +269,6 @@ fn commands(suite: &Suite) -> anyhow::Result<(Command, Command, &'static str)> {
                     .args(["-B", "--no-transfer-progress", goal]);
                 if let Some(p) = profile {
                     c.arg(format!("-P{p}"));
-                }
-                if let Some(j) = java_home {
-                    c.env("JAVA_HOME", j);
                 }
                 c
             };

@@ -70,7 +70,7 @@ fn be_u16(b: &[u8], at: usize) -> Option<u16> {
     Some(u16::from_be_bytes([s[0], s[1]]))
 }
 
-fn be_u32(b: &[u8], at: usize) -> Option<u32> {
+pub(crate) fn be_u32(b: &[u8], at: usize) -> Option<u32> {
     let s = b.get(at..at.checked_add(4)?)?;
     Some(u32::from_be_bytes([s[0], s[1], s[2], s[3]]))
 }

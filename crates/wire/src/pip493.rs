@@ -15,9 +15,10 @@
 //! `BaseCommand`, and field 10 inside the one `FeatureFlags` of the one `CommandConnected`
 //! (or `CommandConnect`). Never as a second occurrence of a message field relying on
 //! protobuf's merge rule: Pulsar's Java protocol code (LightProto) starts a new message on a
-//! second occurrence instead of merging, and then misses every required field of the first. [`decode_frame`](crate::decode_frame) accepts type 82 and
-//! puts the decoded command in [`Frame::negative_ack`](crate::Frame::negative_ack). The
-//! proposal is open (apache/pulsar pull request 26418); no released client sends it yet.
+//! second occurrence instead of merging, and then misses every required field of the first.
+//! [`decode_frame`](crate::decode_frame) accepts type 82 and puts the decoded command in
+//! [`Frame::negative_ack`](crate::Frame::negative_ack). The proposal is open (apache/pulsar pull
+//! request 26418); no released client sends it yet.
 
 use prost::Message;
 
@@ -132,8 +133,8 @@ pub fn encode_connected_with_flag(mut connected: CommandConnected, out: &mut Vec
         ..Default::default()
     }
     .encode_to_vec();
-    let inner = with_flag_inside(&connected.encode_to_vec(), CONNECTED_FLAGS_FIELD, &flags);
     let mut cmd = base;
+    let inner = with_flag_inside(&connected.encode_to_vec(), CONNECTED_FLAGS_FIELD, &flags);
     push_message_field(CONNECTED_FIELD, &inner, &mut cmd);
     frame(&[&cmd], out);
 }
@@ -160,11 +161,12 @@ const CONNECTED_FLAGS_FIELD: u32 = 4;
 /// with `supports_key_ordered_negative_ack` set.
 fn with_flag_inside(body: &[u8], flags_field: u32, flags: &FeatureFlags) -> Vec<u8> {
     let mut flag_bytes = flags.encode_to_vec();
-    FlagField {
-        supports_key_ordered_negative_ack: Some(true),
-    }
-    .encode(&mut flag_bytes)
-    .expect("a Vec grows");
+    flag_bytes.extend(
+        FlagField {
+            supports_key_ordered_negative_ack: Some(true),
+        }
+        .encode_to_vec(),
+    );
     let mut out = body.to_vec();
     push_message_field(flags_field, &flag_bytes, &mut out);
     out

@@ -74,6 +74,7 @@ pub(crate) struct MessageRules {
 mod generated {
     include!("proto/fields.rs");
 }
+use crate::frame::be_u32;
 use generated::{BASE_COMMAND, MESSAGES};
 
 /// Nesting deeper than this is refused (Pulsar's messages nest three levels at most).
@@ -125,11 +126,10 @@ pub fn check_frame(frame: &[u8]) -> Result<(), StrictError> {
         message: "frame",
         what,
     };
-    let word = |at: usize| -> Result<usize, StrictError> {
-        let b = frame
-            .get(at..at + 4)
-            .ok_or(malformed("shorter than its header"))?;
-        Ok(u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize)
+    let word = |at: usize| {
+        be_u32(frame, at)
+            .map(|w| w as usize)
+            .ok_or(malformed("shorter than its header"))
     };
     let (total, cmd_size) = (word(0)?, word(4)?);
     if total.checked_add(4) != Some(frame.len()) || cmd_size > total.saturating_sub(4) {
@@ -143,16 +143,15 @@ pub fn check_command(bytes: &[u8]) -> Result<(), StrictError> {
     check_message(BASE_COMMAND, bytes, 0)
 }
 
-/// Splits a buffer of whole frames (as a writer queue holds them) into frames; `None` when the
-/// sizes do not add up.
+/// Splits a buffer of whole frames (as a writer queue holds them) into frames; the last item is
+/// an error when the sizes do not add up.
 pub fn frames(mut buf: &[u8]) -> impl Iterator<Item = Result<&[u8], StrictError>> {
     std::iter::from_fn(move || {
         if buf.is_empty() {
             return None;
         }
-        let Some(len) = buf
-            .get(..4)
-            .map(|b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize + 4)
+        let Some(len) = be_u32(buf, 0)
+            .map(|total| total as usize + 4)
             .filter(|&n| n <= buf.len())
         else {
             buf = &[];
