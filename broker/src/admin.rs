@@ -124,15 +124,9 @@ fn read_request(stream: &mut TcpStream) -> io::Result<Request> {
     let started = Instant::now();
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = find(&buf, b"\r\n\r\n") {
-            break i;
-        }
-        if buf.len() > MAX_REQUEST {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "request head too large",
-            ));
+    loop {
+        if let Some(req) = parse_request(&buf)? {
+            return Ok(req);
         }
         let left = REQUEST_DEADLINE.saturating_sub(started.elapsed());
         if left.is_zero() {
@@ -143,68 +137,59 @@ fn read_request(stream: &mut TcpStream) -> io::Result<Request> {
         if n == 0 {
             return Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                "connection closed",
+                "connection closed before the request was whole",
             ));
         }
         buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// The request in `buf` once it is whole (`None`: read more), or why it never will be: a head
+/// or body over [`MAX_REQUEST`], a head that is not UTF-8, a bad request line or a bad
+/// `Content-Length`. Bytes past the declared body are ignored (one request per connection).
+pub(crate) fn parse_request(buf: &[u8]) -> io::Result<Option<Request>> {
+    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
+    let Some(head_end) = find(buf, b"\r\n\r\n") else {
+        if buf.len() > MAX_REQUEST {
+            return Err(bad("request head too large"));
+        }
+        return Ok(None);
     };
-    let head = std::str::from_utf8(&buf[..head_end])
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "request head is not UTF-8"))?;
+    if head_end > MAX_REQUEST {
+        return Err(bad("request head too large"));
+    }
+    let head =
+        std::str::from_utf8(&buf[..head_end]).map_err(|_| bad("request head is not UTF-8"))?;
     let mut lines = head.split("\r\n");
     let request_line = lines.next().unwrap_or_default();
     let mut parts = request_line.split(' ');
     let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "bad request line",
-        ));
+        return Err(bad("bad request line"));
     };
     let mut length = 0usize;
     for l in lines {
         if let Some((k, v)) = l.split_once(':') {
             if k.trim().eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse().map_err(|_| {
-                    io::Error::new(io::ErrorKind::InvalidData, "bad Content-Length")
-                })?;
+                length = v.trim().parse().map_err(|_| bad("bad Content-Length"))?;
             }
         }
     }
     if length > MAX_REQUEST {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "request body too large",
-        ));
+        return Err(bad("request body too large"));
     }
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < length {
-        let left = REQUEST_DEADLINE.saturating_sub(started.elapsed());
-        if left.is_zero() {
-            return Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "request body too slow",
-            ));
-        }
-        stream.set_read_timeout(Some(left))?;
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "body cut short",
-            ));
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    body.truncate(length);
+    let Some(body) = buf.get(head_end + 4..head_end + 4 + length) else {
+        return Ok(None);
+    };
     let (path, query) = match target.split_once('?') {
         Some((p, q)) => (p.to_owned(), q.to_owned()),
         None => (target.to_owned(), String::new()),
     };
-    Ok(Request {
+    Ok(Some(Request {
         method: method.to_owned(),
         path,
         query,
-        body,
-    })
+        body: body.to_vec(),
+    }))
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {

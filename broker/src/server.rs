@@ -30,6 +30,21 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The broker's state with no topic loaded yet (no socket, no thread).
+    pub(crate) fn new(cfg: BrokerConfig, service_url: String) -> Shared {
+        Shared {
+            service_url,
+            server_version: format!("key-ordered-broker-{}", env!("CARGO_PKG_VERSION")),
+            closing: AtomicBool::new(false),
+            next_consumer: AtomicU64::new(1),
+            next_producer: AtomicU64::new(0),
+            name_prefix: format!("standalone-{}", std::process::id()),
+            topics: Mutex::new(HashMap::new()),
+            writers: Mutex::new(HashMap::new()),
+            cfg,
+        }
+    }
+
     /// The topic, created on first use (with its directory under `--data-dir`).
     pub(crate) fn topic(&self, name: &TopicName) -> Result<Arc<Topic>, StorageError> {
         let full = name.full();
@@ -66,7 +81,7 @@ impl Shared {
     }
 
     /// Reads every topic under `--data-dir` back (before the listener accepts anyone).
-    fn recover_topics(&self) -> Result<usize, StorageError> {
+    pub(crate) fn recover_topics(&self) -> Result<usize, StorageError> {
         let Some(d) = &self.cfg.data_dir else {
             return Ok(0);
         };
@@ -203,17 +218,7 @@ impl Broker {
         let admin_addr = admin_listener.local_addr()?;
         listener.set_nonblocking(true)?;
         admin_listener.set_nonblocking(true)?;
-        let shared = Arc::new(Shared {
-            service_url: format!("pulsar://{service_addr}"),
-            server_version: format!("key-ordered-broker-{}", env!("CARGO_PKG_VERSION")),
-            closing: AtomicBool::new(false),
-            next_consumer: AtomicU64::new(1),
-            next_producer: AtomicU64::new(0),
-            name_prefix: format!("standalone-{}", std::process::id()),
-            topics: Mutex::new(HashMap::new()),
-            writers: Mutex::new(HashMap::new()),
-            cfg,
-        });
+        let shared = Arc::new(Shared::new(cfg, format!("pulsar://{service_addr}")));
         let started = Instant::now();
         let recovered = shared
             .recover_topics()

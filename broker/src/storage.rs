@@ -342,16 +342,24 @@ fn record_at(bytes: &[u8], at: usize) -> Result<(Position, &[u8], usize), String
 }
 
 /// Whether the bad record at `at` is the file's last: a torn write, not a corrupt middle.
-/// It is when no whole, valid record starts after it.
-fn is_tail(bytes: &[u8], at: usize) -> bool {
-    let Some(head) = bytes.get(at..at + 4) else {
-        return true;
-    };
-    let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
-    // A record that claims to run past the end, or ends exactly at the end, is the tail.
-    match at.checked_add(8 + len) {
-        Some(end) if end < bytes.len() => record_at(bytes, end).is_err() && is_tail(bytes, end),
-        _ => true,
+/// It is when no whole, valid record starts after it, following the lengths the records claim
+/// (a loop, not recursion: a file of millions of tiny bad records must not exhaust the stack).
+fn is_tail(bytes: &[u8], mut at: usize) -> bool {
+    loop {
+        let Some(head) = bytes.get(at..at + 4) else {
+            return true;
+        };
+        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+        // A record that claims to run past the end, or ends exactly at the end, is the tail.
+        match at.checked_add(8 + len) {
+            Some(end) if end < bytes.len() => {
+                if record_at(bytes, end).is_ok() {
+                    return false;
+                }
+                at = end;
+            }
+            _ => return true,
+        }
     }
 }
 
@@ -427,6 +435,23 @@ mod tests {
             let (_, again) = TopicLog::open(&dir).unwrap();
             assert_eq!(again.len(), whole + 1, "append after the cut at {cut}");
         }
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// A newest file that is a long run of tiny bad records (zeros after the header) is one
+    /// torn tail, cut at the header. The tail check once recursed per record and overflowed the
+    /// stack here (2 million records).
+    #[test]
+    fn a_long_bad_tail_is_cut_without_exhausting_the_stack() {
+        let dir = scratch("long-tail");
+        fs::create_dir_all(&dir).unwrap();
+        let path = ledger_path(&dir, 1);
+        let mut bytes = HEADER.to_vec();
+        bytes.resize(HEADER.len() + 16 * 1024 * 1024, 0);
+        fs::write(&path, &bytes).unwrap();
+        let (_, got) = TopicLog::open(&dir).unwrap();
+        assert!(got.is_empty());
+        assert_eq!(fs::metadata(&path).unwrap().len(), HEADER.len() as u64);
         let _ = fs::remove_dir_all(&dir);
     }
 
