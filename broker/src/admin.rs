@@ -120,6 +120,16 @@ fn handle(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
     stream.flush()
 }
 
+/// The response to `bytes` as a whole connection's input (the client sent them and closed):
+/// an unfinished request is a 400, as a closed connection is in [`handle`].
+pub(crate) fn respond(bytes: &[u8], shared: &Shared) -> Response {
+    match parse_request(bytes) {
+        Ok(Some(req)) => route(&req, shared),
+        Ok(None) => Response::json_error(400, "bad request: connection closed before the request was whole"),
+        Err(e) => Response::json_error(400, &format!("bad request: {e}")),
+    }
+}
+
 fn read_request(stream: &mut TcpStream) -> io::Result<Request> {
     let started = Instant::now();
     let mut buf = Vec::with_capacity(1024);

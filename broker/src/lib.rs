@@ -34,6 +34,8 @@
 mod admin;
 mod config;
 mod conn;
+#[doc(hidden)]
+pub mod fuzzing;
 mod schema;
 mod server;
 mod stats;
