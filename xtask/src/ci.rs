@@ -4,7 +4,7 @@
 //! 2. `cargo clippy` on every target with warnings denied
 //! 3. `cargo test` for the workspace (unit, integration and doc tests) with insta updates off
 //! 4. a quick loom run (preemption bound 2)
-//! 5. the simulator (release): a smoke seed range, the five legacy detections, a determinism check,
+//! 5. the simulator (release): a smoke seed range, the six legacy detections, a determinism check,
 //!    the threaded runtime
 //! 6. the interop suites (every stock client against the broker)
 //! 7. tidy checks

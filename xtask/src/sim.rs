@@ -36,7 +36,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
 }
 
 /// The simulator steps of `cargo xtask ci` (each well under a minute in release):
-/// a smoke seed range of the default mix, the five legacy detections (the checker must fail), a
+/// a smoke seed range of the default mix, the six legacy detections (the checker must fail), a
 /// determinism check (every run twice, identical event-log hash) and the randomised mixes on the
 /// dispatcher's threaded runtime.
 pub(crate) fn ci_steps() -> anyhow::Result<()> {
@@ -112,6 +112,17 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
         "mix-shared-delayed",
         "--json",
         "target/sim/ci-legacy-delayed.json",
+    ]))?;
+    sh(sim(&[
+        "--legacy",
+        "replay-settle",
+        "--expect-violation",
+        "--seeds",
+        "4",
+        "--scenario",
+        "mix-key-shared-slow-reads",
+        "--json",
+        "target/sim/ci-legacy-replay-settle.json",
     ]))?;
     sh(sim(&[
         "--check-determinism",

@@ -99,6 +99,12 @@ pub struct DispatcherConfig {
     /// clear-backlog, expiry or quota eviction also removes pending acks at or below the new
     /// mark-delete, which releases draining hashes early and breaks per-key order.
     pub legacy_mark_delete_cleanup: bool,
+    /// LEGACY, only to show that the simulator catches a regression this crate once had (no
+    /// Pulsar setting): on Key_Shared, input that arrives while a replay read is in flight (a
+    /// redelivery, a flow) does not stop that read's completion from settling the replay loop,
+    /// so an entry redelivered during the read can wait forever once the cursor is at its end
+    /// (Pulsar's `testLookAheadNotEngagedWhenCursorHasNoMoreEntries`, apache/pulsar#21554).
+    pub legacy_replay_settle: bool,
     /// Key_Shared: force-release a draining hash that has blocked dispatch for this long
     /// (`None` = never, the default). Trades per-key order for liveness when an owner never
     /// acks; every release is a WARN and counts in [`crate::DispatcherStats`]. Pulsar has no
@@ -269,6 +275,7 @@ impl DispatcherConfig {
             look_ahead_per_subscription: 20_000,
             unblocking_interval: 10,
             legacy_mark_delete_cleanup: false,
+            legacy_replay_settle: false,
             draining_timeout: None,
             assignor: chunk_assignor::AssignorConfig::default(),
             nack_backoff: NackBackoff::default(),

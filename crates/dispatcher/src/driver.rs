@@ -110,6 +110,19 @@ pub enum Output {
         /// The cursor's answer to the ack.
         acked: Result<(), CursorError>,
     },
+    /// Deferred reads only ([`Driver::with_deferred_reads`]): the core asked for a normal read
+    /// of up to `max_entries`; run it later with [`Driver::complete_read`]. The core issues no
+    /// other read until then, and every `handle_*` may be called meanwhile.
+    ReadIssued {
+        /// The read's limit.
+        max_entries: usize,
+    },
+    /// Deferred reads only: the core asked to replay these positions; run it later with
+    /// [`Driver::complete_replay`].
+    ReplayIssued {
+        /// The positions to read again.
+        positions: Vec<Position>,
+    },
     /// Trace only ([`Driver::with_trace`]): the wake flag was set and `handle_wake` ran.
     Woke,
     /// Trace only: the cursor was rewound.
@@ -159,6 +172,7 @@ pub enum Persist {
 #[derive(Debug, Default)]
 pub struct Driver {
     trace: bool,
+    deferred: bool,
     wake: Option<Arc<FlagWaker>>,
     persist_every: Option<u64>,
     last_persist: u64,
@@ -175,6 +189,16 @@ impl Driver {
     /// that log every step (the simulator, the scripted tests).
     pub fn with_trace(mut self, on: bool) -> Self {
         self.trace = on;
+        self
+    }
+
+    /// Hand reads back to the shell instead of running them at once ([`Output::ReadIssued`],
+    /// [`Output::ReplayIssued`]), for a shell whose storage answers later (an asynchronous
+    /// ledger) or a simulator that lets input arrive while a read is in flight. The shell
+    /// completes each with [`complete_read`](Self::complete_read) or
+    /// [`complete_replay`](Self::complete_replay), then polls again.
+    pub fn with_deferred_reads(mut self, on: bool) -> Self {
+        self.deferred = on;
         self
     }
 
@@ -232,28 +256,20 @@ impl Driver {
                         return Some(Output::Rewound);
                     }
                 }
+                DispatchCommand::Read { max_entries } if self.deferred => {
+                    return Some(Output::ReadIssued { max_entries })
+                }
+                DispatchCommand::Replay { positions } if self.deferred => {
+                    return Some(Output::ReplayIssued { positions })
+                }
                 DispatchCommand::Read { max_entries } => {
-                    let (entries, more) = CursorCell::lock(cell).read(max_entries);
-                    let positions = match self.trace {
-                        true => entries.iter().map(|e| e.position).collect(),
-                        false => Vec::new(),
-                    };
-                    core.handle_read_complete(now, entries, more);
-                    if self.trace {
-                        return Some(Output::Read {
-                            max_entries,
-                            positions,
-                        });
+                    if let Some(out) = self.complete_read(now, core, cell, max_entries) {
+                        return Some(out);
                     }
                 }
                 DispatchCommand::Replay { positions } => {
-                    let r = CursorCell::lock(cell).replay(&positions);
-                    core.handle_replay_complete(now, r.entries, &r.already_acked);
-                    if self.trace {
-                        return Some(Output::Replayed {
-                            positions,
-                            already_acked: r.already_acked,
-                        });
+                    if let Some(out) = self.complete_replay(now, core, cell, positions) {
+                        return Some(out);
                     }
                 }
                 DispatchCommand::Send { consumer, entries } => {
@@ -262,6 +278,47 @@ impl Driver {
                 DispatchCommand::SetTimer { at } => return Some(Output::SetTimer { at }),
             }
         }
+    }
+
+    /// Runs a normal read of up to `max_entries` on the cursor and hands the result to the
+    /// core. [`poll`](Self::poll) calls it for every read unless reads are deferred; a shell
+    /// with [`with_deferred_reads`](Self::with_deferred_reads) calls it once the read it got
+    /// as [`Output::ReadIssued`] is due. Returns the trace output, if tracing.
+    pub fn complete_read<S: CursorStore, L: Ledger>(
+        &mut self,
+        now: u64,
+        core: &mut Dispatcher,
+        cell: &Mutex<CursorCell<S, L>>,
+        max_entries: usize,
+    ) -> Option<Output> {
+        let (entries, more) = CursorCell::lock(cell).read(max_entries);
+        let positions = match self.trace {
+            true => entries.iter().map(|e| e.position).collect(),
+            false => Vec::new(),
+        };
+        core.handle_read_complete(now, entries, more);
+        self.trace.then_some(Output::Read {
+            max_entries,
+            positions,
+        })
+    }
+
+    /// Replays `positions` from the cursor and hands the result to the core; the deferred
+    /// counterpart of [`Output::ReplayIssued`], as [`complete_read`](Self::complete_read) is of
+    /// [`Output::ReadIssued`]. Returns the trace output, if tracing.
+    pub fn complete_replay<S: CursorStore, L: Ledger>(
+        &mut self,
+        now: u64,
+        core: &mut Dispatcher,
+        cell: &Mutex<CursorCell<S, L>>,
+        positions: Vec<Position>,
+    ) -> Option<Output> {
+        let r = CursorCell::lock(cell).replay(&positions);
+        core.handle_replay_complete(now, r.entries, &r.already_acked);
+        self.trace.then_some(Output::Replayed {
+            positions,
+            already_acked: r.already_acked,
+        })
     }
 
     /// Runs [`poll`](Self::poll) to the end, handing every output to `on_output`.

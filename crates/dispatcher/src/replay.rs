@@ -55,6 +55,9 @@ pub(crate) struct ReplaySet<P, C> {
     /// `behind`'s positions per hash.
     behind_by_hash: AHashMap<u32, BTreeSet<P>>,
     count_hashes: bool,
+    /// Calls to [`add`](Self::add) so far, never reset: a replay read compares it with its
+    /// value when the read was issued to learn whether anything entered replay meanwhile.
+    adds: u64,
 }
 
 impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
@@ -69,6 +72,7 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
             behind: BTreeMap::new(),
             behind_by_hash: AHashMap::new(),
             count_hashes,
+            adds: 0,
         }
     }
 
@@ -109,6 +113,7 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
     /// Adds `pos`; returns true if it was new. Re-adding updates the hash (a known hash wins
     /// over 0) and the pin.
     pub fn add(&mut self, pos: P, hash: u32, pinned: Option<C>) -> bool {
+        self.adds = self.adds.wrapping_add(1);
         if let Some(old) = self.behind.get(&pos).copied() {
             // Behind a hold: merge like below, re-placing it if the hash changed.
             let new = ReplayEntry {
@@ -461,6 +466,11 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
     /// the entries kept behind a held key (they cannot be picked while the hold lasts).
     pub fn iter(&self) -> impl Iterator<Item = (P, ReplayEntry<C>)> + '_ {
         self.entries.iter().map(|(p, e)| (*p, *e))
+    }
+
+    /// How many times [`add`](Self::add) was called (a change signal).
+    pub fn adds(&self) -> u64 {
+        self.adds
     }
 
     /// [`iter`](Self::iter) from `from` on (inclusive; `None`: from the start).

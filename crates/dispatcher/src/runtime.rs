@@ -850,6 +850,10 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 // dead-letter topic (the driver already acked the entry on the cursor).
                 Output::SetTimer { .. } | Output::DeadLettered { .. } => {}
                 Output::Woke | Output::Rewound | Output::Read { .. } | Output::Replayed { .. } => {}
+                // This runtime's driver runs reads at once (no deferred reads).
+                Output::ReadIssued { .. } | Output::ReplayIssued { .. } => {
+                    unreachable!("the runtime's driver does not defer reads")
+                }
             }
         }
     }

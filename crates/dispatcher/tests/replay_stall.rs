@@ -13,6 +13,33 @@ use dispatcher::DispatchCommand;
 #[test]
 fn a_redelivery_during_a_replay_read_is_not_stranded() {
     for mode in ["key_shared exclusive", "key_shared exclusive ooo"] {
+        let w = redeliver_during_replay_read(mode);
+        assert_eq!(
+            w.received.get("A").cloned().unwrap_or_default(),
+            [Position::new(1, 2), Position::new(1, 2)],
+            "{mode}: 1:2 was not re-sent to A\n{}",
+            w.out
+        );
+    }
+}
+
+/// `DispatcherConfig::legacy_replay_settle` brings the stall back (what the simulator's
+/// legacy detection relies on).
+#[test]
+fn the_legacy_switch_strands_the_redelivery() {
+    for mode in ["key_shared exclusive", "key_shared exclusive ooo"] {
+        let w = redeliver_during_replay_read(&format!("legacy_replay_settle\n{mode}"));
+        assert_eq!(
+            w.received.get("A").cloned().unwrap_or_default(),
+            [Position::new(1, 2)],
+            "{mode}"
+        );
+    }
+}
+
+/// The scenario up to the replay read's completion; returns the world after it.
+fn redeliver_during_replay_read(mode: &str) -> common::World {
+    {
         let mut w = run(&format!(
             "{mode}\njoin A ranges=0-32767\nflow A 100\njoin B ranges=32768-65535\nflow B 2\n"
         ));
@@ -59,10 +86,64 @@ fn a_redelivery_during_a_replay_read_is_not_stranded() {
             .collect();
         w.d.handle_replay_complete(now, entries, &[]);
         w.pump();
+        w
+    }
+}
+
+/// Ordered Key_Shared with a replay read in flight: the consumer that held the key leaves, and
+/// the entry it still had (earlier than the one being replayed) comes back to replay. When the
+/// read completes, the replayed entry must not overtake it on the key's new owner. Found by the
+/// simulator once its reads took time (`mix-key-shared-slow-reads`, seed 7: `1:949` sent before
+/// `1:948` of its key); fails without `withhold_overtaken_replay`.
+#[test]
+fn an_entry_back_in_replay_during_a_replay_read_is_not_overtaken() {
+    for mode in ["key_shared", "key_shared autosplit"] {
+        let script = |k: &str| format!("{mode}\njoin A\njoin C\nflow A 2\npub {k} {k}\n");
+        // A key the selector gives to A.
+        let key = (0..100)
+            .map(|i| format!("k{i}"))
+            .find(|k| {
+                run(&script(k))
+                    .received
+                    .get("A")
+                    .is_some_and(|r| r.len() == 2)
+            })
+            .unwrap();
+        let mut w = run(&script(&key));
+        let a = w.id("A");
+        let got = |w: &common::World, name: &str| w.received.get(name).cloned().unwrap_or_default();
+        // A asks for 1:1 again and has a permit: the replay read of 1:1 is issued ...
+        let now = w.now;
+        w.d.handle_redeliver(now, a, &[Position::new(1, 1)]);
+        w.d.handle_flow(now, a, 1);
+        let replay = loop {
+            match w.d.poll_command() {
+                Some(DispatchCommand::Replay { positions }) => break positions,
+                Some(_) => continue,
+                None => panic!("{mode}: no replay read issued"),
+            }
+        };
+        assert_eq!(replay, [Position::new(1, 1)], "{mode}");
+        // ... and while it is in flight A leaves (1:0 comes back to replay); C gets permits.
+        w.step("leave A");
+        w.step("flow C 10");
         assert_eq!(
-            got(&w, "A"),
-            [Position::new(1, 2), Position::new(1, 2)],
-            "{mode}: 1:2 was not re-sent to A\n{}",
+            got(&w, "C"),
+            [],
+            "{mode}: nothing may go while the read is in flight"
+        );
+        let entry = w
+            .sends
+            .iter()
+            .find(|(n, e)| n == "A" && e.position == Position::new(1, 1))
+            .map(|(_, e)| e.clone())
+            .unwrap();
+        w.d.handle_replay_complete(now, vec![entry], &[]);
+        w.pump();
+        assert_eq!(
+            got(&w, "C"),
+            [Position::new(1, 0), Position::new(1, 1)],
+            "{mode}: C must get the key in order\n{}",
             w.out
         );
     }

@@ -55,7 +55,8 @@ fn usage() -> &'static str {
      legacy switches: mark-delete-cleanup (expects an order violation), orphan-chunk-replay \
      (expects a stall), unordered-nack (Pulsar-mode nack on Key_Shared; expects an order violation),\n\
      no-batch-ack-set (redelivered batches without their acked indexes; expects acked-redelivered),\n\
-     no-delayed-delivery (deliver-at times ignored; expects early)\n\
+     no-delayed-delivery (deliver-at times ignored; expects early),\n\
+     replay-settle (a redelivery during a Key_Shared replay read can wait forever; expects a stall)\n\
      exit status: 0 no violation, 1 a violation, 2 bad arguments or a scenario that cannot run\n\
      details: docs/SIMULATOR.md"
 }

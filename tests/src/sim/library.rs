@@ -58,6 +58,10 @@ const SHIPPED: &[(&str, &str)] = &[
         "mix-shared-chunk-pressure",
         include_str!("../../scenarios/mix-shared-chunk-pressure.sim"),
     ),
+    (
+        "mix-key-shared-slow-reads",
+        include_str!("../../scenarios/mix-key-shared-slow-reads.sim"),
+    ),
     ("f01-join", include_str!("../../scenarios/f01-join.sim")),
     ("f02-leave", include_str!("../../scenarios/f02-leave.sim")),
     ("f03-ack", include_str!("../../scenarios/f03-ack.sim")),

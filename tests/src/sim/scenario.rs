@@ -64,6 +64,10 @@ pub struct WorldConfig {
     pub max_unacked_sub: Option<u64>,
     /// Dispatcher (Key_Shared): look-ahead replay entries per consumer.
     pub look_ahead: Option<i64>,
+    /// How long a read or replay read takes to complete, ms (`reads=MIN-MAX`). (0, 0): reads
+    /// complete at once, inside the broker step that issued them; otherwise the broker's input
+    /// (flows, acks, redeliveries, joins) keeps arriving while a read is in flight.
+    pub read_delay: (u64, u64),
 }
 
 impl Default for WorldConfig {
@@ -80,6 +84,7 @@ impl Default for WorldConfig {
             max_unacked_consumer: None,
             max_unacked_sub: None,
             look_ahead: None,
+            read_delay: (0, 0),
         }
     }
 }
@@ -438,6 +443,7 @@ fn parse_config(words: &[&str], c: &mut WorldConfig) -> Result<(), String> {
             "max_unacked" => c.max_unacked_consumer = Some(num(v, k)?),
             "max_unacked_sub" => c.max_unacked_sub = Some(num(v, k)?),
             "look_ahead" => c.look_ahead = Some(num(v, k)?),
+            "reads" => c.read_delay = range(v, "reads")?,
             _ => return Err(format!("unknown config key `{k}`")),
         }
     }

@@ -159,11 +159,70 @@ impl Dispatcher {
     /// Why an entry with this hash would not be dispatched now (Key_Shared). On Shared every
     /// hash is [`BlockReason::NotBlocked`] unless no consumer has permits.
     pub fn why_blocked(&self, hash: u32) -> BlockReason {
+        self.explain(hash, None, true)
+    }
+
+    /// Why the entry waiting in replay at `position` is not re-sent now; `None` when it is not
+    /// in replay. [`BlockReason::NotBlocked`] means the next replay pick sends it: it is the
+    /// first replay entry of its key, nothing holds the key, and its consumer (the one it is
+    /// pinned to, else the key's owner) has permits. Costs a scan of the replay set: for
+    /// diagnostics and checkers, not for a hot path.
+    pub fn why_replay_waits(&self, position: Position) -> Option<BlockReason> {
+        let (_, entry) = self
+            .replay
+            .iter_from(Some(position))
+            .next()
+            .filter(|(p, _)| *p == position)
+            .or_else(|| {
+                self.replay
+                    .iter_all()
+                    .into_iter()
+                    .find(|(p, _)| *p == position)
+            })?;
+        Some(self.explain(entry.hash, Some((position, entry.pinned)), true))
+    }
+
+    /// The first replay entry that nothing holds back now ([`why_replay_waits`] would say
+    /// [`BlockReason::NotBlocked`]): the next replay pick must send it. `None` when every
+    /// replay entry waits for something (permits, a draining key, a nack delay, an earlier
+    /// entry of its key). One pass over the replay set, stopping at the first such entry: a
+    /// checker calls it whenever the dispatcher is idle to prove it does not sit on work.
+    ///
+    /// [`why_replay_waits`]: Self::why_replay_waits
+    pub fn replay_ready(&self) -> Option<Position> {
+        if self.consumers.is_empty() {
+            return None;
+        }
+        let mut seen: AHashSet<u32> = AHashSet::new();
+        for (p, e) in self.replay.iter() {
+            if e.hash != 0 && !seen.insert(e.hash) {
+                continue; // behind the first replay entry of its key
+            }
+            // First of its hash among the scanned entries; an earlier one kept behind a nack
+            // hold makes the hash held, which `explain` reports.
+            if self.explain(e.hash, Some((p, e.pinned)), false) == BlockReason::NotBlocked {
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// [`why_blocked`](Self::why_blocked), or for the replay entry `at` (with its pin) what
+    /// [`why_replay_waits`](Self::why_replay_waits) says: only an earlier replay entry of the
+    /// hash keeps it behind (looked up when `scan_replay`), and its pin (or the key's pin to a
+    /// half-delivered chunked message) names its consumer, as in the replay pick.
+    fn explain(
+        &self,
+        hash: u32,
+        at: Option<(Position, Option<ConsumerId>)>,
+        scan_replay: bool,
+    ) -> BlockReason {
         if self.consumers.is_empty() {
             return BlockReason::UnassignedRange;
         }
+        let pin = at.and_then(|(_, pin)| pin.or_else(|| self.hash_pin(hash)));
         let owner = match self.mode.key_shared() {
-            Some(k) => match k.selector.select(hash) {
+            Some(k) => match pin.or_else(|| k.selector.select(hash)) {
                 Some(o) => Some(o),
                 None => return BlockReason::UnassignedRange,
             },
@@ -187,20 +246,23 @@ impl Dispatcher {
             }
         }
         if let Some((position, until)) = self.replay.first_held(hash) {
+            // A replay entry that is itself the held nack waits for its time, like the rest.
             return if until == PARKED {
                 BlockReason::Parked { position }
             } else {
                 BlockReason::HeldByNack { position, until }
             };
         }
-        if self.replay.contains_hash(hash) {
+        if scan_replay && self.replay.contains_hash(hash) {
             if let Some((p, _)) = self
                 .replay
                 .iter_all()
                 .into_iter()
                 .find(|(_, e)| e.hash == hash)
             {
-                return BlockReason::BehindReplay { position: p };
+                if at.is_none_or(|(q, _)| p < q) {
+                    return BlockReason::BehindReplay { position: p };
+                }
             }
         }
         match owner {

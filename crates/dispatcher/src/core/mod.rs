@@ -437,6 +437,7 @@ impl Dispatcher {
         let read_batch = cfg.min_read_batch.max(1);
         let read_seed = cfg.read_backoff_seed;
         let delayed = crate::DelayedTracker::new(cfg.delayed_delivery);
+        let legacy_keep_scanned_all = cfg.legacy_replay_settle;
         Dispatcher {
             delayed,
             cfg,
@@ -447,7 +448,10 @@ impl Dispatcher {
             ids: Vec::new(),
             replay: ReplaySet::new(count_hashes),
             commands: VecDeque::new(),
-            read: ReadLoop::new(read_batch, read_seed),
+            read: ReadLoop {
+                legacy_keep_scanned_all,
+                ..ReadLoop::new(read_batch, read_seed)
+            },
             timers: Timers::default(),
             scratch_blocked: AHashSet::new(),
             scratch_pinned_blocked: AHashSet::new(),

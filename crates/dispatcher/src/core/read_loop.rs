@@ -168,6 +168,11 @@ pub(super) struct ReadLoop {
     /// Pulsar's `avgMessagesPerEntry`. Permits and unacked limits count messages, reads count
     /// entries: a read asks for the permits divided by this.
     pub(super) avg_messages_milli: u64,
+    /// [`DispatcherConfig::legacy_replay_settle`](crate::DispatcherConfig::legacy_replay_settle):
+    /// [`unsettle`](Self::unsettle) leaves `pick_scanned_all` alone (the regression).
+    pub(super) legacy_keep_scanned_all: bool,
+    /// [`ReplaySet::adds`] when the replay read in flight was issued.
+    pub(super) replay_adds_at_issue: u64,
 }
 
 impl ReadLoop {
@@ -178,7 +183,9 @@ impl ReadLoop {
     pub(super) fn unsettle(&mut self) {
         self.replay_settled = false;
         self.pick_resume = None;
-        self.pick_scanned_all = false;
+        if !self.legacy_keep_scanned_all {
+            self.pick_scanned_all = false;
+        }
     }
 
     pub(super) fn new(batch: usize, seed: u64) -> Self {
@@ -195,6 +202,8 @@ impl ReadLoop {
             starved: Vec::new(),
             pick_resume: None,
             discarded_read: false,
+            legacy_keep_scanned_all: false,
+            replay_adds_at_issue: 0,
         }
     }
 }
@@ -379,6 +388,7 @@ impl Dispatcher {
             if !positions.is_empty() {
                 trace!(count = positions.len(), "replay read");
                 self.read.state.start_replay();
+                self.read.replay_adds_at_issue = self.replay.adds();
                 self.commands
                     .push_back(DispatchCommand::Replay { positions });
                 return;
@@ -598,6 +608,15 @@ impl Dispatcher {
         let mut entries = entries;
         entries.retain(|e| self.replay.contains(e.position));
         entries.sort_by_key(|e| e.position);
+        let kept = match self.replay.adds() != self.read.replay_adds_at_issue
+            && self.mode.key_shared().is_some_and(|k| k.ordered())
+        {
+            true => self.withhold_overtaken_replay(&mut entries),
+            false => 0,
+        };
+        if kept > 0 {
+            self.read.replay_settled = false;
+        }
         let delayed = self.hold_delayed(now, &mut entries, true);
         let before = self.counters.entries_sent;
         if !entries.is_empty() && !self.consumers.is_empty() {
@@ -610,13 +629,55 @@ impl Dispatcher {
             // Still settled after the dispatch: note who is out of permits now.
             self.settle_replay();
         }
-        if (!already_acked.is_empty() || delayed > 0) && self.counters.entries_sent == before {
-            // Progress of a kind: acked positions left replay. Read again at once.
+        if (!already_acked.is_empty() || delayed > 0 || kept > 0)
+            && self.counters.entries_sent == before
+        {
+            // Progress of a kind: acked positions left replay, or entries wait behind earlier
+            // ones of their key that the next pick sends first. Read again at once.
             self.read.backoff_step = 0;
         } else {
             self.after_dispatch(now, before);
         }
         self.read_more(now);
+    }
+
+    /// Ordered Key_Shared, when something entered replay while a replay read was in flight (a
+    /// consumer left and its unacked entries came back, a redelivery, a nack): an entry that
+    /// came back may be earlier than an entry of the same key this read returned, which the
+    /// pick chose when that earlier entry was still out on a consumer. Such read entries stay
+    /// in replay, so the next pick sends the earlier one first. Returns how many were kept.
+    /// A read that completes at once (the [`Driver`](crate::Driver)'s default) never gets here.
+    fn withhold_overtaken_replay(&self, entries: &mut Vec<Entry>) -> usize {
+        let Some(last) = entries.last().map(|e| e.position) else {
+            return 0;
+        };
+        let read: AHashSet<Position> = entries.iter().map(|e| e.position).collect();
+        // Per hash, the first replay position below the read's last that the read lacks.
+        let mut first_outside: AHashMap<u32, Position> = AHashMap::new();
+        for (p, e) in self.replay.iter_from(None) {
+            if p >= last {
+                break;
+            }
+            if e.hash != 0 && !read.contains(&p) {
+                first_outside.entry(e.hash).or_insert(p);
+            }
+        }
+        if first_outside.is_empty() {
+            return 0;
+        }
+        let before = entries.len();
+        entries.retain(|e| {
+            let h = self.entry_hash(e);
+            first_outside.get(&h).is_none_or(|q| *q >= e.position)
+        });
+        let kept = before - entries.len();
+        if kept > 0 {
+            debug!(
+                kept,
+                "replay read entries kept in replay behind earlier entries of their key"
+            );
+        }
+        kept
     }
 
     /// The replay loop settles: no replay entry can go until new input arrives. Notes the

@@ -180,6 +180,9 @@ impl World {
                 self.log(format!("  dead letter {position} (acked on the cursor)"));
             }
             Output::Woke => {}
+            Output::ReadIssued { .. } | Output::ReplayIssued { .. } => {
+                panic!("the scripted tests' driver runs reads at once")
+            }
         }
     }
 
@@ -565,6 +568,7 @@ pub fn config_from(lines: &[&str]) -> (DispatcherConfig, usize) {
                 cfg.subscription = SubscriptionType::KeyShared(k);
             }
             "legacy" => cfg.legacy_mark_delete_cleanup = true,
+            "legacy_replay_settle" => cfg.legacy_replay_settle = true,
             "max_unacked_consumer" => cfg.max_unacked_per_consumer = w[1].parse().unwrap(),
             "max_unacked_sub" => cfg.max_unacked_per_subscription = w[1].parse().unwrap(),
             "look_ahead" => {

@@ -255,6 +255,12 @@ impl World {
                     let epoch = self.broker_epoch;
                     self.schedule(at, SimEvent::BrokerTimer { epoch });
                 }
+                Output::ReadIssued { max_entries } => {
+                    self.defer_read(DeferredRead::Normal(max_entries))
+                }
+                Output::ReplayIssued { positions } => {
+                    self.defer_read(DeferredRead::Replay(positions))
+                }
                 Output::Rewound
                 | Output::Read { .. }
                 | Output::Replayed { .. }
@@ -262,6 +268,35 @@ impl World {
             }
         }
         self.check_model();
+        if self.violations.is_empty() {
+            self.check_replay_idle();
+        }
+    }
+
+    /// Schedules the completion of a read the dispatcher issued (`reads=` scenarios).
+    fn defer_read(&mut self, read: DeferredRead) {
+        let (lo, hi) = self.cfg.read_delay;
+        let at = self.now + self.rng_time.range(lo, hi);
+        self.log(format!("broker: read in flight until {at}: {read:?}"));
+        let epoch = self.broker_epoch;
+        self.reads_in_flight += 1;
+        self.schedule(at, SimEvent::ReadDone { epoch, read });
+    }
+
+    /// Runs a deferred read on the cursor as it is now and hands the result to the dispatcher.
+    pub(super) fn complete_read(&mut self, read: DeferredRead) {
+        let now = self.now;
+        let out = match read {
+            DeferredRead::Normal(n) => self.driver.complete_read(now, &mut self.d, &self.cell, n),
+            DeferredRead::Replay(ps) => {
+                self.driver
+                    .complete_replay(now, &mut self.d, &self.cell, ps)
+            }
+        };
+        if let Some(out) = out {
+            self.log(format!("broker: read completes: {out:?}"));
+        }
+        self.pump_broker();
     }
 
     pub(super) fn on_send(&mut self, id: ConsumerId, entries: Vec<Entry>) {

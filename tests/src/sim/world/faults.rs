@@ -261,6 +261,7 @@ impl World {
     pub(super) fn restart(&mut self) {
         self.log("broker restart".into());
         self.broker_epoch += 1;
+        self.reads_in_flight = 0;
         {
             let mut g = lock(&self.cell);
             let (cursor, ledger) = g.parts();

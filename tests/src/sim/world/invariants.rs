@@ -145,6 +145,39 @@ impl World {
         }
     }
 
+    /// Idle-replay liveness, after every broker step: when the dispatcher has nothing left to
+    /// do (no command, no read in flight, no timer armed) and still has an entry in replay that
+    /// nothing holds back ([`Dispatcher::replay_ready`]: first of its key, the key not draining
+    /// or held by a nack, its consumer with permits), it sits on work that no later input is
+    /// bound to unblock: a stall, even if unrelated traffic would unstick it later. Chunked
+    /// entries are not judged (their pins have rules of their own).
+    pub(super) fn check_replay_idle(&mut self) {
+        if self.reads_in_flight > 0 || self.d.poll_timeout().is_some() {
+            return;
+        }
+        let Some(p) = self.d.replay_ready() else {
+            return;
+        };
+        let meta = lock(&self.cell).ledger.meta(p).cloned();
+        if meta.as_ref().is_some_and(|m| m.chunk.is_some()) {
+            return;
+        }
+        let key = meta.as_ref().and_then(Self::key_of);
+        let st = self.d.stats();
+        let v = Violation {
+            kind: ViolationKind::Stall,
+            at: self.now,
+            key: key.map(|k| key_str(&k)),
+            positions: vec![p.to_string()],
+            consumers: self.connected(),
+            detail: format!(
+                "the dispatcher went idle (no read in flight, no timer) with {p} in replay although nothing held it back (first of its key, its consumer had permits); replay={} consumers={}",
+                st.replay_size, st.consumers
+            ),
+        };
+        self.violate(v);
+    }
+
     pub(super) fn stall(&mut self, why: &str) {
         let (first, backlog, meta) = {
             let g = lock(&self.cell);

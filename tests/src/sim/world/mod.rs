@@ -46,6 +46,11 @@ pub enum Legacy {
     /// Deliver-at times ignored (`DelayedDelivery::enabled = false`): expect a delayed message
     /// dispatched before its time.
     NoDelayedDelivery,
+    /// Not a Pulsar bug but a regression this project once had
+    /// (`DispatcherConfig::legacy_replay_settle`): input during a Key_Shared replay read does
+    /// not keep its completion from settling the replay loop: expect a stall in a scenario
+    /// whose reads take time (`reads=`).
+    ReplaySettle,
 }
 
 impl Legacy {
@@ -57,6 +62,7 @@ impl Legacy {
             "unordered-nack" => Legacy::UnorderedNack,
             "no-batch-ack-set" => Legacy::NoBatchAckSet,
             "no-delayed-delivery" => Legacy::NoDelayedDelivery,
+            "replay-settle" => Legacy::ReplaySettle,
             _ => return None,
         })
     }
@@ -69,6 +75,7 @@ impl Legacy {
             Legacy::UnorderedNack => "unordered-nack",
             Legacy::NoBatchAckSet => "no-batch-ack-set",
             Legacy::NoDelayedDelivery => "no-delayed-delivery",
+            Legacy::ReplaySettle => "replay-settle",
         }
     }
 
@@ -76,7 +83,7 @@ impl Legacy {
     pub fn expected_kind(self) -> ViolationKind {
         match self {
             Legacy::MarkDeleteCleanup | Legacy::UnorderedNack => ViolationKind::Order,
-            Legacy::OrphanChunkReplay => ViolationKind::Stall,
+            Legacy::OrphanChunkReplay | Legacy::ReplaySettle => ViolationKind::Stall,
             Legacy::NoBatchAckSet => ViolationKind::AckedRedelivered,
             Legacy::NoDelayedDelivery => ViolationKind::Early,
         }
@@ -198,6 +205,11 @@ enum SimEvent {
     BrokerTimer {
         epoch: u64,
     },
+    /// A deferred read (`reads=` in the scenario's config) completes.
+    ReadDone {
+        epoch: u64,
+        read: DeferredRead,
+    },
     CrashNoticed {
         id: ConsumerId,
         epoch: u64,
@@ -206,6 +218,13 @@ enum SimEvent {
         name: String,
         epoch: u64,
     },
+}
+
+/// A read the dispatcher issued that completes later.
+#[derive(Debug)]
+enum DeferredRead {
+    Normal(usize),
+    Replay(Vec<Position>),
 }
 
 struct Queued {
@@ -324,6 +343,7 @@ pub(crate) fn dispatcher_config(cfg: &WorldConfig) -> DispatcherConfig {
 pub(crate) fn apply_legacy(d: &mut DispatcherConfig, legacy: Option<Legacy>) -> Result<(), String> {
     match legacy {
         Some(Legacy::MarkDeleteCleanup) => d.legacy_mark_delete_cleanup = true,
+        Some(Legacy::ReplaySettle) => d.legacy_replay_settle = true,
         Some(Legacy::OrphanChunkReplay) => {
             d.assignor.orphan_policy = chunk_assignor::OrphanPolicy::Replay
         }
@@ -402,6 +422,8 @@ pub struct World {
     tail: VecDeque<String>,
     full: Option<Vec<String>>,
     temp_dir: Option<PathBuf>,
+    /// Deferred reads (`reads=`) the current dispatcher waits for.
+    reads_in_flight: u32,
 }
 
 fn lock(cell: &Cell) -> MutexGuard<'_, CursorCell<SimStore, InMemoryLedger>> {
@@ -442,6 +464,7 @@ impl World {
         let ack = d.ack_handle(cell.clone());
         let ordered = !matches!(cfg.sub, SubKind::Shared);
         let persist_interval = cfg.persist_interval;
+        let read_delay = cfg.read_delay;
         let mut w = World {
             name: scenario.name.clone(),
             cfg,
@@ -460,6 +483,7 @@ impl World {
             ack,
             driver: Driver::new()
                 .with_trace(true)
+                .with_deferred_reads(read_delay.1 > 0)
                 .with_wake_flag(waker)
                 .with_persist_every(persist_interval),
             broker_epoch: 1,
@@ -497,6 +521,7 @@ impl World {
             tail: VecDeque::new(),
             full: opts.keep_log.then(Vec::new),
             temp_dir,
+            reads_in_flight: 0,
         };
         let mut steps = scenario.steps.clone();
         if let Some(mix) = &scenario.mix {
@@ -806,6 +831,13 @@ impl World {
                     self.log("broker: timeout".into());
                     self.d.handle_timeout(self.now);
                     self.pump_broker();
+                }
+            }
+            SimEvent::ReadDone { epoch, read } => {
+                // A read of a broker that restarted since is lost with it.
+                if epoch == self.broker_epoch {
+                    self.reads_in_flight -= 1;
+                    self.complete_read(read);
                 }
             }
             SimEvent::CrashNoticed { id, epoch } => {
