@@ -7,7 +7,8 @@
 //! 5. the simulator (release): a smoke seed range, the six legacy detections, a determinism check,
 //!    the threaded runtime
 //! 6. the interop suites (every stock client against the broker)
-//! 7. tidy checks
+//! 7. every fuzz target for 10 s on its stored corpus
+//! 8. tidy checks
 //!
 //! Before any of it, the run checks that the disk holding `target/` has room for what is still to
 //! be built, and stops with a message that says how much it needs if not.
@@ -54,6 +55,8 @@ pub(crate) fn run_all(_args: &[String]) -> anyhow::Result<()> {
     crate::sim::ci_steps()?;
 
     crate::interop::run(&[])?;
+
+    crate::fuzz::run(&["--ci".to_owned()])?;
 
     crate::tidy::run()?;
 

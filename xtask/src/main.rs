@@ -8,12 +8,15 @@
 //! * `tidy`: repository hygiene checks alone.
 //! * `interop [--suite NAME[,NAME…]] [--keep-logs] [python scenario…]`: the broker against the stock
 //!   clients, one suite per client family and version (tests/interop).
+//! * `fuzz [TARGET…] [--time S] [--list] [--ci]`: coverage-guided fuzzing of the byte parsers
+//!   (fuzz/).
 //!
 //! Every subcommand prints each command it runs.
 
 mod bench;
 mod ci;
 mod cmd;
+mod fuzz;
 mod interop;
 mod loom;
 mod sim;
@@ -31,8 +34,9 @@ fn main() -> anyhow::Result<()> {
         "sim" => sim::run(&rest),
         "tidy" => tidy::run(),
         "interop" => interop::run(&rest),
+        "fuzz" => fuzz::run(&rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] [--return-memory] | sim [args…] | tidy | interop [--suite NAME[,NAME…]] [--keep-logs] [python scenario…]>");
+            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] [--return-memory] | sim [args…] | tidy | interop [--suite NAME[,NAME…]] [--keep-logs] [python scenario…] | fuzz [TARGET…] [--time S] [--list] [--ci]>");
             Ok(())
         }
         other => anyhow::bail!("unknown xtask subcommand `{other}` (try `cargo xtask help`)"),

@@ -67,7 +67,7 @@ fn check(root: &Path) -> anyhow::Result<(usize, Vec<String>)> {
     let mut problems = Vec::new();
 
     let mut files = Vec::new();
-    for d in ["crates", "tests", "xtask"] {
+    for d in ["crates", "tests", "xtask", "fuzz", "broker"] {
         rust_files(&root.join(d), &mut files);
     }
     let rel = |f: &Path| {
@@ -171,6 +171,34 @@ fn check(root: &Path) -> anyhow::Result<(usize, Vec<String>)> {
     }
     if !root.join("docs/ARCHITECTURE.md").exists() {
         problems.push("docs/ARCHITECTURE.md is missing".into());
+    }
+
+    // The fuzz targets: `cargo xtask fuzz`'s list, fuzz/fuzz_targets/ and the stored corpora.
+    let mut on_disk: Vec<String> = fs::read_dir(root.join("fuzz/fuzz_targets"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| {
+                    let n = e.file_name().to_string_lossy().into_owned();
+                    n.strip_suffix(".rs").map(str::to_owned)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    on_disk.sort();
+    let mut listed: Vec<String> = crate::fuzz::TARGETS.iter().map(|t| t.to_string()).collect();
+    listed.sort();
+    if on_disk != listed {
+        problems.push(format!(
+            "fuzz/fuzz_targets has {on_disk:?} but xtask/src/fuzz.rs lists {listed:?}"
+        ));
+    }
+    for t in crate::fuzz::TARGETS {
+        let corpus = root.join("fuzz/corpus").join(t);
+        if fs::read_dir(&corpus).map_or(true, |mut d| d.next().is_none()) {
+            problems.push(format!(
+                "fuzz/corpus/{t}: a fuzz target needs a stored corpus"
+            ));
+        }
     }
 
     Ok((files.len(), problems))
