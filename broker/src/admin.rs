@@ -125,7 +125,10 @@ fn handle(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
 pub(crate) fn respond(bytes: &[u8], shared: &Shared) -> Response {
     match parse_request(bytes) {
         Ok(Some(req)) => route(&req, shared),
-        Ok(None) => Response::json_error(400, "bad request: connection closed before the request was whole"),
+        Ok(None) => Response::json_error(
+            400,
+            "bad request: connection closed before the request was whole",
+        ),
         Err(e) => Response::json_error(400, &format!("bad request: {e}")),
     }
 }

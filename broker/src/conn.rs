@@ -1115,15 +1115,9 @@ fn ack_one(c: &Consumer, id: &proto::MessageIdData) -> Result<(), String> {
 }
 
 /// The request id of a command that carries one (for ERROR replies to unsupported commands).
+/// The request id of any command that has one (0 otherwise), for the ERROR that refuses it.
 fn request_id_of(cmd: &BaseCommand) -> u64 {
-    cmd.get_schema
-        .as_ref()
-        .map(|c| c.request_id)
-        .or_else(|| cmd.get_topics_of_namespace.as_ref().map(|c| c.request_id))
-        .or_else(|| cmd.get_or_create_schema.as_ref().map(|c| c.request_id))
-        .or_else(|| cmd.consumer_stats.as_ref().map(|c| c.request_id))
-        .or_else(|| cmd.new_txn.as_ref().map(|c| c.request_id))
-        .unwrap_or(0)
+    wire::strict::command_request_id(cmd).unwrap_or(0)
 }
 
 /// Turns the dispatcher's deliveries for one consumer into MESSAGE frames.

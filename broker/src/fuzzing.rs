@@ -55,7 +55,9 @@ fn publish_samples(topic: &crate::topic::Topic) {
         let body = format!("m{i}");
         let info = wire::convert::message_info(&md, body.len()).expect("valid metadata");
         let section: Arc<[u8]> = wire::encode_section(&md, body.as_bytes()).into();
-        topic.publish(info.meta, section).expect("an in-memory publish");
+        topic
+            .publish(info.meta, section)
+            .expect("an in-memory publish");
     }
 }
 
@@ -72,8 +74,11 @@ pub fn write_sample_data_dir(dir: &Path) -> Result<(), Box<dyn std::error::Error
     let topic = shared.topic(&name)?;
     publish_samples(&topic);
     topic.sync()?;
-    topic
-        .subscription("s", SubKind::KeyShared(Default::default()), InitialPosition::Earliest)?;
+    topic.subscription(
+        "s",
+        SubKind::KeyShared(Default::default()),
+        InitialPosition::Earliest,
+    )?;
     Ok(())
 }
 

@@ -130,6 +130,43 @@ fn broken_frames_and_misuse_are_refused_per_connection() {
     c.send(&wire::commands::ping());
     c.expect(Type::Pong);
 
+    // Transactions and the topic-list watcher are not served: the ERROR names the request, so
+    // the client fails that request at once (an id of 0 could fail an unrelated request 0).
+    let tc = wire::proto::BaseCommand {
+        r#type: Type::TcClientConnectRequest as i32,
+        tc_client_connect_request: Some(Box::new(wire::proto::CommandTcClientConnectRequest {
+            request_id: 11,
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let new_txn = wire::proto::BaseCommand {
+        r#type: Type::NewTxn as i32,
+        new_txn: Some(Box::new(wire::proto::CommandNewTxn {
+            request_id: 12,
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    let watch = wire::proto::BaseCommand {
+        r#type: Type::WatchTopicList as i32,
+        watch_topic_list: Some(Box::new(wire::proto::CommandWatchTopicList {
+            request_id: 13,
+            watcher_id: 1,
+            namespace: "public/default".into(),
+            topics_pattern: ".*".into(),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    for (cmd, id) in [(tc, 11), (new_txn, 12), (watch, 13)] {
+        c.send(&cmd);
+        let e = c.expect(Type::Error);
+        assert_eq!(e.command.error.unwrap().request_id, id);
+    }
+    c.send(&wire::commands::ping());
+    c.expect(Type::Pong);
+
     // SEND before PRODUCER: SEND_ERROR, connection lives.
     let mut c = Raw::connected(&b);
     c.send_message(

@@ -166,6 +166,60 @@ pub fn frames(mut buf: &[u8]) -> impl Iterator<Item = Result<&[u8], StrictError>
     })
 }
 
+/// The `request_id` of the command in `bytes` (an encoded `BaseCommand`), whatever its type:
+/// the first sub-command present whose message has a `request_id` field, read with the field
+/// table. A broker answers a command it does not serve with an ERROR carrying this id, so the
+/// client fails the pending request at once instead of waiting for its operation timeout (an
+/// ERROR with id 0 could even fail an unrelated request 0). `None` when the command has no such
+/// field (FLOW, SEND, …) or the bytes do not parse.
+///
+/// ```
+/// use wire::{commands, strict};
+/// use prost::Message;
+/// let cmd = commands::get_last_message_id(7, 42);
+/// assert_eq!(strict::request_id(&cmd.encode_to_vec()), Some(42));
+/// assert_eq!(strict::request_id(&commands::flow(7, 10).encode_to_vec()), None);
+/// ```
+pub fn request_id(mut bytes: &[u8]) -> Option<u64> {
+    let base = &MESSAGES[BASE_COMMAND];
+    while !bytes.is_empty() {
+        let key = varint(&mut bytes)?;
+        let number = u32::try_from(key >> 3).ok()?;
+        let body = take_value((key & 7) as u8, &mut bytes)?;
+        let (Ok(i), Some(body)) = (
+            base.fields.binary_search_by_key(&number, |f| f.number),
+            body,
+        ) else {
+            continue;
+        };
+        let Some(inner) = base.fields[i].message else {
+            continue;
+        };
+        let Some(id_field) = MESSAGES[inner]
+            .fields
+            .iter()
+            .find(|f| f.name == "request_id")
+        else {
+            continue;
+        };
+        let mut sub = body;
+        while !sub.is_empty() {
+            let key = varint(&mut sub)?;
+            if key >> 3 == u64::from(id_field.number) && key & 7 == 0 {
+                return varint(&mut sub);
+            }
+            take_value((key & 7) as u8, &mut sub)?;
+        }
+    }
+    None
+}
+
+/// [`request_id`] of a decoded command (it is encoded once to be read with the field table).
+pub fn command_request_id(cmd: &crate::proto::BaseCommand) -> Option<u64> {
+    use prost::Message;
+    request_id(&cmd.encode_to_vec())
+}
+
 fn check_message(index: usize, mut bytes: &[u8], depth: usize) -> Result<(), StrictError> {
     let rules = &MESSAGES[index];
     let malformed = |what| StrictError::Malformed {
@@ -269,6 +323,50 @@ mod tests {
         out.extend_from_slice(&(cmd_bytes.len() as u32).to_be_bytes());
         out.extend_from_slice(cmd_bytes);
         out
+    }
+
+    /// Every sub-command whose message has a `request_id` gives it back, including the ones a
+    /// broker does not serve (transactions, topic-list watchers, consumer stats).
+    #[test]
+    fn request_id_is_found_in_every_command_that_has_one() {
+        let base = &MESSAGES[BASE_COMMAND];
+        let mut with_id = 0;
+        for f in base.fields {
+            let Some(inner) = f.message else { continue };
+            let Some(id) = MESSAGES[inner]
+                .fields
+                .iter()
+                .find(|g| g.name == "request_id")
+            else {
+                continue;
+            };
+            // BaseCommand { type: 2, <f>: { request_id: 77 } } as raw bytes.
+            let mut sub = Vec::new();
+            prost::encoding::encode_key(id.number, prost::encoding::WireType::Varint, &mut sub);
+            prost::encoding::encode_varint(77, &mut sub);
+            let mut cmd = vec![0x08, 0x02];
+            prost::encoding::encode_key(
+                f.number,
+                prost::encoding::WireType::LengthDelimited,
+                &mut cmd,
+            );
+            prost::encoding::encode_varint(sub.len() as u64, &mut cmd);
+            cmd.extend_from_slice(&sub);
+            assert_eq!(request_id(&cmd), Some(77), "{}", f.name);
+            with_id += 1;
+        }
+        assert!(with_id > 40, "only {with_id} commands with a request id");
+        let txn = proto::BaseCommand {
+            r#type: proto::base_command::Type::TcClientConnectRequest as i32,
+            tc_client_connect_request: Some(Box::new(proto::CommandTcClientConnectRequest {
+                request_id: 9,
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        assert_eq!(request_id(&txn.encode_to_vec()), Some(9));
+        assert_eq!(request_id(&commands::ping().encode_to_vec()), None);
+        assert_eq!(request_id(&[0xff]), None);
     }
 
     #[test]
