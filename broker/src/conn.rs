@@ -530,6 +530,28 @@ impl Conn {
                 return self.send_error(p.request_id, ServerError::PersistenceError, &e.to_string())
             }
         };
+        // A dead- or retry-letter producer names the subscription that must keep what it
+        // publishes until someone reads it: Pulsar creates it first, at the earliest entry.
+        if let Some(initial) = p
+            .initial_subscription_name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+        {
+            if topic.get_subscription(initial).is_none() {
+                if let Err(e) = topic.subscription(
+                    initial,
+                    crate::topic::SubKind::Shared,
+                    crate::topic::InitialPosition::Earliest,
+                ) {
+                    return self.send_error(
+                        p.request_id,
+                        ServerError::PersistenceError,
+                        &format!("could not create the initial subscription {initial}: {e}"),
+                    );
+                }
+                info!(conn = self.id, topic = %topic.name, subscription = initial, "initial subscription created for a producer");
+            }
+        }
         let producer_name = match (&p.producer_name, p.user_provided_producer_name()) {
             (Some(n), true) if !n.is_empty() => n.clone(),
             _ => self.shared.producer_name(),

@@ -61,21 +61,23 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// A subscription's cursor store: in memory, or a file under `--data-dir`.
 #[derive(Debug)]
 pub(crate) enum SubStore {
-    Memory(MemoryStore),
+    /// Shared with the [`Subscription`], which keeps it to restart its cursor when its type
+    /// changes.
+    Memory(Arc<Mutex<MemoryStore>>),
     File(FileStore),
 }
 
 impl CursorStore for SubStore {
     fn save(&mut self, state: &PersistedState) -> Result<(), StoreError> {
         match self {
-            SubStore::Memory(s) => s.save(state),
+            SubStore::Memory(s) => lock(s).save(state),
             SubStore::File(s) => s.save(state),
         }
     }
 
     fn load(&mut self) -> Result<Option<PersistedState>, StoreError> {
         match self {
-            SubStore::Memory(s) => s.load(),
+            SubStore::Memory(s) => lock(s).load(),
             SubStore::File(s) => s.load(),
         }
     }
@@ -242,6 +244,9 @@ pub(crate) struct Subscription {
     pub name: String,
     pub kind: SubKind,
     pub runtime: Runtime,
+    /// The in-memory cursor store (without `--data-dir`), kept to restart the cursor when the
+    /// subscription's type changes.
+    memory: Option<Arc<Mutex<MemoryStore>>>,
     pub consumers: Mutex<BTreeMap<ConsumerId, ConsumerInfo>>,
     /// Messages and bytes out (rates, from the consumers' counters).
     pub rate_out: Mutex<(Rate, Rate)>,
@@ -441,7 +446,7 @@ impl Topic {
             };
             let mut st = lock(&self.state);
             let sub =
-                self.start_subscription(&st, &f.name, kind, InitialPosition::Earliest, true)?;
+                self.start_subscription(&st, &f.name, kind, InitialPosition::Earliest, true, None)?;
             st.subs.insert(f.name.clone(), sub);
         }
         Ok(())
@@ -632,18 +637,73 @@ impl Topic {
         let mut st = lock(&self.state);
         if let Some(s) = st.subs.get(name) {
             if std::mem::discriminant(&s.kind) != std::mem::discriminant(&kind) {
-                return Err(SubscribeError::TypeMismatch {
-                    sub: name.to_owned(),
-                    existing: s.kind.pulsar_name(),
-                    asked: kind.pulsar_name(),
-                });
+                // As in Pulsar: with no consumer connected the subscription takes the new type
+                // (its cursor is kept); with one connected the subscribe is refused.
+                let idle = lock(&s.consumers).is_empty() && Arc::strong_count(s) == 1;
+                if !idle {
+                    return Err(SubscribeError::TypeMismatch {
+                        sub: name.to_owned(),
+                        existing: s.kind.pulsar_name(),
+                        asked: kind.pulsar_name(),
+                    });
+                }
+                return self.retype(&mut st, name, kind);
             }
             if s.kind == SubKind::Exclusive && !lock(&s.consumers).is_empty() {
                 return Err(SubscribeError::ExclusiveBusy(name.to_owned()));
             }
             return Ok(s.clone());
         }
-        let sub = self.start_subscription(&st, name, kind, initial, false)?;
+        let sub = self.start_subscription(&st, name, kind, initial, false, None)?;
+        st.subs.insert(name.to_owned(), sub.clone());
+        Ok(sub)
+    }
+
+    /// Restarts the idle subscription `name` with the type `kind`: its dispatcher stops (and
+    /// persists the cursor), a new one of the new type starts from the same cursor.
+    fn retype(
+        &self,
+        st: &mut TopicState,
+        name: &str,
+        kind: SubKind,
+    ) -> Result<Arc<Subscription>, SubscribeError> {
+        let Some(old) = st.subs.remove(name) else {
+            return Err(SubscribeError::TypeMismatch {
+                sub: name.to_owned(),
+                existing: kind.pulsar_name(),
+                asked: kind.pulsar_name(),
+            });
+        };
+        let old = match Arc::try_unwrap(old) {
+            Ok(s) => s,
+            Err(still_used) => {
+                let existing = still_used.kind.pulsar_name();
+                st.subs.insert(name.to_owned(), still_used);
+                return Err(SubscribeError::TypeMismatch {
+                    sub: name.to_owned(),
+                    existing,
+                    asked: kind.pulsar_name(),
+                });
+            }
+        };
+        let Subscription {
+            runtime,
+            memory,
+            kind: was,
+            ..
+        } = old;
+        runtime.shutdown();
+        let sub =
+            self.start_subscription(st, name, kind, InitialPosition::Earliest, true, memory)?;
+        if let Some((dir, _)) = &self.storage {
+            let path = dir
+                .join("subscriptions")
+                .join(encode_name(name))
+                .with_extension("json");
+            let body = serde_json::to_vec_pretty(&kind.to_file(name)).unwrap_or_default();
+            write_durably(&path, &body)?;
+        }
+        info!(topic = %self.name, subscription = name, from = was.pulsar_name(), to = kind.pulsar_name(), "subscription type changed (no consumer was connected)");
         st.subs.insert(name.to_owned(), sub.clone());
         Ok(sub)
     }
@@ -659,21 +719,35 @@ impl Topic {
         kind: SubKind,
         initial: InitialPosition,
         recover: bool,
+        memory: Option<Arc<Mutex<MemoryStore>>>,
     ) -> Result<Arc<Subscription>, StorageError> {
         if matches!(kind, SubKind::KeyShared(_)) {
             self.key_shared
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let replica = st.ledger.clone();
+        let memory = self.storage.is_none().then(|| memory.unwrap_or_default());
         let cursor = match &self.storage {
             None => {
-                let mut c =
-                    ManagedCursor::new(name, &replica, SubStore::Memory(MemoryStore::new()));
-                if initial == InitialPosition::Latest {
-                    // A new subscription at the end: nothing published so far is backlog.
-                    let _ = c.clear_backlog(&replica);
+                let store = memory.clone().unwrap_or_default();
+                let recovered = match recover {
+                    true => ManagedCursor::recover(&replica, SubStore::Memory(store.clone()))
+                        .map_err(|e| warn!(topic = %self.name, subscription = name, error = %e, "cursor not recovered; starting at the earliest entry"))
+                        .ok(),
+                    false => None,
+                };
+                match recovered {
+                    Some(c) => c,
+                    None => {
+                        let mut c =
+                            ManagedCursor::new(name, &replica, SubStore::Memory(store.clone()));
+                        if initial == InitialPosition::Latest && !recover {
+                            // A new subscription at the end: nothing published so far is backlog.
+                            let _ = c.clear_backlog(&replica);
+                        }
+                        c
+                    }
                 }
-                c
             }
             Some((dir, _)) => {
                 let subs = dir.join("subscriptions");
@@ -727,6 +801,7 @@ impl Topic {
             name: name.to_owned(),
             kind,
             runtime,
+            memory,
             consumers: Mutex::new(BTreeMap::new()),
             rate_out: Mutex::new((Rate::default(), Rate::default())),
             last_expire: AtomicU64::new(0),

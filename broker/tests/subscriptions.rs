@@ -1,0 +1,157 @@
+//! Subscriptions that exist before their consumers: a producer's initial subscription, and a
+//! subscription that changes type while no consumer is connected (both as Pulsar does).
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{metadata, start_broker, Raw};
+use cursor::Position;
+use wire::proto::base_command::Type;
+use wire::proto::command_subscribe::{InitialPosition, SubType};
+
+fn subscribe(b: &broker::Broker, topic: &str, sub: &str, t: SubType, at: InitialPosition) -> Raw {
+    let mut c = Raw::connected(b);
+    c.send(&wire::commands::subscribe(topic, sub, 1, 1, t, None, at));
+    c.expect(Type::Success);
+    c.send(&wire::commands::flow(1, 100));
+    c
+}
+
+/// MESSAGE positions until `n` arrived or 5 s passed.
+fn receive(c: &mut Raw, n: usize) -> Vec<Position> {
+    let mut got = Vec::new();
+    let until = Instant::now() + Duration::from_secs(5);
+    while got.len() < n && Instant::now() < until {
+        if let Ok(Some(f)) = c.next(Duration::from_millis(100)) {
+            if f.command.r#type() == Type::Message {
+                let id = f.command.message.unwrap().message_id;
+                got.push(Position::new(id.ledger_id, id.entry_id));
+            }
+        }
+    }
+    got
+}
+
+/// No MESSAGE within `ms`.
+fn quiet(c: &mut Raw, ms: u64) -> bool {
+    receive_within(c, Duration::from_millis(ms)).is_empty()
+}
+
+fn receive_within(c: &mut Raw, d: Duration) -> Vec<Position> {
+    let mut got = Vec::new();
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        if let Ok(Some(f)) = c.next(Duration::from_millis(50)) {
+            if f.command.r#type() == Type::Message {
+                let id = f.command.message.unwrap().message_id;
+                got.push(Position::new(id.ledger_id, id.entry_id));
+            }
+        }
+    }
+    got
+}
+
+fn produce(b: &broker::Broker, topic: &str, n: u64, initial_subscription: Option<&str>) {
+    let mut c = Raw::connected(b);
+    let mut cmd = wire::commands::producer(topic, 1, 1, None);
+    if let Some(p) = cmd.producer.as_mut() {
+        p.initial_subscription_name = initial_subscription.map(str::to_owned);
+    }
+    c.send(&cmd);
+    let name = c
+        .expect(Type::ProducerSuccess)
+        .command
+        .producer_success
+        .unwrap()
+        .producer_name;
+    for i in 0..n {
+        c.send_message(
+            &wire::commands::send(1, i, 1),
+            &metadata(&name, i, Some(&format!("k{i}"))),
+            b"x",
+        );
+        c.expect(Type::SendReceipt);
+    }
+}
+
+/// A dead-letter producer's `initial_subscription_name`: the subscription exists from the
+/// producer on, at the earliest entry, so a consumer that comes later (at "latest", with any
+/// type) still gets every dead letter. Without it the consumer started at the end and got
+/// nothing.
+#[test]
+fn a_producers_initial_subscription_keeps_what_it_publishes() {
+    let b = start_broker(&[]);
+    let topic = "persistent://public/default/orders-DLQ";
+    produce(&b, topic, 3, Some("dlq-readers"));
+    let mut c = subscribe(
+        &b,
+        topic,
+        "dlq-readers",
+        SubType::KeyShared,
+        InitialPosition::Latest,
+    );
+    assert_eq!(
+        receive(&mut c, 3).len(),
+        3,
+        "the dead letters were not kept"
+    );
+    // A producer naming a subscription that exists changes nothing.
+    produce(&b, topic, 1, Some("dlq-readers"));
+    assert_eq!(receive(&mut c, 1).len(), 1);
+    b.shutdown(Duration::from_secs(5));
+}
+
+/// A subscription with no consumer connected takes the type of the next subscribe, keeping its
+/// cursor (what was acked is not sent again); with a consumer connected, another type is
+/// refused. In memory and with `--data-dir`.
+#[test]
+fn an_idle_subscription_changes_type_and_keeps_its_cursor() {
+    let dir = std::env::temp_dir().join(format!("broker-retype-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let d = dir.to_string_lossy().into_owned();
+    for args in [vec![], vec!["--data-dir", d.as_str()]] {
+        let b = start_broker(&args);
+        let topic = "persistent://public/default/retype";
+        produce(&b, topic, 4, None);
+        let mut c = subscribe(&b, topic, "s", SubType::Shared, InitialPosition::Earliest);
+        let got = receive(&mut c, 4);
+        assert_eq!(got.len(), 4, "{args:?}");
+        for p in &got[..2] {
+            c.send(&wire::commands::ack(1, wire::convert::message_id(*p), None));
+        }
+        // Another type while the Shared consumer is connected: refused.
+        let mut other = Raw::connected(&b);
+        other.send(&wire::commands::subscribe(
+            topic,
+            "s",
+            2,
+            2,
+            SubType::Exclusive,
+            None,
+            InitialPosition::Earliest,
+        ));
+        let e = other.expect(Type::Error);
+        assert_eq!(
+            e.command.error.unwrap().error(),
+            wire::proto::ServerError::ConsumerBusy,
+            "{args:?}"
+        );
+        c.send(&wire::commands::close_consumer(1, 9));
+        c.expect(Type::Success);
+        // No consumer now: Exclusive is taken, and only the two unacked entries come back.
+        let mut x = subscribe(
+            &b,
+            topic,
+            "s",
+            SubType::Exclusive,
+            InitialPosition::Earliest,
+        );
+        let mut again = receive(&mut x, 2);
+        again.sort();
+        assert_eq!(again, got[2..].to_vec(), "{args:?}");
+        assert!(quiet(&mut x, 300), "{args:?}: an acked entry came back");
+        b.shutdown(Duration::from_secs(5));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
