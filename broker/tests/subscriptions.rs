@@ -3,9 +3,9 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{metadata, start_broker, Raw};
+use common::{message_positions, metadata, start_broker, Raw};
 use cursor::Position;
 use wire::proto::base_command::Type;
 use wire::proto::command_subscribe::{InitialPosition, SubType};
@@ -18,38 +18,13 @@ fn subscribe(b: &broker::Broker, topic: &str, sub: &str, t: SubType, at: Initial
     c
 }
 
-/// MESSAGE positions until `n` arrived or 5 s passed.
 fn receive(c: &mut Raw, n: usize) -> Vec<Position> {
-    let mut got = Vec::new();
-    let until = Instant::now() + Duration::from_secs(5);
-    while got.len() < n && Instant::now() < until {
-        if let Ok(Some(f)) = c.next(Duration::from_millis(100)) {
-            if f.command.r#type() == Type::Message {
-                let id = f.command.message.unwrap().message_id;
-                got.push(Position::new(id.ledger_id, id.entry_id));
-            }
-        }
-    }
-    got
+    message_positions(c, n, Duration::from_secs(5))
 }
 
 /// No MESSAGE within `ms`.
 fn quiet(c: &mut Raw, ms: u64) -> bool {
-    receive_within(c, Duration::from_millis(ms)).is_empty()
-}
-
-fn receive_within(c: &mut Raw, d: Duration) -> Vec<Position> {
-    let mut got = Vec::new();
-    let until = Instant::now() + d;
-    while Instant::now() < until {
-        if let Ok(Some(f)) = c.next(Duration::from_millis(50)) {
-            if f.command.r#type() == Type::Message {
-                let id = f.command.message.unwrap().message_id;
-                got.push(Position::new(id.ledger_id, id.entry_id));
-            }
-        }
-    }
-    got
+    message_positions(c, usize::MAX, Duration::from_millis(ms)).is_empty()
 }
 
 fn produce(b: &broker::Broker, topic: &str, n: u64, initial_subscription: Option<&str>) {

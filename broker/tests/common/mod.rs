@@ -201,3 +201,23 @@ pub fn produce(broker: &Broker, topic: &str, n: u64, keys: u64) {
         c.expect(Type::SendReceipt);
     }
 }
+
+/// Positions of the MESSAGE frames `c` receives until `n` arrived or `within` passed.
+#[allow(dead_code)]
+pub fn message_positions(c: &mut Raw, n: usize, within: Duration) -> Vec<cursor::Position> {
+    let mut got = Vec::new();
+    let until = Instant::now() + within;
+    while got.len() < n && Instant::now() < until {
+        if let Ok(Some(f)) = c.next(Duration::from_millis(50)) {
+            if f.command.r#type() == Type::Message {
+                if let Some(m) = f.command.message {
+                    got.push(cursor::Position::new(
+                        m.message_id.ledger_id,
+                        m.message_id.entry_id,
+                    ));
+                }
+            }
+        }
+    }
+    got
+}
