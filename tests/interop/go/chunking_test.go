@@ -103,11 +103,13 @@ func TestChunking(t *testing.T) {
 
 // TestChunkingSharedInterleaved: in rounds, three producers (one connection each) hand 8 chunked
 // messages (3-5 chunks) each to the client at once, so chunks of different messages interleave
-// in the topic (rounds repeat, at most 5, until some did). Three Shared consumers (receiver queue
-// 5) nack every 4th first delivery. Every message arrives intact (all its chunks reached one
-// consumer); nacked ones come back with a redelivery count >= 1; the subscription ends empty.
+// in the topic (rounds repeat, at most 30, until some did: on a loaded machine each producer's
+// chunks can reach the broker in one piece for several rounds in a row). Three Shared consumers
+// (receiver queue 5) nack every 4th first delivery. Every message arrives intact (all its chunks
+// reached one consumer); nacked ones come back with a redelivery count >= 1; the subscription
+// ends empty.
 func TestChunkingSharedInterleaved(t *testing.T) {
-	const producers, perProducer, maxRounds = 3, 8, 5
+	const producers, perProducer, maxRounds = 3, 8, 30
 	sc := begin(t, "chunking_shared_interleaved")
 	b := StartBroker(t, "broker", "--max-message-size", maxMessageSize)
 	topic := uniqueTopic("chunked-shared")
