@@ -7,7 +7,7 @@
 //! 5. the simulator (release): a smoke seed range, the six legacy detections, a determinism check,
 //!    the threaded runtime
 //! 6. the interop suites (every stock client against the broker)
-//! 7. every fuzz target for 10 s on its stored corpus
+//! 7. every fuzz target (a debug build) on its stored corpus, then 5 s of fuzzing
 //! 8. tidy checks
 //!
 //! Before any of it, the run checks that the disk holding `target/` has room for what is still to
