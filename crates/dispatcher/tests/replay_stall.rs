@@ -148,3 +148,38 @@ fn an_entry_back_in_replay_during_a_replay_read_is_not_overtaken() {
         );
     }
 }
+
+/// `why_replay_waits` and `replay_ready`, which the simulator's idle-replay check relies on: a
+/// redelivered entry waits for its consumer's permits, an entry behind it waits for it, and once
+/// the consumer has permits the first one is ready (and goes at the next pump).
+#[test]
+fn replay_entries_explain_what_they_wait_for() {
+    let mut w = run("key_shared exclusive\njoin A ranges=0-65535\nflow A 2\npub k k\n");
+    let a = w.id("A");
+    let (p0, p1) = (Position::new(1, 0), Position::new(1, 1));
+    let now = w.now;
+    w.d.handle_redeliver(now, a, &[p0, p1]);
+    w.pump();
+    assert_eq!(
+        w.d.why_replay_waits(p0),
+        Some(dispatcher::BlockReason::NoPermits { consumer: a })
+    );
+    assert_eq!(
+        w.d.why_replay_waits(p1),
+        Some(dispatcher::BlockReason::BehindReplay { position: p0 })
+    );
+    assert_eq!(w.d.why_replay_waits(Position::new(9, 9)), None);
+    assert_eq!(w.d.replay_ready(), None);
+    // Permits arrive: the core acts on them at once, so look before it runs.
+    w.d.handle_flow(now, a, 1);
+    assert_eq!(
+        w.d.why_replay_waits(p0),
+        Some(dispatcher::BlockReason::NotBlocked)
+    );
+    assert_eq!(w.d.replay_ready(), Some(p0));
+    w.pump();
+    assert_eq!(
+        w.received.get("A").cloned().unwrap_or_default(),
+        [p0, p1, p0]
+    );
+}
