@@ -68,13 +68,7 @@ fn redeliver_during_replay_read(mode: &str) -> common::World {
         let now = w.now;
         w.d.handle_redeliver(now, b, &[Position::new(1, 0), Position::new(1, 1)]);
         w.d.handle_flow(now, b, 2);
-        let replay = loop {
-            match w.d.poll_command() {
-                Some(DispatchCommand::Replay { positions }) => break positions,
-                Some(_) => continue,
-                None => panic!("{mode}: no replay read issued"),
-            }
-        };
+        let replay = take_replay_read(&mut w, mode);
         assert_eq!(replay, [Position::new(1, 0), Position::new(1, 1)], "{mode}");
         // ... and while it is in flight, A asks for 1:2 again.
         w.d.handle_redeliver(now, a, &[Position::new(1, 2)]);
@@ -116,13 +110,7 @@ fn an_entry_back_in_replay_during_a_replay_read_is_not_overtaken() {
         let now = w.now;
         w.d.handle_redeliver(now, a, &[Position::new(1, 1)]);
         w.d.handle_flow(now, a, 1);
-        let replay = loop {
-            match w.d.poll_command() {
-                Some(DispatchCommand::Replay { positions }) => break positions,
-                Some(_) => continue,
-                None => panic!("{mode}: no replay read issued"),
-            }
-        };
+        let replay = take_replay_read(&mut w, mode);
         assert_eq!(replay, [Position::new(1, 1)], "{mode}");
         // ... and while it is in flight A leaves (1:0 comes back to replay); C gets permits.
         w.step("leave A");
@@ -182,4 +170,16 @@ fn replay_entries_explain_what_they_wait_for() {
         w.received.get("A").cloned().unwrap_or_default(),
         [p0, p1, p0]
     );
+}
+
+/// Takes the core's commands until its replay read, and returns the positions it asks for (the
+/// read is then in flight: the test completes it with `handle_replay_complete`).
+fn take_replay_read(w: &mut common::World, mode: &str) -> Vec<Position> {
+    loop {
+        match w.d.poll_command() {
+            Some(DispatchCommand::Replay { positions }) => return positions,
+            Some(_) => continue,
+            None => panic!("{mode}: no replay read issued"),
+        }
+    }
 }
