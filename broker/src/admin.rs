@@ -8,43 +8,18 @@
 //! (one request per connection, `Connection: close`): the admin surface is a handful of paths
 //! and a dependency-free server is enough for it.
 
-use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use cursor::Position;
 use dispatcher::AdminOp;
-use tracing::{debug, info};
+use tracing::info;
 
-use crate::server::Shared;
+use crate::state::BrokerState;
 use crate::topic::{Subscription, Topic};
 
 /// Largest request head (and body) read.
 const MAX_REQUEST: usize = 64 * 1024;
-
-/// How long one request may take to arrive.
-const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
-
-pub(crate) fn serve(listener: TcpListener, shared: Arc<Shared>) {
-    while !shared.closing.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                if let Err(e) = handle(stream, &shared) {
-                    debug!(error = %e, "admin request failed");
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            Err(e) => {
-                debug!(error = %e, "admin accept failed");
-                std::thread::sleep(Duration::from_millis(50));
-            }
-        }
-    }
-}
 
 /// One parsed request.
 #[derive(Debug)]
@@ -53,6 +28,8 @@ pub(crate) struct Request {
     pub path: String,
     pub query: String,
     pub body: Vec<u8>,
+    /// When it arrived (ms since the Unix epoch; the shell sets it, 0 from [`parse_request`]).
+    pub received_ms: u64,
 }
 
 /// One response.
@@ -92,68 +69,19 @@ pub(crate) fn json_string(s: &str) -> String {
     out
 }
 
-fn handle(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    let response = match read_request(&mut stream) {
-        Ok(req) => route(&req, shared),
-        Err(e) => Response::json_error(400, &format!("bad request: {e}")),
-    };
-    let reason = match response.status {
-        200 => "OK",
-        204 => "No Content",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        409 => "Conflict",
-        412 => "Precondition Failed",
-        _ => "Error",
-    };
-    let head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        response.status,
-        reason,
-        response.content_type,
-        response.body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(response.body.as_bytes())?;
-    stream.flush()
-}
-
 /// The response to `bytes` as a whole connection's input (the client sent them and closed):
 /// an unfinished request is a 400, as a closed connection is in [`handle`].
-pub(crate) fn respond(bytes: &[u8], shared: &Shared) -> Response {
+pub(crate) fn respond(bytes: &[u8], state: &BrokerState, now_ms: u64) -> Response {
     match parse_request(bytes) {
-        Ok(Some(req)) => route(&req, shared),
+        Ok(Some(mut req)) => {
+            req.received_ms = now_ms;
+            route(&req, state)
+        }
         Ok(None) => Response::json_error(
             400,
             "bad request: connection closed before the request was whole",
         ),
         Err(e) => Response::json_error(400, &format!("bad request: {e}")),
-    }
-}
-
-fn read_request(stream: &mut TcpStream) -> io::Result<Request> {
-    let started = Instant::now();
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(req) = parse_request(&buf)? {
-            return Ok(req);
-        }
-        let left = REQUEST_DEADLINE.saturating_sub(started.elapsed());
-        if left.is_zero() {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "request too slow"));
-        }
-        stream.set_read_timeout(Some(left))?;
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "connection closed before the request was whole",
-            ));
-        }
-        buf.extend_from_slice(&chunk[..n]);
     }
 }
 
@@ -202,6 +130,7 @@ pub(crate) fn parse_request(buf: &[u8]) -> io::Result<Option<Request>> {
         path,
         query,
         body: body.to_vec(),
+        received_ms: 0,
     }))
 }
 
@@ -209,7 +138,8 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-fn route(req: &Request, shared: &Shared) -> Response {
+/// The response to one request; `req.received_ms` is "now" for expiry.
+pub(crate) fn route(req: &Request, state: &BrokerState) -> Response {
     let segs: Vec<String> = req
         .path
         .split('/')
@@ -230,10 +160,10 @@ fn route(req: &Request, shared: &Shared) -> Response {
         ["metrics"] if get => Response {
             status: 200,
             content_type: "text/plain; version=0.0.4",
-            body: crate::stats::metrics(shared),
+            body: crate::stats::metrics(state),
         },
         ["admin", "v2", "persistent", tenant, ns] if get => {
-            json(200, &shared.topic_names_in(&format!("{tenant}/{ns}")))
+            json(200, &state.topic_names_in(&format!("{tenant}/{ns}")))
         }
         // Readiness checks and admin clients ask these first: one cluster, no non-persistent
         // topics (they are not served), no partitioned topics (not served either).
@@ -247,14 +177,14 @@ fn route(req: &Request, shared: &Shared) -> Response {
             "partitioned topics are not supported by this broker (create a non-partitioned topic)",
         ),
         ["admin", "v2", "persistent", tenant, ns, topic] if put => {
-            create_topic(shared, &format!("persistent://{tenant}/{ns}/{topic}"))
+            create_topic(state, &format!("persistent://{tenant}/{ns}/{topic}"))
         }
         ["admin", "v2", "persistent", tenant, ns, topic, rest @ ..] => {
             let full = format!("persistent://{tenant}/{ns}/{topic}");
-            let Some(t) = shared.existing_topic(&full) else {
+            let Some(t) = state.existing_topic(&full) else {
                 return Response::json_error(404, "Topic not found");
             };
-            topic_route(req, shared, &t, rest, get, post)
+            topic_route(req, state, &t, rest, get, post)
         }
         _ if !get && !post => Response::json_error(405, "method not allowed"),
         _ => Response::json_error(404, &format!("no such path: {} {}", req.method, req.path)),
@@ -262,15 +192,15 @@ fn route(req: &Request, shared: &Shared) -> Response {
 }
 
 /// `PUT …/{topic}`: creates a non-partitioned topic; 409 when it exists, as Pulsar answers.
-fn create_topic(shared: &Shared, full: &str) -> Response {
-    if shared.existing_topic(full).is_some() {
+fn create_topic(state: &BrokerState, full: &str) -> Response {
+    if state.existing_topic(full).is_some() {
         return Response::json_error(409, "This topic already exists");
     }
     let name = match crate::topic::TopicName::parse(full) {
         Ok(n) => n,
-        Err(e) => return Response::json_error(412, &e),
+        Err(e) => return Response::json_error(412, &e.to_string()),
     };
-    match shared.topic(&name) {
+    match state.topic(&name) {
         Ok(_) => Response {
             status: 204,
             content_type: "application/json",
@@ -282,7 +212,7 @@ fn create_topic(shared: &Shared, full: &str) -> Response {
 
 fn topic_route(
     req: &Request,
-    shared: &Shared,
+    state: &BrokerState,
     t: &Topic,
     rest: &[&str],
     get: bool,
@@ -299,7 +229,7 @@ fn topic_route(
             let Some(s) = t.get_subscription(sub) else {
                 return Response::json_error(404, "Subscription not found");
             };
-            subscription_route(req, shared, t, &s, op, get, post)
+            subscription_route(req, state, t, &s, op, get, post)
         }
         _ if !get && !post => Response::json_error(405, "method not allowed"),
         _ => Response::json_error(404, &format!("no such path: {} {}", req.method, req.path)),
@@ -308,7 +238,7 @@ fn topic_route(
 
 fn subscription_route(
     req: &Request,
-    shared: &Shared,
+    state: &BrokerState,
     t: &Topic,
     s: &Subscription,
     op: &[&str],
@@ -331,7 +261,7 @@ fn subscription_route(
         }
         ["expireMessages", secs] if post => match parse_count(secs) {
             Ok(secs) => {
-                let now = crate::stats::now_ms();
+                let now = req.received_ms;
                 let cutoff = now.saturating_sub(secs.saturating_mul(1000));
                 let mv = s.runtime.admin(AdminOp::Expire(cutoff));
                 s.last_expire.store(now, Ordering::Relaxed);
@@ -343,7 +273,7 @@ fn subscription_route(
         ["resetcursor", ts] if post => match parse_count(ts) {
             Ok(ts) => {
                 let target = t.position_at_time(ts);
-                reset_to(shared, t, s, target);
+                reset_to(state, t, s, target);
                 no_content()
             }
             Err(r) => r,
@@ -372,7 +302,7 @@ fn subscription_route(
             } else if excluded {
                 target = target.next();
             }
-            reset_to(shared, t, s, target);
+            reset_to(state, t, s, target);
             no_content()
         }
         ["whyBlocked"] if get => {
@@ -407,8 +337,8 @@ fn subscription_route(
 
 /// Seek the subscription, as Pulsar's reset-cursor does: the consumers are closed (their
 /// clients subscribe again), then the cursor moves.
-fn reset_to(shared: &Shared, t: &Topic, s: &Subscription, target: Position) {
-    shared.kick_subscription(s);
+fn reset_to(state: &BrokerState, t: &Topic, s: &Subscription, target: Position) {
+    state.kick_subscription(s);
     let mv = s.runtime.admin(AdminOp::ResetTo(target));
     info!(topic = %t.name, subscription = %s.name, to = %target, moved = mv.is_some(), "admin reset cursor");
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use wire::proto::MessageMetadata;
 
 use crate::config::BrokerConfig;
-use crate::server::Shared;
+use crate::state::BrokerState;
 use crate::storage::StorageError;
 use crate::topic::{InitialPosition, SubKind, TopicName};
 
@@ -25,9 +25,9 @@ pub const ADMIN_TOPIC: &str = "persistent://public/default/t";
 /// and the body. Every input must get a status (400 for bytes that are not a whole request),
 /// never a panic or a hang.
 pub fn admin_request(bytes: &[u8]) -> (u16, String) {
-    let shared = Shared::new(BrokerConfig::default(), "pulsar://127.0.0.1:6650".into());
+    let state = BrokerState::new(BrokerConfig::default(), "pulsar://127.0.0.1:6650".into());
     let name = TopicName::parse(ADMIN_TOPIC).expect("a valid topic name");
-    let topic = shared.topic(&name).expect("an in-memory topic");
+    let topic = state.topic(&name).expect("an in-memory topic");
     publish_samples(&topic);
     for (sub, kind) in [
         ("ks", SubKind::KeyShared(Default::default())),
@@ -38,7 +38,7 @@ pub fn admin_request(bytes: &[u8]) -> (u16, String) {
             .subscription(sub, kind, InitialPosition::Earliest)
             .expect("a new subscription");
     }
-    let r = crate::admin::respond(bytes, &shared);
+    let r = crate::admin::respond(bytes, &state, 1_764_000_000_000);
     (r.status, r.body)
 }
 
@@ -69,9 +69,9 @@ pub fn write_sample_data_dir(dir: &Path) -> Result<(), Box<dyn std::error::Error
         data_dir: Some(dir.to_path_buf()),
         ..BrokerConfig::default()
     };
-    let shared = Shared::new(cfg, "pulsar://127.0.0.1:6650".into());
+    let state = BrokerState::new(cfg, "pulsar://127.0.0.1:6650".into());
     let name = TopicName::parse(ADMIN_TOPIC).expect("a valid topic name");
-    let topic = shared.topic(&name)?;
+    let topic = state.topic(&name)?;
     publish_samples(&topic);
     topic.sync()?;
     topic.subscription(
@@ -90,7 +90,7 @@ pub fn recover_data_dir(dir: &Path) -> Result<usize, StorageError> {
         data_dir: Some(dir.to_path_buf()),
         ..BrokerConfig::default()
     };
-    Shared::new(cfg, "pulsar://127.0.0.1:6650".into()).recover_topics()
+    BrokerState::new(cfg, "pulsar://127.0.0.1:6650".into()).recover_topics()
 }
 
 /// The directory name a topic's files live under in a `--data-dir` (`topics/<this>`).

@@ -33,18 +33,20 @@
 
 mod admin;
 mod config;
-mod conn;
 #[doc(hidden)]
 pub mod fuzzing;
 mod schema;
-mod server;
+mod session;
+mod shell;
+mod state;
 mod stats;
 mod storage;
+mod sync;
 mod topic;
 
 pub use config::{
     BrokerConfig, ConfigError, Legacy, DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, USAGE,
 };
-pub use conn::PROTOCOL_VERSION;
-pub use server::Broker;
+pub use session::PROTOCOL_VERSION;
+pub use shell::Broker;
 pub use storage::{StorageError, SyncPolicy};

@@ -10,7 +10,7 @@ use std::sync::Mutex;
 
 use wire::proto::Schema;
 
-use crate::topic::lock;
+use crate::sync::lock;
 
 /// The schemas of one topic, in the order they were added.
 #[derive(Debug, Default)]

@@ -8,28 +8,17 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use cursor::Position;
 use dispatcher::BlockReason;
 use serde::Serialize;
 
-use crate::server::Shared;
-use crate::topic::{lock, SubKind, Subscription, Topic};
+use crate::state::BrokerState;
+use crate::sync::lock;
+use crate::topic::{SubKind, Subscription, Topic};
 
-/// Milliseconds since the Unix epoch.
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// Now as RFC 3339 in UTC with milliseconds, e.g. `2026-12-01T08:45:28.123Z`.
-pub(crate) fn now_rfc3339() -> String {
-    rfc3339(now_ms())
-}
-
-fn rfc3339(ms: u64) -> String {
+/// `ms` since the epoch as RFC 3339 (UTC, millisecond precision), as Pulsar's stats show times.
+pub(crate) fn rfc3339(ms: u64) -> String {
     let secs = ms / 1000;
     let days = (secs / 86_400) as i64;
     let rem = secs % 86_400;
@@ -413,7 +402,7 @@ pub(crate) fn why_blocked_json(reason: BlockReason, hash: Option<u32>) -> serde_
 /// `GET /metrics`: Prometheus text. Pulsar's metric names where Pulsar has the figure
 /// (`pulsar_*`, labelled `cluster`, `namespace`, `topic`, `subscription`), this broker's own
 /// under `keyordered_*`.
-pub(crate) fn metrics(shared: &Shared) -> String {
+pub(crate) fn metrics(state: &BrokerState) -> String {
     let mut out = String::new();
     let mut families: BTreeMap<&'static str, (&'static str, &'static str, Vec<String>)> =
         BTreeMap::new();
@@ -425,7 +414,7 @@ pub(crate) fn metrics(shared: &Shared) -> String {
                 .2
                 .push(format!("{name}{{{labels}}} {v}"));
         };
-    for t in shared.topics() {
+    for t in state.topics() {
         let ns = crate::topic::TopicName::parse(&t.name)
             .map(|n| format!("{}/{}", n.tenant, n.namespace))
             .unwrap_or_default();
@@ -624,8 +613,8 @@ pub(crate) fn metrics(shared: &Shared) -> String {
 }
 
 /// Feeds the rate meters (called once per housekeeping interval).
-pub(crate) fn update_rates(shared: &Shared, secs: f64) {
-    for t in shared.topics() {
+pub(crate) fn update_rates(state: &BrokerState, secs: f64) {
+    for t in state.topics() {
         let c = t.counters();
         {
             let mut r = lock(&t.rate_in);

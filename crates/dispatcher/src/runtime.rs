@@ -277,12 +277,16 @@ pub struct Runtime {
     delivery_queue: usize,
 }
 
+/// The receiving end of one consumer's deliveries: each item is one send, in order. The
+/// channel ends when the consumer is removed or the runtime stops.
+pub type Deliveries = Receiver<Vec<Delivery>>;
+
 /// One connected consumer: receives entries, acks on the caller's thread.
 pub struct ConsumerHandle {
     /// The consumer's id.
     pub id: ConsumerId,
     /// Entries the dispatcher sent to this consumer, in order.
-    pub deliveries: Receiver<Vec<Delivery>>,
+    pub deliveries: Deliveries,
     ack: AckHandle,
     fast: Option<ConsumerAckHandle>,
     events: Sender<Event>,

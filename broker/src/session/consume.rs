@@ -1,0 +1,546 @@
+//! Consumers: SUBSCRIBE, FLOW, ACK, nacks and redeliveries, SEEK, GET_LAST_MESSAGE_ID,
+//! CLOSE_CONSUMER, UNSUBSCRIBE; and the MESSAGE frames of their deliveries.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use cursor::Position;
+use dispatcher::{
+    AckHandleError, ConsumerHandle, ConsumerId, ConsumerSpec, Delivery, HashRange, KeySharedConfig,
+    KeySharedMode,
+};
+use tracing::{debug, info};
+use wire::proto::{self, BaseCommand, CommandSubscribe, ServerError};
+
+use super::{Now, Session, SessionEvent};
+use crate::sync::lock;
+use crate::topic::{
+    ConsumerInfo, InitialPosition, OutCounters, SubKind, SubscribeError, Subscription, Topic,
+    TopicName,
+};
+
+/// A consumer open on this connection.
+pub(super) struct Consumer {
+    global: ConsumerId,
+    topic: Arc<Topic>,
+    sub: Arc<Subscription>,
+    handle: ConsumerHandle,
+    /// A non-durable subscription (a Reader's) goes away with its last consumer, as in Pulsar.
+    non_durable: bool,
+    /// The last entry this consumer acked cumulatively (Exclusive subscriptions).
+    acked_through: Option<Position>,
+}
+
+/// How one consumer's deliveries become MESSAGE frames: the shell runs
+/// [`DeliveryRoute::encode`] on each send it takes from [`DeliveryRoute::deliveries`].
+pub(crate) struct DeliveryRoute {
+    /// The consumer id the client chose.
+    pub consumer_id: u64,
+    /// The dispatcher's sends to this consumer; the channel ends when the consumer goes.
+    pub deliveries: dispatcher::Deliveries,
+    counters: Arc<OutCounters>,
+    topic: Arc<Topic>,
+}
+
+impl std::fmt::Debug for DeliveryRoute {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeliveryRoute")
+            .field("consumer_id", &self.consumer_id)
+            .field("topic", &self.topic.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DeliveryRoute {
+    /// Appends one MESSAGE frame per delivered entry to `frames`: the stored payload section
+    /// after the command, the redelivery count, and for a batch entry with acked messages the
+    /// `ack_set` (a set bit = still unacked). Counts what went out for the stats.
+    pub(crate) fn encode(&self, batch: &[Delivery], frames: &mut Vec<u8>) {
+        for d in batch {
+            let Some(section) = self.topic.payload(d.position) else {
+                tracing::warn!(position = %d.position, "no stored payload for a delivered entry");
+                continue;
+            };
+            let messages = d.meta.messages();
+            let ack_set = (!d.acked_indexes.is_empty())
+                .then(|| wire::convert::ack_set_from_acked(&d.acked_indexes, messages));
+            let cmd = wire::commands::message(
+                self.consumer_id,
+                wire::convert::message_id(d.position),
+                d.redelivery_count,
+                ack_set,
+            );
+            wire::encode_with_section(&cmd, &section, frames);
+            let unacked = messages as usize - d.acked_indexes.len().min(messages as usize);
+            self.counters
+                .messages
+                .fetch_add(unacked as u64, Ordering::Relaxed);
+            self.counters
+                .bytes
+                .fetch_add(u64::from(d.meta.size), Ordering::Relaxed);
+        }
+    }
+}
+
+/// The subscription type a SUBSCRIBE asks for, with a STICKY consumer's hash ranges; `Err`
+/// is the refusal (Failover is not served; a negative range is invalid).
+fn subscription_kind(
+    s: &CommandSubscribe,
+) -> Result<(SubKind, Vec<HashRange>), (ServerError, &'static str)> {
+    use proto::command_subscribe::SubType;
+    let mut ranges = Vec::new();
+    let kind = match s.sub_type() {
+        SubType::Shared => SubKind::Shared,
+        SubType::Exclusive => SubKind::Exclusive,
+        SubType::KeyShared => {
+            let mut ks = KeySharedConfig::default();
+            if let Some(m) = &s.key_shared_meta {
+                ks.allow_out_of_order = m.allow_out_of_order_delivery();
+                if m.key_shared_mode() == proto::KeySharedMode::Sticky {
+                    ks.mode = KeySharedMode::Sticky;
+                    for r in &m.hash_ranges {
+                        let (Ok(start), Ok(end)) = (u32::try_from(r.start), u32::try_from(r.end))
+                        else {
+                            return Err((ServerError::ConsumerAssignError, "negative hash range"));
+                        };
+                        ranges.push(HashRange::new(start, end));
+                    }
+                }
+            }
+            SubKind::KeyShared(ks)
+        }
+        SubType::Failover => {
+            return Err((
+                ServerError::NotAllowedError,
+                "Failover subscriptions are not supported by this broker (Shared, Key_Shared and Exclusive are)",
+            ))
+        }
+    };
+    Ok((kind, ranges))
+}
+
+/// Where a new subscription starts. A Reader (non-durable, with a start id) starts at the
+/// earliest entry and is then moved to its start id: starting it at Latest first would log
+/// the whole topic as "dropped without an ack".
+fn initial_position(s: &CommandSubscribe) -> InitialPosition {
+    use proto::command_subscribe::InitialPosition as Wire;
+    match s.initial_position() {
+        _ if s.durable == Some(false) && s.start_message_id.is_some() => InitialPosition::Earliest,
+        Wire::Earliest => InitialPosition::Earliest,
+        Wire::Latest => InitialPosition::Latest,
+    }
+}
+
+/// An individual ack of one id: the whole entry, or the indexes its `ack_set` marks as acked.
+fn ack_one(c: &Consumer, id: &proto::MessageIdData) -> Result<(), AckHandleError> {
+    let pos = Position::new(id.ledger_id, id.entry_id);
+    if id.ack_set.is_empty() {
+        return c.handle.ack(pos).map(|_| ());
+    }
+    let size = match id.batch_size {
+        Some(n) if n > 0 => n as u32,
+        _ => c.topic.meta(pos).map_or(0, |m| m.messages()),
+    };
+    if size == 0 {
+        return Ok(());
+    }
+    let acked = wire::convert::acked_indexes_from_ack_set(&id.ack_set, size);
+    c.handle.ack_batch_index(pos, size, &acked).map(|_| ())
+}
+
+impl Session {
+    pub(super) fn on_subscribe(&mut self, now: Now, cmd: &BaseCommand) {
+        let Some(s) = &cmd.subscribe else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let rid = s.request_id;
+        let name = match TopicName::parse(&s.topic) {
+            Ok(n) => n,
+            Err(e) => return self.send_error(rid, ServerError::InvalidTopicName, &e.to_string()),
+        };
+        if s.subscription.is_empty() {
+            return self.send_error(rid, ServerError::NotAllowedError, "empty subscription name");
+        }
+        let (kind, ranges) = match subscription_kind(s) {
+            Ok(k) => k,
+            Err((code, message)) => return self.send_error(rid, code, message),
+        };
+        if let Some(old) = self.consumers.remove(&s.consumer_id) {
+            // A re-subscribe after the broker closed the consumer (seek): the old one is gone.
+            self.drop_consumer(old);
+        }
+        let topic = match self.state.topic(&name) {
+            Ok(t) => t,
+            Err(e) => return self.send_error(rid, ServerError::PersistenceError, &e.to_string()),
+        };
+        let fresh = topic.get_subscription(&s.subscription).is_none();
+        let sub = match topic.subscription(&s.subscription, kind, initial_position(s)) {
+            Ok(sub) => sub,
+            Err(e) => {
+                let code = match e {
+                    SubscribeError::ExclusiveBusy(_) | SubscribeError::TypeMismatch { .. } => {
+                        ServerError::ConsumerBusy
+                    }
+                    SubscribeError::Storage(_) => ServerError::PersistenceError,
+                };
+                return self.send_error(rid, code, &e.to_string());
+            }
+        };
+        let non_durable = s.durable == Some(false);
+        if let (true, true, Some(id)) = (fresh, non_durable, &s.start_message_id) {
+            // A Reader: its non-durable subscription starts at the given id (inclusive; the
+            // client drops the start entry itself when the start is exclusive).
+            let start = topic.resolve_message_id(id.ledger_id, id.entry_id);
+            sub.runtime.admin(dispatcher::AdminOp::ResetTo(start));
+        }
+        self.start_consumer(now, s, topic, sub, (kind, ranges));
+    }
+
+    /// Connects the subscribed consumer (of the type and ranges it asked for) to its
+    /// subscription's dispatcher, registers it for stats and seeks, and answers SUCCESS.
+    fn start_consumer(
+        &mut self,
+        now: Now,
+        s: &CommandSubscribe,
+        topic: Arc<Topic>,
+        sub: Arc<Subscription>,
+        (kind, ranges): (SubKind, Vec<HashRange>),
+    ) {
+        let global = ConsumerId(self.state.next_consumer.fetch_add(1, Ordering::SeqCst));
+        let consumer_name = s
+            .consumer_name
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("consumer-{}", global.0));
+        let mut spec = ConsumerSpec::new(global.0, consumer_name.clone())
+            .with_priority(s.priority_level.unwrap_or(0))
+            .with_ranges(ranges);
+        if let SubKind::KeyShared(ks) = kind {
+            // The consumer's own mode: the dispatcher takes the mode from the first consumer of an empty subscription
+            // and refuses another mode while consumers are connected (ModeMismatch).
+            spec = spec.with_key_shared(ks);
+        }
+        let handle = match sub.runtime.add_consumer(spec) {
+            Ok(h) => h,
+            Err(e) => {
+                return self.send_error(
+                    s.request_id,
+                    ServerError::ConsumerAssignError,
+                    &e.to_string(),
+                )
+            }
+        };
+        let counters = Arc::new(OutCounters::default());
+        lock(&sub.consumers).insert(
+            global,
+            ConsumerInfo {
+                conn: self.id,
+                client_id: s.consumer_id,
+                address: self.peer.clone(),
+                connected_since: crate::stats::rfc3339(now.wall_ms),
+                out: counters.clone(),
+            },
+        );
+        self.events
+            .push_back(SessionEvent::ConsumerStarted(DeliveryRoute {
+                consumer_id: s.consumer_id,
+                deliveries: handle.deliveries.clone(),
+                counters,
+                topic: topic.clone(),
+            }));
+        info!(conn = self.id, topic = %topic.name, subscription = %sub.name, consumer = %consumer_name, id = %global, "consumer subscribed");
+        self.consumers.insert(
+            s.consumer_id,
+            Consumer {
+                global,
+                topic,
+                sub,
+                handle,
+                non_durable: s.durable == Some(false),
+                acked_through: None,
+            },
+        );
+        self.send_success(s.request_id);
+    }
+
+    pub(super) fn on_flow(&mut self, cmd: &BaseCommand) {
+        let Some(f) = &cmd.flow else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        match self.consumers.get(&f.consumer_id) {
+            Some(c) if f.message_permits > 0 => c.handle.flow(f.message_permits),
+            Some(_) => {}
+            None => debug!(
+                conn = self.id,
+                consumer_id = f.consumer_id,
+                "FLOW for an unknown consumer"
+            ),
+        }
+    }
+
+    pub(super) fn on_ack(&mut self, cmd: &BaseCommand) {
+        let Some(a) = &cmd.ack else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let Some(c) = self.consumers.get_mut(&a.consumer_id) else {
+            debug!(
+                conn = self.id,
+                consumer_id = a.consumer_id,
+                "ACK for an unknown consumer"
+            );
+            if let Some(rid) = a.request_id {
+                self.send(&wire::commands::ack_response(
+                    a.consumer_id,
+                    rid,
+                    Some((ServerError::ConsumerNotFound, "no consumer with this id")),
+                ));
+            }
+            return;
+        };
+        let failure = if a.ack_type() == proto::command_ack::AckType::Cumulative {
+            if c.sub.kind != SubKind::Exclusive {
+                Some("cumulative ack is not allowed on Shared and Key_Shared".to_owned())
+            } else {
+                a.message_id
+                    .last()
+                    .and_then(|id| ack_cumulative(self.id, c, id).err())
+                    .map(|e| e.to_string())
+            }
+        } else {
+            let mut failure = None;
+            for id in &a.message_id {
+                if let Err(e) = ack_one(c, id) {
+                    debug!(conn = self.id, ledger = id.ledger_id, entry = id.entry_id, error = %e, "ack refused");
+                    failure.get_or_insert(e.to_string());
+                }
+            }
+            failure
+        };
+        if let Some(rid) = a.request_id {
+            let err = failure.as_deref().map(|m| (ServerError::UnknownError, m));
+            self.send(&wire::commands::ack_response(a.consumer_id, rid, err));
+        }
+    }
+
+    pub(super) fn on_redeliver(&mut self, cmd: &BaseCommand) {
+        let Some(r) = &cmd.redeliver_unacknowledged_messages else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let Some(c) = self.consumers.get(&r.consumer_id) else {
+            return debug!(
+                conn = self.id,
+                consumer_id = r.consumer_id,
+                "REDELIVER for an unknown consumer"
+            );
+        };
+        if r.message_ids.is_empty() {
+            c.handle.redeliver_all();
+            return;
+        }
+        // A nacked chunk stands for its whole message: some clients (C++ 4.2.0) name only the
+        // last chunk, so every chunk of the uuid goes back (positions not pending on this
+        // consumer are ignored by the dispatcher).
+        c.handle.redeliver(whole_messages(&c.topic, &r.message_ids));
+    }
+
+    /// PIP-493's CommandNegativeAck: nacked messages are re-sent with their key held until
+    /// then (the dispatcher's ordered nack, with its configured backoff), returned ones are
+    /// re-sent without counting a redelivery. A nacked or returned chunk stands for every
+    /// chunk of its message.
+    pub(super) fn on_negative_ack(&mut self, cmd: Option<wire::pip493::CommandNegativeAck>) {
+        let Some(n) = cmd else {
+            return self.send_error(
+                0,
+                ServerError::UnknownError,
+                "NEGATIVE_ACK without its body",
+            );
+        };
+        let Some(c) = self.consumers.get(&n.consumer_id) else {
+            return debug!(
+                conn = self.id,
+                consumer_id = n.consumer_id,
+                "NEGATIVE_ACK for an unknown consumer"
+            );
+        };
+        let nacked = whole_messages(&c.topic, &n.negative_acked);
+        let returned = whole_messages(&c.topic, &n.returned);
+        if self.state.cfg.legacy.unordered_nack {
+            // Pulsar's way: the nacked messages are simply redelivered; what the client gave
+            // back stays with it (a stock client processes it before the redelivered one).
+            if !nacked.is_empty() {
+                c.handle.redeliver(nacked);
+            }
+            return;
+        }
+        if !nacked.is_empty() {
+            c.handle.nack(nacked, None);
+        }
+        if !returned.is_empty() {
+            c.handle.release(returned);
+        }
+    }
+
+    pub(super) fn on_close_consumer(&mut self, cmd: &BaseCommand) {
+        let Some(c) = &cmd.close_consumer else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        if let Some(consumer) = self.consumers.remove(&c.consumer_id) {
+            self.drop_consumer(consumer);
+        }
+        self.send_success(c.request_id);
+    }
+
+    pub(super) fn on_unsubscribe(&mut self, cmd: &BaseCommand) {
+        let Some(u) = &cmd.unsubscribe else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let Some(c) = self.consumers.get(&u.consumer_id) else {
+            return self.send_error(
+                u.request_id,
+                ServerError::ConsumerNotFound,
+                "no consumer with this id",
+            );
+        };
+        let others = lock(&c.sub.consumers).len() > 1;
+        if others && !u.force.unwrap_or(false) {
+            return self.send_error(
+                u.request_id,
+                ServerError::UnknownError,
+                "subscription has other connected consumers",
+            );
+        }
+        let Some(consumer) = self.consumers.remove(&u.consumer_id) else {
+            return;
+        };
+        let (topic, sub_name) = (consumer.topic.clone(), consumer.sub.name.clone());
+        self.drop_consumer(consumer);
+        if let Some(sub) = topic.remove_subscription(&sub_name) {
+            if let Ok(sub) = Arc::try_unwrap(sub) {
+                sub.runtime.shutdown();
+            }
+        }
+        self.send_success(u.request_id);
+    }
+
+    pub(super) fn on_seek(&mut self, cmd: &BaseCommand) {
+        let Some(s) = &cmd.seek else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let Some(c) = self.consumers.get(&s.consumer_id) else {
+            return self.send_error(
+                s.request_id,
+                ServerError::ConsumerNotFound,
+                "no consumer with this id",
+            );
+        };
+        let target = if let Some(id) = &s.message_id {
+            c.topic.resolve_message_id(id.ledger_id, id.entry_id)
+        } else if let Some(t) = s.message_publish_time {
+            c.topic.position_at_time(t)
+        } else {
+            return self.send_error(
+                s.request_id,
+                ServerError::UnknownError,
+                "SEEK needs a message id or a publish time",
+            );
+        };
+        // As Pulsar does: every consumer of the subscription is closed by the broker first (the
+        // clients subscribe again, clearing their receive queues), then the cursor moves, then
+        // the SEEK succeeds. The other order let the dispatcher send the reset range to the
+        // still-attached consumers and replay it again after the close (seen twice by the app).
+        let sub = c.sub.clone();
+        self.state.kick_subscription(&sub);
+        sub.runtime.admin(dispatcher::AdminOp::ResetTo(target));
+        self.send_success(s.request_id);
+    }
+
+    pub(super) fn on_get_last_message_id(&mut self, cmd: &BaseCommand) {
+        let Some(g) = &cmd.get_last_message_id else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let Some(c) = self.consumers.get(&g.consumer_id) else {
+            return self.send_error(
+                g.request_id,
+                ServerError::ConsumerNotFound,
+                "no consumer with this id",
+            );
+        };
+        // With the subscription's mark-delete position, which clients compare with the last
+        // id for `hasMessageAvailable` (the Go client dereferences it after a seek by time).
+        let last = c.topic.last_position();
+        let mark_delete = c.sub.runtime.cursor_view().mark_delete;
+        self.send(&wire::commands::get_last_message_id_response(
+            g.request_id,
+            wire::convert::message_id(last),
+            Some(wire::convert::message_id(mark_delete)),
+        ));
+    }
+
+    /// A consumer leaves: its unacked entries go back to the others; a non-durable subscription
+    /// it leaves without consumers is removed. A consumer the broker already closed (a seek or
+    /// reset-cursor closes every consumer of the subscription) is no longer registered: its
+    /// removal, by the client's re-subscribe or its own CLOSE_CONSUMER, leaves a Reader's
+    /// subscription where the seek put it, as Pulsar keeps it when the removal comes from a
+    /// reset.
+    pub(super) fn drop_consumer(&mut self, c: Consumer) {
+        let last = {
+            let mut consumers = lock(&c.sub.consumers);
+            consumers.remove(&c.global).is_some() && consumers.is_empty()
+        };
+        let Consumer {
+            handle,
+            topic,
+            sub,
+            non_durable,
+            ..
+        } = c;
+        // The shell's forwarder ends when the dispatcher drops the delivery channel.
+        handle.close();
+        if non_durable && last {
+            let name = sub.name.clone();
+            drop(sub);
+            // Dropping the last reference stops the subscription's runtime.
+            drop(topic.remove_subscription(&name));
+        }
+    }
+}
+
+/// A cumulative ack through `id` (Exclusive): everything up to the id is acked, the id itself
+/// only in part when it carries an `ack_set`; entries acked before are acked again, harmlessly.
+fn ack_cumulative(
+    conn: u64,
+    c: &mut Consumer,
+    id: &proto::MessageIdData,
+) -> Result<(), AckHandleError> {
+    let upto = Position::new(id.ledger_id, id.entry_id);
+    for pos in c.topic.positions_between(c.acked_through, upto) {
+        if pos < upto {
+            if let Err(e) = c.handle.ack(pos) {
+                debug!(conn, position = %pos, error = %e, "cumulative ack refused");
+            }
+        }
+    }
+    let result = ack_one(c, id);
+    if let Err(e) = &result {
+        debug!(conn, position = %upto, error = %e, "ack refused");
+    }
+    let through = if id.ack_set.is_empty() {
+        upto
+    } else {
+        upto.before()
+    };
+    c.acked_through = c.acked_through.max(Some(through));
+    result
+}
+
+/// The positions `ids` stand for, each chunk expanded to every chunk of its message, sorted
+/// and without duplicates.
+fn whole_messages(topic: &Topic, ids: &[proto::MessageIdData]) -> Vec<Position> {
+    let mut ps: Vec<Position> = ids
+        .iter()
+        .flat_map(|id| topic.chunk_siblings(Position::new(id.ledger_id, id.entry_id)))
+        .collect();
+    ps.sort_unstable();
+    ps.dedup();
+    ps
+}

@@ -1,0 +1,275 @@
+//! One client connection's protocol, sans-IO, in the shape of quinn-proto's `Connection`.
+//!
+//! The TCP shell feeds what it reads ([`Session::handle_bytes`]) and the time
+//! ([`Session::handle_timeout`]), writes what [`Session::poll_transmit`] returns, and starts a
+//! delivery forwarder for each [`SessionEvent::ConsumerStarted`]. Every protocol rule lives
+//! here (or in the topic it calls): which reply a command gets, how a cumulative ack expands,
+//! where a Reader starts, what a seek does first, which chunks a nack stands for, when a
+//! keep-alive PING goes out and when a silent peer is dropped. The session never touches a
+//! socket, a thread or the clock.
+//!
+//! Ids: producer, consumer and request ids are the client's, per connection, and request ids
+//! repeat (the lookup and the subscribe counters are separate), so they are only echoed. Each
+//! consumer gets a broker-wide [`dispatcher::ConsumerId`] for its subscription's dispatcher.
+//! Acks run on the thread that calls the session, through the consumer's
+//! [`dispatcher::ConsumerHandle`] (cursor, then pending acks), as the dispatcher's design
+//! expects.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+
+use tracing::{debug, warn};
+use wire::proto::{base_command::Type, BaseCommand, ServerError};
+
+use crate::state::BrokerState;
+
+mod consume;
+mod discovery;
+mod produce;
+#[cfg(test)]
+mod tests;
+
+use consume::Consumer;
+pub(crate) use consume::DeliveryRoute;
+use produce::{PendingReceipt, Producer};
+
+/// The newest protocol version this broker speaks (Pulsar's `ProtocolVersion` v21).
+pub const PROTOCOL_VERSION: i32 = 21;
+
+/// The time, as the shell passes it in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Now {
+    /// Milliseconds on a monotonic clock (keep-alive timing).
+    pub ms: u64,
+    /// Milliseconds since the Unix epoch (what stats show as `connectedSince`).
+    pub wall_ms: u64,
+}
+
+/// Why the session wants its connection closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Close {
+    /// The client broke the protocol (a frame before CONNECT, an undecodable frame). The
+    /// queued ERROR should still be written.
+    Protocol,
+    /// No frame for two keep-alive intervals.
+    Idle,
+}
+
+/// What the shell must act on besides writing frames.
+#[derive(Debug)]
+pub(crate) enum SessionEvent {
+    /// A consumer subscribed: forward its deliveries as MESSAGE frames until the channel ends.
+    ConsumerStarted(DeliveryRoute),
+}
+
+/// One connection's protocol state.
+pub(crate) struct Session {
+    state: Arc<BrokerState>,
+    id: u64,
+    peer: String,
+    service_url: String,
+    reader: wire::FrameReader,
+    connected: bool,
+    producers: HashMap<u64, Producer>,
+    consumers: HashMap<u64, Consumer>,
+    /// Receipts waiting for their topic's commit (sync policy `always` or `interval`).
+    pending_receipts: Vec<PendingReceipt>,
+    out: VecDeque<Vec<u8>>,
+    events: VecDeque<SessionEvent>,
+    last_input_ms: u64,
+    pinged: bool,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("id", &self.id)
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}
+
+fn command(t: Type) -> BaseCommand {
+    BaseCommand {
+        r#type: t as i32,
+        ..Default::default()
+    }
+}
+
+impl Session {
+    /// A session for connection `id` from `peer`; `service_url` is what LOOKUP answers (the
+    /// address the client reached).
+    pub(crate) fn new(
+        state: Arc<BrokerState>,
+        id: u64,
+        peer: String,
+        service_url: String,
+        now: Now,
+    ) -> Session {
+        let reader = wire::FrameReader::new(state.cfg.max_frame_size());
+        Session {
+            state,
+            id,
+            peer,
+            service_url,
+            reader,
+            connected: false,
+            producers: HashMap::new(),
+            consumers: HashMap::new(),
+            pending_receipts: Vec::new(),
+            out: VecDeque::new(),
+            events: VecDeque::new(),
+            last_input_ms: now.ms,
+            pinged: false,
+        }
+    }
+
+    /// Bytes read from the socket: runs every whole frame they complete, then commits the
+    /// topics written (group commit) and queues the receipts. `Err` when the connection must
+    /// close (after writing what is queued).
+    pub(crate) fn handle_bytes(&mut self, now: Now, bytes: &[u8]) -> Result<(), Close> {
+        self.last_input_ms = now.ms;
+        self.pinged = false;
+        self.reader.feed(bytes);
+        let result = self.drain_frames(now);
+        self.commit_receipts();
+        result
+    }
+
+    /// Time passed without input: PING after one keep-alive interval, close after two.
+    pub(crate) fn handle_timeout(&mut self, now: Now) -> Result<(), Close> {
+        let idle = now.ms.saturating_sub(self.last_input_ms);
+        let keep_alive = self.state.cfg.keep_alive_ms;
+        if idle >= keep_alive.saturating_mul(2) {
+            tracing::info!(conn = self.id, peer = %self.peer, idle_ms = idle, "no frame for two keep-alive intervals; closing");
+            return Err(Close::Idle);
+        }
+        if idle >= keep_alive && !self.pinged && self.connected {
+            self.pinged = true;
+            self.send(&command(Type::Ping));
+        }
+        Ok(())
+    }
+
+    /// The next encoded frame (or frames) to write, in order.
+    pub(crate) fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.out.pop_front()
+    }
+
+    /// The next event for the shell.
+    pub(crate) fn poll_event(&mut self) -> Option<SessionEvent> {
+        self.events.pop_front()
+    }
+
+    /// Broker shutdown: queues CLOSE_PRODUCER and CLOSE_CONSUMER for everything the client
+    /// has open, so it reconnects elsewhere (or later) instead of waiting for a timeout.
+    pub(crate) fn handle_shutdown(&mut self) {
+        let cmds: Vec<BaseCommand> = self
+            .producers
+            .keys()
+            .map(|&id| wire::commands::close_producer(id, 0))
+            .chain(
+                self.consumers
+                    .keys()
+                    .map(|&id| wire::commands::close_consumer(id, 0)),
+            )
+            .collect();
+        for cmd in &cmds {
+            self.send(cmd);
+        }
+    }
+
+    /// The connection is gone: its consumers leave their subscriptions (their unacked
+    /// entries go back to the others) and its producers leave their topics.
+    pub(crate) fn close(&mut self) {
+        let consumers: Vec<_> = self.consumers.drain().map(|(_, c)| c).collect();
+        for c in consumers {
+            self.drop_consumer(c);
+        }
+        for (id, p) in self.producers.drain() {
+            p.topic.remove_producer(self.id, id);
+        }
+    }
+
+    /// Runs every whole frame buffered.
+    fn drain_frames(&mut self, now: Now) -> Result<(), Close> {
+        loop {
+            match self.reader.next_frame() {
+                Ok(Some(frame)) => self.handle_frame(now, frame)?,
+                Ok(None) => return Ok(()),
+                Err(e) => {
+                    warn!(conn = self.id, peer = %self.peer, error = %e, "undecodable frame; closing the connection");
+                    self.send_error(0, ServerError::UnknownError, &format!("bad frame: {e}"));
+                    return Err(Close::Protocol);
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, cmd: &BaseCommand) {
+        let mut out = Vec::with_capacity(64);
+        wire::encode_command(cmd, &mut out);
+        self.out.push_back(out);
+    }
+
+    fn send_error(&mut self, request_id: u64, error: ServerError, message: &str) {
+        self.send(&wire::commands::error(request_id, error, message));
+    }
+
+    fn send_success(&mut self, request_id: u64) {
+        self.send(&wire::commands::success(request_id));
+    }
+
+    /// Runs one command.
+    fn handle_frame(&mut self, now: Now, frame: wire::Frame) -> Result<(), Close> {
+        if frame.command.r#type == wire::pip493::NEGATIVE_ACK && self.connected {
+            self.on_negative_ack(frame.negative_ack);
+            return Ok(());
+        }
+        let wire::Frame {
+            command: cmd,
+            payload,
+            ..
+        } = frame;
+        let t = cmd.r#type();
+        if !self.connected && t != Type::Connect {
+            warn!(conn = self.id, command = ?t, "command before CONNECT; closing");
+            self.send_error(0, ServerError::NotAllowedError, "CONNECT must come first");
+            return Err(Close::Protocol);
+        }
+        match t {
+            Type::Connect => self.on_connect(&cmd),
+            Type::Ping => self.send(&command(Type::Pong)),
+            Type::Pong => {}
+            Type::PartitionedMetadata => self.on_partitioned_metadata(&cmd),
+            Type::Lookup => self.on_lookup(&cmd),
+            Type::Producer => self.on_producer(now, &cmd),
+            Type::Send => self.on_send(&cmd, payload),
+            Type::CloseProducer => self.on_close_producer(&cmd),
+            Type::Subscribe => self.on_subscribe(now, &cmd),
+            Type::Flow => self.on_flow(&cmd),
+            Type::Ack => self.on_ack(&cmd),
+            Type::RedeliverUnacknowledgedMessages => self.on_redeliver(&cmd),
+            Type::CloseConsumer => self.on_close_consumer(&cmd),
+            Type::Unsubscribe => self.on_unsubscribe(&cmd),
+            Type::Seek => self.on_seek(&cmd),
+            Type::GetLastMessageId => self.on_get_last_message_id(&cmd),
+            Type::GetSchema => self.on_get_schema(&cmd),
+            Type::GetTopicsOfNamespace => self.on_get_topics_of_namespace(&cmd),
+            Type::GetOrCreateSchema => self.on_get_or_create_schema(&cmd),
+            other => {
+                debug!(conn = self.id, command = ?other, "unsupported command");
+                let message = format!(
+                    "command {} is not supported by this broker",
+                    other.as_str_name()
+                );
+                self.send_error(
+                    wire::strict::command_request_id(&cmd).unwrap_or(0),
+                    ServerError::NotAllowedError,
+                    &message,
+                );
+            }
+        }
+        Ok(())
+    }
+}

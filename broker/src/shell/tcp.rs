@@ -1,0 +1,260 @@
+//! The TCP shell of one client connection: a reader thread that feeds the socket's bytes and
+//! the time to the connection's [`Session`] and writes what it returns, a writer thread that
+//! drains a bounded queue of encoded frames into the socket, and one forwarder thread per
+//! consumer that encodes the dispatcher's deliveries ([`DeliveryRoute::encode`]) into that
+//! queue. Every protocol decision is the session's.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{bounded, Receiver, Sender};
+use tracing::{debug, error, warn};
+
+use crate::session::{DeliveryRoute, Now, Session, SessionEvent};
+use crate::state::{BrokerState, Outbox};
+
+/// Frames queued for the writer before the reader (or a forwarder) waits.
+const WRITE_QUEUE: usize = 1024;
+
+/// How often a blocked read wakes up to look at the shutdown flag and the keep-alive.
+const READ_TICK: Duration = Duration::from_millis(100);
+
+/// How long a closing connection waits for its queued frames to be written.
+const CLOSE_FLUSH: Duration = Duration::from_millis(500);
+
+/// A connection's writer queue, as the broker state reaches it (broker-initiated frames).
+struct WriterOutbox(Sender<Vec<u8>>);
+
+impl Outbox for WriterOutbox {
+    fn push(&self, frame: Vec<u8>) {
+        if self.0.send_timeout(frame, CLOSE_FLUSH).is_err() {
+            warn!("a connection's write queue stayed full; a broker-initiated frame was dropped");
+        }
+    }
+}
+
+/// The shell's clock: monotonic milliseconds since the connection started, and the wall time.
+struct Clock(Instant);
+
+impl Clock {
+    fn now(&self) -> Now {
+        Now {
+            ms: u64::try_from(self.0.elapsed().as_millis()).unwrap_or(u64::MAX),
+            wall_ms: super::wall_ms(),
+        }
+    }
+}
+
+/// Runs one accepted connection to its end (socket closed, protocol error or shutdown).
+pub(crate) fn serve(state: Arc<BrokerState>, conn_id: u64, stream: TcpStream) {
+    let peer = stream
+        .peer_addr()
+        .map_or_else(|_| "?".to_owned(), |a| a.to_string());
+    let service_url = stream
+        .local_addr()
+        .map_or_else(|_| state.service_url.clone(), |a| format!("pulsar://{a}"));
+    let _ = stream.set_nodelay(true);
+    if stream.set_read_timeout(Some(READ_TICK)).is_err() {
+        warn!(peer, "cannot set a read timeout; closing");
+        return;
+    }
+    let Ok(write_half) = stream.try_clone() else {
+        warn!(peer, "cannot clone the socket; closing");
+        return;
+    };
+    let (tx, rx) = bounded::<Vec<u8>>(WRITE_QUEUE);
+    state.register_outbox(conn_id, Arc::new(WriterOutbox(tx.clone())));
+    let check = state.cfg.check_frames;
+    let writer = std::thread::Builder::new()
+        .name(format!("conn-{conn_id}-write"))
+        .spawn(move || write_loop(write_half, rx, check));
+    let Ok(writer) = writer else {
+        warn!(peer, "cannot spawn the writer thread; closing");
+        state.unregister_outbox(conn_id);
+        return;
+    };
+    let clock = Clock(Instant::now());
+    let session = Session::new(
+        state.clone(),
+        conn_id,
+        peer.clone(),
+        service_url,
+        clock.now(),
+    );
+    let mut conn = Conn {
+        state,
+        id: conn_id,
+        peer,
+        stream,
+        out: tx,
+        session,
+        clock,
+    };
+    conn.run();
+    conn.session.close();
+    conn.state.unregister_outbox(conn_id);
+    let Conn { out, stream, .. } = conn;
+    drop(out);
+    // Let the writer flush what is queued (CLOSE_* at shutdown), but not forever: a peer that
+    // does not read would block it in `write_all` (and the forwarders behind the full queue)
+    // for good. Cutting the socket makes the write fail, which ends the writer and them.
+    let until = Instant::now() + CLOSE_FLUSH;
+    while !writer.is_finished() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = stream.shutdown(Shutdown::Both);
+    let _ = writer.join();
+}
+
+struct Conn {
+    state: Arc<BrokerState>,
+    id: u64,
+    peer: String,
+    stream: TcpStream,
+    out: Sender<Vec<u8>>,
+    session: Session,
+    clock: Clock,
+}
+
+/// How the reader hands queued frames to the writer.
+#[derive(Clone, Copy)]
+enum Pump {
+    /// Wait for room: back-pressure on a client that sends faster than it reads.
+    Wait,
+    /// Never wait: a full queue means the peer does not read, and a reader blocked here
+    /// would never notice the keep-alive timeout or the shutdown.
+    NoWait,
+    /// Wait a little (broker shutdown), then give up.
+    Deadline,
+}
+
+impl Conn {
+    fn run(&mut self) {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            if self.state.closing.load(Ordering::SeqCst) {
+                self.session.handle_shutdown();
+                self.pump(Pump::Deadline);
+                return;
+            }
+            let result = match self.stream.read(&mut buf) {
+                Ok(0) => {
+                    debug!(conn = self.id, peer = %self.peer, "connection closed by the client");
+                    return;
+                }
+                Ok(n) => {
+                    let r = self.session.handle_bytes(self.clock.now(), &buf[..n]);
+                    self.pump(Pump::Wait);
+                    r
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    let r = self.session.handle_timeout(self.clock.now());
+                    self.pump(Pump::NoWait);
+                    r
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => Ok(()),
+                Err(e) => {
+                    debug!(conn = self.id, error = %e, "read failed");
+                    return;
+                }
+            };
+            self.start_forwarders();
+            if let Err(reason) = result {
+                debug!(conn = self.id, peer = %self.peer, ?reason, "connection closed by the broker");
+                return;
+            }
+        }
+    }
+
+    /// Moves the session's queued frames to the writer.
+    fn pump(&mut self, how: Pump) {
+        while let Some(frame) = self.session.poll_transmit() {
+            let sent = match how {
+                Pump::Wait => self.out.send(frame).is_ok(),
+                Pump::NoWait => self.out.try_send(frame).is_ok(),
+                Pump::Deadline => self.out.send_timeout(frame, CLOSE_FLUSH).is_ok(),
+            };
+            if !sent {
+                debug!(conn = self.id, peer = %self.peer, "write queue full or closed; frames dropped");
+                while self.session.poll_transmit().is_some() {}
+                return;
+            }
+        }
+    }
+
+    fn start_forwarders(&mut self) {
+        while let Some(event) = self.session.poll_event() {
+            match event {
+                SessionEvent::ConsumerStarted(route) => spawn_forwarder(route, self.out.clone()),
+            }
+        }
+    }
+}
+
+/// Encodes one consumer's deliveries into the writer queue until its channel ends.
+fn spawn_forwarder(route: DeliveryRoute, out: Sender<Vec<u8>>) {
+    let spawned = std::thread::Builder::new()
+        .name(format!("consumer-{}", route.consumer_id))
+        .spawn(move || {
+            for batch in route.deliveries.iter() {
+                let mut frames = Vec::with_capacity(batch.len() * 128);
+                route.encode(&batch, &mut frames);
+                if !frames.is_empty() && out.send(frames).is_err() {
+                    return;
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        error!(error = %e, "cannot spawn a consumer's forwarder thread; its deliveries stay queued");
+    }
+}
+
+fn write_loop(mut stream: TcpStream, rx: Receiver<Vec<u8>>, check: bool) {
+    let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+    while let Ok(first) = rx.recv() {
+        if check && !frames_pass(&first) {
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+        buf.extend_from_slice(&first);
+        while buf.len() < 256 * 1024 {
+            match rx.try_recv() {
+                Ok(more) if check && !frames_pass(&more) => {
+                    let _ = stream.shutdown(Shutdown::Both);
+                    return;
+                }
+                Ok(more) => buf.extend_from_slice(&more),
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = stream.write_all(&buf) {
+            debug!(error = %e, "write failed; closing the connection");
+            let _ = stream.shutdown(Shutdown::Both);
+            return;
+        }
+        buf.clear();
+    }
+    let _ = stream.flush();
+}
+
+/// `--check-frames`: whether every frame of a queued buffer reads as the strictest client
+/// reads it; a failure is logged with the frame's command type.
+fn frames_pass(buf: &[u8]) -> bool {
+    for frame in wire::strict::frames(buf) {
+        let failed = match frame {
+            Ok(f) => wire::strict::check_frame(f).err().map(|e| (e, Some(f))),
+            Err(e) => Some((e, None)),
+        };
+        if let Some((e, f)) = failed {
+            let command = f
+                .and_then(|f| wire::decode_frame(f).ok())
+                .map(|f| f.command.r#type());
+            error!(error = %e, ?command, "--check-frames: a frame a strict client cannot read; closing the connection");
+            return false;
+        }
+    }
+    true
+}

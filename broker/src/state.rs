@@ -1,0 +1,191 @@
+//! The broker's shared state: configuration, the topic registry, id and name counters, and
+//! the connections' outboxes. No sockets, threads or clock: the shells own those.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use dispatcher::Event;
+use tracing::{info, warn};
+
+use crate::config::BrokerConfig;
+use crate::storage::{decode_name, encode_name, StorageError};
+use crate::sync::lock;
+use crate::topic::{Subscription, Topic, TopicName};
+
+/// Where frames the broker sends on its own (CLOSE_CONSUMER when a seek or a reset closes a
+/// subscription's consumers) go for one connection: its writer queue, in the TCP shell.
+pub(crate) trait Outbox: Send + Sync {
+    /// Queues one encoded frame. May wait a bounded time for room; a connection that does not
+    /// read for that long loses the frame.
+    fn push(&self, frame: Vec<u8>);
+}
+
+/// The broker's state that every connection and the admin API share: configuration, the
+/// topics, id and name counters, and a way to reach each live connection.
+pub(crate) struct BrokerState {
+    pub cfg: BrokerConfig,
+    pub service_url: String,
+    pub server_version: String,
+    pub closing: AtomicBool,
+    pub next_consumer: AtomicU64,
+    next_producer: AtomicU64,
+    name_prefix: String,
+    topics: Mutex<HashMap<String, Arc<Topic>>>,
+    /// Per live connection: where broker-initiated frames for it go.
+    outboxes: Mutex<HashMap<u64, Arc<dyn Outbox>>>,
+}
+
+impl BrokerState {
+    /// The broker's state with no topic loaded yet (no socket, no thread).
+    pub(crate) fn new(cfg: BrokerConfig, service_url: String) -> BrokerState {
+        BrokerState {
+            service_url,
+            server_version: format!("key-ordered-broker-{}", env!("CARGO_PKG_VERSION")),
+            closing: AtomicBool::new(false),
+            next_consumer: AtomicU64::new(1),
+            next_producer: AtomicU64::new(0),
+            name_prefix: format!("standalone-{}", std::process::id()),
+            topics: Mutex::new(HashMap::new()),
+            outboxes: Mutex::new(HashMap::new()),
+            cfg,
+        }
+    }
+
+    /// The topic, created on first use (with its directory under `--data-dir`).
+    pub(crate) fn topic(&self, name: &TopicName) -> Result<Arc<Topic>, StorageError> {
+        let full = name.full();
+        let mut topics = lock(&self.topics);
+        if let Some(t) = topics.get(&full) {
+            return Ok(t.clone());
+        }
+        let defaults = crate::topic::SubscriptionDefaults {
+            legacy: self.cfg.legacy,
+            max_unacked_per_key: self.cfg.key_shared_max_unacked_per_key,
+            delayed_delivery: self.cfg.delayed_delivery,
+        };
+        let t = match &self.cfg.data_dir {
+            None => {
+                let mut t = Topic::new(full.clone(), self.cfg.entries_per_ledger);
+                t.defaults = defaults;
+                t
+            }
+            Some(d) => Topic::open(
+                full.clone(),
+                d.join("topics").join(encode_name(&full)),
+                self.cfg.entries_per_ledger,
+                self.cfg.sync,
+                defaults,
+            )?,
+        };
+        if self.cfg.legacy != crate::config::Legacy::default() {
+            warn!(topic = %full, legacy = ?self.cfg.legacy, "Pulsar-bug switches are on for this topic's subscriptions");
+        }
+        info!(topic = %full, "topic created");
+        let t = Arc::new(t);
+        topics.insert(full, t.clone());
+        Ok(t)
+    }
+
+    /// Reads every topic under `--data-dir` back (before the listener accepts anyone).
+    pub(crate) fn recover_topics(&self) -> Result<usize, StorageError> {
+        let Some(d) = &self.cfg.data_dir else {
+            return Ok(0);
+        };
+        let dir = d.join("topics");
+        std::fs::create_dir_all(&dir).map_err(|source| StorageError::Io {
+            op: "create",
+            path: dir.clone(),
+            source,
+        })?;
+        let list = std::fs::read_dir(&dir).map_err(|source| StorageError::Io {
+            op: "list",
+            path: dir.clone(),
+            source,
+        })?;
+        let mut n = 0;
+        for e in list.flatten() {
+            let fname = e.file_name().to_string_lossy().into_owned();
+            let Some(full) = decode_name(&fname) else {
+                warn!(dir = %e.path().display(), "not a topic directory; skipped");
+                continue;
+            };
+            let Ok(name) = TopicName::parse(&full) else {
+                warn!(dir = %e.path().display(), "not a topic directory; skipped");
+                continue;
+            };
+            self.topic(&name)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Syncs every topic's log (the `interval` policy's timer).
+    pub(crate) fn sync_topics(&self) {
+        for t in self.topics() {
+            if let Err(e) = t.sync() {
+                warn!(topic = %t.name, error = %e, "log sync failed");
+            }
+        }
+    }
+
+    /// The topic, if it exists.
+    pub(crate) fn existing_topic(&self, full: &str) -> Option<Arc<Topic>> {
+        lock(&self.topics).get(full).cloned()
+    }
+
+    /// The full names of the persistent topics of `namespace` (`tenant/ns`), sorted: the admin
+    /// topic list and GET_TOPICS_OF_NAMESPACE.
+    pub(crate) fn topic_names_in(&self, namespace: &str) -> Vec<String> {
+        let prefix = format!("persistent://{namespace}/");
+        let mut names: Vec<String> = lock(&self.topics)
+            .keys()
+            .filter(|n| n.starts_with(&prefix))
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Every topic.
+    pub(crate) fn topics(&self) -> Vec<Arc<Topic>> {
+        lock(&self.topics).values().cloned().collect()
+    }
+
+    /// A producer name unique in this broker's life (clients build chunk uuids from it).
+    pub(crate) fn producer_name(&self) -> String {
+        let n = self.next_producer.fetch_add(1, Ordering::SeqCst);
+        format!("{}-{n}", self.name_prefix)
+    }
+
+    /// Registers connection `conn`'s outbox (the shell does, when the connection starts).
+    pub(crate) fn register_outbox(&self, conn: u64, outbox: Arc<dyn Outbox>) {
+        lock(&self.outboxes).insert(conn, outbox);
+    }
+
+    /// The connection ended: frames for it are dropped from now on.
+    pub(crate) fn unregister_outbox(&self, conn: u64) {
+        lock(&self.outboxes).remove(&conn);
+    }
+
+    /// Closes every consumer of `sub` from the broker side: the dispatcher lets them go (their
+    /// unacked entries return to replay) and each client gets CLOSE_CONSUMER, after which it
+    /// subscribes again. Pulsar does this on seek and reset-cursor.
+    pub(crate) fn kick_subscription(&self, sub: &Subscription) {
+        let consumers: Vec<_> = lock(&sub.consumers)
+            .iter()
+            .map(|(id, c)| (*id, c.clone()))
+            .collect();
+        let events = sub.runtime.events();
+        let outboxes = lock(&self.outboxes);
+        for (id, c) in consumers {
+            let _ = events.send(Event::ConsumerRemoved(id));
+            if let Some(o) = outboxes.get(&c.conn) {
+                let mut out = Vec::new();
+                wire::encode_command(&wire::commands::close_consumer(c.client_id, 0), &mut out);
+                o.push(out);
+            }
+        }
+        lock(&sub.consumers).clear();
+    }
+}
