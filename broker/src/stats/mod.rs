@@ -6,7 +6,6 @@
 //! than filled with zeros that would mislead.
 
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use cursor::Position;
@@ -399,219 +398,6 @@ pub(crate) fn why_blocked_json(reason: BlockReason, hash: Option<u32>) -> serde_
     v
 }
 
-/// `GET /metrics`: Prometheus text. Pulsar's metric names where Pulsar has the figure
-/// (`pulsar_*`, labelled `cluster`, `namespace`, `topic`, `subscription`), this broker's own
-/// under `keyordered_*`.
-pub(crate) fn metrics(state: &BrokerState) -> String {
-    let mut out = String::new();
-    let mut families: BTreeMap<&'static str, (&'static str, &'static str, Vec<String>)> =
-        BTreeMap::new();
-    let mut add =
-        |name: &'static str, kind: &'static str, help: &'static str, labels: &str, v: f64| {
-            families
-                .entry(name)
-                .or_insert_with(|| (kind, help, Vec::new()))
-                .2
-                .push(format!("{name}{{{labels}}} {v}"));
-        };
-    for t in state.topics() {
-        let ns = crate::topic::TopicName::parse(&t.name)
-            .map(|n| format!("{}/{}", n.tenant, n.namespace))
-            .unwrap_or_default();
-        let tl = format!(
-            "cluster=\"standalone\",namespace=\"{ns}\",topic=\"{}\"",
-            t.name
-        );
-        let st = topic_stats(&t);
-        add(
-            "pulsar_rate_in",
-            "gauge",
-            "Messages per second published to the topic.",
-            &tl,
-            st.msg_rate_in,
-        );
-        add(
-            "pulsar_rate_out",
-            "gauge",
-            "Messages per second dispatched from the topic.",
-            &tl,
-            st.msg_rate_out,
-        );
-        add(
-            "pulsar_throughput_in",
-            "gauge",
-            "Bytes per second published to the topic.",
-            &tl,
-            st.msg_throughput_in,
-        );
-        add(
-            "pulsar_throughput_out",
-            "gauge",
-            "Bytes per second dispatched from the topic.",
-            &tl,
-            st.msg_throughput_out,
-        );
-        add(
-            "pulsar_in_messages_total",
-            "counter",
-            "Messages published to the topic.",
-            &tl,
-            st.msg_in_counter as f64,
-        );
-        add(
-            "pulsar_in_bytes_total",
-            "counter",
-            "Bytes published to the topic.",
-            &tl,
-            st.bytes_in_counter as f64,
-        );
-        add(
-            "pulsar_out_messages_total",
-            "counter",
-            "Messages dispatched from the topic.",
-            &tl,
-            st.msg_out_counter as f64,
-        );
-        add(
-            "pulsar_storage_size",
-            "gauge",
-            "Bytes of entries the topic stores.",
-            &tl,
-            st.storage_size as f64,
-        );
-        add(
-            "pulsar_producers_count",
-            "gauge",
-            "Connected producers.",
-            &tl,
-            st.publishers.len() as f64,
-        );
-        add(
-            "pulsar_subscriptions_count",
-            "gauge",
-            "Subscriptions of the topic.",
-            &tl,
-            st.subscriptions.len() as f64,
-        );
-        let backlog: u64 = st.subscriptions.values().map(|s| s.msg_backlog).sum();
-        add(
-            "pulsar_msg_backlog",
-            "gauge",
-            "Messages in the backlogs of all subscriptions.",
-            &tl,
-            backlog as f64,
-        );
-        let consumers: usize = st.subscriptions.values().map(|s| s.consumers.len()).sum();
-        add(
-            "pulsar_consumers_count",
-            "gauge",
-            "Connected consumers.",
-            &tl,
-            consumers as f64,
-        );
-        for (name, s) in &st.subscriptions {
-            let sl = format!("{tl},subscription=\"{name}\"");
-            add(
-                "pulsar_subscription_back_log",
-                "gauge",
-                "Messages in the subscription's backlog.",
-                &sl,
-                s.msg_backlog as f64,
-            );
-            add(
-                "pulsar_subscription_delayed",
-                "gauge",
-                "Messages waiting for their deliver-at time.",
-                &sl,
-                s.msg_delayed as f64,
-            );
-            add(
-                "pulsar_subscription_unacked_messages",
-                "gauge",
-                "Messages sent and not yet acknowledged.",
-                &sl,
-                s.unacked_messages as f64,
-            );
-            add(
-                "pulsar_subscription_msg_rate_out",
-                "gauge",
-                "Messages per second dispatched to the subscription.",
-                &sl,
-                s.msg_rate_out,
-            );
-            add(
-                "pulsar_subscription_msg_throughput_out",
-                "gauge",
-                "Bytes per second dispatched to the subscription.",
-                &sl,
-                s.msg_throughput_out,
-            );
-            add(
-                "pulsar_subscription_consumers_count",
-                "gauge",
-                "Consumers of the subscription.",
-                &sl,
-                s.consumers.len() as f64,
-            );
-            let blocked = s
-                .consumers
-                .iter()
-                .filter(|c| c.blocked_consumer_on_unacked_msgs)
-                .count();
-            add(
-                "pulsar_subscription_blocked_on_unacked_messages",
-                "gauge",
-                "Consumers blocked on unacked messages.",
-                &sl,
-                blocked as f64,
-            );
-            add(
-                "keyordered_subscription_draining_hashes",
-                "gauge",
-                "Key_Shared hashes draining (moved, old owner still has unacked entries).",
-                &sl,
-                s.draining_hashes_count.unwrap_or(0) as f64,
-            );
-            add(
-                "keyordered_subscription_orphan_chunks_total",
-                "counter",
-                "Chunks whose message start was gone, dispatched instead of replayed.",
-                &sl,
-                s.orphan_chunks_dispatched as f64,
-            );
-            add(
-                "keyordered_subscription_nack_held_hashes",
-                "gauge",
-                "Key_Shared hashes held by an ordered nack.",
-                &sl,
-                s.nack_held_hashes as f64,
-            );
-            add(
-                "keyordered_subscription_replay_size",
-                "gauge",
-                "Positions waiting in replay.",
-                &sl,
-                s.replay_size as f64,
-            );
-            add(
-                "keyordered_subscription_redeliveries_total",
-                "counter",
-                "Entries taken back for redelivery.",
-                &sl,
-                s.redeliveries as f64,
-            );
-        }
-    }
-    for (name, (kind, help, lines)) in families {
-        let _ = writeln!(out, "# HELP {name} {help}");
-        let _ = writeln!(out, "# TYPE {name} {kind}");
-        for l in lines {
-            let _ = writeln!(out, "{l}");
-        }
-    }
-    out
-}
-
 /// Feeds the rate meters (called once per housekeeping interval).
 pub(crate) fn update_rates(state: &BrokerState, secs: f64) {
     for t in state.topics() {
@@ -634,6 +420,10 @@ pub(crate) fn update_rates(state: &BrokerState, secs: f64) {
         }
     }
 }
+
+mod metrics;
+
+pub(crate) use metrics::metrics;
 
 #[cfg(test)]
 mod tests {
