@@ -278,60 +278,70 @@ fn subscription_route(
             }
             Err(r) => r,
         },
-        ["resetcursor"] if post => {
-            let v: serde_json::Value = match serde_json::from_slice(&req.body) {
-                Ok(v) => v,
-                Err(e) => return Response::json_error(400, &format!("body is not JSON: {e}")),
-            };
-            let (Some(l), Some(e)) = (
-                v.get("ledgerId").and_then(serde_json::Value::as_u64),
-                v.get("entryId").and_then(serde_json::Value::as_i64),
-            ) else {
-                return Response::json_error(
-                    400,
-                    "body must be a message id: {\"ledgerId\": L, \"entryId\": E}",
-                );
-            };
-            let excluded = v
-                .get("isExcluded")
-                .and_then(serde_json::Value::as_bool)
-                .unwrap_or(false);
-            let mut target = Position::new(l, e.max(0) as u64);
-            if e < 0 {
-                target = Position::new(l, 0);
-            } else if excluded {
-                target = target.next();
+        ["resetcursor"] if post => match message_id_target(&req.body) {
+            Ok(target) => {
+                reset_to(state, t, s, target);
+                no_content()
             }
-            reset_to(state, t, s, target);
-            no_content()
-        }
-        ["whyBlocked"] if get => {
-            let q = parse_query(&req.query);
-            let (reason, hash) = if let Some(h) = q.get("hash") {
-                match h.parse::<u32>() {
-                    Ok(h) if h <= 65_535 => (s.runtime.why_blocked(h), Some(h)),
-                    _ => return Response::json_error(400, "hash must be a number from 0 to 65535"),
-                }
-            } else if let Some(k) = q.get("key") {
-                let range = match s.kind {
-                    crate::topic::SubKind::KeyShared(dispatcher::KeySharedConfig {
-                        mode: dispatcher::KeySharedMode::ConsistentHashing { .. },
-                        ..
-                    }) => dispatcher::CONSISTENT_RANGE,
-                    _ => dispatcher::FULL_RANGE,
-                };
-                let hash = dispatcher::slot(dispatcher::key_hash31(k.as_bytes()), range);
-                (s.runtime.why_blocked_key(k.as_bytes()), Some(hash))
-            } else {
-                return Response::json_error(400, "give ?key=K or ?hash=H");
-            };
-            match reason {
-                Some(r) => json(200, &crate::stats::why_blocked_json(r, hash)),
-                None => Response::json_error(503, "the subscription's dispatcher is not running"),
-            }
-        }
+            Err(r) => r,
+        },
+        ["whyBlocked"] if get => why_blocked(req, s),
         _ if !get && !post => Response::json_error(405, "method not allowed"),
         _ => Response::json_error(404, &format!("no such path: {} {}", req.method, req.path)),
+    }
+}
+
+/// The position a reset-cursor body names: `{"ledgerId": L, "entryId": E, "isExcluded": B}`
+/// (a negative entry id is the ledger's start; an excluded id starts after it).
+fn message_id_target(body: &[u8]) -> Result<Position, Response> {
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| Response::json_error(400, &format!("body is not JSON: {e}")))?;
+    let (Some(l), Some(e)) = (
+        v.get("ledgerId").and_then(serde_json::Value::as_u64),
+        v.get("entryId").and_then(serde_json::Value::as_i64),
+    ) else {
+        return Err(Response::json_error(
+            400,
+            "body must be a message id: {\"ledgerId\": L, \"entryId\": E}",
+        ));
+    };
+    let excluded = v
+        .get("isExcluded")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    Ok(if e < 0 {
+        Position::new(l, 0)
+    } else if excluded {
+        Position::new(l, e as u64).next()
+    } else {
+        Position::new(l, e as u64)
+    })
+}
+
+/// `GET …/whyBlocked?key=K` or `?hash=H`: what holds the key's next entry back.
+fn why_blocked(req: &Request, s: &Subscription) -> Response {
+    let q = parse_query(&req.query);
+    let (reason, hash) = if let Some(h) = q.get("hash") {
+        match h.parse::<u32>() {
+            Ok(h) if h <= 65_535 => (s.runtime.why_blocked(h), Some(h)),
+            _ => return Response::json_error(400, "hash must be a number from 0 to 65535"),
+        }
+    } else if let Some(k) = q.get("key") {
+        let range = match s.kind {
+            crate::topic::SubKind::KeyShared(dispatcher::KeySharedConfig {
+                mode: dispatcher::KeySharedMode::ConsistentHashing { .. },
+                ..
+            }) => dispatcher::CONSISTENT_RANGE,
+            _ => dispatcher::FULL_RANGE,
+        };
+        let hash = dispatcher::slot(dispatcher::key_hash31(k.as_bytes()), range);
+        (s.runtime.why_blocked_key(k.as_bytes()), Some(hash))
+    } else {
+        return Response::json_error(400, "give ?key=K or ?hash=H");
+    };
+    match reason {
+        Some(r) => json(200, &crate::stats::why_blocked_json(r, hash)),
+        None => Response::json_error(503, "the subscription's dispatcher is not running"),
     }
 }
 

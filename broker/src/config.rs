@@ -148,6 +148,21 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
 The first two lines on stdout are the service URL and the admin URL. Logs go to stderr
 (RUST_LOG sets the filter, default info).";
 
+/// The flags that take a value (`--flag VALUE` or `--flag=VALUE`).
+const FLAGS_WITH_VALUE: &[&str] = &[
+    "--listen",
+    "--admin",
+    "--data-dir",
+    "--max-message-size",
+    "--entries-per-ledger",
+    "--sync",
+    "--legacy",
+    "--key-shared-max-unacked-per-key",
+    "--delayed-delivery-enabled",
+    "--delayed-delivery-tick-ms",
+    "--delayed-delivery-strict",
+];
+
 impl BrokerConfig {
     /// Parses the arguments after the program name.
     pub fn parse_args<I, S>(args: I) -> Result<BrokerConfig, ConfigError>
@@ -169,95 +184,84 @@ impl BrokerConfig {
                 cfg.check_frames = true;
                 continue;
             }
-            let known = [
-                "--listen",
-                "--admin",
-                "--data-dir",
-                "--max-message-size",
-                "--entries-per-ledger",
-                "--sync",
-                "--legacy",
-                "--key-shared-max-unacked-per-key",
-                "--delayed-delivery-enabled",
-                "--delayed-delivery-tick-ms",
-                "--delayed-delivery-strict",
-            ];
-            if !known.contains(&name.as_str()) {
+            if !FLAGS_WITH_VALUE.contains(&name.as_str()) {
                 return Err(ConfigError::UnknownArgument(flag));
             }
             let value = match inline.or_else(|| it.next()) {
                 Some(v) => v,
                 None => return Err(ConfigError::MissingValue(name)),
             };
-            let invalid = |reason: &str| ConfigError::InvalidValue {
-                flag: name.clone(),
-                value: value.clone(),
-                reason: reason.to_owned(),
-            };
-            match name.as_str() {
-                "--listen" => cfg.listen = value.parse().map_err(|_| invalid("not an IP:PORT"))?,
-                "--admin" => cfg.admin = value.parse().map_err(|_| invalid("not an IP:PORT"))?,
-                "--data-dir" => {
-                    if value.is_empty() {
-                        return Err(invalid("empty path"));
-                    }
-                    cfg.data_dir = Some(PathBuf::from(&value));
-                }
-                "--max-message-size" => {
-                    let n: u32 = value.parse().map_err(|_| invalid("not a number"))?;
-                    if !(1024..=256 * 1024 * 1024).contains(&n) {
-                        return Err(invalid("must be between 1024 and 268435456"));
-                    }
-                    cfg.max_message_size = n;
-                }
-                "--legacy" => match value.as_str() {
-                    "mark-delete-cleanup" => cfg.legacy.mark_delete_cleanup = true,
-                    "orphan-chunk-replay" => cfg.legacy.orphan_chunk_replay = true,
-                    "unordered-nack" => cfg.legacy.unordered_nack = true,
-                    _ => return Err(invalid(
-                        "must be `mark-delete-cleanup`, `orphan-chunk-replay` or `unordered-nack`",
-                    )),
-                },
-                "--key-shared-max-unacked-per-key" => {
-                    cfg.key_shared_max_unacked_per_key =
-                        value.parse().map_err(|_| invalid("not a number"))?;
-                }
-                "--delayed-delivery-enabled" | "--delayed-delivery-strict" => {
-                    let on = match value.as_str() {
-                        "true" => true,
-                        "false" => false,
-                        _ => return Err(invalid("must be `true` or `false`")),
-                    };
-                    match name.as_str() {
-                        "--delayed-delivery-enabled" => cfg.delayed_delivery.enabled = on,
-                        _ => cfg.delayed_delivery.strict = on,
-                    }
-                }
-                "--delayed-delivery-tick-ms" => {
-                    let n: u64 = value.parse().map_err(|_| invalid("not a number"))?;
-                    if n > 3_600_000 {
-                        return Err(invalid("must be at most 3600000 (one hour)"));
-                    }
-                    cfg.delayed_delivery.tick = n;
-                }
-                "--sync" => {
-                    cfg.sync = match value.as_str() {
-                        "always" => crate::storage::SyncPolicy::Always,
-                        "interval" => crate::storage::SyncPolicy::Interval,
-                        _ => return Err(invalid("must be `always` or `interval`")),
-                    }
-                }
-                "--entries-per-ledger" => {
-                    let n: u64 = value.parse().map_err(|_| invalid("not a number"))?;
-                    if n == 0 {
-                        return Err(invalid("must be at least 1"));
-                    }
-                    cfg.entries_per_ledger = n;
-                }
-                _ => return Err(ConfigError::UnknownArgument(flag)),
-            }
+            cfg.set(&name, &value)
+                .map_err(|reason| ConfigError::InvalidValue {
+                    flag: name.clone(),
+                    value: value.clone(),
+                    reason: reason.to_owned(),
+                })?;
         }
         Ok(cfg)
+    }
+
+    /// Sets the flag `name` (one of [`FLAGS_WITH_VALUE`]) to `value`; `Err` says why the value
+    /// is refused.
+    fn set(&mut self, name: &str, value: &str) -> Result<(), &'static str> {
+        let number = |v: &str| v.parse::<u64>().map_err(|_| "not a number");
+        let boolean = |v: &str| match v {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err("must be `true` or `false`"),
+        };
+        match name {
+            "--listen" => self.listen = value.parse().map_err(|_| "not an IP:PORT")?,
+            "--admin" => self.admin = value.parse().map_err(|_| "not an IP:PORT")?,
+            "--data-dir" if value.is_empty() => return Err("empty path"),
+            "--data-dir" => self.data_dir = Some(PathBuf::from(value)),
+            "--max-message-size" => {
+                let n = number(value)?;
+                if !(1024..=256 * 1024 * 1024).contains(&n) {
+                    return Err("must be between 1024 and 268435456");
+                }
+                self.max_message_size = n as u32;
+            }
+            "--legacy" => {
+                match value {
+                    "mark-delete-cleanup" => self.legacy.mark_delete_cleanup = true,
+                    "orphan-chunk-replay" => self.legacy.orphan_chunk_replay = true,
+                    "unordered-nack" => self.legacy.unordered_nack = true,
+                    _ => return Err(
+                        "must be `mark-delete-cleanup`, `orphan-chunk-replay` or `unordered-nack`",
+                    ),
+                }
+            }
+            "--key-shared-max-unacked-per-key" => {
+                self.key_shared_max_unacked_per_key =
+                    u32::try_from(number(value)?).map_err(|_| "not a number")?;
+            }
+            "--delayed-delivery-enabled" => self.delayed_delivery.enabled = boolean(value)?,
+            "--delayed-delivery-strict" => self.delayed_delivery.strict = boolean(value)?,
+            "--delayed-delivery-tick-ms" => {
+                let n = number(value)?;
+                if n > 3_600_000 {
+                    return Err("must be at most 3600000 (one hour)");
+                }
+                self.delayed_delivery.tick = n;
+            }
+            "--sync" => {
+                self.sync = match value {
+                    "always" => crate::storage::SyncPolicy::Always,
+                    "interval" => crate::storage::SyncPolicy::Interval,
+                    _ => return Err("must be `always` or `interval`"),
+                }
+            }
+            "--entries-per-ledger" => {
+                let n = number(value)?;
+                if n == 0 {
+                    return Err("must be at least 1");
+                }
+                self.entries_per_ledger = n;
+            }
+            _ => return Err("not a flag with a value"),
+        }
+        Ok(())
     }
 
     /// The largest frame the broker reads: the message size plus Pulsar's frame padding.

@@ -48,5 +48,5 @@ pub use config::{
     BrokerConfig, ConfigError, Legacy, DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, USAGE,
 };
 pub use session::PROTOCOL_VERSION;
-pub use shell::Broker;
+pub use shell::{Broker, StartError};
 pub use storage::{StorageError, SyncPolicy};

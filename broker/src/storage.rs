@@ -300,7 +300,7 @@ fn read_log(path: &Path, newest: bool, out: &mut Vec<Recovered>) -> Result<(), S
                     None
                 }
             }
-            Err(reason) => Some(reason),
+            Err(reason) => Some(reason.to_string()),
         };
         if let Some(reason) = problem {
             if newest && is_tail(&bytes, at) {
@@ -319,26 +319,44 @@ fn read_log(path: &Path, newest: bool, out: &mut Vec<Recovered>) -> Result<(), S
     Ok(())
 }
 
+/// Why the bytes at an offset are not a whole record.
+#[derive(Debug, thiserror::Error)]
+enum RecordError {
+    #[error("record header cut short")]
+    HeaderCut,
+    #[error("record length {0} out of range")]
+    Length(u32),
+    #[error("record of {0} bytes cut short")]
+    BodyCut(u32),
+    #[error("checksum {actual:08x} does not match {stored:08x}")]
+    Checksum { actual: u32, stored: u32 },
+}
+
 /// The record at `at`: position, section and the next offset; or why it is not whole.
-fn record_at(bytes: &[u8], at: usize) -> Result<(Position, &[u8], usize), String> {
-    let head = bytes
-        .get(at..at + 8)
-        .ok_or_else(|| "record header cut short".to_owned())?;
+fn record_at(bytes: &[u8], at: usize) -> Result<(Position, &[u8], usize), RecordError> {
+    let head = bytes.get(at..at + 8).ok_or(RecordError::HeaderCut)?;
     let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
-    let crc = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+    let stored = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
     if !(16..=MAX_RECORD).contains(&len) {
-        return Err(format!("record length {len} out of range"));
+        return Err(RecordError::Length(len));
     }
     let body = bytes
         .get(at + 8..at + 8 + len as usize)
-        .ok_or_else(|| format!("record of {len} bytes cut short"))?;
+        .ok_or(RecordError::BodyCut(len))?;
     let actual = crc32c::crc32c(body);
-    if actual != crc {
-        return Err(format!("checksum {actual:08x} does not match {crc:08x}"));
+    if actual != stored {
+        return Err(RecordError::Checksum { actual, stored });
     }
-    let l = u64::from_be_bytes(body[0..8].try_into().map_err(|_| "short body")?);
-    let e = u64::from_be_bytes(body[8..16].try_into().map_err(|_| "short body")?);
-    Ok((Position::new(l, e), &body[16..], at + 8 + len as usize))
+    let word = |i: usize| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&body[i..i + 8]);
+        u64::from_be_bytes(b)
+    };
+    Ok((
+        Position::new(word(0), word(8)),
+        &body[16..],
+        at + 8 + len as usize,
+    ))
 }
 
 /// Whether the bad record at `at` is the file's last: a torn write, not a corrupt middle.

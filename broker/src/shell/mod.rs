@@ -26,6 +26,27 @@ pub(crate) fn wall_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// Why [`Broker::start`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A listener could not be bound (the address is in use, or not this machine's).
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        /// The flag that names the address.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The data directory could not be read back.
+    #[error("cannot recover the data directory: {0}")]
+    Recover(#[from] crate::storage::StorageError),
+    /// A thread could not be started.
+    #[error("cannot start the {0} thread: {1}")]
+    Thread(&'static str, io::Error),
+}
+
 /// A running broker: the listener thread, its connections and the admin server.
 ///
 /// ```no_run
@@ -56,18 +77,21 @@ impl std::fmt::Debug for Broker {
 impl Broker {
     /// Binds both listeners and starts serving. Port 0 binds an OS-chosen port; the URLs say
     /// which.
-    pub fn start(cfg: BrokerConfig) -> io::Result<Broker> {
-        let listener = TcpListener::bind(cfg.listen)?;
-        let service_addr = listener.local_addr()?;
-        let admin_listener = TcpListener::bind(cfg.admin)?;
-        let admin_addr = admin_listener.local_addr()?;
-        listener.set_nonblocking(true)?;
-        admin_listener.set_nonblocking(true)?;
+    pub fn start(cfg: BrokerConfig) -> Result<Broker, StartError> {
+        let bind = |what, addr| {
+            let l = TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|source| StartError::Bind { what, addr, source })?;
+            let local = l
+                .local_addr()
+                .map_err(|source| StartError::Bind { what, addr, source })?;
+            Ok::<_, StartError>((l, local))
+        };
+        let (listener, service_addr) = bind("--listen", cfg.listen)?;
+        let (admin_listener, admin_addr) = bind("--admin", cfg.admin)?;
         let state = Arc::new(BrokerState::new(cfg, format!("pulsar://{service_addr}")));
         let started = Instant::now();
-        let recovered = state
-            .recover_topics()
-            .map_err(|e| io::Error::other(e.to_string()))?;
+        let recovered = state.recover_topics()?;
         if recovered > 0 {
             info!(
                 topics = recovered,
@@ -81,19 +105,22 @@ impl Broker {
             let conns = conns.clone();
             std::thread::Builder::new()
                 .name("acceptor".into())
-                .spawn(move || accept_loop(listener, state, conns))?
+                .spawn(move || accept_loop(listener, state, conns))
+                .map_err(|e| StartError::Thread("acceptor", e))?
         };
         let housekeeping = {
             let state = state.clone();
             std::thread::Builder::new()
                 .name("housekeeping".into())
-                .spawn(move || housekeeping_loop(state))?
+                .spawn(move || housekeeping_loop(state))
+                .map_err(|e| StartError::Thread("housekeeping", e))?
         };
         let admin = {
             let state = state.clone();
             std::thread::Builder::new()
                 .name("admin".into())
-                .spawn(move || http::serve(admin_listener, state))?
+                .spawn(move || http::serve(admin_listener, state))
+                .map_err(|e| StartError::Thread("admin", e))?
         };
         info!(service = %service_addr, admin = %admin_addr, "broker started");
         Ok(Broker {

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
@@ -49,6 +49,39 @@ pub(crate) enum SubStore {
     /// changes.
     Memory(Arc<Mutex<MemoryStore>>),
     File(FileStore),
+}
+
+/// Opens (or creates) a cursor file.
+fn open_cursor_file(path: &Path) -> Result<FileStore, StorageError> {
+    FileStore::open(path).map_err(|e| StorageError::Corrupt {
+        path: path.to_path_buf(),
+        offset: 0,
+        reason: e.to_string(),
+    })
+}
+
+/// Where a subscription's cursor store lives, to open it for recovery or start it over.
+enum StoreAt {
+    Memory(Arc<Mutex<MemoryStore>>),
+    File(PathBuf),
+}
+
+impl StoreAt {
+    /// The store as it is (for recovery).
+    fn open(&self) -> Result<SubStore, StorageError> {
+        Ok(match self {
+            StoreAt::Memory(m) => SubStore::Memory(m.clone()),
+            StoreAt::File(p) => SubStore::File(open_cursor_file(p)?),
+        })
+    }
+
+    /// The store for a cursor that starts over: a cursor file is removed first.
+    fn open_empty(&self) -> Result<SubStore, StorageError> {
+        if let StoreAt::File(p) = self {
+            let _ = fs::remove_file(p);
+        }
+        self.open()
+    }
 }
 
 impl CursorStore for SubStore {
@@ -376,72 +409,30 @@ impl Topic {
         }
         let replica = st.ledger.clone();
         let memory = self.storage.is_none().then(|| memory.unwrap_or_default());
-        let cursor = match &self.storage {
-            None => {
-                let store = memory.clone().unwrap_or_default();
-                let recovered = match recover {
-                    true => ManagedCursor::recover(&replica, SubStore::Memory(store.clone()))
-                        .map_err(|e| warn!(topic = %self.name, subscription = name, error = %e, "cursor not recovered; starting at the earliest entry"))
-                        .ok(),
-                    false => None,
-                };
-                match recovered {
-                    Some(c) => c,
-                    None => {
-                        let mut c =
-                            ManagedCursor::new(name, &replica, SubStore::Memory(store.clone()));
-                        if initial == InitialPosition::Latest && !recover {
-                            // A new subscription at the end: nothing published so far is backlog.
-                            let _ = c.clear_backlog(&replica);
-                        }
-                        c
-                    }
-                }
+        let store = match (&self.storage, &memory) {
+            (Some((dir, _)), _) => {
+                StoreAt::File(self.subscription_files(dir, name, kind, recover)?)
             }
-            Some((dir, _)) => {
-                let subs = dir.join("subscriptions");
-                fs::create_dir_all(&subs).map_err(|source| StorageError::Io {
-                    op: "create",
-                    path: subs.clone(),
-                    source,
-                })?;
-                let base = subs.join(encode_name(name));
-                let json_path = base.with_extension("json");
-                let cursor_path = base.with_extension("cursor");
-                if !recover {
-                    let body = serde_json::to_vec_pretty(&kind.to_file(name)).unwrap_or_default();
-                    write_durably(&json_path, &body)?;
+            (None, store) => StoreAt::Memory(store.clone().unwrap_or_default()),
+        };
+        let recovered = match recover {
+            true => ManagedCursor::recover(&replica, store.open()?)
+                .map_err(|e| warn!(topic = %self.name, subscription = name, error = %e, "cursor not recovered; starting at the earliest entry"))
+                .ok(),
+            false => None,
+        };
+        let cursor = match recovered {
+            Some(c) => c,
+            None => {
+                let mut c = ManagedCursor::new(name, &replica, store.open_empty()?);
+                if initial == InitialPosition::Latest && !recover {
+                    // A new subscription at the end: nothing published so far is backlog.
+                    let _ = c.clear_backlog(&replica);
                 }
-                let open = || {
-                    FileStore::open(&cursor_path).map_err(|e| StorageError::Corrupt {
-                        path: cursor_path.clone(),
-                        offset: 0,
-                        reason: e.to_string(),
-                    })
-                };
-                let recovered = if recover {
-                    match ManagedCursor::recover(&replica, SubStore::File(open()?)) {
-                        Ok(c) => Some(c),
-                        Err(e) => {
-                            warn!(topic = %self.name, subscription = name, error = %e, "cursor not recovered; starting at the earliest entry");
-                            None
-                        }
-                    }
-                } else {
-                    None
-                };
-                match recovered {
-                    Some(c) => c,
-                    None => {
-                        let _ = fs::remove_file(&cursor_path);
-                        let mut c = ManagedCursor::new(name, &replica, SubStore::File(open()?));
-                        if initial == InitialPosition::Latest && !recover {
-                            let _ = c.clear_backlog(&replica);
-                        }
-                        let _ = c.persist();
-                        c
-                    }
+                if matches!(store, StoreAt::File(_)) {
+                    let _ = c.persist();
                 }
+                c
             }
         };
         let runtime = Runtime::start(kind.dispatcher_config(&self.defaults), cursor, replica);
@@ -455,6 +446,29 @@ impl Topic {
             rate_out: Mutex::new((Rate::default(), Rate::default())),
             last_expire: AtomicU64::new(0),
         }))
+    }
+
+    /// With `--data-dir`: creates `subscriptions/`, writes the type file of a new subscription,
+    /// and returns the path of its cursor file.
+    fn subscription_files(
+        &self,
+        dir: &Path,
+        name: &str,
+        kind: SubKind,
+        recover: bool,
+    ) -> Result<PathBuf, StorageError> {
+        let subs = dir.join("subscriptions");
+        fs::create_dir_all(&subs).map_err(|source| StorageError::Io {
+            op: "create",
+            path: subs.clone(),
+            source,
+        })?;
+        let base = subs.join(encode_name(name));
+        if !recover {
+            let body = serde_json::to_vec_pretty(&kind.to_file(name)).unwrap_or_default();
+            write_durably(&base.with_extension("json"), &body)?;
+        }
+        Ok(base.with_extension("cursor"))
     }
 
     /// The subscription `name`, if it exists.
