@@ -127,6 +127,8 @@ fn check(root: &Path) -> anyhow::Result<(usize, Vec<String>)> {
         }
     }
 
+    problems.extend(broker_checks(root, &lib_banned)?);
+
     // Loom-checked crates: only src/sync.rs names the primitives.
     for c in ["pending-acks", "draining-hashes"] {
         let mut fs_ = Vec::new();
@@ -204,8 +206,210 @@ fn check(root: &Path) -> anyhow::Result<(usize, Vec<String>)> {
     Ok((files.len(), problems))
 }
 
+/// Longest file in `broker/src`, in lines.
+const BROKER_FILE_LINES: usize = 600;
+/// Longest non-test function in `broker/src`, in lines.
+const BROKER_FN_LINES: usize = 80;
+
+/// The broker's shape: its core (everything outside `shell/` and `main.rs`) owns no socket,
+/// thread, channel or clock; files and functions stay short; errors are typed; and its
+/// top-level modules import each other without a circle.
+fn broker_checks(root: &Path, lib_banned: &[(String, &str)]) -> anyhow::Result<Vec<String>> {
+    let mut problems = Vec::new();
+    let src = root.join("broker/src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let sockets = [
+        (pat(&["Tcp", "Stream"]), "sockets"),
+        (pat(&["Tcp", "Listener"]), "sockets"),
+        (pat(&["Udp", "Socket"]), "sockets"),
+    ];
+    let mut edges: Vec<(String, String)> = Vec::new();
+    for f in &files {
+        let rel = f
+            .strip_prefix(&src)
+            .unwrap_or(f)
+            .to_string_lossy()
+            .replace('\\', "/");
+        let text = fs::read_to_string(f)?;
+        let lines: Vec<&str> = text.lines().collect();
+        let shell = rel.starts_with("shell/") || rel == "main.rs";
+        let test_file = rel.ends_with("tests.rs");
+        if lines.len() > BROKER_FILE_LINES {
+            problems.push(format!(
+                "broker/src/{rel}: {} lines; split it by concern (at most {BROKER_FILE_LINES})",
+                lines.len()
+            ));
+        }
+        for (i, line) in lines.iter().enumerate() {
+            if line.trim_start().starts_with("//") {
+                continue;
+            }
+            if !shell && !test_file {
+                for (b, what) in lib_banned
+                    .iter()
+                    .map(|(b, w)| (b.as_str(), *w))
+                    .chain(sockets.iter().map(|(b, w)| (b.as_str(), *w)))
+                {
+                    if line.contains(b) {
+                        problems.push(format!(
+                            "broker/src/{rel}:{}: the broker's core must not use `{b}` ({what} belong to broker/src/shell/; time is passed in)",
+                            i + 1
+                        ));
+                    }
+                }
+            }
+            if line.contains(&pat(&["Result<", "String>"]))
+                || line.contains(&pat(&[", String>"])) && line.contains("Result<")
+            {
+                problems.push(format!(
+                    "broker/src/{rel}:{}: a typed error, not `Result<_, String>`",
+                    i + 1
+                ));
+            }
+            let from = rel.split(['/', '.']).next().unwrap_or("").to_owned();
+            let mut rest = *line;
+            while let Some(k) = rest.find("crate::") {
+                rest = &rest[k + "crate::".len()..];
+                let to: String = rest
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !to.is_empty() && to != from && !edges.contains(&(from.clone(), to.clone())) {
+                    edges.push((from.clone(), to));
+                }
+            }
+        }
+        if !test_file {
+            problems.extend(long_functions(&rel, &lines));
+        }
+    }
+    if let Some(cycle) = find_cycle(&edges) {
+        problems.push(format!(
+            "broker/src: modules import each other in a circle: {}",
+            cycle.join(" -> ")
+        ));
+    }
+    Ok(problems)
+}
+
+/// Functions longer than [`BROKER_FN_LINES`] before the file's `#[cfg(test)]` (rustfmt puts a
+/// function's closing brace at the indentation of its `fn`).
+fn long_functions(rel: &str, lines: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    let end = lines
+        .iter()
+        .position(|l| l.trim_start().starts_with("#[cfg(test)]"))
+        .unwrap_or(lines.len());
+    for (i, line) in lines[..end].iter().enumerate() {
+        let body = line.trim_start();
+        let indent = &line[..line.len() - body.len()];
+        let signature = [
+            "fn ",
+            "pub fn ",
+            "pub(crate) fn ",
+            "pub(super) fn ",
+            "const fn ",
+        ]
+        .iter()
+        .any(|p| body.starts_with(p));
+        if !signature || body.ends_with(';') {
+            continue;
+        }
+        let close = format!("{indent}}}");
+        if let Some(len) = lines[i..end].iter().position(|l| *l == close) {
+            if len + 1 > BROKER_FN_LINES {
+                let name: String = body
+                    .split("fn ")
+                    .nth(1)
+                    .unwrap_or("")
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                out.push(format!(
+                    "broker/src/{rel}:{}: `{name}` is {} lines; split it (at most {BROKER_FN_LINES})",
+                    i + 1,
+                    len + 1
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A circle in the module graph, if there is one, as the modules along it.
+fn find_cycle(edges: &[(String, String)]) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        edges: &[(String, String)],
+        path: &mut Vec<String>,
+        done: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(k) = path.iter().position(|p| p == n) {
+            let mut c = path[k..].to_vec();
+            c.push(n.to_owned());
+            return Some(c);
+        }
+        if done.iter().any(|d| d == n) {
+            return None;
+        }
+        path.push(n.to_owned());
+        for (_, to) in edges.iter().filter(|(f, _)| f == n) {
+            if let Some(c) = visit(to, edges, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.push(n.to_owned());
+        None
+    }
+    let mut done = Vec::new();
+    for (from, _) in edges {
+        if let Some(c) = visit(from, edges, &mut Vec::new(), &mut done) {
+            return Some(c);
+        }
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_circle_among_modules_is_found() {
+        let e = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        let acyclic = [
+            e("shell", "session"),
+            e("session", "state"),
+            e("shell", "state"),
+        ];
+        assert_eq!(super::find_cycle(&acyclic), None);
+        let circle = [
+            e("shell", "session"),
+            e("session", "state"),
+            e("state", "shell"),
+        ];
+        assert_eq!(
+            super::find_cycle(&circle),
+            Some(vec![
+                "shell".into(),
+                "session".into(),
+                "state".into(),
+                "shell".into()
+            ])
+        );
+    }
+
+    #[test]
+    fn a_long_function_is_found() {
+        let mut lines = vec!["fn short() {", "}", "pub(crate) fn long() {"];
+        lines.extend(std::iter::repeat("    x();").take(super::BROKER_FN_LINES));
+        lines.push("}");
+        let found = super::long_functions("f.rs", &lines);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].contains("`long`"), "{found:?}");
+    }
+
     /// `cargo test` runs tidy (rust-analyzer's way): a hygiene problem fails the test suite.
     #[test]
     fn tidy() {

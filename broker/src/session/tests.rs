@@ -198,6 +198,15 @@ fn sticky(ranges: Vec<IntRange>) -> Option<KeySharedMeta> {
     })
 }
 
+/// A case: its name, set-up commands, the command, the reply's type and error.
+type Case = (
+    &'static str,
+    Vec<BaseCommand>,
+    BaseCommand,
+    Type,
+    Option<ServerError>,
+);
+
 /// One command after some set-up commands on a connected session: the reply's type, its
 /// error (if any), and that it echoes the command's request id.
 #[test]
@@ -242,7 +251,7 @@ fn every_command_gets_its_reply() {
     let shared = |cid, rid| subscribe("s", cid, rid, SubType::Shared);
     let producer = |pid, rid| c::producer(T, pid, rid, Some("p"));
     #[rustfmt::skip]
-    let cases: Vec<(&str, Vec<BaseCommand>, BaseCommand, Type, Option<ServerError>)> = vec![
+    let cases: Vec<Case> = vec![
         ("ping", vec![], c::ping(), Type::Pong, ok),
         ("lookup", vec![], c::lookup(T, 1), Type::LookupResponse, ok),
         ("lookup, bad name", vec![], c::lookup("t", 1), Type::LookupResponse, Some(ServerError::InvalidTopicName)),

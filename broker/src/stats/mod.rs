@@ -140,55 +140,62 @@ pub(crate) struct TopicStats {
     subscriptions: BTreeMap<String, SubscriptionStats>,
 }
 
+/// One consumer's stats, from the dispatcher's figures and the registry's.
+fn consumer_stats(
+    c: &dispatcher::ConsumerStats,
+    info: Option<&crate::topic::ConsumerInfo>,
+    key_shared: bool,
+) -> ConsumerStats {
+    let (m, b) = info.map_or((0, 0), |i| {
+        (
+            i.out.messages.load(Ordering::Relaxed),
+            i.out.bytes.load(Ordering::Relaxed),
+        )
+    });
+    let draining: Vec<DrainingHash> = c
+        .draining
+        .iter()
+        .map(|d| DrainingHash {
+            hash: d.hash,
+            unack_msgs: d.pending,
+            blocked_attempts: u64::from(d.blocked_attempts),
+        })
+        .collect();
+    ConsumerStats {
+        consumer_name: c.name.clone(),
+        address: info.map(|i| i.address.clone()).unwrap_or_default(),
+        connected_since: info.map(|i| i.connected_since.clone()).unwrap_or_default(),
+        available_permits: c.permits,
+        unacked_messages: c.unacked,
+        blocked_consumer_on_unacked_msgs: c.blocked_on_unacked,
+        msg_out_counter: m,
+        bytes_out_counter: b,
+        priority_level: c.priority,
+        draining_hashes_count: key_shared.then_some(draining.len()),
+        draining_hashes_unacked_messages: key_shared
+            .then(|| draining.iter().map(|d| u64::from(d.unack_msgs)).sum()),
+        draining_hashes: key_shared.then_some(draining),
+        // Pulsar's text form, e.g. "[0, 32767]".
+        key_hash_ranges: key_shared.then(|| {
+            c.hash_ranges
+                .iter()
+                .map(|r| format!("[{}, {}]", r.start, r.end))
+                .collect()
+        }),
+    }
+}
+
 fn subscription_stats(s: &Subscription) -> Option<SubscriptionStats> {
     let (ds, cs) = s.runtime.stats()?;
     let view = s.runtime.cursor_view();
     let infos = lock(&s.consumers).clone();
     let key_shared = matches!(s.kind, SubKind::KeyShared(_));
-    let mut consumers = Vec::with_capacity(cs.len());
-    let (mut out_msgs, mut out_bytes) = (0, 0);
-    for c in &cs {
-        let info = infos.get(&c.id);
-        let (m, b) = info.map_or((0, 0), |i| {
-            (
-                i.out.messages.load(Ordering::Relaxed),
-                i.out.bytes.load(Ordering::Relaxed),
-            )
-        });
-        out_msgs += m;
-        out_bytes += b;
-        let draining: Vec<DrainingHash> = c
-            .draining
-            .iter()
-            .map(|d| DrainingHash {
-                hash: d.hash,
-                unack_msgs: d.pending,
-                blocked_attempts: u64::from(d.blocked_attempts),
-            })
-            .collect();
-        consumers.push(ConsumerStats {
-            consumer_name: c.name.clone(),
-            address: info.map(|i| i.address.clone()).unwrap_or_default(),
-            connected_since: info.map(|i| i.connected_since.clone()).unwrap_or_default(),
-            available_permits: c.permits,
-            unacked_messages: c.unacked,
-            blocked_consumer_on_unacked_msgs: c.blocked_on_unacked,
-            msg_out_counter: m,
-            bytes_out_counter: b,
-            priority_level: c.priority,
-            draining_hashes_count: key_shared.then_some(draining.len()),
-            draining_hashes_unacked_messages: key_shared
-                .then(|| draining.iter().map(|d| u64::from(d.unack_msgs)).sum()),
-            draining_hashes: key_shared.then_some(draining),
-            // Pulsar's text form, e.g. "[0, 32767]".
-            key_hash_ranges: key_shared.then(|| {
-                c.hash_ranges
-                    .iter()
-                    .map(|r| format!("[{}, {}]", r.start, r.end))
-                    .collect()
-            }),
-        });
-    }
+    let consumers: Vec<ConsumerStats> = cs
+        .iter()
+        .map(|c| consumer_stats(c, infos.get(&c.id), key_shared))
+        .collect();
+    let out_msgs = consumers.iter().map(|c| c.msg_out_counter).sum();
+    let out_bytes = consumers.iter().map(|c| c.bytes_out_counter).sum();
     let (rate_m, rate_b) = *lock(&s.rate_out);
     let mode = s.kind.key_shared_mode_name();
     let ooo = match s.kind {

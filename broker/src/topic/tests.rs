@@ -1,0 +1,137 @@
+//! Retention, message-id resolution and late subscriptions on in-memory topics.
+
+use super::*;
+
+/// A consumer on `s` with permits, and the first `n` positions it receives.
+fn receive(s: &Subscription, n: usize) -> (dispatcher::ConsumerHandle, Vec<Position>) {
+    let c = s
+        .runtime
+        .add_consumer(dispatcher::ConsumerSpec::new(1, "c"))
+        .unwrap();
+    c.flow(100);
+    let mut got = Vec::new();
+    while got.len() < n {
+        let b = c
+            .deliveries
+            .recv_timeout(std::time::Duration::from_secs(5))
+            .unwrap();
+        got.extend(b.iter().map(|d| d.position));
+    }
+    (c, got)
+}
+
+#[test]
+fn retention_trims_ledgers_below_the_slowest_mark_delete() {
+    // One entry per ledger, so each acked entry is a whole ledger.
+    let t = Topic::new("persistent://p/d/r".into(), 1);
+    let section: Arc<[u8]> = Arc::from(&b"x"[..]);
+    let fast = t
+        .subscription("fast", SubKind::Shared, InitialPosition::Earliest)
+        .unwrap();
+    let slow = t
+        .subscription("slow", SubKind::Shared, InitialPosition::Earliest)
+        .unwrap();
+    let ps: Vec<_> = (0..5)
+        .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()).unwrap())
+        .collect();
+    let drain = |s: &Subscription, n: usize| {
+        let (c, got) = receive(s, 5);
+        for p in &got[..n] {
+            c.ack(*p).unwrap();
+        }
+        c
+    };
+    let _a = drain(&fast, 5);
+    let _b = drain(&slow, 2);
+    // Both subscriptions have appended every entry: one copy of its metadata, shared by the
+    // topic's ledger, the two replicas and this handle.
+    let first = lock(&t.state).ledger.get(ps[0]).unwrap().meta;
+    assert_eq!(Arc::strong_count(&first), 4);
+    t.trim();
+    assert_eq!(
+        Arc::strong_count(&first),
+        1,
+        "every ledger let the entry go"
+    );
+    assert!(
+        t.payload(ps[0]).is_none(),
+        "a ledger below both mark-deletes"
+    );
+    assert!(
+        t.payload(ps[1]).is_some(),
+        "the ledger the slow subscription's mark-delete is in stays"
+    );
+    assert!(
+        t.payload(ps[2]).is_some(),
+        "the slow subscription still needs it"
+    );
+    assert!(t.meta(ps[0]).is_none());
+    assert!(t.meta(ps[4]).is_some());
+    drop((_a, _b, fast, slow));
+    t.close();
+}
+
+#[test]
+fn earliest_and_latest_message_ids_resolve_to_the_ends() {
+    let t = Topic::new("persistent://p/d/t".into(), 3);
+    assert_eq!(
+        t.resolve_message_id(u64::MAX, u64::MAX),
+        Position::new(1, 0)
+    );
+    let section: Arc<[u8]> = Arc::from(&b"x"[..]);
+    let ps: Vec<_> = (0..4)
+        .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()).unwrap())
+        .collect();
+    assert_eq!(t.resolve_message_id(u64::MAX, u64::MAX), ps[0]);
+    let latest = i64::MAX as u64;
+    assert_eq!(t.resolve_message_id(latest, latest), ps[3].next());
+    assert_eq!(t.resolve_message_id(1, 2), Position::new(1, 2));
+    // Ledgers of 3 entries: 1:0 1:1 1:2 2:0.
+    assert_eq!(
+        t.positions_between(None, Position::new(1, 1)),
+        ps[..2].to_vec()
+    );
+    assert_eq!(t.positions_between(Some(ps[1]), ps[3]), ps[2..].to_vec());
+    assert_eq!(
+        t.positions_between(Some(ps[3]), ps[3]),
+        Vec::<Position>::new()
+    );
+    t.close();
+}
+
+#[test]
+fn a_late_subscription_sees_the_same_positions() {
+    let t = Topic::new("persistent://p/d/t".into(), 3);
+    let section: Arc<[u8]> = Arc::from(&b"x"[..]);
+    let p0 = t.publish(EntryMeta::simple(1, 1), section.clone()).unwrap();
+    let early = t
+        .subscription("early", SubKind::Shared, InitialPosition::Earliest)
+        .unwrap();
+    let ps: Vec<_> = (0..4)
+        .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()).unwrap())
+        .collect();
+    let late = t
+        .subscription("late", SubKind::Shared, InitialPosition::Earliest)
+        .unwrap();
+    let p5 = t.publish(EntryMeta::simple(9, 1), section).unwrap();
+    assert_eq!(p0, Position::new(1, 0));
+    assert_eq!(ps[2], Position::new(2, 0));
+    assert_eq!(p5, Position::new(2, 2));
+    for s in [&early, &late] {
+        let (_c, got) = receive(s, 6);
+        let mut want = vec![p0];
+        want.extend(&ps);
+        want.push(p5);
+        assert_eq!(got, want);
+    }
+    assert!(matches!(
+        t.subscription(
+            "early",
+            SubKind::KeyShared(dispatcher::KeySharedConfig::default()),
+            InitialPosition::Latest
+        ),
+        Err(SubscribeError::TypeMismatch { .. })
+    ));
+    drop((early, late));
+    t.close();
+}
