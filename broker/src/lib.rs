@@ -2,15 +2,17 @@
 //! unmodified Pulsar clients (the `pulsar-client` Python wheel, the C++ and Java clients, the
 //! Rust `pulsar` crate) produce to and consume from the key-ordered dispatcher.
 //!
-//! It is an IO shell, like the dispatcher's runtime: it owns the sockets, the threads and the
-//! clock, and maps Pulsar commands onto the cores' inputs. Everything that decides which
-//! consumer gets which entry, when a key may move, and what mark-delete means lives in the
-//! sans-IO crates (`dispatcher`, `cursor`, `chunk-assignor`, `draining-hashes`,
-//! `pending-acks`); the frame codec is the `wire` crate.
+//! It is built as quinn-proto is: a sans-IO core that decides and thin shells that move
+//! bytes and time. Each connection's protocol is a `Session` (bytes and the time in, frames and
+//! events out; every command handler and protocol rule lives there), over a shared
+//! `BrokerState` (the topics, their subscriptions and producers). The shells own the sockets,
+//! the threads and the clock. Everything that decides which consumer gets which entry, when a
+//! key may move, and what mark-delete means lives in the sans-IO crates (`dispatcher`,
+//! `cursor`, `chunk-assignor`, `draining-hashes`, `pending-acks`); the frame codec is `wire`.
 //!
-//! * One acceptor thread; per connection a reader thread (decode, run the command, ack on this
-//!   thread) and a writer thread (a bounded channel of encoded frames drained into the socket);
-//!   one forwarder thread per consumer turns deliveries into MESSAGE frames.
+//! * One acceptor thread; per connection a reader thread (reads, runs its session, acks on this
+//!   thread) and a writer thread (a bounded queue of encoded frames drained into the socket);
+//!   one forwarder thread per consumer encodes its deliveries into MESSAGE frames.
 //! * One dispatcher [`dispatcher::Runtime`] per subscription, over a replica of its topic's
 //!   ledger. Payloads are stored once per topic, verbatim, and sent back after each MESSAGE.
 //! * Topics (`persistent://tenant/namespace/topic`) are created on first use and are never
