@@ -48,6 +48,10 @@ pub struct BrokerConfig {
     /// Entries per ledger before the topic rolls over to a new ledger id (Pulsar's
     /// `managedLedgerMaxEntriesPerLedger`, default 50,000).
     pub entries_per_ledger: u64,
+    /// The durable topics' read cache, MiB (`--read-cache-mb`, Pulsar's
+    /// `managedLedgerCacheSizeMB`; default 64): recently written or read payloads; a miss reads
+    /// the entry back from its log file. Without `--data-dir` every entry is in memory anyway.
+    pub read_cache_mb: u64,
     /// Idle time after which the broker pings a connection (ms); twice that without any
     /// frame closes it. Pulsar's `keepAliveIntervalSeconds` (30 s).
     pub keep_alive_ms: u64,
@@ -79,6 +83,7 @@ impl Default for BrokerConfig {
             data_dir: None,
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             entries_per_ledger: 50_000,
+            read_cache_mb: 64,
             keep_alive_ms: 30_000,
             sync: crate::storage::SyncPolicy::Always,
             legacy: Legacy::default(),
@@ -125,6 +130,8 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
                             default) or every 100 ms (interval: a machine crash may lose
                             the last 100 ms of receipted messages; killing the broker does not)
   --entries-per-ledger N    ledger rollover (default 50000)
+  --read-cache-mb N         with --data-dir: payloads kept in memory for reads, MiB
+                            (default 64); older entries are read back from their log files
   --key-shared-max-unacked-per-key N
                             Key_Shared key-serial dispatch: at most N unacked entries per
                             key (default 0 = off); 1 gives stock clients per-key order on nack
@@ -155,6 +162,7 @@ const FLAGS_WITH_VALUE: &[&str] = &[
     "--data-dir",
     "--max-message-size",
     "--entries-per-ledger",
+    "--read-cache-mb",
     "--sync",
     "--legacy",
     "--key-shared-max-unacked-per-key",
@@ -251,6 +259,13 @@ impl BrokerConfig {
                     "interval" => crate::storage::SyncPolicy::Interval,
                     _ => return Err("must be `always` or `interval`"),
                 }
+            }
+            "--read-cache-mb" => {
+                let n = number(value)?;
+                if n > 1024 * 1024 {
+                    return Err("must be at most 1048576 (1 TiB)");
+                }
+                self.read_cache_mb = n;
             }
             "--entries-per-ledger" => {
                 let n = number(value)?;

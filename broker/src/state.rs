@@ -9,9 +9,9 @@ use dispatcher::Event;
 use tracing::{info, warn};
 
 use crate::config::BrokerConfig;
-use crate::storage::{decode_name, encode_name, StorageError};
+use crate::storage::{decode_name, encode_name, ReadCache, StorageError};
 use crate::sync::lock;
-use crate::topic::{Subscription, Topic, TopicName};
+use crate::topic::{Subscription, Topic, TopicConfig, TopicName};
 
 /// Where frames the broker sends on its own (CLOSE_CONSUMER when a seek or a reset closes a
 /// subscription's consumers) go for one connection: its writer queue, in the TCP shell.
@@ -32,6 +32,10 @@ pub(crate) struct BrokerState {
     next_producer: AtomicU64,
     name_prefix: String,
     topics: Mutex<HashMap<String, Arc<Topic>>>,
+    /// Numbers the topics in the read cache.
+    next_topic: AtomicU64,
+    /// The durable topics' read cache (`--read-cache-mb`), one for the broker.
+    pub read_cache: Arc<Mutex<ReadCache>>,
     /// Per live connection: where broker-initiated frames for it go.
     outboxes: Mutex<HashMap<u64, Arc<dyn Outbox>>>,
 }
@@ -48,6 +52,10 @@ impl BrokerState {
             name_prefix: format!("standalone-{}", std::process::id()),
             topics: Mutex::new(HashMap::new()),
             outboxes: Mutex::new(HashMap::new()),
+            next_topic: AtomicU64::new(1),
+            read_cache: Arc::new(Mutex::new(ReadCache::new(
+                cfg.read_cache_mb.saturating_mul(1024 * 1024),
+            ))),
             cfg,
         }
     }
@@ -73,9 +81,13 @@ impl BrokerState {
             Some(d) => Topic::open(
                 full.clone(),
                 d.join("topics").join(encode_name(&full)),
-                self.cfg.entries_per_ledger,
-                self.cfg.sync,
-                defaults,
+                TopicConfig {
+                    id: self.next_topic.fetch_add(1, Ordering::Relaxed),
+                    entries_per_ledger: self.cfg.entries_per_ledger,
+                    sync: self.cfg.sync,
+                    defaults,
+                },
+                self.read_cache.clone(),
             )?,
         };
         if self.cfg.legacy != crate::config::Legacy::default() {

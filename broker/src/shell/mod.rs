@@ -219,8 +219,9 @@ fn housekeeping_loop(state: Arc<BrokerState>) {
             state.sync_topics();
         }
         if due(&mut last_trim, RETENTION_INTERVAL).is_some() {
+            let now = wall_ms();
             for t in state.topics() {
-                t.trim();
+                t.trim(now);
             }
         }
         if let Some(secs) = due(&mut last_rates, RATES_INTERVAL) {

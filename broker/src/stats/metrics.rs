@@ -57,6 +57,14 @@ const SUBSCRIPTION: &[Family<SubscriptionStats>] = &[
     ("keyordered_subscription_redeliveries_total", COUNTER, "Entries taken back for redelivery.", |s| s.redeliveries as f64),
 ];
 
+/// Per broker, labelled `cluster`.
+#[rustfmt::skip]
+const BROKER: &[Family<BrokerState>] = &[
+    ("keyordered_read_cache_bytes", GAUGE, "Bytes of payloads the durable topics' read cache holds (--read-cache-mb).", |b| {
+        crate::sync::lock(&b.read_cache).bytes() as f64
+    }),
+];
+
 /// Sample lines by family name, with the family's type and help.
 #[derive(Default)]
 struct Families(BTreeMap<&'static str, (&'static str, &'static str, Vec<String>)>);
@@ -109,5 +117,6 @@ pub(crate) fn metrics(state: &BrokerState) -> String {
             );
         }
     }
+    families.add(BROKER, "cluster=\"standalone\"", state);
     families.write()
 }

@@ -1,8 +1,9 @@
-//! Topics, their subscriptions and the payload store.
+//! Topics and their subscriptions.
 //!
 //! A topic owns the master ledger (entry metadata, the positions Pulsar clients see in
-//! SEND_RECEIPT) and the payload of every entry: the `0e01…` section of the producer's SEND,
-//! stored verbatim and sent back after each MESSAGE header. Each subscription runs one
+//! SEND_RECEIPT) and an [`EntryStore`] with the payload of every entry: the `0e01…` section of
+//! the producer's SEND, stored verbatim and sent back after each MESSAGE header (in memory, or
+//! in the topic's log files with a read cache under `--data-dir`). Each subscription runs one
 //! dispatcher [`Runtime`] over its own replica of the ledger: a clone taken when the
 //! subscription is created, then fed every later append in the same order, so the replica
 //! assigns the same positions (metadata is shared through `Arc`). Entries below every
@@ -10,12 +11,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 
 use cursor::{EntryMeta, InMemoryLedger, Ledger, Position};
 use tracing::{debug, warn};
 
-use crate::storage::{StorageError, SyncPolicy, TopicLog};
+use crate::storage::{EntryStore, FileEntries, MemoryEntries, ReadCache, StorageError, SyncPolicy};
 use crate::sync::lock;
 
 mod name;
@@ -59,6 +60,34 @@ struct TopicState {
     subs: BTreeMap<String, Arc<Subscription>>,
 }
 
+/// Where a topic without subscriptions may drop its ledgers: below the first ledger that is
+/// still being written or whose first entry is younger than [`NO_SUBSCRIPTION_KEEP_MS`].
+fn no_subscription_boundary(ledger: &InMemoryLedger, now_ms: u64) -> Option<Position> {
+    let last = ledger.last_position()?;
+    let mut p = ledger.first_position();
+    while let Some(first) = p.filter(|q| q.ledger_id < last.ledger_id) {
+        let published = ledger.meta(first).map_or(u64::MAX, |m| m.publish_time);
+        if now_ms.saturating_sub(published) < NO_SUBSCRIPTION_KEEP_MS {
+            return Some(Position::new(first.ledger_id, 0));
+        }
+        p = ledger.next_position(Position::new(first.ledger_id + 1, 0).before());
+    }
+    Some(Position::new(last.ledger_id, 0))
+}
+
+/// What a durable topic is opened with.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TopicConfig {
+    /// Tells the topic's entries apart in the shared read cache.
+    pub id: u64,
+    /// Entries per ledger (`--entries-per-ledger`).
+    pub entries_per_ledger: u64,
+    /// When a receipt goes out (`--sync`).
+    pub sync: SyncPolicy,
+    /// The settings of new subscriptions' dispatchers.
+    pub defaults: SubscriptionDefaults,
+}
+
 /// Publish counters of a topic.
 #[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct TopicCounters {
@@ -67,16 +96,23 @@ pub(crate) struct TopicCounters {
     pub entries_in: u64,
 }
 
+/// How long a closed ledger of a topic without subscriptions is kept: Pulsar, without a
+/// retention policy, deletes it when it rolls over, which it does not do before
+/// `managedLedgerMinLedgerRolloverTimeMinutes` (10 minutes by default).
+pub(crate) const NO_SUBSCRIPTION_KEEP_MS: u64 = 10 * 60 * 1000;
+
 /// A topic: master ledger, payloads, subscriptions.
 pub(crate) struct Topic {
     pub name: String,
-    /// The topic's directory under `--data-dir`, with its log; `None` in memory.
-    storage: Option<(PathBuf, Mutex<TopicLog>)>,
+    /// The topic's directory under `--data-dir` (its log and subscription files); `None` in
+    /// memory.
+    dir: Option<PathBuf>,
+    /// The entries' payload sections.
+    entries: Box<dyn EntryStore>,
     sync: SyncPolicy,
     /// The settings of new subscriptions' dispatchers.
     pub defaults: SubscriptionDefaults,
     state: Mutex<TopicState>,
-    payloads: RwLock<BTreeMap<Position, Arc<[u8]>>>,
     counters: Mutex<TopicCounters>,
     /// Producers by (connection, producer id); their names are unique per topic.
     pub producers: Mutex<BTreeMap<(u64, u64), ProducerInfo>>,
@@ -101,7 +137,8 @@ impl Topic {
     pub(crate) fn new(name: String, entries_per_ledger: u64) -> Topic {
         Topic {
             name,
-            storage: None,
+            dir: None,
+            entries: Box::new(MemoryEntries::default()),
             sync: SyncPolicy::Always,
             defaults: SubscriptionDefaults::default(),
             state: Mutex::new(TopicState {
@@ -109,7 +146,6 @@ impl Topic {
                 chunks: HashMap::new(),
                 subs: BTreeMap::new(),
             }),
-            payloads: RwLock::new(BTreeMap::new()),
             counters: Mutex::new(TopicCounters::default()),
             producers: Mutex::new(BTreeMap::new()),
             key_shared: std::sync::atomic::AtomicBool::new(false),
@@ -118,23 +154,26 @@ impl Topic {
         }
     }
 
-    /// A durable topic in `dir`: its log is read back (entries, payloads, chunk index) and
-    /// its subscriptions are restarted from their cursor files. New entries start a new ledger
-    /// id, so no position is ever reused.
+    /// A durable topic in `dir`: its log is read back (entry metadata and the chunk index;
+    /// payloads stay on disk, read through `cache`) and its subscriptions are restarted from
+    /// their cursor files. New entries start a new ledger id, so no position is ever reused.
     pub(crate) fn open(
         name: String,
         dir: PathBuf,
-        entries_per_ledger: u64,
-        sync: SyncPolicy,
-        defaults: SubscriptionDefaults,
+        config: TopicConfig,
+        cache: Arc<Mutex<ReadCache>>,
     ) -> Result<Topic, StorageError> {
-        let (log, recovered) = TopicLog::open(&dir)?;
+        let TopicConfig {
+            id,
+            entries_per_ledger,
+            sync,
+            defaults,
+        } = config;
         let mut ledger = InMemoryLedger::new(entries_per_ledger);
-        let mut payloads = BTreeMap::new();
         let mut chunks: HashMap<String, Vec<Position>> = HashMap::new();
         let mut counters = TopicCounters::default();
-        for (pos, section) in recovered {
-            let info = wire::parse_section(&section)
+        let entries = FileEntries::open(&dir, id, cache, |pos, section| {
+            let info = wire::parse_section(section)
                 .map_err(|e| e.to_string())
                 .and_then(|p| {
                     wire::convert::message_info(&p.metadata, p.body().len())
@@ -156,21 +195,21 @@ impl Topic {
             if let Some(c) = &meta.chunk {
                 chunks.entry(c.uuid.clone()).or_default().push(pos);
             }
-            if let Err(expected) = ledger.restore(pos, meta) {
-                return Err(StorageError::Corrupt {
+            ledger
+                .restore(pos, meta)
+                .map_err(|expected| StorageError::Corrupt {
                     path: dir.clone(),
                     offset: 0,
                     reason: format!(
                         "entry {pos} out of order (expected {expected} or a later ledger)"
                     ),
-                });
-            }
-            payloads.insert(pos, Arc::from(section));
-        }
+                })
+        })?;
         ledger.roll_over();
         let topic = Topic {
             name,
-            storage: Some((dir.clone(), Mutex::new(log))),
+            dir: Some(dir.clone()),
+            entries: Box::new(entries),
             sync,
             defaults,
             state: Mutex::new(TopicState {
@@ -178,7 +217,6 @@ impl Topic {
                 chunks,
                 subs: BTreeMap::new(),
             }),
-            payloads: RwLock::new(payloads),
             counters: Mutex::new(counters),
             producers: Mutex::new(BTreeMap::new()),
             key_shared: std::sync::atomic::AtomicBool::new(false),
@@ -191,25 +229,18 @@ impl Topic {
 
     /// Flushes appended entries to the disk (a no-op in memory or when nothing is pending).
     pub(crate) fn sync(&self) -> Result<(), StorageError> {
-        match &self.storage {
-            Some((_, log)) => lock(log).sync(),
-            None => Ok(()),
-        }
+        self.entries.commit(SyncPolicy::Always)
     }
 
     /// Makes appended entries as durable as the sync policy promises before a receipt: handed
     /// to the OS (`interval`) or fsynced (`always`).
     pub(crate) fn commit(&self) -> Result<(), StorageError> {
-        match (&self.storage, self.sync) {
-            (Some((_, log)), SyncPolicy::Always) => lock(log).sync(),
-            (Some((_, log)), SyncPolicy::Interval) => lock(log).flush(),
-            (None, _) => Ok(()),
-        }
+        self.entries.commit(self.sync)
     }
 
-    /// The sync policy receipts wait for.
+    /// The sync policy receipts wait for (`None` in memory).
     pub(crate) fn sync_policy(&self) -> Option<SyncPolicy> {
-        self.storage.as_ref().map(|_| self.sync)
+        self.entries.durable().then_some(self.sync)
     }
 
     /// Appends one entry with its stored payload section; every subscription sees it. With
@@ -224,18 +255,13 @@ impl Topic {
         let messages = u64::from(meta.messages());
         let bytes = u64::from(meta.size);
         let chunk_uuid = meta.chunk.as_ref().map(|c| c.uuid.clone());
-        if let Some((_, log)) = &self.storage {
-            // Stored first: an entry that is not in the log is never dispatched.
-            lock(log).append(st.ledger.next_append_position(), &section)?;
-        }
+        // Stored first: an entry that is not in the store is never dispatched, and its payload
+        // is in place before any subscription can dispatch it.
+        self.entries
+            .append(st.ledger.next_append_position(), section)?;
         // One copy of the metadata, shared by the topic's ledger and every subscription's.
         let meta = Arc::new(meta);
         let pos = st.ledger.append_shared(meta.clone());
-        // The payload is in place before any subscription can dispatch the entry.
-        match self.payloads.write() {
-            Ok(mut p) => p.insert(pos, section),
-            Err(p) => p.into_inner().insert(pos, section),
-        };
         if let Some(uuid) = chunk_uuid {
             st.chunks.entry(uuid).or_default().push(pos);
         }
@@ -275,10 +301,7 @@ impl Topic {
 
     /// The stored `0e01…` section of the entry at `p`.
     pub(crate) fn payload(&self, p: Position) -> Option<Arc<[u8]>> {
-        match self.payloads.read() {
-            Ok(m) => m.get(&p).cloned(),
-            Err(m) => m.into_inner().get(&p).cloned(),
-        }
+        self.entries.read(p)
     }
 
     /// The metadata of the entry at `p`, if it still exists.
@@ -396,52 +419,47 @@ impl Topic {
     /// subscription's replica, and the ledger's log file) once every subscription's
     /// mark-delete position has moved past them, as Pulsar deletes consumed ledgers. Entries of
     /// the ledger being consumed stay (a Reader from the earliest message still finds them).
-    /// With no subscription nothing is trimmed: the messages wait for a subscription to come.
-    pub(crate) fn trim(&self) {
-        let subs = self.subscriptions();
-        let Some(min) = subs
+    /// A topic without subscriptions keeps its closed ledgers for [`NO_SUBSCRIPTION_KEEP_MS`]
+    /// after their first entry's publish time, then drops them, as Pulsar without a retention
+    /// policy does. `now_ms` is the wall clock.
+    pub(crate) fn trim(&self, now_ms: u64) {
+        // Under the state lock, so no subscription is created (at the earliest entry) while
+        // the boundary is chosen.
+        let mut st = lock(&self.state);
+        let subs: Vec<Arc<Subscription>> = st.subs.values().cloned().collect();
+        let below = match subs
             .iter()
             .map(|s| s.runtime.cursor_view().mark_delete)
             .min()
-        else {
-            return;
+        {
+            Some(min) => Position::new(min.next().ledger_id, 0),
+            None => match no_subscription_boundary(&st.ledger, now_ms) {
+                Some(b) => b,
+                None => return,
+            },
         };
-        let below = Position::new(min.next().ledger_id, 0);
-        let first = lock(&self.state).ledger.first_position();
-        if first.is_none_or(|f| f >= below) {
+        if st.ledger.first_position().is_none_or(|f| f >= below) {
             return;
         }
-        // The topic's ledger and the payloads are taken out under their locks (whole ledgers
-        // move without touching their entries) and dropped here, on the housekeeping thread,
-        // after the subscriptions trimmed their replicas. The entries' metadata is shared with
-        // the replicas, so a replica's trim only drops references: freeing 50,000 entries used
-        // to stall a subscription's dispatcher thread for 16 ms, and with it every delivery.
-        let mut st = lock(&self.state);
+        // The topic's ledger is taken out under the lock (whole ledgers move without touching
+        // their entries) and dropped here, on the housekeeping thread, after the subscriptions
+        // trimmed their replicas. The entries' metadata is shared with the replicas, so a
+        // replica's trim only drops references: freeing 50,000 entries used to stall a
+        // subscription's dispatcher thread for 16 ms, and with it every delivery.
         let old_entries = st.ledger.split_off_below(below);
         st.chunks.retain(|_, ps| {
             ps.retain(|p| *p >= below);
             !ps.is_empty()
         });
         drop(st);
-        let old = {
-            let mut payloads = match self.payloads.write() {
-                Ok(p) => p,
-                Err(p) => p.into_inner(),
-            };
-            let keep = payloads.split_off(&below);
-            std::mem::replace(&mut *payloads, keep)
-        };
-        let dropped = old.len();
-        if let Some((_, log)) = &self.storage {
-            lock(log).delete_below(below);
-        }
+        self.entries.delete_below(below);
         for s in &subs {
             s.runtime.admin(dispatcher::AdminOp::TrimLedgerBelow(below));
         }
-        drop(old);
+        let dropped = old_entries.len();
         drop(old_entries);
         if dropped > 0 {
-            debug!(topic = %self.name, dropped, below = %below, "entries trimmed");
+            debug!(topic = %self.name, dropped, below = %below, subscriptions = subs.len(), "entries trimmed");
         }
     }
 

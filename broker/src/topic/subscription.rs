@@ -377,7 +377,7 @@ impl Topic {
         runtime.shutdown();
         let sub =
             self.start_subscription(st, name, kind, InitialPosition::Earliest, true, memory)?;
-        if let Some((dir, _)) = &self.storage {
+        if let Some(dir) = &self.dir {
             let path = dir
                 .join("subscriptions")
                 .join(encode_name(name))
@@ -408,11 +408,9 @@ impl Topic {
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let replica = st.ledger.clone();
-        let memory = self.storage.is_none().then(|| memory.unwrap_or_default());
-        let store = match (&self.storage, &memory) {
-            (Some((dir, _)), _) => {
-                StoreAt::File(self.subscription_files(dir, name, kind, recover)?)
-            }
+        let memory = self.dir.is_none().then(|| memory.unwrap_or_default());
+        let store = match (&self.dir, &memory) {
+            (Some(dir), _) => StoreAt::File(self.subscription_files(dir, name, kind, recover)?),
             (None, store) => StoreAt::Memory(store.clone().unwrap_or_default()),
         };
         let recovered = match recover {
@@ -486,7 +484,7 @@ impl Topic {
     pub(crate) fn remove_subscription(&self, name: &str) -> Option<Arc<Subscription>> {
         let removed = lock(&self.state).subs.remove(name);
         if removed.is_some() {
-            if let Some((dir, _)) = &self.storage {
+            if let Some(dir) = &self.dir {
                 let base = dir.join("subscriptions").join(encode_name(name));
                 let _ = fs::remove_file(base.with_extension("json"));
                 let _ = fs::remove_file(base.with_extension("cursor"));

@@ -47,7 +47,7 @@ fn retention_trims_ledgers_below_the_slowest_mark_delete() {
     // topic's ledger, the two replicas and this handle.
     let first = lock(&t.state).ledger.get(ps[0]).unwrap().meta;
     assert_eq!(Arc::strong_count(&first), 4);
-    t.trim();
+    t.trim(0);
     assert_eq!(
         Arc::strong_count(&first),
         1,
@@ -133,5 +133,33 @@ fn a_late_subscription_sees_the_same_positions() {
         Err(SubscribeError::TypeMismatch { .. })
     ));
     drop((early, late));
+    t.close();
+}
+
+#[test]
+fn a_topic_without_subscriptions_drops_closed_ledgers_after_ten_minutes() {
+    // Ledgers of 2 entries; entries published at t = 0, 0 | 5 min, 5 min | 9 min.
+    let t = Topic::new("persistent://p/d/n".into(), 2);
+    let section: Arc<[u8]> = Arc::from(&b"x"[..]);
+    let minute = 60_000;
+    let ps: Vec<_> = [0, 0, 5, 5, 9]
+        .iter()
+        .map(|m| {
+            t.publish(EntryMeta::simple(m * minute, 1), section.clone())
+                .unwrap()
+        })
+        .collect();
+    t.trim(9 * minute);
+    assert!(t.payload(ps[0]).is_some(), "younger than ten minutes");
+    t.trim(10 * minute);
+    assert!(
+        t.payload(ps[1]).is_none(),
+        "the first ledger is ten minutes old"
+    );
+    assert!(t.payload(ps[2]).is_some());
+    t.trim(60 * minute);
+    assert!(t.payload(ps[3]).is_none());
+    assert!(t.payload(ps[4]).is_some(), "the ledger being written stays");
+    assert_eq!(t.last_position(), ps[4]);
     t.close();
 }

@@ -1,123 +1,34 @@
-//! Durable topics: an append-only log per topic, one file per ledger id, each record checked
-//! by CRC32C.
-//!
-//! Layout under `--data-dir`:
-//!
-//! ```text
-//! DIR/topics/<topic, percent-encoded>/ledger-<id>.log      entries of one ledger, in order
-//! DIR/topics/<topic>/subscriptions/<sub>.json              the subscription's type and mode
-//! DIR/topics/<topic>/subscriptions/<sub>.cursor            its cursor (cursor::FileStore)
-//! ```
-//!
-//! A log file is an 8-byte header (`KOLOG`, 0, 0, version 1) and records
-//! `[u32 body length][u32 CRC32C of body][body]`, body = `[u64 ledger id][u64 entry id]` and
-//! the entry's `0e01…` payload section as the producer sent it (the entry's metadata is decoded
-//! from it again on recovery). All integers big-endian.
-//!
-//! Recovery reads every file in ledger order. An incomplete or mismatching record at the end
-//! of the newest file is a torn write: the file is cut at the last whole record, with a WARN.
-//! Anything wrong anywhere else is [`StorageError::Corrupt`], naming the file and the offset:
-//! the broker refuses to start rather than silently skip entries. After recovery, new entries
-//! go to a new ledger id, so a position is never reused even if the OS lost the tail.
+//! The log file format and its recovery: one file per ledger, CRC32C-checked records.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufWriter, Read, Write};
+use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
 use cursor::Position;
 use tracing::{debug, warn};
+
+use super::{io_err, sync_dir, StorageError};
 
 const HEADER: &[u8; 8] = b"KOLOG\0\0\x01";
 
 /// Largest record body accepted on recovery (a frame can be at most 256 MiB + padding).
 const MAX_RECORD: u32 = 300 * 1024 * 1024;
 
-/// When an appended entry is flushed to the disk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SyncPolicy {
-    /// `fsync` before the SEND_RECEIPT (group-committed: one write and one fsync per batch of
-    /// frames read from a connection).
-    Always,
-    /// Written to the OS before the receipt (one write per batch of frames read from a
-    /// connection; survives the broker being killed), `fsync`ed every 100 ms: an OS crash or
-    /// power loss can lose the receipts of the last 100 ms.
-    Interval,
+/// One entry as recovery reads it: its position, its payload section, and where its record
+/// starts in its ledger's file.
+#[derive(Debug)]
+pub(crate) struct Record<'a> {
+    pub position: Position,
+    pub section: &'a [u8],
+    pub offset: u64,
 }
-
-/// Storage failures.
-#[derive(Debug, thiserror::Error)]
-pub enum StorageError {
-    /// An IO error on `path`.
-    #[error("{op} {path}: {source}")]
-    Io {
-        /// What was being done.
-        op: &'static str,
-        /// The file or directory.
-        path: PathBuf,
-        /// The error.
-        #[source]
-        source: io::Error,
-    },
-    /// A damaged record that is not a torn tail.
-    #[error("corrupt log {path} at offset {offset}: {reason}")]
-    Corrupt {
-        /// The file.
-        path: PathBuf,
-        /// Where the bad record starts.
-        offset: u64,
-        /// What is wrong.
-        reason: String,
-    },
-}
-
-fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> StorageError + 'a {
-    move |source| StorageError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
-    }
-}
-
-/// Percent-encodes a name into one safe path component.
-pub(crate) fn encode_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() * 2);
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// The inverse of [`encode_name`]; `None` for a name it did not produce.
-pub(crate) fn decode_name(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let h = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(h, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
-}
-
-/// One recovered entry: its position and payload section.
-pub(crate) type Recovered = (Position, Vec<u8>);
 
 /// A topic's log.
 #[derive(Debug)]
 pub(crate) struct TopicLog {
     dir: PathBuf,
-    /// The ledger being written and its buffered file.
-    current: Option<(u64, BufWriter<File>)>,
+    /// The ledger being written, its buffered file, and the file's length with the buffer.
+    current: Option<(u64, BufWriter<File>, u64)>,
     /// Bytes are buffered (not yet handed to the OS).
     buffered: bool,
     /// Bytes were handed to the OS but not fsynced.
@@ -125,8 +36,12 @@ pub(crate) struct TopicLog {
 }
 
 impl TopicLog {
-    /// Opens (creating) the topic's directory and reads back every entry, cutting a torn tail.
-    pub(crate) fn open(dir: &Path) -> Result<(TopicLog, Vec<Recovered>), StorageError> {
+    /// Opens (creating) the topic's directory and hands every entry to `visit`, in order,
+    /// cutting a torn tail. Returns the log and how many entries it read.
+    pub(crate) fn open(
+        dir: &Path,
+        mut visit: impl FnMut(Record<'_>) -> Result<(), StorageError>,
+    ) -> Result<(TopicLog, u64), StorageError> {
         fs::create_dir_all(dir).map_err(io_err("create", dir))?;
         let mut ids: Vec<u64> = Vec::new();
         for e in fs::read_dir(dir).map_err(io_err("list", dir))? {
@@ -141,13 +56,13 @@ impl TopicLog {
             }
         }
         ids.sort_unstable();
-        let mut entries = Vec::new();
+        let mut entries = 0;
         for (i, id) in ids.iter().enumerate() {
             let path = ledger_path(dir, *id);
             let newest = i + 1 == ids.len();
-            read_log(&path, newest, &mut entries)?;
+            entries += read_log(&path, newest, &mut visit)?;
         }
-        debug!(dir = %dir.display(), ledgers = ids.len(), entries = entries.len(), "topic log recovered");
+        debug!(dir = %dir.display(), ledgers = ids.len(), entries, "topic log recovered");
         Ok((
             TopicLog {
                 dir: dir.to_path_buf(),
@@ -160,9 +75,10 @@ impl TopicLog {
     }
 
     /// Appends one entry to the write buffer: it is in the OS after [`TopicLog::flush`] (enough
-    /// to survive the broker being killed) and on the disk after [`TopicLog::sync`].
-    pub(crate) fn append(&mut self, p: Position, section: &[u8]) -> Result<(), StorageError> {
-        if self.current.as_ref().map(|(id, _)| *id) != Some(p.ledger_id) {
+    /// to survive the broker being killed) and on the disk after [`TopicLog::sync`]. Returns
+    /// the offset of its record in its ledger's file.
+    pub(crate) fn append(&mut self, p: Position, section: &[u8]) -> Result<u64, StorageError> {
+        if self.current.as_ref().map(|(id, _, _)| *id) != Some(p.ledger_id) {
             self.sync()?;
             let path = ledger_path(&self.dir, p.ledger_id);
             let fresh = !path.exists();
@@ -176,7 +92,8 @@ impl TopicLog {
                 f.sync_all().map_err(io_err("sync", &path))?;
                 sync_dir(&self.dir)?;
             }
-            self.current = Some((p.ledger_id, BufWriter::with_capacity(256 * 1024, f)));
+            let len = f.metadata().map_err(io_err("stat", &path))?.len();
+            self.current = Some((p.ledger_id, BufWriter::with_capacity(256 * 1024, f), len));
         }
         let body_len = 16 + section.len();
         let mut rec = Vec::with_capacity(8 + body_len);
@@ -187,11 +104,23 @@ impl TopicLog {
         rec.extend_from_slice(section);
         let crc = crc32c::crc32c(&rec[8..]);
         rec[4..8].copy_from_slice(&crc.to_be_bytes());
-        let (_, f) = self.current.as_mut().expect("opened above");
+        let (_, f, len) = self.current.as_mut().expect("opened above");
         f.write_all(&rec)
             .map_err(io_err("append", &ledger_path(&self.dir, p.ledger_id)))?;
+        let offset = *len;
+        *len += rec.len() as u64;
         self.buffered = true;
-        Ok(())
+        Ok(offset)
+    }
+
+    /// The ledger being written, if any.
+    pub(crate) fn current_ledger(&self) -> Option<u64> {
+        self.current.as_ref().map(|(id, _, _)| *id)
+    }
+
+    /// The directory of the log.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
     }
 
     /// Hands the buffered entries to the OS (one `write`): after this they survive the broker
@@ -200,7 +129,7 @@ impl TopicLog {
         if !self.buffered {
             return Ok(());
         }
-        if let Some((id, f)) = &mut self.current {
+        if let Some((id, f, _)) = &mut self.current {
             f.flush()
                 .map_err(io_err("write", &ledger_path(&self.dir, *id)))?;
         }
@@ -215,7 +144,7 @@ impl TopicLog {
         if !self.dirty {
             return Ok(());
         }
-        if let Some((id, f)) = &self.current {
+        if let Some((id, f, _)) = &self.current {
             f.get_ref()
                 .sync_data()
                 .map_err(io_err("sync", &ledger_path(&self.dir, *id)))?;
@@ -238,7 +167,7 @@ impl TopicLog {
             else {
                 continue;
             };
-            let current = self.current.as_ref().map(|(c, _)| *c);
+            let current = self.current_ledger();
             if id < below.ledger_id && Some(id) != current {
                 match fs::remove_file(e.path()) {
                     Ok(()) => {
@@ -253,19 +182,19 @@ impl TopicLog {
     }
 }
 
-fn ledger_path(dir: &Path, id: u64) -> PathBuf {
+/// The file of ledger `id` in the log directory `dir`.
+pub(crate) fn ledger_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(format!("ledger-{id:012}.log"))
 }
 
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("sync", dir))
-}
-
-/// Reads one log file into `out`. In the newest file a bad tail is cut; elsewhere it is an
-/// error.
-fn read_log(path: &Path, newest: bool, out: &mut Vec<Recovered>) -> Result<(), StorageError> {
+/// Reads one log file, handing each record to `visit`; returns how many it read. In the newest
+/// file a bad tail is cut; elsewhere it is an error.
+fn read_log(
+    path: &Path,
+    newest: bool,
+    visit: &mut impl FnMut(Record<'_>) -> Result<(), StorageError>,
+) -> Result<u64, StorageError> {
+    let mut n = 0;
     let mut bytes = Vec::new();
     File::open(path)
         .and_then(|mut f| f.read_to_end(&mut bytes))
@@ -279,7 +208,7 @@ fn read_log(path: &Path, newest: bool, out: &mut Vec<Recovered>) -> Result<(), S
         if newest {
             warn!(file = %path.display(), len = bytes.len(), "torn log header; rewriting the empty file");
             fs::write(path, HEADER).map_err(io_err("rewrite", path))?;
-            return Ok(());
+            return Ok(0);
         }
         return Err(corrupt(0, "file shorter than its header".into()));
     }
@@ -294,7 +223,12 @@ fn read_log(path: &Path, newest: bool, out: &mut Vec<Recovered>) -> Result<(), S
                 if last.is_some_and(|l| p <= l) {
                     Some(format!("position {p} does not ascend"))
                 } else {
-                    out.push((p, section.to_vec()));
+                    visit(Record {
+                        position: p,
+                        section,
+                        offset: at as u64,
+                    })?;
+                    n += 1;
                     last = Some(p);
                     at = next;
                     None
@@ -311,12 +245,40 @@ fn read_log(path: &Path, newest: bool, out: &mut Vec<Recovered>) -> Result<(), S
                     .map_err(io_err("open", path))?;
                 f.set_len(at as u64).map_err(io_err("truncate", path))?;
                 f.sync_all().map_err(io_err("sync", path))?;
-                return Ok(());
+                return Ok(n);
             }
             return Err(corrupt(at, reason));
         }
     }
-    Ok(())
+    Ok(n)
+}
+
+/// Reads the record at `offset` of a ledger file: its position and payload section, checked
+/// (CRC32C) as on recovery.
+pub(crate) fn read_record(
+    file: &File,
+    path: &Path,
+    offset: u64,
+) -> Result<(Position, Vec<u8>), StorageError> {
+    use std::os::unix::fs::FileExt;
+    let corrupt = |reason: String| StorageError::Corrupt {
+        path: path.to_path_buf(),
+        offset,
+        reason,
+    };
+    let mut head = [0u8; 8];
+    file.read_exact_at(&mut head, offset)
+        .map_err(io_err("read", path))?;
+    let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
+    if !(16..=MAX_RECORD).contains(&len) {
+        return Err(corrupt(RecordError::Length(len).to_string()));
+    }
+    let mut record = vec![0u8; 8 + len as usize];
+    record[..8].copy_from_slice(&head);
+    file.read_exact_at(&mut record[8..], offset + 8)
+        .map_err(io_err("read", path))?;
+    let (p, section, _) = record_at(&record, 0).map_err(|e| corrupt(e.to_string()))?;
+    Ok((p, section.to_vec()))
 }
 
 /// Why the bytes at an offset are not a whole record.
@@ -385,6 +347,19 @@ fn is_tail(bytes: &[u8], mut at: usize) -> bool {
 mod tests {
     use super::*;
 
+    /// Opens the log and collects every entry.
+    type Entries = Vec<(Position, Vec<u8>)>;
+
+    fn open_all(dir: &Path) -> Result<(TopicLog, Entries), StorageError> {
+        let mut got = Vec::new();
+        let (log, n) = TopicLog::open(dir, |r| {
+            got.push((r.position, r.section.to_vec()));
+            Ok(())
+        })?;
+        assert_eq!(n as usize, got.len());
+        Ok((log, got))
+    }
+
     fn scratch(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("broker-log-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&d);
@@ -392,19 +367,11 @@ mod tests {
     }
 
     fn write_entries(dir: &Path, ps: &[Position]) {
-        let (mut log, _) = TopicLog::open(dir).unwrap();
+        let (mut log, _) = open_all(dir).unwrap();
         for (i, p) in ps.iter().enumerate() {
             log.append(*p, format!("section-{i}").as_bytes()).unwrap();
         }
         log.sync().unwrap();
-    }
-
-    #[test]
-    fn names_round_trip() {
-        let n = "persistent://public/default/a b%";
-        assert_eq!(decode_name(&encode_name(n)).as_deref(), Some(n));
-        assert!(!encode_name(n).contains('/'));
-        assert_eq!(decode_name("%zz"), None);
     }
 
     #[test]
@@ -417,7 +384,7 @@ mod tests {
             Position::new(4, 3),
         ];
         write_entries(&dir, &ps);
-        let (_, got) = TopicLog::open(&dir).unwrap();
+        let (_, got) = open_all(&dir).unwrap();
         let positions: Vec<_> = got.iter().map(|(p, _)| *p).collect();
         assert_eq!(positions, ps);
         assert_eq!(got[3].1, b"section-3");
@@ -443,14 +410,14 @@ mod tests {
         }
         for cut in 0..full.len() {
             fs::write(&path, &full[..cut]).unwrap();
-            let (mut log, got) = TopicLog::open(&dir).unwrap();
+            let (mut log, got) = open_all(&dir).unwrap();
             let whole = ends.iter().filter(|e| **e <= cut).count().saturating_sub(1);
             assert_eq!(got.len(), whole, "cut at {cut}");
             log.append(Position::new(1, whole as u64), b"again")
                 .unwrap();
             log.sync().unwrap();
             drop(log);
-            let (_, again) = TopicLog::open(&dir).unwrap();
+            let (_, again) = open_all(&dir).unwrap();
             assert_eq!(again.len(), whole + 1, "append after the cut at {cut}");
         }
         let _ = fs::remove_dir_all(&dir);
@@ -467,7 +434,7 @@ mod tests {
         let mut bytes = HEADER.to_vec();
         bytes.resize(HEADER.len() + 16 * 1024 * 1024, 0);
         fs::write(&path, &bytes).unwrap();
-        let (_, got) = TopicLog::open(&dir).unwrap();
+        let (_, got) = open_all(&dir).unwrap();
         assert!(got.is_empty());
         assert_eq!(fs::metadata(&path).unwrap().len(), HEADER.len() as u64);
         let _ = fs::remove_dir_all(&dir);
@@ -493,7 +460,7 @@ mod tests {
         };
         bytes[second + 20] ^= 0x40;
         fs::write(&path, &bytes).unwrap();
-        match TopicLog::open(&dir) {
+        match open_all(&dir) {
             Err(StorageError::Corrupt {
                 path: p, offset, ..
             }) => {
@@ -510,7 +477,7 @@ mod tests {
         b2[HEADER.len() + 12] ^= 1;
         fs::write(&path2, &b2).unwrap();
         assert!(matches!(
-            TopicLog::open(&dir2),
+            open_all(&dir2),
             Err(StorageError::Corrupt { offset: 8, .. })
         ));
         let _ = fs::remove_dir_all(&dir);
@@ -526,9 +493,9 @@ mod tests {
             Position::new(3, 0),
         ];
         write_entries(&dir, &ps);
-        let (mut log, _) = TopicLog::open(&dir).unwrap();
+        let (mut log, _) = open_all(&dir).unwrap();
         log.delete_below(Position::new(3, 0));
-        let (_, got) = TopicLog::open(&dir).unwrap();
+        let (_, got) = open_all(&dir).unwrap();
         assert_eq!(got.iter().map(|(p, _)| *p).collect::<Vec<_>>(), [ps[2]]);
         let _ = fs::remove_dir_all(&dir);
     }
