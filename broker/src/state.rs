@@ -32,10 +32,8 @@ pub(crate) struct BrokerState {
     next_producer: AtomicU64,
     name_prefix: String,
     topics: Mutex<HashMap<String, Arc<Topic>>>,
-    /// Numbers the topics in the read cache.
-    next_topic: AtomicU64,
     /// The durable topics' read cache (`--read-cache-mb`), one for the broker.
-    pub read_cache: Arc<Mutex<ReadCache>>,
+    pub read_cache: Arc<ReadCache>,
     /// Per live connection: where broker-initiated frames for it go.
     outboxes: Mutex<HashMap<u64, Arc<dyn Outbox>>>,
 }
@@ -52,10 +50,9 @@ impl BrokerState {
             name_prefix: format!("standalone-{}", std::process::id()),
             topics: Mutex::new(HashMap::new()),
             outboxes: Mutex::new(HashMap::new()),
-            next_topic: AtomicU64::new(1),
-            read_cache: Arc::new(Mutex::new(ReadCache::new(
+            read_cache: Arc::new(ReadCache::new(
                 cfg.read_cache_mb.saturating_mul(1024 * 1024),
-            ))),
+            )),
             cfg,
         }
     }
@@ -82,7 +79,6 @@ impl BrokerState {
                 full.clone(),
                 d.join("topics").join(encode_name(&full)),
                 TopicConfig {
-                    id: self.next_topic.fetch_add(1, Ordering::Relaxed),
                     entries_per_ledger: self.cfg.entries_per_ledger,
                     sync: self.cfg.sync,
                     defaults,

@@ -1,9 +1,10 @@
 //! Entry stores: where a topic's entries (their payload sections, as the producer sent them)
 //! live once the topic has assigned them a position.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use cursor::Position;
@@ -79,28 +80,26 @@ impl EntryStore for MemoryEntries {
     }
 }
 
-/// Bytes counted per cached entry besides its section (map and queue slots, the `Arc`).
+/// Bytes counted per cached entry besides its section (the map's node, the `Arc`).
 const ENTRY_OVERHEAD: u64 = 96;
 
-/// The broker's read cache for the file stores: recently appended or read sections, up to a
-/// byte budget (`--read-cache-mb`, as Pulsar's `managedLedgerCacheSizeMB`), the oldest
-/// inserted evicted first. One cache for every topic.
+/// The broker's read cache budget for the file stores (`--read-cache-mb`, as Pulsar's
+/// `managedLedgerCacheSizeMB`), shared by every topic: each topic caches its recently appended
+/// or read sections and, while the broker is over budget, evicts its own oldest positions (a
+/// topic with nothing cached does not cache while others hold the whole budget; retention and
+/// deletion give the bytes back).
 #[derive(Debug)]
 pub(crate) struct ReadCache {
     budget: u64,
-    bytes: u64,
-    map: HashMap<(u64, Position), Arc<[u8]>>,
-    order: VecDeque<(u64, Position)>,
+    used: AtomicU64,
 }
 
 impl ReadCache {
-    /// An empty cache holding at most `budget` bytes.
+    /// A budget of `budget` bytes, none used.
     pub(crate) fn new(budget: u64) -> ReadCache {
         ReadCache {
             budget,
-            bytes: 0,
-            map: HashMap::new(),
-            order: VecDeque::new(),
+            used: AtomicU64::new(0),
         }
     }
 
@@ -108,45 +107,60 @@ impl ReadCache {
         section.len() as u64 + ENTRY_OVERHEAD
     }
 
-    fn insert(&mut self, topic: u64, p: Position, section: Arc<[u8]>) {
-        let cost = Self::cost(&section);
-        if cost > self.budget || self.map.contains_key(&(topic, p)) {
+    /// Bytes held (sections and their overhead), over every topic.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.used.load(Ordering::Relaxed)
+    }
+}
+
+/// One topic's cached sections, under the broker-wide budget.
+#[derive(Debug)]
+struct TopicCache {
+    budget: Arc<ReadCache>,
+    map: RwLock<BTreeMap<Position, Arc<[u8]>>>,
+}
+
+impl TopicCache {
+    fn get(&self, p: Position) -> Option<Arc<[u8]>> {
+        read(&self.map).get(&p).cloned()
+    }
+
+    fn insert(&self, p: Position, section: Arc<[u8]>) {
+        let cost = ReadCache::cost(&section);
+        if cost > self.budget.budget {
             return;
         }
-        self.map.insert((topic, p), section);
-        self.order.push_back((topic, p));
-        self.bytes += cost;
-        while self.bytes > self.budget {
-            let Some(k) = self.order.pop_front() else {
-                break;
-            };
-            if let Some(s) = self.map.remove(&k) {
-                self.bytes -= Self::cost(&s);
-            }
+        let mut map = write(&self.map);
+        if map.insert(p, section).is_some() {
+            return;
         }
-    }
-
-    fn get(&self, topic: u64, p: Position) -> Option<Arc<[u8]>> {
-        self.map.get(&(topic, p)).cloned()
-    }
-
-    fn remove_below(&mut self, topic: u64, below: Position) {
-        let gone = |k: &(u64, Position)| k.0 == topic && k.1 < below;
+        let used = self.budget.used.fetch_add(cost, Ordering::Relaxed) + cost;
+        let mut over = used.saturating_sub(self.budget.budget);
         let mut freed = 0;
-        self.map.retain(|k, s| {
-            let keep = !gone(k);
-            if !keep {
-                freed += Self::cost(s);
-            }
-            keep
-        });
-        self.order.retain(|k| !gone(k));
-        self.bytes -= freed;
+        while over > 0 {
+            let Some((_, s)) = map.pop_first() else { break };
+            let c = ReadCache::cost(&s);
+            freed += c;
+            over = over.saturating_sub(c);
+        }
+        self.budget.used.fetch_sub(freed, Ordering::Relaxed);
     }
 
-    /// Bytes held (sections and their overhead).
-    pub(crate) fn bytes(&self) -> u64 {
-        self.bytes
+    fn remove_below(&self, below: Position) {
+        let old = {
+            let mut map = write(&self.map);
+            let keep = map.split_off(&below);
+            std::mem::replace(&mut *map, keep)
+        };
+        let freed: u64 = old.values().map(|s| ReadCache::cost(s)).sum();
+        self.budget.used.fetch_sub(freed, Ordering::Relaxed);
+    }
+}
+
+impl Drop for TopicCache {
+    fn drop(&mut self) {
+        let held: u64 = read(&self.map).values().map(|s| ReadCache::cost(s)).sum();
+        self.budget.used.fetch_sub(held, Ordering::Relaxed);
     }
 }
 
@@ -182,19 +196,18 @@ impl LedgerIndex {
 /// file and checks its CRC.
 #[derive(Debug)]
 pub(crate) struct FileEntries {
-    topic: u64,
+    dir: PathBuf,
     log: Mutex<TopicLog>,
     ledgers: RwLock<BTreeMap<u64, LedgerIndex>>,
-    cache: Arc<Mutex<ReadCache>>,
+    cache: TopicCache,
 }
 
 impl FileEntries {
-    /// Opens the log in `dir` (creating it), handing every stored entry to `visit` in order.
-    /// `topic` tells this topic's entries apart in the shared `cache`.
+    /// Opens the log in `dir` (creating it), handing every stored entry to `visit` in order;
+    /// its cache counts against the broker's `cache` budget.
     pub(crate) fn open(
         dir: &Path,
-        topic: u64,
-        cache: Arc<Mutex<ReadCache>>,
+        cache: Arc<ReadCache>,
         mut visit: impl FnMut(Position, &[u8]) -> Result<(), StorageError>,
     ) -> Result<FileEntries, StorageError> {
         let mut ledgers: BTreeMap<u64, LedgerIndex> = BTreeMap::new();
@@ -208,10 +221,13 @@ impl FileEntries {
             visit(p, r.section)
         })?;
         Ok(FileEntries {
-            topic,
+            dir: dir.to_path_buf(),
             log: Mutex::new(log),
             ledgers: RwLock::new(ledgers),
-            cache,
+            cache: TopicCache {
+                budget: cache,
+                map: RwLock::new(BTreeMap::new()),
+            },
         })
     }
 
@@ -252,17 +268,13 @@ impl FileEntries {
 
 impl EntryStore for FileEntries {
     fn append(&self, p: Position, section: Arc<[u8]>) -> Result<(), StorageError> {
-        let (offset, dir) = {
-            let mut log = lock(&self.log);
-            let offset = log.append(p, &section)?;
-            (offset, log.dir().to_path_buf())
-        };
+        let offset = lock(&self.log).append(p, &section)?;
         write(&self.ledgers)
             .entry(p.ledger_id)
-            .or_insert_with(|| LedgerIndex::new(&dir, p.ledger_id, p.entry_id))
+            .or_insert_with(|| LedgerIndex::new(&self.dir, p.ledger_id, p.entry_id))
             .offsets
             .push(offset);
-        lock(&self.cache).insert(self.topic, p, section);
+        self.cache.insert(p, section);
         Ok(())
     }
 
@@ -275,12 +287,12 @@ impl EntryStore for FileEntries {
     }
 
     fn read(&self, p: Position) -> Option<Arc<[u8]>> {
-        if let Some(s) = lock(&self.cache).get(self.topic, p) {
+        if let Some(s) = self.cache.get(p) {
             return Some(s);
         }
         match self.read_from_disk(p) {
             Ok(Some(s)) => {
-                lock(&self.cache).insert(self.topic, p, s.clone());
+                self.cache.insert(p, s.clone());
                 Some(s)
             }
             Ok(None) => None,
@@ -307,7 +319,7 @@ impl EntryStore for FileEntries {
             ids.iter().filter_map(|id| ledgers.remove(id)).collect()
         };
         drop(old);
-        lock(&self.cache).remove_below(self.topic, below);
+        self.cache.remove_below(below);
     }
 
     fn durable(&self) -> bool {
@@ -336,18 +348,14 @@ mod tests {
         let dir = scratch("read");
         // A cache of three entries.
         let budget = 3 * (12 + ENTRY_OVERHEAD);
-        let cache = Arc::new(Mutex::new(ReadCache::new(budget)));
+        let cache = Arc::new(ReadCache::new(budget));
         let ps: Vec<Position> = (0..10).map(|i| Position::new(1 + i / 4, i % 4)).collect();
         {
-            let store = FileEntries::open(&dir, 7, cache.clone(), |_, _| Ok(())).unwrap();
+            let store = FileEntries::open(&dir, cache.clone(), |_, _| Ok(())).unwrap();
             for (i, p) in ps.iter().enumerate() {
                 store.append(*p, section(i as u64)).unwrap();
             }
-            assert_eq!(
-                lock(&cache).bytes(),
-                budget,
-                "the cache keeps to its budget"
-            );
+            assert_eq!(cache.bytes(), budget, "the cache keeps to its budget");
             for (i, p) in ps.iter().enumerate().rev() {
                 assert_eq!(store.read(*p).as_deref(), Some(&*section(i as u64)), "{p}");
             }
@@ -358,7 +366,7 @@ mod tests {
             assert_eq!(store.read(ps[8]).as_deref(), Some(&*section(8)));
         }
         let mut seen = Vec::new();
-        let store = FileEntries::open(&dir, 7, Arc::new(Mutex::new(ReadCache::new(0))), |p, _| {
+        let store = FileEntries::open(&dir, Arc::new(ReadCache::new(0)), |p, _| {
             seen.push(p);
             Ok(())
         })
@@ -373,20 +381,39 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_evicts_the_oldest_and_forgets_deleted_entries() {
-        let mut c = ReadCache::new(2 * (12 + ENTRY_OVERHEAD));
+    fn the_cache_evicts_the_oldest_first_within_the_broker_budget() {
+        let budget = Arc::new(ReadCache::new(2 * (12 + ENTRY_OVERHEAD)));
+        let cache = |budget: &Arc<ReadCache>| TopicCache {
+            budget: budget.clone(),
+            map: RwLock::new(BTreeMap::new()),
+        };
+        let (a, b) = (cache(&budget), cache(&budget));
         for i in 0..3 {
-            c.insert(1, Position::new(1, i), section(i));
+            a.insert(Position::new(1, i), section(i));
         }
-        assert!(c.get(1, Position::new(1, 0)).is_none());
-        assert!(c.get(1, Position::new(1, 2)).is_some());
-        c.insert(2, Position::new(1, 0), section(0));
-        c.remove_below(1, Position::new(2, 0));
-        assert!(c.get(1, Position::new(1, 2)).is_none());
         assert!(
-            c.get(2, Position::new(1, 0)).is_some(),
-            "another topic's entry stays"
+            a.get(Position::new(1, 0)).is_none(),
+            "the oldest went first"
         );
-        assert_eq!(c.bytes(), 12 + ENTRY_OVERHEAD);
+        assert!(a.get(Position::new(1, 2)).is_some());
+        assert_eq!(budget.bytes(), 2 * (12 + ENTRY_OVERHEAD));
+        // Over the shared budget, a topic makes room from its own entries: b has none to
+        // give, so its new entry is not kept; once a's are gone, b caches again.
+        b.insert(Position::new(1, 0), section(0));
+        assert!(b.get(Position::new(1, 0)).is_none());
+        a.remove_below(Position::new(2, 0));
+        assert_eq!(budget.bytes(), 0);
+        b.insert(Position::new(1, 0), section(0));
+        assert!(
+            b.get(Position::new(1, 0)).is_some(),
+            "topics are told apart"
+        );
+        assert!(a.get(Position::new(1, 0)).is_none());
+        assert_eq!(budget.bytes(), 12 + ENTRY_OVERHEAD);
+        drop(b);
+        assert_eq!(budget.bytes(), 0, "a dropped topic gives its bytes back");
+        let none = cache(&Arc::new(ReadCache::new(0)));
+        none.insert(Position::new(1, 0), section(0));
+        assert_eq!(none.budget.bytes(), 0, "a zero budget caches nothing");
     }
 }

@@ -118,11 +118,6 @@ impl TopicLog {
         self.current.as_ref().map(|(id, _, _)| *id)
     }
 
-    /// The directory of the log.
-    pub(crate) fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// Hands the buffered entries to the OS (one `write`): after this they survive the broker
     /// process being killed.
     pub(crate) fn flush(&mut self) -> Result<(), StorageError> {

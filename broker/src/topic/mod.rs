@@ -78,8 +78,6 @@ fn no_subscription_boundary(ledger: &InMemoryLedger, now_ms: u64) -> Option<Posi
 /// What a durable topic is opened with.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TopicConfig {
-    /// Tells the topic's entries apart in the shared read cache.
-    pub id: u64,
     /// Entries per ledger (`--entries-per-ledger`).
     pub entries_per_ledger: u64,
     /// When a receipt goes out (`--sync`).
@@ -161,10 +159,9 @@ impl Topic {
         name: String,
         dir: PathBuf,
         config: TopicConfig,
-        cache: Arc<Mutex<ReadCache>>,
+        cache: Arc<ReadCache>,
     ) -> Result<Topic, StorageError> {
         let TopicConfig {
-            id,
             entries_per_ledger,
             sync,
             defaults,
@@ -172,7 +169,7 @@ impl Topic {
         let mut ledger = InMemoryLedger::new(entries_per_ledger);
         let mut chunks: HashMap<String, Vec<Position>> = HashMap::new();
         let mut counters = TopicCounters::default();
-        let entries = FileEntries::open(&dir, id, cache, |pos, section| {
+        let entries = FileEntries::open(&dir, cache, |pos, section| {
             let info = wire::parse_section(section)
                 .map_err(|e| e.to_string())
                 .and_then(|p| {
