@@ -34,11 +34,12 @@ pub struct Raw {
 
 impl Raw {
     pub fn open(broker: &Broker) -> Raw {
-        let addr = broker
-            .service_url()
-            .trim_start_matches("pulsar://")
-            .to_owned();
-        let stream = TcpStream::connect(addr).unwrap();
+        Raw::open_url(&broker.service_url())
+    }
+
+    /// Opens a connection to `pulsar://HOST:PORT` (a broker in another process).
+    pub fn open_url(url: &str) -> Raw {
+        let stream = TcpStream::connect(url.trim_start_matches("pulsar://")).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_millis(50)))
             .unwrap();
@@ -50,7 +51,12 @@ impl Raw {
 
     /// Opens and completes CONNECT/CONNECTED.
     pub fn connected(broker: &Broker) -> Raw {
-        let mut c = Raw::open(broker);
+        Raw::connected_url(&broker.service_url())
+    }
+
+    /// [`Raw::connected`] to a broker in another process.
+    pub fn connected_url(url: &str) -> Raw {
+        let mut c = Raw::open_url(url);
         c.send(&wire::commands::connect("test-client", 20));
         let f = c.expect(Type::Connected);
         assert!(f.command.connected.is_some());
