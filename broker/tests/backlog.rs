@@ -125,7 +125,7 @@ fn a_backlog_larger_than_the_cache_is_read_back_from_disk() {
     assert!(
         built < limit,
         "{built} MiB resident with {} MiB of backlog",
-        messages * size as u64 >> 20
+        (messages * size as u64) >> 20
     );
 
     subscribe(&mut c);
