@@ -403,7 +403,7 @@ mod tests {
     #[test]
     fn a_long_function_is_found() {
         let mut lines = vec!["fn short() {", "}", "pub(crate) fn long() {"];
-        lines.extend(std::iter::repeat("    x();").take(super::BROKER_FN_LINES));
+        lines.extend(std::iter::repeat_n("    x();", super::BROKER_FN_LINES));
         lines.push("}");
         let found = super::long_functions("f.rs", &lines);
         assert_eq!(found.len(), 1);
