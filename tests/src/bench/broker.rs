@@ -14,7 +14,7 @@
 //! * **The codec's `BaseCommand` held all its sub-commands inline: 5,752 bytes (`Frame` 6,272).**
 //!   Decoding a frame and building a receipt or MESSAGE header moved it several times:
 //!   memmove was 9–12% of all samples (dwarf call graphs: `decode_frame`'s `Result::map` /
-//!   `map_err`, `FrameReader::next_frame`, `Conn::handle`, `commands::base` / `send_receipt`),
+//!   `map_err`, `FrameReader::next_frame`, the connection's command handler (then `Conn::handle`), `commands::base` / `send_receipt`),
 //!   plus `BaseCommand::encoded_len` 2–4%. The sub-messages are boxed now (568 bytes): in
 //!   alternating pairs of the bench binary B2 went from about 300k to about 385k msg/s.
 //!   (The generator splits frames itself for this reason: while it decoded `Frame`s, memmove
@@ -38,7 +38,9 @@
 //!   thread: 1.5 context switches per message against 0.15 at full speed, 54% system time.
 //! * **Disk, `--sync always`**: 496 `fdatasync` for 200k messages (group commit works, ~400
 //!   per sync) but 200,012 `write(2)`: one unbuffered write per entry, under the topic's state
-//!   lock; readers are 50% of the samples, 22% in the kernel (load 6.0).
+//!   lock; readers are 50% of the samples, 22% in the kernel (load 6.0). That was measured
+//!   before the log got its write buffer: it now writes once per commit (a batch of frames
+//!   read from one connection); not measured again since.
 //!
 //! Rows (each round a fresh topic on the workload's own broker, started on first use; the
 //! in-memory rows use `Broker::start` in process, B3 execs `target/release/broker`):
