@@ -385,45 +385,20 @@ fn parse_count(s: &str) -> Result<u64, Response> {
     }
 }
 
+/// A query string's pairs, form-decoded (`+` is a space), the last of a repeated key winning.
 fn parse_query(q: &str) -> std::collections::HashMap<String, String> {
-    q.split('&')
-        .filter_map(|kv| kv.split_once('=').or(Some((kv, ""))))
+    form_urlencoded::parse(q.as_bytes())
         .filter(|(k, _)| !k.is_empty())
-        .map(|(k, v)| (percent_decode(k), percent_decode(v)))
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect()
 }
 
-/// `%XX` and `+` decoding; malformed escapes stay as they are.
+/// A path segment's `%XX` escapes decoded (a `+` stays a `+`, as in any URL path); malformed
+/// escapes stay as they are, bytes that are not UTF-8 become U+FFFD.
 fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' if i + 2 < b.len() => {
-                let hex = std::str::from_utf8(&b[i + 1..i + 3]).ok();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(v) => {
-                        out.push(v);
-                        i += 3;
-                    }
-                    None => {
-                        out.push(b'%');
-                        i += 1;
-                    }
-                }
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8_lossy(&out).into_owned()
+    percent_encoding::percent_decode_str(s)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 #[cfg(test)]
@@ -432,7 +407,8 @@ mod tests {
 
     #[test]
     fn decoding() {
-        assert_eq!(percent_decode("a%2Fb+c"), "a/b c");
+        assert_eq!(percent_decode("a%2Fb+c"), "a/b+c", "a + in a path is a +");
+        assert_eq!(parse_query("key=a+b%2Fc&hash=1")["key"], "a b/c");
         assert_eq!(percent_decode("100%"), "100%");
         assert_eq!(percent_decode("%zz"), "%zz");
         assert_eq!(percent_decode("%4"), "%4");

@@ -81,37 +81,24 @@ pub(super) fn io_err<'a>(
     }
 }
 
-/// Percent-encodes a name into one safe path component.
+/// What [`encode_name`] escapes: every byte but ASCII letters, digits, `-`, `_` and `.`.
+const NAME_ESCAPES: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.');
+
+/// Percent-encodes a name into one safe path component (`%XX`, upper-case hex).
 pub(crate) fn encode_name(name: &str) -> String {
-    let mut out = String::with_capacity(name.len() * 2);
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
+    percent_encoding::utf8_percent_encode(name, NAME_ESCAPES).to_string()
 }
 
 /// The inverse of [`encode_name`]; `None` for a name it did not produce.
 pub(crate) fn decode_name(s: &str) -> Option<String> {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%' {
-            let h = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(h, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
+    let name = percent_encoding::percent_decode_str(s).decode_utf8().ok()?;
+    (encode_name(&name) == s).then(|| name.into_owned())
 }
 
+/// `fsync`s a directory, so a file created or renamed in it survives a crash.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
