@@ -17,27 +17,11 @@ use crate::sync::lock;
 use crate::topic::{SubKind, Subscription, Topic};
 
 /// `ms` since the epoch as RFC 3339 (UTC, millisecond precision), as Pulsar's stats show times.
+/// Times after the year 9999 (which RFC 3339 cannot write) show as its last millisecond.
 pub(crate) fn rfc3339(ms: u64) -> String {
-    let secs = ms / 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60,
-        ms % 1000
-    )
+    const LAST_MS: u64 = 253_402_300_799_999;
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.min(LAST_MS));
+    humantime::format_rfc3339_millis(t).to_string()
 }
 
 /// Pulsar's text form of a position: `ledger:entry`, with `-1` for "before the first entry".
@@ -441,6 +425,7 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
         assert_eq!(rfc3339(951_782_400_123), "2000-02-29T00:00:00.123Z");
         assert_eq!(rfc3339(1_796_110_000_000), "2026-12-01T07:26:40.000Z");
+        assert_eq!(rfc3339(u64::MAX), "9999-12-31T23:59:59.999Z");
     }
 
     #[test]
