@@ -9,6 +9,10 @@
 //!   owns channels (`crossbeam_channel`, `mpsc`) or installs a tracing subscriber — except the
 //!   runtime shell, `crates/dispatcher/src/runtime.rs`. Harness code (the `tests` package,
 //!   `crates/*/tests`, unit-test modules, benches) and `xtask` may;
+//! * the broker's core (all of `broker/src` but `shell/` and `main.rs`) owns no socket, thread,
+//!   channel or clock; its files stay under 600 lines and its functions under 80; no
+//!   `Result<_, String>`; no circle among its modules;
+//! * every repository path a doc names exists;
 //! * every crate has a top doc, and the README and `.ci/run` keep the two set-up commands.
 
 use std::fs;
@@ -128,6 +132,7 @@ fn check(root: &Path) -> anyhow::Result<(usize, Vec<String>)> {
     }
 
     problems.extend(broker_checks(root, &lib_banned)?);
+    problems.extend(doc_paths(root));
 
     // Loom-checked crates: only src/sync.rs names the primitives.
     for c in ["pending-acks", "draining-hashes"] {
@@ -204,6 +209,97 @@ fn check(root: &Path) -> anyhow::Result<(usize, Vec<String>)> {
     }
 
     Ok((files.len(), problems))
+}
+
+/// Paths docs name that are not in this repository: generated ones (under `target/`) and
+/// upstream files.
+const DOC_PATHS_ELSEWHERE: &[&str] = &["pulsar-common/src/main/proto/PulsarApi.proto"];
+
+/// Every repository path a doc names (a backticked path with a file extension or a trailing
+/// `/`, or a Markdown link) exists, relative to the doc, the root, a crate, or a package's
+/// `src`. CHANGELOG.md is history and may name what is gone.
+fn doc_paths(root: &Path) -> Vec<String> {
+    let mut docs: Vec<PathBuf> = vec![root.join("README.md"), root.join("fuzz/README.md")];
+    let mut bases: Vec<PathBuf> = [
+        "",
+        "broker",
+        "broker/src",
+        "tests",
+        "tests/src",
+        "xtask/src",
+        "fuzz",
+    ]
+    .iter()
+    .map(|b| root.join(b))
+    .collect();
+    for dir in ["docs", "crates", "tests/interop"] {
+        for e in fs::read_dir(root.join(dir)).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.extension().is_some_and(|x| x == "md") {
+                docs.push(p.clone());
+            }
+            if p.join("README.md").exists() {
+                docs.push(p.join("README.md"));
+            }
+            if dir == "crates" {
+                bases.push(p.join("src"));
+                bases.push(p);
+            }
+        }
+    }
+    let looks_like_path = |t: &str| {
+        let ext = t.rsplit_once('.').map(|(_, e)| e);
+        t.contains('/')
+            && !t.contains("://")
+            && !t.starts_with("target/")
+            && !DOC_PATHS_ELSEWHERE.contains(&t)
+            && (t.ends_with('/')
+                || ext.is_some_and(|e| {
+                    [
+                        "rs", "md", "toml", "py", "java", "go", "sim", "proto", "json", "sh", "xml",
+                    ]
+                    .contains(&e)
+                }))
+    };
+    let mut problems = Vec::new();
+    for doc in &docs {
+        let Ok(text) = fs::read_to_string(doc) else {
+            continue;
+        };
+        let here = doc.parent().unwrap_or(root);
+        let mut names: Vec<&str> = Vec::new();
+        for (i, piece) in text.split('`').enumerate() {
+            if i % 2 == 1 && !piece.contains(char::is_whitespace) {
+                names.push(piece);
+            }
+        }
+        let mut rest = text.as_str();
+        while let Some(k) = rest.find("](") {
+            rest = &rest[k + 2..];
+            let end = rest.find(')').unwrap_or(rest.len());
+            names.push(rest[..end].split('#').next().unwrap_or(""));
+        }
+        for name in names.into_iter().filter(|n| looks_like_path(n)) {
+            if name.contains(['<', '$', '{']) {
+                continue; // a placeholder, not a path
+            }
+            // A glob names its directory.
+            let name = match name.find('*') {
+                Some(k) => &name[..name[..k].rfind('/').map_or(0, |s| s + 1)],
+                None => name,
+            };
+            let found = std::iter::once(here.join(name))
+                .chain(bases.iter().map(|b| b.join(name)))
+                .any(|p| p.exists());
+            if !found {
+                let rel = doc.strip_prefix(root).unwrap_or(doc).display().to_string();
+                problems.push(format!(
+                    "{rel}: names `{name}`, which is not in the repository"
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// Longest file in `broker/src`, in lines.
@@ -398,6 +494,26 @@ mod tests {
                 "shell".into()
             ])
         );
+    }
+
+    #[test]
+    fn a_doc_naming_a_missing_path_is_found() {
+        let root = std::env::temp_dir().join(format!("tidy-docs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(root.join("broker/src")).unwrap();
+        std::fs::write(
+            root.join("README.md"),
+            "See `broker/src/conn.rs`, [the map](docs/MAP.md), `tests/*.sim` and `<x>/y.rs`.",
+        )
+        .unwrap();
+        let found = super::doc_paths(&root);
+        assert_eq!(found.len(), 3, "{found:?}");
+        std::fs::write(root.join("broker/src/conn.rs"), "").unwrap();
+        std::fs::create_dir_all(root.join("docs")).unwrap();
+        std::fs::write(root.join("docs/MAP.md"), "").unwrap();
+        std::fs::create_dir_all(root.join("tests")).unwrap();
+        assert_eq!(super::doc_paths(&root), Vec::<String>::new());
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     #[test]
