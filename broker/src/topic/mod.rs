@@ -19,8 +19,11 @@ use tracing::{debug, warn};
 use crate::storage::{EntryStore, FileEntries, MemoryEntries, ReadCache, StorageError, SyncPolicy};
 use crate::sync::lock;
 
+mod catalog;
 mod name;
 mod subscription;
+
+use catalog::{FileCatalog, MemoryCatalog, SubscriptionCatalog};
 
 pub(crate) use name::TopicName;
 pub(crate) use subscription::{
@@ -102,9 +105,8 @@ pub(crate) const NO_SUBSCRIPTION_KEEP_MS: u64 = 10 * 60 * 1000;
 /// A topic: master ledger, payloads, subscriptions.
 pub(crate) struct Topic {
     pub name: String,
-    /// The topic's directory under `--data-dir` (its log and subscription files); `None` in
-    /// memory.
-    dir: Option<PathBuf>,
+    /// The record of its subscriptions.
+    catalog: Box<dyn SubscriptionCatalog>,
     /// The entries' payload sections.
     entries: Box<dyn EntryStore>,
     sync: SyncPolicy,
@@ -135,7 +137,7 @@ impl Topic {
     pub(crate) fn new(name: String, entries_per_ledger: u64) -> Topic {
         Topic {
             name,
-            dir: None,
+            catalog: Box::new(MemoryCatalog::default()),
             entries: Box::new(MemoryEntries::default()),
             sync: SyncPolicy::Always,
             defaults: SubscriptionDefaults::default(),
@@ -205,7 +207,7 @@ impl Topic {
         ledger.roll_over();
         let topic = Topic {
             name,
-            dir: Some(dir.clone()),
+            catalog: Box::new(FileCatalog::new(dir.join("subscriptions"))),
             entries: Box::new(entries),
             sync,
             defaults,
@@ -220,7 +222,7 @@ impl Topic {
             rate_in: Mutex::new((Rate::default(), Rate::default())),
             schemas: crate::schema::SchemaRegistry::default(),
         };
-        topic.recover_subscriptions(&dir.join("subscriptions"))?;
+        topic.recover_subscriptions()?;
         Ok(topic)
     }
 

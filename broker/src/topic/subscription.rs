@@ -1,14 +1,12 @@
-//! Subscriptions: their types as clients ask for them, their dispatcher runtimes, their files
-//! under `--data-dir` (`subscriptions/<name>.json` for the type, `<name>.cursor` for the
-//! cursor), and the rules for creating, retyping and removing them.
+//! Subscriptions: their types as clients ask for them, their dispatcher runtimes, and the rules
+//! for creating, retyping and removing them (recorded through the topic's
+//! [`SubscriptionCatalog`](super::catalog::SubscriptionCatalog)).
 
 use std::collections::BTreeMap;
-use std::fs;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use cursor::{CursorStore, FileStore, ManagedCursor, MemoryStore, PersistedState, StoreError};
+use cursor::ManagedCursor;
 use dispatcher::{
     ConsumerId, DispatcherConfig, KeySharedConfig, KeySharedMode, Runtime, SubscriptionType,
 };
@@ -16,128 +14,8 @@ use tracing::{info, warn};
 
 use super::{Rate, Topic, TopicState};
 use crate::config::Legacy;
-use crate::storage::{encode_name, StorageError};
+use crate::storage::StorageError;
 use crate::sync::lock;
-
-/// Writes `bytes` to `path` through a temporary file, fsync and rename (and a directory sync).
-fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
-    let tmp = path.with_extension("tmp");
-    let io = |op: &'static str, p: &Path| {
-        let p = p.to_path_buf();
-        move |source| StorageError::Io {
-            op,
-            path: p,
-            source,
-        }
-    };
-    {
-        let mut f = fs::File::create(&tmp).map_err(io("create", &tmp))?;
-        std::io::Write::write_all(&mut f, bytes).map_err(io("write", &tmp))?;
-        f.sync_all().map_err(io("sync", &tmp))?;
-    }
-    fs::rename(&tmp, path).map_err(io("rename", path))?;
-    if let Some(d) = path.parent() {
-        crate::storage::sync_dir(d)?;
-    }
-    Ok(())
-}
-
-/// A subscription's cursor store: in memory, or a file under `--data-dir`.
-#[derive(Debug)]
-pub(crate) enum SubStore {
-    /// Shared with the [`Subscription`], which keeps it to restart its cursor when its type
-    /// changes.
-    Memory(Arc<Mutex<MemoryStore>>),
-    File(FileStore),
-}
-
-/// Opens (or creates) a cursor file.
-fn open_cursor_file(path: &Path) -> Result<FileStore, StorageError> {
-    FileStore::open(path).map_err(|e| StorageError::Corrupt {
-        path: path.to_path_buf(),
-        offset: 0,
-        reason: e.to_string(),
-    })
-}
-
-/// Where a subscription's cursor store lives, to open it for recovery or start it over.
-enum StoreAt {
-    Memory(Arc<Mutex<MemoryStore>>),
-    File(PathBuf),
-}
-
-impl StoreAt {
-    /// The store as it is (for recovery).
-    fn open(&self) -> Result<SubStore, StorageError> {
-        Ok(match self {
-            StoreAt::Memory(m) => SubStore::Memory(m.clone()),
-            StoreAt::File(p) => SubStore::File(open_cursor_file(p)?),
-        })
-    }
-
-    /// The store for a cursor that starts over: a cursor file is removed first.
-    fn open_empty(&self) -> Result<SubStore, StorageError> {
-        if let StoreAt::File(p) = self {
-            let _ = fs::remove_file(p);
-        }
-        self.open()
-    }
-}
-
-impl CursorStore for SubStore {
-    fn save(&mut self, state: &PersistedState) -> Result<(), StoreError> {
-        match self {
-            SubStore::Memory(s) => lock(s).save(state),
-            SubStore::File(s) => s.save(state),
-        }
-    }
-
-    fn load(&mut self) -> Result<Option<PersistedState>, StoreError> {
-        match self {
-            SubStore::Memory(s) => lock(s).load(),
-            SubStore::File(s) => s.load(),
-        }
-    }
-}
-
-/// What a subscription's `.json` file holds.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct SubFile {
-    name: String,
-    #[serde(rename = "type")]
-    kind: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    key_shared_mode: Option<String>,
-    #[serde(default)]
-    allow_out_of_order_delivery: bool,
-}
-
-impl SubKind {
-    fn to_file(self, name: &str) -> SubFile {
-        SubFile {
-            name: name.to_owned(),
-            kind: self.pulsar_name().to_owned(),
-            key_shared_mode: self.key_shared_mode_name().map(str::to_owned),
-            allow_out_of_order_delivery: matches!(self, SubKind::KeyShared(k) if k.allow_out_of_order),
-        }
-    }
-
-    fn from_file(f: &SubFile) -> Option<SubKind> {
-        Some(match f.kind.as_str() {
-            "Shared" => SubKind::Shared,
-            "Exclusive" => SubKind::Exclusive,
-            "Key_Shared" => SubKind::KeyShared(KeySharedConfig {
-                mode: match f.key_shared_mode.as_deref() {
-                    Some("STICKY") => KeySharedMode::Sticky,
-                    _ => KeySharedConfig::default().mode,
-                },
-                allow_out_of_order: f.allow_out_of_order_delivery,
-            }),
-            _ => return None,
-        })
-    }
-}
 
 /// The subscription type a SUBSCRIBE asked for, as the broker serves it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -236,9 +114,6 @@ pub(crate) struct Subscription {
     pub name: String,
     pub kind: SubKind,
     pub runtime: Runtime,
-    /// The in-memory cursor store (without `--data-dir`), kept to restart the cursor when the
-    /// subscription's type changes.
-    memory: Option<Arc<Mutex<MemoryStore>>>,
     pub consumers: Mutex<BTreeMap<ConsumerId, ConsumerInfo>>,
     /// Messages and bytes out (rates, from the consumers' counters).
     pub rate_out: Mutex<(Rate, Rate)>,
@@ -280,30 +155,12 @@ pub(crate) enum SubscribeError {
 }
 
 impl Topic {
-    pub(super) fn recover_subscriptions(&self, dir: &Path) -> Result<(), StorageError> {
-        let Ok(list) = fs::read_dir(dir) else {
-            return Ok(());
-        };
-        for e in list.flatten() {
-            let path = e.path();
-            if path.extension().and_then(|x| x.to_str()) != Some("json") {
-                continue;
-            }
-            let parsed = fs::read(&path)
-                .ok()
-                .and_then(|b| serde_json::from_slice::<SubFile>(&b).ok());
-            let Some(f) = parsed else {
-                warn!(file = %path.display(), "unreadable subscription file; skipped");
-                continue;
-            };
-            let Some(kind) = SubKind::from_file(&f) else {
-                warn!(file = %path.display(), kind = %f.kind, "unknown subscription type; skipped");
-                continue;
-            };
+    /// Restarts every subscription the catalog recorded, from its stored cursor.
+    pub(super) fn recover_subscriptions(&self) -> Result<(), StorageError> {
+        for (name, kind) in self.catalog.recorded() {
             let mut st = lock(&self.state);
-            let sub =
-                self.start_subscription(&st, &f.name, kind, InitialPosition::Earliest, true, None)?;
-            st.subs.insert(f.name.clone(), sub);
+            let sub = self.start_subscription(&st, &name, kind, InitialPosition::Earliest, true)?;
+            st.subs.insert(name, sub);
         }
         Ok(())
     }
@@ -336,7 +193,7 @@ impl Topic {
             }
             return Ok(s.clone());
         }
-        let sub = self.start_subscription(&st, name, kind, initial, false, None)?;
+        let sub = self.start_subscription(&st, name, kind, initial, false)?;
         st.subs.insert(name.to_owned(), sub.clone());
         Ok(sub)
     }
@@ -369,31 +226,19 @@ impl Topic {
             }
         };
         let Subscription {
-            runtime,
-            memory,
-            kind: was,
-            ..
+            runtime, kind: was, ..
         } = old;
         runtime.shutdown();
-        let sub =
-            self.start_subscription(st, name, kind, InitialPosition::Earliest, true, memory)?;
-        if let Some(dir) = &self.dir {
-            let path = dir
-                .join("subscriptions")
-                .join(encode_name(name))
-                .with_extension("json");
-            let body = serde_json::to_vec_pretty(&kind.to_file(name)).unwrap_or_default();
-            write_durably(&path, &body)?;
-        }
+        let sub = self.start_subscription(st, name, kind, InitialPosition::Earliest, true)?;
+        self.catalog.record(name, kind)?;
         info!(topic = %self.name, subscription = name, from = was.pulsar_name(), to = kind.pulsar_name(), "subscription type changed (no consumer was connected)");
         st.subs.insert(name.to_owned(), sub.clone());
         Ok(sub)
     }
 
-    /// Starts a subscription's runtime over a replica of the master ledger. With `--data-dir`
-    /// its type goes to `subscriptions/<name>.json` and its cursor to `<name>.cursor`;
-    /// `recover` reads the cursor back (a missing or unusable cursor file starts at the
-    /// earliest entry: redelivery rather than loss).
+    /// Starts a subscription's runtime over a replica of the master ledger, recording a new
+    /// one in the catalog. `recover` reads the cursor back from the catalog (a missing or
+    /// unusable cursor starts at the earliest entry: redelivery rather than loss).
     fn start_subscription(
         &self,
         st: &TopicState,
@@ -401,20 +246,17 @@ impl Topic {
         kind: SubKind,
         initial: InitialPosition,
         recover: bool,
-        memory: Option<Arc<Mutex<MemoryStore>>>,
     ) -> Result<Arc<Subscription>, StorageError> {
         if matches!(kind, SubKind::KeyShared(_)) {
             self.key_shared
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         let replica = st.ledger.clone();
-        let memory = self.dir.is_none().then(|| memory.unwrap_or_default());
-        let store = match (&self.dir, &memory) {
-            (Some(dir), _) => StoreAt::File(self.subscription_files(dir, name, kind, recover)?),
-            (None, store) => StoreAt::Memory(store.clone().unwrap_or_default()),
-        };
+        if !recover {
+            self.catalog.record(name, kind)?;
+        }
         let recovered = match recover {
-            true => ManagedCursor::recover(&replica, store.open()?)
+            true => ManagedCursor::recover(&replica, self.catalog.cursor_store(name, false)?)
                 .map_err(|e| warn!(topic = %self.name, subscription = name, error = %e, "cursor not recovered; starting at the earliest entry"))
                 .ok(),
             false => None,
@@ -422,12 +264,13 @@ impl Topic {
         let cursor = match recovered {
             Some(c) => c,
             None => {
-                let mut c = ManagedCursor::new(name, &replica, store.open_empty()?);
+                let store = self.catalog.cursor_store(name, true)?;
+                let mut c = ManagedCursor::new(name, &replica, store);
                 if initial == InitialPosition::Latest && !recover {
                     // A new subscription at the end: nothing published so far is backlog.
                     let _ = c.clear_backlog(&replica);
                 }
-                if matches!(store, StoreAt::File(_)) {
+                if self.catalog.durable() {
                     let _ = c.persist();
                 }
                 c
@@ -439,34 +282,10 @@ impl Topic {
             name: name.to_owned(),
             kind,
             runtime,
-            memory,
             consumers: Mutex::new(BTreeMap::new()),
             rate_out: Mutex::new((Rate::default(), Rate::default())),
             last_expire: AtomicU64::new(0),
         }))
-    }
-
-    /// With `--data-dir`: creates `subscriptions/`, writes the type file of a new subscription,
-    /// and returns the path of its cursor file.
-    fn subscription_files(
-        &self,
-        dir: &Path,
-        name: &str,
-        kind: SubKind,
-        recover: bool,
-    ) -> Result<PathBuf, StorageError> {
-        let subs = dir.join("subscriptions");
-        fs::create_dir_all(&subs).map_err(|source| StorageError::Io {
-            op: "create",
-            path: subs.clone(),
-            source,
-        })?;
-        let base = subs.join(encode_name(name));
-        if !recover {
-            let body = serde_json::to_vec_pretty(&kind.to_file(name)).unwrap_or_default();
-            write_durably(&base.with_extension("json"), &body)?;
-        }
-        Ok(base.with_extension("cursor"))
     }
 
     /// The subscription `name`, if it exists.
@@ -484,11 +303,7 @@ impl Topic {
     pub(crate) fn remove_subscription(&self, name: &str) -> Option<Arc<Subscription>> {
         let removed = lock(&self.state).subs.remove(name);
         if removed.is_some() {
-            if let Some(dir) = &self.dir {
-                let base = dir.join("subscriptions").join(encode_name(name));
-                let _ = fs::remove_file(base.with_extension("json"));
-                let _ = fs::remove_file(base.with_extension("cursor"));
-            }
+            self.catalog.remove(name);
             info!(topic = %self.name, subscription = name, "subscription removed");
         }
         removed

@@ -1,0 +1,314 @@
+//! Where a topic's subscriptions are recorded: their types and their cursors. In memory
+//! ([`MemoryCatalog`]) nothing survives a restart; under `--data-dir` ([`FileCatalog`])
+//! `subscriptions/<name>.json` holds a subscription's type and `<name>.cursor` its cursor.
+//!
+//! What a distributed store implements too: the records as keys in ZooKeeper or etcd, the
+//! cursors there or in BookKeeper ledgers.
+
+use std::collections::HashMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use cursor::{CursorStore, FileStore, MemoryStore, PersistedState, StoreError};
+use dispatcher::{KeySharedConfig, KeySharedMode};
+use tracing::warn;
+
+use super::SubKind;
+use crate::storage::{encode_name, StorageError};
+use crate::sync::lock;
+
+/// A topic's record of its subscriptions.
+pub(crate) trait SubscriptionCatalog: Send + Sync + std::fmt::Debug {
+    /// The recorded subscriptions with their types, to restart them (an unreadable record is
+    /// skipped with a WARN).
+    fn recorded(&self) -> Vec<(String, SubKind)>;
+
+    /// Records the subscription `name` with `kind` (a new one, or a type change).
+    fn record(&self, name: &str, kind: SubKind) -> Result<(), StorageError>;
+
+    /// The cursor store of `name`: as it is, to recover the cursor, or emptied (`fresh`), for
+    /// a cursor that starts over.
+    fn cursor_store(&self, name: &str, fresh: bool) -> Result<SubStore, StorageError>;
+
+    /// Forgets `name` and its cursor.
+    fn remove(&self, name: &str);
+
+    /// Whether records survive a restart (a new cursor is then saved at once).
+    fn durable(&self) -> bool;
+}
+
+/// A subscription's cursor store: in memory, or a file under `--data-dir`.
+#[derive(Debug)]
+pub(crate) enum SubStore {
+    /// Kept by the [`MemoryCatalog`] to restart the cursor when the subscription's type
+    /// changes.
+    Memory(Arc<Mutex<MemoryStore>>),
+    File(FileStore),
+}
+
+impl CursorStore for SubStore {
+    fn save(&mut self, state: &PersistedState) -> Result<(), StoreError> {
+        match self {
+            SubStore::Memory(s) => lock(s).save(state),
+            SubStore::File(s) => s.save(state),
+        }
+    }
+
+    fn load(&mut self) -> Result<Option<PersistedState>, StoreError> {
+        match self {
+            SubStore::Memory(s) => lock(s).load(),
+            SubStore::File(s) => s.load(),
+        }
+    }
+}
+
+/// Subscriptions in memory: nothing is recorded across a restart; cursors are kept by name.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryCatalog {
+    cursors: Mutex<HashMap<String, Arc<Mutex<MemoryStore>>>>,
+}
+
+impl SubscriptionCatalog for MemoryCatalog {
+    fn recorded(&self) -> Vec<(String, SubKind)> {
+        Vec::new()
+    }
+
+    fn record(&self, _: &str, _: SubKind) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    fn cursor_store(&self, name: &str, fresh: bool) -> Result<SubStore, StorageError> {
+        let mut cursors = lock(&self.cursors);
+        if fresh {
+            cursors.remove(name);
+        }
+        Ok(SubStore::Memory(
+            cursors.entry(name.to_owned()).or_default().clone(),
+        ))
+    }
+
+    fn remove(&self, name: &str) {
+        lock(&self.cursors).remove(name);
+    }
+
+    fn durable(&self) -> bool {
+        false
+    }
+}
+
+/// Subscriptions as files in a topic's `subscriptions/` directory.
+#[derive(Debug)]
+pub(crate) struct FileCatalog {
+    dir: PathBuf,
+}
+
+impl FileCatalog {
+    /// The catalog in `dir` (created on the first record).
+    pub(crate) fn new(dir: PathBuf) -> FileCatalog {
+        FileCatalog { dir }
+    }
+
+    fn path(&self, name: &str, ext: &str) -> PathBuf {
+        self.dir.join(encode_name(name)).with_extension(ext)
+    }
+}
+
+impl SubscriptionCatalog for FileCatalog {
+    fn recorded(&self) -> Vec<(String, SubKind)> {
+        let Ok(list) = fs::read_dir(&self.dir) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for e in list.flatten() {
+            let path = e.path();
+            if path.extension().and_then(|x| x.to_str()) != Some("json") {
+                continue;
+            }
+            let parsed = fs::read(&path)
+                .ok()
+                .and_then(|b| serde_json::from_slice::<SubFile>(&b).ok());
+            let Some(f) = parsed else {
+                warn!(file = %path.display(), "unreadable subscription file; skipped");
+                continue;
+            };
+            let Some(kind) = SubKind::from_file(&f) else {
+                warn!(file = %path.display(), kind = %f.kind, "unknown subscription type; skipped");
+                continue;
+            };
+            out.push((f.name, kind));
+        }
+        out
+    }
+
+    fn record(&self, name: &str, kind: SubKind) -> Result<(), StorageError> {
+        fs::create_dir_all(&self.dir).map_err(|source| StorageError::Io {
+            op: "create",
+            path: self.dir.clone(),
+            source,
+        })?;
+        let body = serde_json::to_vec_pretty(&kind.to_file(name)).unwrap_or_default();
+        write_durably(&self.path(name, "json"), &body)
+    }
+
+    fn cursor_store(&self, name: &str, fresh: bool) -> Result<SubStore, StorageError> {
+        let path = self.path(name, "cursor");
+        if fresh {
+            let _ = fs::remove_file(&path);
+        }
+        FileStore::open(&path)
+            .map(SubStore::File)
+            .map_err(|e| StorageError::Corrupt {
+                path,
+                offset: 0,
+                reason: e.to_string(),
+            })
+    }
+
+    fn remove(&self, name: &str) {
+        let _ = fs::remove_file(self.path(name, "json"));
+        let _ = fs::remove_file(self.path(name, "cursor"));
+    }
+
+    fn durable(&self) -> bool {
+        true
+    }
+}
+
+/// Writes `bytes` to `path` through a temporary file, fsync and rename (and a directory sync).
+fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    let tmp = path.with_extension("tmp");
+    let io = |op: &'static str, p: &Path| {
+        let p = p.to_path_buf();
+        move |source| StorageError::Io {
+            op,
+            path: p,
+            source,
+        }
+    };
+    {
+        let mut f = fs::File::create(&tmp).map_err(io("create", &tmp))?;
+        std::io::Write::write_all(&mut f, bytes).map_err(io("write", &tmp))?;
+        f.sync_all().map_err(io("sync", &tmp))?;
+    }
+    fs::rename(&tmp, path).map_err(io("rename", path))?;
+    if let Some(d) = path.parent() {
+        crate::storage::sync_dir(d)?;
+    }
+    Ok(())
+}
+
+/// What a subscription's `.json` file holds.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SubFile {
+    name: String,
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key_shared_mode: Option<String>,
+    #[serde(default)]
+    allow_out_of_order_delivery: bool,
+}
+
+impl SubKind {
+    fn to_file(self, name: &str) -> SubFile {
+        SubFile {
+            name: name.to_owned(),
+            kind: self.pulsar_name().to_owned(),
+            key_shared_mode: self.key_shared_mode_name().map(str::to_owned),
+            allow_out_of_order_delivery: matches!(self, SubKind::KeyShared(k) if k.allow_out_of_order),
+        }
+    }
+
+    fn from_file(f: &SubFile) -> Option<SubKind> {
+        Some(match f.kind.as_str() {
+            "Shared" => SubKind::Shared,
+            "Exclusive" => SubKind::Exclusive,
+            "Key_Shared" => SubKind::KeyShared(KeySharedConfig {
+                mode: match f.key_shared_mode.as_deref() {
+                    Some("STICKY") => KeySharedMode::Sticky,
+                    _ => KeySharedConfig::default().mode,
+                },
+                allow_out_of_order: f.allow_out_of_order_delivery,
+            }),
+            _ => return None,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cursor::Position;
+
+    fn state(md: u64) -> PersistedState {
+        PersistedState {
+            name: "s".into(),
+            mark_delete: Position::new(1, md),
+            acked: Default::default(),
+            batch_acks: Default::default(),
+            last_active: 0,
+        }
+    }
+
+    fn saved(store: &mut SubStore) -> Option<Position> {
+        store.load().unwrap().map(|s| s.mark_delete)
+    }
+
+    #[test]
+    fn a_memory_catalog_keeps_cursors_by_name_until_started_over() {
+        let c = MemoryCatalog::default();
+        c.record("s", SubKind::Shared).unwrap();
+        assert!(c.recorded().is_empty(), "nothing survives a restart");
+        c.cursor_store("s", true).unwrap().save(&state(3)).unwrap();
+        assert_eq!(
+            saved(&mut c.cursor_store("s", false).unwrap()),
+            Some(Position::new(1, 3))
+        );
+        assert_eq!(
+            saved(&mut c.cursor_store("s", true).unwrap()),
+            None,
+            "fresh"
+        );
+        c.cursor_store("s", false).unwrap().save(&state(4)).unwrap();
+        c.remove("s");
+        assert_eq!(
+            saved(&mut c.cursor_store("s", false).unwrap()),
+            None,
+            "removed"
+        );
+    }
+
+    #[test]
+    fn a_file_catalog_records_types_and_cursors() {
+        let dir = std::env::temp_dir().join(format!("broker-catalog-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let c = FileCatalog::new(dir.clone());
+        let ks = SubKind::KeyShared(KeySharedConfig {
+            mode: KeySharedMode::Sticky,
+            allow_out_of_order: true,
+        });
+        c.record("a/b", SubKind::Shared).unwrap();
+        c.record("k", ks).unwrap();
+        c.record("a/b", SubKind::Exclusive).unwrap();
+        fs::write(dir.join("junk.json"), b"{").unwrap();
+        let mut got = c.recorded();
+        got.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(
+            got,
+            vec![("a/b".to_owned(), SubKind::Exclusive), ("k".to_owned(), ks)],
+            "the last record wins; an unreadable file is skipped"
+        );
+        c.cursor_store("k", true).unwrap().save(&state(7)).unwrap();
+        let reopened = FileCatalog::new(dir.clone());
+        assert_eq!(
+            saved(&mut reopened.cursor_store("k", false).unwrap()),
+            Some(Position::new(1, 7))
+        );
+        reopened.remove("k");
+        assert_eq!(reopened.recorded().len(), 1);
+        assert_eq!(saved(&mut reopened.cursor_store("k", false).unwrap()), None);
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
