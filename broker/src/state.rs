@@ -9,9 +9,11 @@ use dispatcher::Event;
 use tracing::{info, warn};
 
 use crate::config::BrokerConfig;
-use crate::storage::{decode_name, encode_name, ReadCache, StorageError};
+use crate::storage::{ReadCache, StorageError};
 use crate::sync::lock;
-use crate::topic::{Subscription, Topic, TopicConfig, TopicName};
+use crate::topic::{
+    Backend, FileBackend, MemoryBackend, Subscription, Topic, TopicConfig, TopicName,
+};
 
 /// Where frames the broker sends on its own (CLOSE_CONSUMER when a seek or a reset closes a
 /// subscription's consumers) go for one connection: its writer queue, in the TCP shell.
@@ -34,6 +36,8 @@ pub(crate) struct BrokerState {
     topics: Mutex<HashMap<String, Arc<Topic>>>,
     /// The durable topics' read cache (`--read-cache-mb`), one for the broker.
     pub read_cache: Arc<ReadCache>,
+    /// Where topics are stored.
+    backend: Box<dyn Backend>,
     /// Per live connection: where broker-initiated frames for it go.
     outboxes: Mutex<HashMap<u64, Arc<dyn Outbox>>>,
 }
@@ -41,6 +45,13 @@ pub(crate) struct BrokerState {
 impl BrokerState {
     /// The broker's state with no topic loaded yet (no socket, no thread).
     pub(crate) fn new(cfg: BrokerConfig, service_url: String) -> BrokerState {
+        let read_cache = Arc::new(ReadCache::new(
+            cfg.read_cache_mb.saturating_mul(1024 * 1024),
+        ));
+        let backend: Box<dyn Backend> = match &cfg.data_dir {
+            Some(d) => Box::new(FileBackend::new(d.join("topics"), read_cache.clone())),
+            None => Box::new(MemoryBackend),
+        };
         BrokerState {
             service_url,
             server_version: format!("key-ordered-broker-{}", env!("CARGO_PKG_VERSION")),
@@ -50,14 +61,13 @@ impl BrokerState {
             name_prefix: format!("standalone-{}", std::process::id()),
             topics: Mutex::new(HashMap::new()),
             outboxes: Mutex::new(HashMap::new()),
-            read_cache: Arc::new(ReadCache::new(
-                cfg.read_cache_mb.saturating_mul(1024 * 1024),
-            )),
+            read_cache,
+            backend,
             cfg,
         }
     }
 
-    /// The topic, created on first use (with its directory under `--data-dir`).
+    /// The topic, created on first use (in the backend: a directory under `--data-dir`).
     pub(crate) fn topic(&self, name: &TopicName) -> Result<Arc<Topic>, StorageError> {
         let full = name.full();
         let mut topics = lock(&self.topics);
@@ -69,23 +79,12 @@ impl BrokerState {
             max_unacked_per_key: self.cfg.key_shared_max_unacked_per_key,
             delayed_delivery: self.cfg.delayed_delivery,
         };
-        let t = match &self.cfg.data_dir {
-            None => {
-                let mut t = Topic::new(full.clone(), self.cfg.entries_per_ledger);
-                t.defaults = defaults;
-                t
-            }
-            Some(d) => Topic::open(
-                full.clone(),
-                d.join("topics").join(encode_name(&full)),
-                TopicConfig {
-                    entries_per_ledger: self.cfg.entries_per_ledger,
-                    sync: self.cfg.sync,
-                    defaults,
-                },
-                self.read_cache.clone(),
-            )?,
+        let config = TopicConfig {
+            entries_per_ledger: self.cfg.entries_per_ledger,
+            sync: self.cfg.sync,
+            defaults,
         };
+        let t = Topic::open(full.clone(), &*self.backend, config)?;
         if self.cfg.legacy != crate::config::Legacy::default() {
             warn!(topic = %full, legacy = ?self.cfg.legacy, "Pulsar-bug switches are on for this topic's subscriptions");
         }
@@ -95,31 +94,12 @@ impl BrokerState {
         Ok(t)
     }
 
-    /// Reads every topic under `--data-dir` back (before the listener accepts anyone).
+    /// Reads every stored topic back (before the listener accepts anyone).
     pub(crate) fn recover_topics(&self) -> Result<usize, StorageError> {
-        let Some(d) = &self.cfg.data_dir else {
-            return Ok(0);
-        };
-        let dir = d.join("topics");
-        std::fs::create_dir_all(&dir).map_err(|source| StorageError::Io {
-            op: "create",
-            path: dir.clone(),
-            source,
-        })?;
-        let list = std::fs::read_dir(&dir).map_err(|source| StorageError::Io {
-            op: "list",
-            path: dir.clone(),
-            source,
-        })?;
         let mut n = 0;
-        for e in list.flatten() {
-            let fname = e.file_name().to_string_lossy().into_owned();
-            let Some(full) = decode_name(&fname) else {
-                warn!(dir = %e.path().display(), "not a topic directory; skipped");
-                continue;
-            };
+        for full in self.backend.topics()? {
             let Ok(name) = TopicName::parse(&full) else {
-                warn!(dir = %e.path().display(), "not a topic directory; skipped");
+                warn!(topic = %full, "not a topic name; skipped");
                 continue;
             };
             self.topic(&name)?;

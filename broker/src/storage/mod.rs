@@ -58,6 +58,16 @@ pub enum StorageError {
         #[source]
         source: io::Error,
     },
+    /// A stored entry that does not read back as an entry.
+    #[error("entry {position} of {topic}: {reason}")]
+    Entry {
+        /// The topic.
+        topic: String,
+        /// The entry's position.
+        position: cursor::Position,
+        /// What is wrong.
+        reason: String,
+    },
     /// A damaged record that is not a torn tail.
     #[error("corrupt log {path} at offset {offset}: {reason}")]
     Corrupt {

@@ -10,20 +10,21 @@
 //! subscription's mark-delete position are trimmed with their payloads.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use cursor::{EntryMeta, InMemoryLedger, Ledger, Position};
 use tracing::{debug, warn};
 
-use crate::storage::{EntryStore, FileEntries, MemoryEntries, ReadCache, StorageError, SyncPolicy};
+use crate::storage::{EntryStore, StorageError, SyncPolicy};
 use crate::sync::lock;
 
+mod backend;
 mod catalog;
 mod name;
 mod subscription;
 
-use catalog::{FileCatalog, MemoryCatalog, SubscriptionCatalog};
+pub(crate) use backend::{Backend, FileBackend, MemoryBackend};
+use catalog::SubscriptionCatalog;
 
 pub(crate) use name::TopicName;
 pub(crate) use subscription::{
@@ -133,35 +134,27 @@ impl std::fmt::Debug for Topic {
 }
 
 impl Topic {
-    /// An in-memory topic.
+    /// An in-memory topic (tests).
+    #[cfg(test)]
     pub(crate) fn new(name: String, entries_per_ledger: u64) -> Topic {
-        Topic {
-            name,
-            catalog: Box::new(MemoryCatalog::default()),
-            entries: Box::new(MemoryEntries::default()),
+        let config = TopicConfig {
+            entries_per_ledger,
             sync: SyncPolicy::Always,
             defaults: SubscriptionDefaults::default(),
-            state: Mutex::new(TopicState {
-                ledger: InMemoryLedger::new(entries_per_ledger),
-                chunks: HashMap::new(),
-                subs: BTreeMap::new(),
-            }),
-            counters: Mutex::new(TopicCounters::default()),
-            producers: Mutex::new(BTreeMap::new()),
-            key_shared: std::sync::atomic::AtomicBool::new(false),
-            rate_in: Mutex::new((Rate::default(), Rate::default())),
-            schemas: crate::schema::SchemaRegistry::default(),
+        };
+        match Topic::open(name, &MemoryBackend, config) {
+            Ok(t) => t,
+            Err(e) => unreachable!("an in-memory topic cannot fail to open: {e}"),
         }
     }
 
-    /// A durable topic in `dir`: its log is read back (entry metadata and the chunk index;
-    /// payloads stay on disk, read through `cache`) and its subscriptions are restarted from
-    /// their cursor files. New entries start a new ledger id, so no position is ever reused.
+    /// The topic `name` from `backend`: its stored entries are read back (their metadata and
+    /// the chunk index; payloads stay in the store) and its recorded subscriptions restarted
+    /// from their cursors. New entries start a new ledger id, so no position is ever reused.
     pub(crate) fn open(
         name: String,
-        dir: PathBuf,
+        backend: &dyn Backend,
         config: TopicConfig,
-        cache: Arc<ReadCache>,
     ) -> Result<Topic, StorageError> {
         let TopicConfig {
             entries_per_ledger,
@@ -171,7 +164,12 @@ impl Topic {
         let mut ledger = InMemoryLedger::new(entries_per_ledger);
         let mut chunks: HashMap<String, Vec<Position>> = HashMap::new();
         let mut counters = TopicCounters::default();
-        let entries = FileEntries::open(&dir, cache, |pos, section| {
+        let corrupt = |position: Position, reason: String| StorageError::Entry {
+            topic: name.clone(),
+            position,
+            reason,
+        };
+        let (entries, catalog) = backend.open_topic(&name, &mut |pos, section| {
             let info = wire::parse_section(section)
                 .map_err(|e| e.to_string())
                 .and_then(|p| {
@@ -181,11 +179,10 @@ impl Topic {
             let meta = match info {
                 Ok(i) => i.meta,
                 Err(reason) => {
-                    return Err(StorageError::Corrupt {
-                        path: dir.clone(),
-                        offset: 0,
-                        reason: format!("entry {pos}: stored section does not decode: {reason}"),
-                    })
+                    return Err(corrupt(
+                        pos,
+                        format!("stored section does not decode: {reason}"),
+                    ))
                 }
             };
             counters.msg_in += u64::from(meta.messages());
@@ -194,21 +191,18 @@ impl Topic {
             if let Some(c) = &meta.chunk {
                 chunks.entry(c.uuid.clone()).or_default().push(pos);
             }
-            ledger
-                .restore(pos, meta)
-                .map_err(|expected| StorageError::Corrupt {
-                    path: dir.clone(),
-                    offset: 0,
-                    reason: format!(
-                        "entry {pos} out of order (expected {expected} or a later ledger)"
-                    ),
-                })
+            ledger.restore(pos, meta).map_err(|expected| {
+                corrupt(
+                    pos,
+                    format!("out of order (expected {expected} or a later ledger)"),
+                )
+            })
         })?;
         ledger.roll_over();
         let topic = Topic {
             name,
-            catalog: Box::new(FileCatalog::new(dir.join("subscriptions"))),
-            entries: Box::new(entries),
+            catalog,
+            entries,
             sync,
             defaults,
             state: Mutex::new(TopicState {
