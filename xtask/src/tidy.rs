@@ -12,7 +12,8 @@
 //! * the broker's core (all of `broker/src` but `shell/` and `main.rs`) owns no socket, thread,
 //!   channel or clock; its files stay under 600 lines and its functions under 80; no
 //!   `Result<_, String>`; no circle among its modules;
-//! * every repository path a doc names exists;
+//! * every repository path a doc names exists, and `docs/BROKER.md` says what the broker does
+//!   with every command of `PulsarApi.proto`;
 //! * every crate has a top doc, and the README and `.ci/run` keep the two set-up commands.
 
 use std::fs;
@@ -133,6 +134,7 @@ fn check(root: &Path) -> anyhow::Result<(usize, Vec<String>)> {
 
     problems.extend(broker_checks(root, &lib_banned)?);
     problems.extend(doc_paths(root));
+    problems.extend(command_table(root));
 
     // Loom-checked crates: only src/sync.rs names the primitives.
     for c in ["pending-acks", "draining-hashes"] {
@@ -300,6 +302,51 @@ fn doc_paths(root: &Path) -> Vec<String> {
         }
     }
     problems
+}
+
+/// The commands of `BaseCommand`'s `Type` enum in the vendored `PulsarApi.proto`.
+fn proto_commands(proto: &str) -> Vec<String> {
+    let Some(message) = proto.find("message BaseCommand {") else {
+        return Vec::new();
+    };
+    let Some(start) = proto[message..].find("enum Type {").map(|k| message + k) else {
+        return Vec::new();
+    };
+    let body = &proto[start + "enum Type {".len()..];
+    let body = &body[..body.find('}').unwrap_or(body.len())];
+    body.lines()
+        .filter_map(|l| l.split("//").next())
+        .filter_map(|l| l.split_once('='))
+        .map(|(name, _)| name.trim().to_owned())
+        .filter(|n| !n.is_empty())
+        .collect()
+}
+
+/// `docs/BROKER.md`'s section "Every command of the protocol" names every command of the
+/// protocol (what the broker does with it).
+fn command_table(root: &Path) -> Vec<String> {
+    let proto =
+        fs::read_to_string(root.join("crates/wire/proto/PulsarApi.proto")).unwrap_or_default();
+    let commands = proto_commands(&proto);
+    if commands.is_empty() {
+        return vec!["crates/wire/proto/PulsarApi.proto: no `enum Type` of commands found".into()];
+    }
+    let doc = fs::read_to_string(root.join("docs/BROKER.md")).unwrap_or_default();
+    let heading = "## Every command of the protocol";
+    let Some(at) = doc.find(heading) else {
+        return vec![format!("docs/BROKER.md: no section `{heading}`")];
+    };
+    let section = &doc[at + heading.len()..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    commands
+        .iter()
+        .filter(|c| !section.contains(&format!("`{c}`")))
+        .map(|c| {
+            format!(
+                "docs/BROKER.md: the command table does not say what the broker does with `{c}`"
+            )
+        })
+        .collect()
 }
 
 /// Longest file in `broker/src`, in lines.
@@ -514,6 +561,19 @@ mod tests {
         std::fs::create_dir_all(root.join("tests")).unwrap();
         assert_eq!(super::doc_paths(&root), Vec::<String>::new());
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    #[test]
+    fn the_commands_come_from_the_proto() {
+        let proto = "message BaseCommand {\n  enum Type {\n    CONNECT = 2; // first\n    SEND = 6;\n  }\n  required Type type = 1;\n}";
+        assert_eq!(super::proto_commands(proto), ["CONNECT", "SEND"]);
+        let real = std::fs::read_to_string(super::root().join("crates/wire/proto/PulsarApi.proto"))
+            .unwrap();
+        let all = super::proto_commands(&real);
+        assert!(
+            all.len() > 60 && all.contains(&"GET_SCHEMA".to_owned()),
+            "{all:?}"
+        );
     }
 
     #[test]
