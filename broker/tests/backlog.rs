@@ -92,13 +92,7 @@ fn a_backlog_larger_than_the_cache_is_read_back_from_disk() {
     c.expect(Type::Success);
 
     let mut p = Raw::connected_url(&url);
-    p.send(&wire::commands::producer(TOPIC, 1, 1, None));
-    let name = p
-        .expect(Type::ProducerSuccess)
-        .command
-        .producer_success
-        .unwrap()
-        .producer_name;
+    let name = common::open_producer(&mut p, TOPIC);
     let body = vec![b'x'; size];
     let mut peak = broker.rss_mib();
     const WINDOW: u64 = 100;

@@ -14,9 +14,7 @@ const TOPIC: &str = "persistent://public/default/bad-input";
 /// A healthy round trip on a fresh connection: produce one message, consume it.
 fn healthy_round_trip(b: &broker::Broker, n: u64) {
     let mut c = Raw::connected(b);
-    c.send(&wire::commands::producer(TOPIC, 1, 1, None));
-    let ps = c.expect(Type::ProducerSuccess);
-    let name = ps.command.producer_success.unwrap().producer_name;
+    let name = common::open_producer(&mut c, TOPIC);
     c.send(&wire::commands::subscribe(
         TOPIC,
         &format!("healthy-{n}"),

@@ -75,13 +75,7 @@ fn seed_000(legacy: bool) -> BTreeSet<String> {
     // Ten keys with one message each (positions 0..9, which the skip will pass), then ten
     // other keys with three each: c1 gets all 40 and acks none (it is still processing).
     let mut p = Raw::connected(&b);
-    p.send(&wire::commands::producer(TOPIC, 1, 1, None));
-    let name = p
-        .expect(Type::ProducerSuccess)
-        .command
-        .producer_success
-        .unwrap()
-        .producer_name;
+    let name = common::open_producer(&mut p, TOPIC);
     let mut seq = 0;
     let mut send = |p: &mut Raw, key: &str| {
         p.send_message(

@@ -191,12 +191,17 @@ pub fn http(broker: &Broker, method: &str, path: &str, body: &str) -> (u16, Stri
     (status, body)
 }
 
+/// Opens producer 1 on `topic` over `c` and returns the name the broker gave it.
+pub fn open_producer(c: &mut Raw, topic: &str) -> String {
+    c.send(&wire::commands::producer(topic, 1, 1, None));
+    let ps = c.expect(Type::ProducerSuccess);
+    ps.command.producer_success.unwrap().producer_name
+}
+
 /// Produces `n` messages with keys `k0..k{keys-1}` on `topic` over a fresh connection.
 pub fn produce(broker: &Broker, topic: &str, n: u64, keys: u64) {
     let mut c = Raw::connected(broker);
-    c.send(&wire::commands::producer(topic, 1, 1, None));
-    let ps = c.expect(Type::ProducerSuccess);
-    let name = ps.command.producer_success.unwrap().producer_name;
+    let name = open_producer(&mut c, topic);
     for i in 0..n {
         let key = format!("k{}", i % keys.max(1));
         c.send_message(
