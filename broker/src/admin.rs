@@ -349,7 +349,7 @@ fn why_blocked(req: &Request, s: &Subscription) -> Response {
 /// clients subscribe again), then the cursor moves.
 fn reset_to(state: &BrokerState, t: &Topic, s: &Subscription, target: Position) {
     state.kick_subscription(s);
-    let mv = s.runtime.admin(AdminOp::ResetTo(target));
+    let mv = t.reset(s, target);
     info!(topic = %t.name, subscription = %s.name, to = %target, moved = mv.is_some(), "admin reset cursor");
 }
 

@@ -13,8 +13,9 @@
 //! * One acceptor thread; per connection a reader thread (reads, runs its session, acks on this
 //!   thread) and a writer thread (a bounded queue of encoded frames drained into the socket);
 //!   one forwarder thread per consumer encodes its deliveries into MESSAGE frames.
-//! * One dispatcher [`dispatcher::Runtime`] per subscription, over a replica of its topic's
-//!   ledger. Payloads are stored once per topic, verbatim, and sent back after each MESSAGE.
+//! * One dispatcher [`dispatcher::Runtime`] per subscription, its cursor over its topic's one
+//!   ledger ([`cursor::SharedLedger`]). Entries and their payloads are stored once per topic,
+//!   payloads verbatim, and sent back after each MESSAGE.
 //! * Topics (`persistent://tenant/namespace/topic`) are created on first use and are never
 //!   partitioned.
 //!

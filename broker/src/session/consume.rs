@@ -191,7 +191,7 @@ impl Session {
             // A Reader: its non-durable subscription starts at the given id (inclusive; the
             // client drops the start entry itself when the start is exclusive).
             let start = topic.resolve_message_id(id.ledger_id, id.entry_id);
-            sub.runtime.admin(dispatcher::AdminOp::ResetTo(start));
+            topic.reset(&sub, start);
         }
         self.start_consumer(now, s, topic, sub, (kind, ranges));
     }
@@ -450,7 +450,7 @@ impl Session {
         // still-attached consumers and replay it again after the close (seen twice by the app).
         let sub = c.sub.clone();
         self.state.kick_subscription(&sub);
-        sub.runtime.admin(dispatcher::AdminOp::ResetTo(target));
+        c.topic.reset(&sub, target);
         self.send_success(s.request_id);
     }
 

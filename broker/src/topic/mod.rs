@@ -1,18 +1,20 @@
 //! Topics and their subscriptions.
 //!
-//! A topic owns the master ledger (entry metadata, the positions Pulsar clients see in
-//! SEND_RECEIPT) and an [`EntryStore`] with the payload of every entry: the `0e01…` section of
-//! the producer's SEND, stored verbatim and sent back after each MESSAGE header (in memory, or
-//! in the topic's log files with a read cache under `--data-dir`). Each subscription runs one
-//! dispatcher [`Runtime`] over its own replica of the ledger: a clone taken when the
-//! subscription is created, then fed every later append in the same order, so the replica
-//! assigns the same positions (metadata is shared through `Arc`). Entries below every
-//! subscription's mark-delete position are trimmed with their payloads.
+//! A topic owns one ledger (entry metadata, the positions Pulsar clients see in SEND_RECEIPT)
+//! and an [`EntryStore`] with the payload of every entry: the `0e01…` section of the
+//! producer's SEND, stored verbatim and sent back after each MESSAGE header (in memory, or in
+//! the topic's log files with a read cache under `--data-dir`). Each subscription runs one
+//! dispatcher [`Runtime`] whose cursor reads that same ledger through a [`SharedLedger`]
+//! handle: an entry is kept once, whatever the number of subscriptions. The topic appends
+//! (then tells each runtime) and trims whole ledgers below every subscription's mark-delete
+//! position, with their payloads, once.
+//!
+//! [`Runtime`]: dispatcher::Runtime
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
-use cursor::{EntryMeta, InMemoryLedger, Ledger, Position};
+use cursor::{EntryMeta, InMemoryLedger, Ledger, Position, SharedLedger};
 use tracing::{debug, warn};
 
 use crate::storage::{EntryStore, StorageError, SyncPolicy};
@@ -58,7 +60,6 @@ impl Rate {
 }
 
 struct TopicState {
-    ledger: InMemoryLedger,
     /// Chunk uuid → positions of its chunks (for redelivery expansion).
     chunks: HashMap<String, Vec<Position>>,
     subs: BTreeMap<String, Arc<Subscription>>,
@@ -113,7 +114,11 @@ pub(crate) struct Topic {
     sync: SyncPolicy,
     /// The settings of new subscriptions' dispatchers.
     pub defaults: SubscriptionDefaults,
+    /// Guards the subscriptions and the chunk index; taken before `ledger`'s write lock, and
+    /// held while an append, a trim or a reset runs, so they happen one at a time.
     state: Mutex<TopicState>,
+    /// The entries' metadata, read by every subscription's cursor (one copy per entry).
+    ledger: SharedLedger,
     counters: Mutex<TopicCounters>,
     /// Producers by (connection, producer id); their names are unique per topic.
     pub producers: Mutex<BTreeMap<(u64, u64), ProducerInfo>>,
@@ -206,10 +211,10 @@ impl Topic {
             sync,
             defaults,
             state: Mutex::new(TopicState {
-                ledger,
                 chunks,
                 subs: BTreeMap::new(),
             }),
+            ledger: SharedLedger::new(ledger),
             counters: Mutex::new(counters),
             producers: Mutex::new(BTreeMap::new()),
             key_shared: std::sync::atomic::AtomicBool::new(false),
@@ -248,18 +253,19 @@ impl Topic {
         let messages = u64::from(meta.messages());
         let bytes = u64::from(meta.size);
         let chunk_uuid = meta.chunk.as_ref().map(|c| c.uuid.clone());
-        // Stored first: an entry that is not in the store is never dispatched, and its payload
-        // is in place before any subscription can dispatch it.
-        self.entries
-            .append(st.ledger.next_append_position(), section)?;
-        // One copy of the metadata, shared by the topic's ledger and every subscription's.
-        let meta = Arc::new(meta);
-        let pos = st.ledger.append_shared(meta.clone());
+        let pos = {
+            let mut ledger = self.ledger.write();
+            // Stored first: an entry that is not in the store is never dispatched, and its
+            // payload is in place before any subscription can read the entry.
+            self.entries
+                .append(ledger.next_append_position(), section)?;
+            ledger.append(meta)
+        };
         if let Some(uuid) = chunk_uuid {
             st.chunks.entry(uuid).or_default().push(pos);
         }
         for sub in st.subs.values() {
-            sub.runtime.publish_shared(vec![meta.clone()]);
+            sub.runtime.entries_appended();
         }
         drop(st);
         let mut c = lock(&self.counters);
@@ -299,15 +305,16 @@ impl Topic {
 
     /// The metadata of the entry at `p`, if it still exists.
     pub(crate) fn meta(&self, p: Position) -> Option<EntryMeta> {
-        lock(&self.state).ledger.meta(p).cloned()
+        self.ledger.read().meta(p).cloned()
     }
 
     /// Every position of the chunked message that the chunk at `p` belongs to (just `p` when
     /// it is not a chunk).
     pub(crate) fn chunk_siblings(&self, p: Position) -> Vec<Position> {
         let st = lock(&self.state);
-        let uuid = st
+        let uuid = self
             .ledger
+            .read()
             .meta(p)
             .and_then(|m| m.chunk.as_ref().map(|c| c.uuid.clone()));
         match uuid.and_then(|u| st.chunks.get(&u)) {
@@ -323,37 +330,37 @@ impl Topic {
         after: Option<Position>,
         upto: Position,
     ) -> Vec<Position> {
-        let st = lock(&self.state);
+        let ledger = self.ledger.read();
         let mut out = Vec::new();
         let mut p = match after {
-            Some(a) => st.ledger.next_position(a),
-            None => st.ledger.first_position(),
+            Some(a) => ledger.next_position(a),
+            None => ledger.first_position(),
         };
         while let Some(q) = p.filter(|q| *q <= upto) {
             out.push(q);
-            p = st.ledger.next_position(q);
+            p = ledger.next_position(q);
         }
         out
     }
 
     /// The last entry's position, or the position before the first when there is none.
     pub(crate) fn last_position(&self) -> Position {
-        let st = lock(&self.state);
-        st.ledger
+        let ledger = self.ledger.read();
+        ledger
             .last_position()
-            .unwrap_or_else(|| st.ledger.before_first())
+            .unwrap_or_else(|| ledger.before_first())
     }
 
     /// The position a client's message id stands for, with Pulsar's two sentinels: `earliest`
     /// (ledger and entry -1, which arrive as `u64::MAX`) is the first entry, and `latest`
     /// (`i64::MAX`) is the position after the last entry. Any other id is taken as it is.
     pub(crate) fn resolve_message_id(&self, ledger_id: u64, entry_id: u64) -> Position {
-        let st = lock(&self.state);
-        let first = || st.ledger.before_first().next();
+        let ledger = self.ledger.read();
+        let first = || ledger.before_first().next();
         if ledger_id == u64::MAX {
             first()
         } else if ledger_id >= i64::MAX as u64 {
-            st.ledger.last_position().map_or_else(first, Position::next)
+            ledger.last_position().map_or_else(first, Position::next)
         } else {
             Position::new(ledger_id, entry_id)
         }
@@ -362,21 +369,20 @@ impl Topic {
     /// The first entry published at or after `publish_time` (ms), or the position after the
     /// last entry when none is.
     pub(crate) fn position_at_time(&self, publish_time: u64) -> Position {
-        let st = lock(&self.state);
-        let mut p = st.ledger.first_position();
+        let ledger = self.ledger.read();
+        let mut p = ledger.first_position();
         while let Some(q) = p {
-            if st
-                .ledger
+            if ledger
                 .meta(q)
                 .is_some_and(|m| m.publish_time >= publish_time)
             {
                 return q;
             }
-            p = st.ledger.next_position(q);
+            p = ledger.next_position(q);
         }
-        st.ledger
+        ledger
             .last_position()
-            .map_or_else(|| st.ledger.before_first().next(), |l| l.next())
+            .map_or_else(|| ledger.before_first().next(), |l| l.next())
     }
 
     pub(crate) fn counters(&self) -> TopicCounters {
@@ -386,12 +392,12 @@ impl Topic {
     /// Entries that exist now: count, messages and bytes (storage size), and per ledger
     /// `(id, entries, bytes)`.
     pub(crate) fn storage(&self) -> (cursor::Backlog, Vec<(u64, u64, u64)>) {
-        let st = lock(&self.state);
+        let ledger = self.ledger.read();
         let mut total = cursor::Backlog::default();
         let mut ledgers: Vec<(u64, u64, u64)> = Vec::new();
-        let mut p = st.ledger.first_position();
+        let mut p = ledger.first_position();
         while let Some(q) = p {
-            if let Some(b) = st.ledger.stats(q) {
+            if let Some(b) = ledger.stats(q) {
                 total.entries += 1;
                 total.messages += b.messages;
                 total.bytes += b.bytes;
@@ -403,21 +409,21 @@ impl Topic {
                     _ => ledgers.push((q.ledger_id, 1, b.bytes)),
                 }
             }
-            p = st.ledger.next_position(q);
+            p = ledger.next_position(q);
         }
         (total, ledgers)
     }
 
-    /// Retention: drops whole ledgers (metadata and payloads, in the master and in every
-    /// subscription's replica, and the ledger's log file) once every subscription's
+    /// Retention: drops whole ledgers (metadata, payloads and the ledger's log file) once every
+    /// subscription's
     /// mark-delete position has moved past them, as Pulsar deletes consumed ledgers. Entries of
     /// the ledger being consumed stay (a Reader from the earliest message still finds them).
     /// A topic without subscriptions keeps its closed ledgers for [`NO_SUBSCRIPTION_KEEP_MS`]
     /// after their first entry's publish time, then drops them, as Pulsar without a retention
     /// policy does. `now_ms` is the wall clock.
     pub(crate) fn trim(&self, now_ms: u64) {
-        // Under the state lock, so no subscription is created (at the earliest entry) while
-        // the boundary is chosen.
+        // Under the state lock, so no subscription is created (at the earliest entry) and no
+        // cursor is reset (see `Topic::reset`) between choosing the boundary and trimming.
         let mut st = lock(&self.state);
         let subs: Vec<Arc<Subscription>> = st.subs.values().cloned().collect();
         let below = match subs
@@ -426,29 +432,27 @@ impl Topic {
             .min()
         {
             Some(min) => Position::new(min.next().ledger_id, 0),
-            None => match no_subscription_boundary(&st.ledger, now_ms) {
+            None => match no_subscription_boundary(&self.ledger.read(), now_ms) {
                 Some(b) => b,
                 None => return,
             },
         };
-        if st.ledger.first_position().is_none_or(|f| f >= below) {
-            return;
-        }
-        // The topic's ledger is taken out under the lock (whole ledgers move without touching
-        // their entries) and dropped here, on the housekeeping thread, after the subscriptions
-        // trimmed their replicas. The entries' metadata is shared with the replicas, so a
-        // replica's trim only drops references: freeing 50,000 entries used to stall a
-        // subscription's dispatcher thread for 16 ms, and with it every delivery.
-        let old_entries = st.ledger.split_off_below(below);
+        // Whole ledgers are taken out under the write lock (they move without touching their
+        // entries) and freed here, after the lock, on the housekeeping thread: freeing 50,000
+        // entries under the lock would stall every subscription's reads for milliseconds.
+        let old_entries = {
+            let mut ledger = self.ledger.write();
+            if ledger.first_position().is_none_or(|f| f >= below) {
+                return;
+            }
+            ledger.split_off_below(below)
+        };
         st.chunks.retain(|_, ps| {
             ps.retain(|p| *p >= below);
             !ps.is_empty()
         });
         drop(st);
         self.entries.delete_below(below);
-        for s in &subs {
-            s.runtime.admin(dispatcher::AdminOp::TrimLedgerBelow(below));
-        }
         let dropped = old_entries.len();
         drop(old_entries);
         if dropped > 0 {

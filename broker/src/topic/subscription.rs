@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
-use cursor::ManagedCursor;
+use cursor::{ManagedCursor, MarkDeleteMove, Position};
 use dispatcher::{
-    ConsumerId, DispatcherConfig, KeySharedConfig, KeySharedMode, Runtime, SubscriptionType,
+    AdminOp, ConsumerId, DispatcherConfig, KeySharedConfig, KeySharedMode, Runtime,
+    SubscriptionType,
 };
 use tracing::{info, warn};
 
@@ -236,12 +237,13 @@ impl Topic {
         Ok(sub)
     }
 
-    /// Starts a subscription's runtime over a replica of the master ledger, recording a new
+    /// Starts a subscription's runtime over the topic's ledger, recording a new
     /// one in the catalog. `recover` reads the cursor back from the catalog (a missing or
-    /// unusable cursor starts at the earliest entry: redelivery rather than loss).
+    /// unusable cursor starts at the earliest entry: redelivery rather than loss). `_held` is
+    /// the topic's state, whose lock the caller holds (retention does not trim meanwhile).
     fn start_subscription(
         &self,
-        st: &TopicState,
+        _held: &TopicState,
         name: &str,
         kind: SubKind,
         initial: InitialPosition,
@@ -251,12 +253,12 @@ impl Topic {
             self.key_shared
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        let replica = st.ledger.clone();
+        let ledger = self.ledger.clone();
         if !recover {
             self.catalog.record(name, kind)?;
         }
         let recovered = match recover {
-            true => ManagedCursor::recover(&replica, self.catalog.cursor_store(name, false)?)
+            true => ManagedCursor::recover(&ledger, self.catalog.cursor_store(name, false)?)
                 .map_err(|e| warn!(topic = %self.name, subscription = name, error = %e, "cursor not recovered; starting at the earliest entry"))
                 .ok(),
             false => None,
@@ -265,10 +267,10 @@ impl Topic {
             Some(c) => c,
             None => {
                 let store = self.catalog.cursor_store(name, true)?;
-                let mut c = ManagedCursor::new(name, &replica, store);
+                let mut c = ManagedCursor::new(name, &ledger, store);
                 if initial == InitialPosition::Latest && !recover {
                     // A new subscription at the end: nothing published so far is backlog.
-                    let _ = c.clear_backlog(&replica);
+                    let _ = c.clear_backlog(&ledger);
                 }
                 if self.catalog.durable() {
                     let _ = c.persist();
@@ -276,7 +278,7 @@ impl Topic {
                 c
             }
         };
-        let runtime = Runtime::start(kind.dispatcher_config(&self.defaults), cursor, replica);
+        let runtime = Runtime::start(kind.dispatcher_config(&self.defaults), cursor, ledger);
         info!(topic = %self.name, subscription = name, kind = kind.pulsar_name(), recovered = recover, "subscription started");
         Ok(Arc::new(Subscription {
             name: name.to_owned(),
@@ -286,6 +288,14 @@ impl Topic {
             rate_out: Mutex::new((Rate::default(), Rate::default())),
             last_expire: AtomicU64::new(0),
         }))
+    }
+
+    /// Moves the subscription's cursor to `target` (a seek or an admin reset), under the
+    /// topic's state lock: retention chooses its boundary from the cursors and trims under the
+    /// same lock, so a reset never lands on entries being trimmed.
+    pub(crate) fn reset(&self, sub: &Subscription, target: Position) -> Option<MarkDeleteMove> {
+        let _held = lock(&self.state);
+        sub.runtime.admin(AdminOp::ResetTo(target))
     }
 
     /// The subscription `name`, if it exists.

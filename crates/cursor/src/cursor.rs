@@ -8,7 +8,7 @@ use tracing::{debug, warn};
 
 use crate::ackset::AckSet;
 use crate::batch::BatchAcks;
-use crate::entry::{Backlog, Entry, EntryMeta, Position};
+use crate::entry::{Backlog, Entry, Position};
 use crate::error::CursorError;
 use crate::ledger::Ledger;
 use crate::store::{CursorStore, PersistedState};
@@ -303,7 +303,7 @@ impl<S: CursorStore> ManagedCursor<S> {
                     what: "batch bitset for a position not in the ledger",
                 });
             }
-            if ledger.meta(*p).map(EntryMeta::messages) != Some(b.batch_size()) {
+            if ledger.stats(*p).map(|s| s.messages) != Some(u64::from(b.batch_size())) {
                 return Err(CursorError::StateMismatch {
                     position: *p,
                     what: "batch bitset size differs from the entry's message count",

@@ -6,6 +6,9 @@ use std::sync::Arc;
 
 use crate::entry::{Backlog, Entry, EntryMeta, Position};
 
+mod shared;
+pub use shared::SharedLedger;
+
 /// An append-only log of entries, split into ledgers (segments) with growing ids.
 ///
 /// Contract for implementations: ledger ids are at least 1 (id 0 is reserved for the position
@@ -49,16 +52,20 @@ pub trait Ledger {
     /// The first existing entry strictly after `p` (crossing ledger boundaries), if any.
     fn next_position(&self, p: Position) -> Option<Position>;
 
-    /// The metadata of the entry at `p`, if it exists.
-    fn meta(&self, p: Position) -> Option<&EntryMeta>;
-
-    /// The entry at `p`, if it exists.
+    /// The entry at `p` (its position and shared metadata), if it exists. The trait hands out
+    /// owned entries, never references into the ledger, so a ledger behind a lock (see
+    /// [`SharedLedger`](crate::SharedLedger)) or on disk can implement it.
     fn get(&self, p: Position) -> Option<Entry>;
 
     /// Whether the entry at `p` exists. The cursor's ack path calls this for every ack, so
     /// implementations should answer it without touching the entry's metadata.
     fn exists(&self, p: Position) -> bool {
-        self.meta(p).is_some()
+        self.stats(p).is_some()
+    }
+
+    /// The publish time of the entry at `p`, if it exists (expiry and resets by time read it).
+    fn publish_time(&self, p: Position) -> Option<u64> {
+        self.get(p).map(|e| e.meta.publish_time)
     }
 
     /// `None` when the entry at `p` does not exist; otherwise whether it is the first existing
@@ -86,7 +93,7 @@ pub trait Ledger {
     /// path uses this; implementations can serve it from compact arrays without touching the
     /// full metadata.
     fn stats(&self, p: Position) -> Option<Backlog> {
-        self.meta(p).map(Backlog::of)
+        self.get(p).map(|e| Backlog::of(&e.meta))
     }
 
     /// How many entries were ever appended to ledger `ledger_id` (trimmed ones included), or
@@ -125,8 +132,8 @@ pub trait Ledger {
             if q > through {
                 break;
             }
-            if let Some(m) = self.meta(q) {
-                t.add(Backlog::of(m));
+            if let Some(b) = self.stats(q) {
+                t.add(b);
             }
             p = self.next_position(q);
         }
@@ -147,7 +154,7 @@ pub trait Ledger {
     fn find_by_publish_time(&self, t: u64) -> Option<Position> {
         let mut p = self.first_position();
         while let Some(q) = p {
-            if self.meta(q).is_some_and(|m| m.publish_time >= t) {
+            if self.publish_time(q).is_some_and(|pt| pt >= t) {
                 return Some(q);
             }
             p = self.next_position(q);
@@ -225,7 +232,7 @@ impl Segment {
 /// ```
 ///
 /// A clone shares the entries' metadata (`Arc`) and assigns the same positions to the same
-/// appends, so a broker can give each subscription of a topic its own replica.
+/// appends. To give several cursors one ledger, share it with [`SharedLedger`].
 #[derive(Clone, Debug)]
 pub struct InMemoryLedger {
     entries_per_ledger: u64,
@@ -380,6 +387,14 @@ impl InMemoryLedger {
         self.next_ledger_id
     }
 
+    /// The metadata of the entry at `p`, if it exists, borrowed from the ledger (the
+    /// [`Ledger`] trait only hands out owned [`Entry`]s).
+    pub fn meta(&self, p: Position) -> Option<&EntryMeta> {
+        let seg = self.seg(p.ledger_id)?;
+        let i = p.entry_id.checked_sub(seg.base)?;
+        seg.metas.get(usize::try_from(i).ok()?).map(|m| &**m)
+    }
+
     #[inline]
     fn seg(&self, ledger_id: u64) -> Option<&Segment> {
         let first = self.segs.first()?.id;
@@ -457,10 +472,8 @@ impl Ledger for InMemoryLedger {
         self.first_from(idx + 1)
     }
 
-    fn meta(&self, p: Position) -> Option<&EntryMeta> {
-        let seg = self.seg(p.ledger_id)?;
-        let i = p.entry_id.checked_sub(seg.base)?;
-        seg.metas.get(usize::try_from(i).ok()?).map(|m| &**m)
+    fn publish_time(&self, p: Position) -> Option<u64> {
+        self.meta(p).map(|m| m.publish_time)
     }
 
     /// Copies runs of each segment's entries at once (one segment lookup per segment).

@@ -7,7 +7,8 @@
 //! [`MarkDeleteMove`] carrying its [`MarkDeleteReason`] (ack, cumulative ack, skip, clear-backlog,
 //! expiry, backlog quota, reset) and, when entries were passed without an ack, exactly which ones
 //! were dropped — so a dispatcher can react per reason and a simulator can account for every
-//! message. The [`Ledger`] trait abstracts the log ([`InMemoryLedger`] implements it); the
+//! message. The [`Ledger`] trait abstracts the log ([`InMemoryLedger`] implements it, and
+//! [`SharedLedger`] shares one between several cursors); the
 //! [`CursorStore`] trait abstracts durability ([`FileStore`]: an append-only log of checksummed
 //! snapshots with compaction, recovering the last good state after a torn write; [`MemoryStore`]).
 //!
@@ -61,7 +62,7 @@ pub use crate::cursor::{
 };
 pub use crate::entry::{Backlog, ChunkMeta, Entry, EntryMeta, Position};
 pub use crate::error::{CursorError, StoreError};
-pub use crate::ledger::{InMemoryLedger, Ledger};
+pub use crate::ledger::{InMemoryLedger, Ledger, SharedLedger};
 pub use crate::store::{CursorStore, FileStore, MemoryStore, PersistedState};
 
 /// The README's example, compiled and run as a doc test.

@@ -59,8 +59,9 @@ pub enum AdminOp {
     /// nothing moves.
     ResetToPublishTime(u64),
     /// Drop ledger entries below this position, but never at or above the cursor's
-    /// mark-delete + 1 (retention: a broker trims each subscription's ledger replica below the
-    /// slowest subscription's mark-delete). Moves nothing.
+    /// mark-delete + 1 (retention for a runtime that owns its ledger). Moves nothing. A ledger
+    /// shared by several runtimes ([`cursor::SharedLedger`]) is trimmed by its owner instead,
+    /// below the slowest cursor's mark-delete.
     TrimLedgerBelow(Position),
 }
 

@@ -200,6 +200,9 @@ pub enum Event {
     Release(ConsumerId, Vec<Position>),
     /// Append entries to the ledger (a producer).
     Publish(Vec<StdArc<EntryMeta>>),
+    /// Someone else appended to the ledger (a [`cursor::SharedLedger`]):
+    /// [`Runtime::entries_appended`].
+    Appended,
     /// Append entries to the ledger and send back the positions assigned, in order
     /// ([`Runtime::publish_wait`]).
     PublishWait(Vec<EntryMeta>, Sender<Vec<Position>>),
@@ -227,6 +230,7 @@ impl std::fmt::Debug for Event {
             Event::Nack(c, ps, d) => write!(f, "Nack({c}, {} positions, {d:?})", ps.len()),
             Event::Release(c, ps) => write!(f, "Release({c}, {} positions)", ps.len()),
             Event::Publish(m) => write!(f, "Publish({} entries)", m.len()),
+            Event::Appended => f.write_str("Appended"),
             Event::PublishWait(m, _) => write!(f, "PublishWait({} entries)", m.len()),
             Event::Admin(op, _) => write!(f, "Admin({op:?})"),
             Event::Wake => f.write_str("Wake"),
@@ -256,6 +260,8 @@ impl std::fmt::Debug for ConsumerHandle {
 struct ChannelWaker {
     events: Sender<Event>,
     pending: AtomicBool,
+    /// An [`Event::Appended`] is in the channel (one at a time).
+    appended: AtomicBool,
 }
 
 impl Waker for ChannelWaker {
@@ -270,6 +276,7 @@ impl Waker for ChannelWaker {
 /// A running subscription: the dispatcher thread and the handles to talk to it.
 pub struct Runtime {
     events: Sender<Event>,
+    waker: StdArc<ChannelWaker>,
     ack: AckHandle,
     view: StdArc<ViewFn>,
     ranges: StdArc<RangesFn>,
@@ -385,6 +392,7 @@ impl Runtime {
         let waker = StdArc::new(ChannelWaker {
             events: tx.clone(),
             pending: AtomicBool::new(false),
+            appended: AtomicBool::new(false),
         });
         let cell = StdArc::new(StdMutex::new(CursorCell { cursor, ledger }));
         let view: StdArc<ViewFn> = {
@@ -403,6 +411,7 @@ impl Runtime {
             StdArc::new(move || CursorCell::lock(&cell).cursor.acked_set().ranges())
         };
         let core = Dispatcher::new(cfg, waker.clone());
+        let loop_waker = waker.clone();
         let ack = core.ack_handle(cell.clone());
         let thread = std::thread::Builder::new()
             .name("dispatcher".into())
@@ -423,7 +432,7 @@ impl Runtime {
                     driver,
                     persist_ms,
                     cell,
-                    waker,
+                    waker: loop_waker,
                     consumers: Vec::new(),
                     start: Instant::now(),
                     start_wall: wall_clock_ms(),
@@ -436,6 +445,7 @@ impl Runtime {
         }
         Runtime {
             events: tx,
+            waker,
             ack,
             view,
             ranges,
@@ -475,13 +485,16 @@ impl Runtime {
         ));
     }
 
-    /// [`Runtime::publish`] for metadata that is already shared: the ledger keeps these `Arc`s
-    /// (see [`cursor::Ledger::append_shared`]). A broker that keeps the topic's own copy and
-    /// one runtime per subscription publishes the same `Arc` to each, so every entry is
-    /// allocated once, and freeing it falls to whoever drops the last reference (the topic's
-    /// retention, say) instead of each subscription's dispatcher thread.
-    pub fn publish_shared(&self, entries: Vec<StdArc<EntryMeta>>) {
-        let _ = self.events.send(Event::Publish(entries));
+    /// Tells the dispatcher thread that entries were appended to its ledger by someone else:
+    /// a topic that keeps one [`cursor::SharedLedger`] for all its subscriptions appends
+    /// through [`SharedLedger::write`](cursor::SharedLedger::write) and then calls this on
+    /// each subscription's runtime. Cheap to call per entry: while one such notice waits in
+    /// the channel, further calls send nothing (the dispatcher reads every entry there is when
+    /// it handles the notice).
+    pub fn entries_appended(&self) {
+        if !self.waker.appended.swap(true, StdOrdering::SeqCst) {
+            let _ = self.events.send(Event::Appended);
+        }
     }
 
     /// Appends entries to the ledger and waits for the positions the dispatcher thread
@@ -712,6 +725,11 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
             }
             Event::Publish(metas) => {
                 self.driver.publish(now, &mut self.core, &self.cell, metas);
+            }
+            Event::Appended => {
+                // Cleared first: an append after this point sends a new notice.
+                self.waker.appended.store(false, StdOrdering::SeqCst);
+                self.core.handle_entries_appended(now);
             }
             Event::PublishWait(metas, reply) => {
                 let positions = self.driver.publish(now, &mut self.core, &self.cell, metas);

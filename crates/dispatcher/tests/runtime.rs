@@ -295,6 +295,57 @@ fn cursor_view_follows_acks() {
     rt.shutdown();
 }
 
+/// Two subscriptions over one shared ledger: the owner appends once and notifies both
+/// runtimes; each delivers every entry, and one's acks do not move the other's cursor.
+#[test]
+fn two_runtimes_share_one_ledger() {
+    use cursor::{Ledger, SharedLedger};
+    let topic = SharedLedger::new(InMemoryLedger::new(3));
+    let start = |name: &str, cfg: DispatcherConfig| {
+        let cursor = ManagedCursor::new(name, &topic, MemoryStore::new());
+        Runtime::start(cfg, cursor, topic.clone())
+    };
+    let subs = [
+        start("a", DispatcherConfig::shared()),
+        start("b", DispatcherConfig::key_shared()),
+    ];
+    let consumers: Vec<ConsumerHandle> = subs
+        .iter()
+        .map(|rt| rt.add_consumer(ConsumerSpec::new(1, "c")).unwrap())
+        .collect();
+    let mut positions = Vec::new();
+    for i in 0..10 {
+        positions.push(topic.write().append(meta(&format!("k{i}"))));
+        for rt in &subs {
+            rt.entries_appended();
+        }
+    }
+    let mut got = vec![Vec::new(), Vec::new()];
+    for (c, got) in consumers.iter().zip(&mut got) {
+        c.flow(100);
+        while got.len() < positions.len() {
+            let b = c.deliveries.recv_timeout(Duration::from_secs(5)).unwrap();
+            got.extend(b.iter().map(|d| d.position));
+        }
+        got.sort();
+        assert_eq!(*got, positions);
+    }
+    for p in &got[0] {
+        consumers[0].ack(*p).unwrap();
+    }
+    assert_eq!(subs[0].cursor_view().backlog.entries, 0);
+    assert_eq!(subs[1].cursor_view().backlog.entries, 10);
+    // The owner trims below the slowest cursor once (the boundary is read before the write
+    // lock is taken: the cursor view reads the ledger); a's acks trimmed nothing b needs.
+    let slowest = subs[1].cursor_view().mark_delete.next();
+    topic.write().trim_below(slowest);
+    assert_eq!(topic.first_position(), Some(positions[0]));
+    drop(consumers);
+    for rt in subs {
+        rt.shutdown();
+    }
+}
+
 fn scratch(name: &str) -> std::path::PathBuf {
     let d = std::env::temp_dir().join(format!("dispatcher-rt-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);

@@ -25,9 +25,10 @@
 //!   replica held its own copy of every entry's metadata, and its trim freed 50,000 of them per
 //!   ledger on the dispatcher thread: 16–18 ms with no delivery, four ledgers at a time at
 //!   200k msg/s. B2-p99 was 35–64 ms; with retention switched off (experiment) it was
-//!   2.8–4.2 ms. Now the topic and its subscriptions share one copy (a replica's trim only
-//!   drops references, 0.6–1.3 ms per ledger on the dispatcher thread), the topic's ledgers
-//!   are taken out under the lock in O(ledgers) and freed on the housekeeping thread, and
+//!   2.8–4.2 ms. Then the topic and its subscriptions' replicas shared each entry's metadata
+//!   (a replica's trim only dropped references, 0.6–1.3 ms per ledger on the dispatcher
+//!   thread); now they share one ledger, whose trim takes whole ledgers out under the lock in
+//!   O(ledgers) and frees them on the housekeeping thread, and
 //!   retention looks every 100 ms, so a pass has one ledger: B2-p99 8–14 ms in alternating
 //!   pairs. What is left: freeing a ledger's metadata and payloads costs the housekeeping
 //!   thread 30–60 ms of CPU (each a cold allocation by then) on a machine whose two cores the

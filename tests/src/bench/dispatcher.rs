@@ -119,8 +119,8 @@ impl Ledger for SharedLedger {
     fn next_position(&self, p: Position) -> Option<Position> {
         self.0.next_position(p)
     }
-    fn meta(&self, p: Position) -> Option<&EntryMeta> {
-        self.0.meta(p)
+    fn publish_time(&self, p: Position) -> Option<u64> {
+        self.0.publish_time(p)
     }
     fn get(&self, p: Position) -> Option<Entry> {
         self.0.get(p)

@@ -106,7 +106,9 @@ impl<S: CursorStore> ManagedCursor<S> {
             });
         }
         lookup(ledger, p)?;
-        let actual = ledger.meta(p).map_or(1, EntryMeta::messages);
+        let actual = ledger
+            .stats(p)
+            .map_or(1, |s| u32::try_from(s.messages).unwrap_or(u32::MAX));
         if batch_size != actual {
             return Err(CursorError::BatchSizeMismatch {
                 position: p,

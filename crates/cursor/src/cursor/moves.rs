@@ -56,8 +56,10 @@ impl<S: CursorStore> ManagedCursor<S> {
         let mut dropped = Vec::new();
         let mut p = ledger.next_position(self.md);
         while let Some(q) = p {
-            let Some(m) = ledger.meta(q) else { break };
-            if m.publish_time >= before {
+            let Some(t) = ledger.publish_time(q) else {
+                break;
+            };
+            if t >= before {
                 break;
             }
             if !self.acked.contains(q) {
@@ -80,7 +82,7 @@ impl<S: CursorStore> ManagedCursor<S> {
         let mut over = self.backlog(ledger).bytes.saturating_sub(max_bytes);
         self.evict_while(ledger, |m, _| {
             let take = over > 0;
-            over = over.saturating_sub(u64::from(m.size));
+            over = over.saturating_sub(m.bytes);
             take
         })
     }
@@ -95,7 +97,7 @@ impl<S: CursorStore> ManagedCursor<S> {
         let mut over = self.backlog(ledger).messages.saturating_sub(max_messages);
         self.evict_while(ledger, |m, partial| {
             let take = over > 0;
-            over = over.saturating_sub(u64::from(m.messages()) - partial);
+            over = over.saturating_sub(m.messages - partial);
             take
         })
     }
@@ -116,17 +118,17 @@ impl<S: CursorStore> ManagedCursor<S> {
     pub(super) fn evict_while<L: Ledger + ?Sized>(
         &mut self,
         ledger: &L,
-        mut take: impl FnMut(&EntryMeta, u64) -> bool,
+        mut take: impl FnMut(&Backlog, u64) -> bool,
     ) -> Option<MarkDeleteMove> {
         let mut dropped = Vec::new();
         let mut p = self.md;
         while let Some(q) = self.first_unacked_after(ledger, p) {
-            let Some(m) = ledger.meta(q) else { break };
+            let Some(m) = ledger.stats(q) else { break };
             let partial = self
                 .batches
                 .get(&q)
                 .map_or(0, |b| u64::from(b.acked_count()));
-            if !take(m, partial) {
+            if !take(&m, partial) {
                 break;
             }
             dropped.push(q);
@@ -169,7 +171,7 @@ impl<S: CursorStore> ManagedCursor<S> {
                 } else if p > last.next() {
                     last.next()
                 } else {
-                    if ledger.meta(p).is_none() && p != last.next() {
+                    if !ledger.exists(p) && p != last.next() {
                         match ledger.entry_count(p.ledger_id) {
                             Some(n) if p.entry_id <= n => {}
                             Some(n) => {

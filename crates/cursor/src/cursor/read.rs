@@ -103,7 +103,7 @@ impl<S: CursorStore> ManagedCursor<S> {
         }
         let mut totals = Backlog::default();
         for (a, b) in self.acked.ranges() {
-            if ledger.meta(a).is_none() || ledger.meta(b).is_none() {
+            if !ledger.exists(a) || !ledger.exists(b) {
                 return Err(format!("acked range {a}..{b} not in the ledger"));
             }
             totals.add(ledger.totals_in(a.before(), b));

@@ -1,5 +1,5 @@
 use super::*;
-use crate::{InMemoryLedger, MemoryStore, StoreError};
+use crate::{EntryMeta, InMemoryLedger, MemoryStore, StoreError};
 
 fn pos(l: u64, e: u64) -> Position {
     Position::new(l, e)

@@ -105,9 +105,6 @@ impl Ledger for Linear<'_> {
     fn next_position(&self, p: Position) -> Option<Position> {
         self.0.next_position(p)
     }
-    fn meta(&self, p: Position) -> Option<&EntryMeta> {
-        self.0.meta(p)
-    }
     fn get(&self, p: Position) -> Option<Entry> {
         self.0.get(p)
     }
