@@ -248,14 +248,14 @@ fn subscription_route(
     match op {
         ["skip", n] if post => match parse_count(n) {
             Ok(n) => {
-                let mv = s.runtime.admin(AdminOp::Skip(n));
+                let mv = t.move_cursor(s, AdminOp::Skip(n));
                 info!(topic = %t.name, subscription = %s.name, skip = n, moved = mv.is_some(), "admin skip");
                 no_content()
             }
             Err(r) => r,
         },
         ["skip_all"] if post => {
-            let mv = s.runtime.admin(AdminOp::ClearBacklog);
+            let mv = t.move_cursor(s, AdminOp::ClearBacklog);
             info!(topic = %t.name, subscription = %s.name, moved = mv.is_some(), "admin clear backlog");
             no_content()
         }
@@ -263,7 +263,7 @@ fn subscription_route(
             Ok(secs) => {
                 let now = req.received_ms;
                 let cutoff = now.saturating_sub(secs.saturating_mul(1000));
-                let mv = s.runtime.admin(AdminOp::Expire(cutoff));
+                let mv = t.move_cursor(s, AdminOp::Expire(cutoff));
                 s.last_expire.store(now, Ordering::Relaxed);
                 info!(topic = %t.name, subscription = %s.name, expire_secs = secs, moved = mv.is_some(), "admin expire");
                 no_content()

@@ -290,12 +290,19 @@ impl Topic {
         }))
     }
 
-    /// Moves the subscription's cursor to `target` (a seek or an admin reset), under the
-    /// topic's state lock: retention chooses its boundary from the cursors and trims under the
-    /// same lock, so a reset never lands on entries being trimmed.
+    /// Moves the subscription's cursor to `target` (a seek or an admin reset); see
+    /// [`Topic::move_cursor`].
     pub(crate) fn reset(&self, sub: &Subscription, target: Position) -> Option<MarkDeleteMove> {
+        self.move_cursor(sub, AdminOp::ResetTo(target))
+    }
+
+    /// Runs an operation that moves the subscription's cursor (skip, clear-backlog, expiry,
+    /// reset) under the topic's state lock, and returns the move. Retention chooses its
+    /// boundary from the cursors and trims under the same lock, so a reset never lands on
+    /// entries being trimmed; and no entry is appended while the cursor walks the ledger.
+    pub(crate) fn move_cursor(&self, sub: &Subscription, op: AdminOp) -> Option<MarkDeleteMove> {
         let _held = lock(&self.state);
-        sub.runtime.admin(AdminOp::ResetTo(target))
+        sub.runtime.admin(op)
     }
 
     /// The subscription `name`, if it exists.

@@ -372,10 +372,12 @@ impl<S: CursorStore> ManagedCursor<S> {
     /// assert_eq!(c.next_read_position(&l), Position::new(2, 1)); // 2:0 is acked: the end
     /// ```
     pub fn next_read_position<L: Ledger + ?Sized>(&self, ledger: &L) -> Position {
+        // The end first, as in `read`: an entry appended between the two look-ups is not
+        // passed.
+        let end = ledger.last_position();
         match self.first_unacked_after(ledger, self.read.before()) {
             Some(p) => p,
-            None => ledger
-                .last_position()
+            None => end
                 .map_or(self.md.next(), Position::next)
                 .max(self.md.next()),
         }

@@ -32,11 +32,14 @@ impl<S: CursorStore> ManagedCursor<S> {
         if let Some(last) = out.last() {
             // The entry the next read returns first, or the position right after the last
             // entry: acked entries right after the read are passed too, as Pulsar's read
-            // position never names an acked entry.
+            // position never names an acked entry. The end is looked up first: with a ledger
+            // that others append to meanwhile (`SharedLedger`), an entry appended between the
+            // two look-ups is then read next instead of being passed.
+            let end = ledger.last_position();
             let after = last.position.next();
             self.read = self
                 .first_unacked_after(ledger, last.position)
-                .unwrap_or_else(|| ledger.last_position().map_or(after, Position::next));
+                .unwrap_or_else(|| end.map_or(after, Position::next).max(after));
         }
         out
     }

@@ -977,3 +977,80 @@ fn read_positions_as_pulsar_reports_them() {
     assert_eq!((mv.to, c.read_position()), (pos(2, 2), pos(2, 3)));
     ok(&c, &l);
 }
+
+/// A ledger that someone else appends to between two of the cursor's calls: the first time
+/// `next_position` finds nothing after the last entry, one entry is appended right after the
+/// answer (as a producer on another thread can, with a `SharedLedger`). Its `read_range` is
+/// the inner ledger's, so the append lands after the read, while the cursor looks for the next
+/// read position.
+struct AppendsMeanwhile {
+    inner: std::cell::RefCell<InMemoryLedger>,
+    armed: std::cell::Cell<bool>,
+}
+
+impl Ledger for AppendsMeanwhile {
+    fn append(&mut self, meta: EntryMeta) -> Position {
+        self.inner.get_mut().append(meta)
+    }
+    fn first_position(&self) -> Option<Position> {
+        self.inner.borrow().first_position()
+    }
+    fn last_position(&self) -> Option<Position> {
+        self.inner.borrow().last_position()
+    }
+    fn before_first(&self) -> Position {
+        self.inner.borrow().before_first()
+    }
+    fn next_position(&self, p: Position) -> Option<Position> {
+        let next = self.inner.borrow().next_position(p);
+        if next.is_none() && self.armed.replace(false) {
+            self.inner.borrow_mut().append(EntryMeta::simple(1, 10));
+        }
+        next
+    }
+    fn get(&self, p: Position) -> Option<Entry> {
+        self.inner.borrow().get(p)
+    }
+    fn read_range(&self, from: Position, max: usize) -> Vec<Entry> {
+        self.inner.borrow().read_range(from, max)
+    }
+    fn entry_count(&self, ledger_id: u64) -> Option<u64> {
+        self.inner.borrow().entry_count(ledger_id)
+    }
+    fn trim_below(&mut self, p: Position) {
+        self.inner.get_mut().trim_below(p);
+    }
+}
+
+/// An entry appended while a read works out its next read position is read next, not passed
+/// (the read looks up the end before it looks for the next entry; the other order passed it).
+#[test]
+fn an_entry_appended_during_a_read_is_read_next() {
+    for per in [2, 1_000] {
+        let (inner, ps) = ledger(1, per);
+        let mut l = AppendsMeanwhile {
+            inner: std::cell::RefCell::new(inner),
+            armed: std::cell::Cell::new(false),
+        };
+        let mut c = ManagedCursor::new("c", &l, MemoryStore::new());
+        l.armed.set(true);
+        let got = c.read(&l, 10);
+        assert_eq!(got.iter().map(|e| e.position).collect::<Vec<_>>(), ps);
+        let appended = l.last_position().unwrap();
+        assert_ne!(appended, ps[0], "the ledger appended during the read");
+        assert_eq!(c.next_read_position(&l), appended);
+        let again = c.read(&l, 10);
+        assert_eq!(
+            again.iter().map(|e| e.position).collect::<Vec<_>>(),
+            vec![appended],
+            "entries per ledger {per}: the entry appended meanwhile is read next"
+        );
+        l.armed.set(true);
+        assert_eq!(c.next_read_position(&l), appended.next());
+        assert_eq!(
+            c.read(&l, 10).len(),
+            1,
+            "next_read_position's look-up appended one more; the read gets it"
+        );
+    }
+}

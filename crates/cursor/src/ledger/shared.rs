@@ -13,9 +13,17 @@ use crate::entry::{Backlog, Entry, EntryMeta, Position};
 /// Every [`Ledger`] method takes the lock for that one call (a read lock for reads, the write
 /// lock for [`append`](Ledger::append) and [`trim_below`](Ledger::trim_below)). A caller that
 /// makes many calls in a row can hold [`read`](Self::read) and call the [`InMemoryLedger`]
-/// behind it directly. Trimming removes entries for every holder: trim below the slowest
-/// reader's mark-delete position only. A poisoned lock is taken over (the ledger's own methods
-/// do not panic halfway through a change).
+/// behind it directly, but must not call back into a handle meanwhile (std's lock is not
+/// reentrant: a second read waits behind a waiting writer).
+///
+/// Appends can land between two of a cursor's look-ups. Appends only add entries at the end,
+/// and the cursor's read, replay, rewind and ack paths are written for that (an entry appended
+/// while a read works out its next read position is read next). Trimming removes entries for
+/// every holder: trim below the slowest reader's mark-delete position only, and not while a
+/// cursor is reset or recovered. The broker does both, and every cursor move that walks the
+/// ledger (skip, clear-backlog, expiry, eviction, reset), under the one lock that orders its
+/// appends. A poisoned lock is taken over (the ledger's own methods do not panic halfway
+/// through a change).
 ///
 /// ```
 /// use cursor::{EntryMeta, InMemoryLedger, Ledger, ManagedCursor, MemoryStore, SharedLedger};
