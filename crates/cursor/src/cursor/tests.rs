@@ -1028,7 +1028,7 @@ impl Ledger for AppendsMeanwhile {
 fn an_entry_appended_during_a_read_is_read_next() {
     for per in [2, 1_000] {
         let (inner, ps) = ledger(1, per);
-        let mut l = AppendsMeanwhile {
+        let l = AppendsMeanwhile {
             inner: std::cell::RefCell::new(inner),
             armed: std::cell::Cell::new(false),
         };
