@@ -360,7 +360,7 @@ fn appends_racing_with_reads_lose_nothing() {
         .into_iter()
         .enumerate()
         .map(|(i, cfg)| {
-            let cursor = ManagedCursor::new(&format!("s{i}"), &topic, MemoryStore::new());
+            let cursor = ManagedCursor::new(format!("s{i}"), &topic, MemoryStore::new());
             Arc::new(Runtime::start(cfg, cursor, topic.clone()))
         })
         .collect();
