@@ -83,6 +83,7 @@ impl BrokerState {
             entries_per_ledger: self.cfg.entries_per_ledger,
             sync: self.cfg.sync,
             defaults,
+            kept_metas: crate::topic::KEPT_METAS,
         };
         let t = Topic::open(full.clone(), &*self.backend, config)?;
         if self.cfg.legacy != crate::config::Legacy::default() {

@@ -139,7 +139,10 @@ fn ack_one(c: &Consumer, id: &proto::MessageIdData) -> Result<(), AckHandleError
     }
     let size = match id.batch_size {
         Some(n) if n > 0 => n as u32,
-        _ => c.topic.meta(pos).map_or(0, |m| m.messages()),
+        _ => c
+            .topic
+            .messages(pos)
+            .map_or(0, |n| u32::try_from(n).unwrap_or(u32::MAX)),
     };
     if size == 0 {
         return Ok(());

@@ -17,7 +17,7 @@ use crate::storage::{
 pub(crate) type Visit<'a> = &'a mut dyn FnMut(Position, &[u8]) -> Result<(), StorageError>;
 
 /// A topic's storage, as a backend opens it.
-pub(crate) type TopicStorage = (Box<dyn EntryStore>, Box<dyn SubscriptionCatalog>);
+pub(crate) type TopicStorage = (Arc<dyn EntryStore>, Box<dyn SubscriptionCatalog>);
 
 /// The broker's storage: what a distributed store would implement too (see `docs/SCALING.md`).
 pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
@@ -39,7 +39,7 @@ impl Backend for MemoryBackend {
 
     fn open_topic(&self, _: &str, _: Visit<'_>) -> Result<TopicStorage, StorageError> {
         Ok((
-            Box::new(MemoryEntries::default()),
+            Arc::new(MemoryEntries::default()),
             Box::new(MemoryCatalog::default()),
         ))
     }
@@ -83,7 +83,7 @@ impl Backend for FileBackend {
         let dir = self.dir.join(encode_name(full));
         let entries = FileEntries::open(&dir, self.cache.clone(), |p, s| visit(p, s))?;
         Ok((
-            Box::new(entries),
+            Arc::new(entries),
             Box::new(FileCatalog::new(dir.join("subscriptions"))),
         ))
     }

@@ -22,6 +22,7 @@ use crate::sync::lock;
 
 mod backend;
 mod catalog;
+mod meta;
 mod name;
 mod subscription;
 
@@ -71,7 +72,7 @@ fn no_subscription_boundary(ledger: &InMemoryLedger, now_ms: u64) -> Option<Posi
     let last = ledger.last_position()?;
     let mut p = ledger.first_position();
     while let Some(first) = p.filter(|q| q.ledger_id < last.ledger_id) {
-        let published = ledger.meta(first).map_or(u64::MAX, |m| m.publish_time);
+        let published = ledger.publish_time(first).unwrap_or(u64::MAX);
         if now_ms.saturating_sub(published) < NO_SUBSCRIPTION_KEEP_MS {
             return Some(Position::new(first.ledger_id, 0));
         }
@@ -89,7 +90,12 @@ pub(crate) struct TopicConfig {
     pub sync: SyncPolicy,
     /// The settings of new subscriptions' dispatchers.
     pub defaults: SubscriptionDefaults,
+    /// How many of the newest entries keep their decoded metadata in memory
+    /// ([`KEPT_METAS`]).
+    pub kept_metas: usize,
 }
+
+pub(crate) use meta::KEPT_METAS;
 
 /// Publish counters of a topic.
 #[derive(Clone, Copy, Debug, Default)]
@@ -109,8 +115,9 @@ pub(crate) struct Topic {
     pub name: String,
     /// The record of its subscriptions.
     catalog: Box<dyn SubscriptionCatalog>,
-    /// The entries' payload sections.
-    entries: Box<dyn EntryStore>,
+    /// The entries' payload sections (shared with the ledger, which decodes metadata it does
+    /// not keep from them).
+    entries: Arc<dyn EntryStore>,
     sync: SyncPolicy,
     /// The settings of new subscriptions' dispatchers.
     pub defaults: SubscriptionDefaults,
@@ -146,6 +153,7 @@ impl Topic {
             entries_per_ledger,
             sync: SyncPolicy::Always,
             defaults: SubscriptionDefaults::default(),
+            kept_metas: KEPT_METAS,
         };
         match Topic::open(name, &MemoryBackend, config) {
             Ok(t) => t,
@@ -165,8 +173,11 @@ impl Topic {
             entries_per_ledger,
             sync,
             defaults,
+            kept_metas,
         } = config;
-        let mut ledger = InMemoryLedger::new(entries_per_ledger);
+        let source = Arc::new(meta::StoredMeta::new(name.clone()));
+        let mut ledger =
+            InMemoryLedger::new(entries_per_ledger).with_meta_source(source.clone(), kept_metas);
         let mut chunks: HashMap<String, Vec<Position>> = HashMap::new();
         let mut counters = TopicCounters::default();
         let corrupt = |position: Position, reason: String| StorageError::Entry {
@@ -175,14 +186,8 @@ impl Topic {
             reason,
         };
         let (entries, catalog) = backend.open_topic(&name, &mut |pos, section| {
-            let info = wire::parse_section(section)
-                .map_err(|e| e.to_string())
-                .and_then(|p| {
-                    wire::convert::message_info(&p.metadata, p.body().len())
-                        .map_err(|e| e.to_string())
-                });
-            let meta = match info {
-                Ok(i) => i.meta,
+            let meta = match meta::decode(section) {
+                Ok(m) => m,
                 Err(reason) => {
                     return Err(corrupt(
                         pos,
@@ -204,6 +209,7 @@ impl Topic {
             })
         })?;
         ledger.roll_over();
+        source.opened(entries.clone());
         let topic = Topic {
             name,
             catalog,
@@ -303,9 +309,15 @@ impl Topic {
         self.entries.read(p)
     }
 
-    /// The metadata of the entry at `p`, if it still exists.
-    pub(crate) fn meta(&self, p: Position) -> Option<EntryMeta> {
-        self.ledger.read().meta(p).cloned()
+    /// The metadata of the entry at `p`, if it still exists (and can be read).
+    #[cfg(test)]
+    pub(crate) fn meta(&self, p: Position) -> Option<Arc<EntryMeta>> {
+        self.ledger.get(p).map(|e| e.meta)
+    }
+
+    /// How many messages the entry at `p` holds (its batch size), if it still exists.
+    pub(crate) fn messages(&self, p: Position) -> Option<u64> {
+        self.ledger.stats(p).map(|s| s.messages)
     }
 
     /// Every position of the chunked message that the chunk at `p` belongs to (just `p` when
@@ -314,9 +326,8 @@ impl Topic {
         let st = lock(&self.state);
         let uuid = self
             .ledger
-            .read()
-            .meta(p)
-            .and_then(|m| m.chunk.as_ref().map(|c| c.uuid.clone()));
+            .get(p)
+            .and_then(|e| e.meta.chunk.as_ref().map(|c| c.uuid.clone()));
         match uuid.and_then(|u| st.chunks.get(&u)) {
             Some(ps) => ps.clone(),
             None => vec![p],
@@ -367,22 +378,14 @@ impl Topic {
     }
 
     /// The first entry published at or after `publish_time` (ms), or the position after the
-    /// last entry when none is.
+    /// last entry when none is. A binary search over publish times (as Pulsar's search by
+    /// time is), which reads back O(log entries) entries' metadata, not the whole backlog.
     pub(crate) fn position_at_time(&self, publish_time: u64) -> Position {
         let ledger = self.ledger.read();
-        let mut p = ledger.first_position();
-        while let Some(q) = p {
-            if ledger
-                .meta(q)
-                .is_some_and(|m| m.publish_time >= publish_time)
-            {
-                return q;
-            }
-            p = ledger.next_position(q);
-        }
         ledger
-            .last_position()
-            .map_or_else(|| ledger.before_first().next(), |l| l.next())
+            .find_by_publish_time(publish_time)
+            .or_else(|| ledger.last_position().map(Position::next))
+            .unwrap_or_else(|| ledger.before_first().next())
     }
 
     pub(crate) fn counters(&self) -> TopicCounters {

@@ -163,3 +163,80 @@ fn a_topic_without_subscriptions_drops_closed_ledgers_after_ten_minutes() {
     assert_eq!(t.last_position(), ps[4]);
     t.close();
 }
+
+/// A stored entry for `key` with publish time `t`, as a producer's SEND carries it.
+fn stored(key: &str, t: u64) -> (EntryMeta, Arc<[u8]>) {
+    let md = wire::proto::MessageMetadata {
+        producer_name: "p".into(),
+        sequence_id: t,
+        publish_time: t,
+        ordering_key: Some(key.as_bytes().to_vec()),
+        ..Default::default()
+    };
+    let section = wire::encode_section(&md, key.as_bytes());
+    (meta::decode(&section).unwrap(), Arc::from(section))
+}
+
+/// With room for 4 entries' metadata, a topic of 40 entries (in memory, then on disk across a
+/// restart) keeps at most 4 decoded and delivers every entry with the metadata it was
+/// published with (read back from the stored sections), and a seek by time finds its entry.
+#[test]
+fn metadata_beyond_the_kept_window_is_read_back_from_the_stored_entries() {
+    let dir = std::env::temp_dir().join(format!("broker-topic-meta-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let config = TopicConfig {
+        entries_per_ledger: 7,
+        sync: SyncPolicy::Always,
+        defaults: SubscriptionDefaults::default(),
+        kept_metas: 4,
+    };
+    let cache = Arc::new(crate::storage::ReadCache::new(1 << 20));
+    let file = FileBackend::new(dir.clone(), cache);
+    let backends: [(&str, &dyn Backend); 2] = [("memory", &MemoryBackend), ("file", &file)];
+    for (name, backend) in backends {
+        let t = Topic::open("persistent://p/d/m".into(), backend, config).unwrap();
+        let ps: Vec<Position> = (0..40u64)
+            .map(|i| {
+                let (m, s) = stored(&format!("k{i}"), 1_000 + i);
+                t.publish(m, s).unwrap()
+            })
+            .collect();
+        t.sync().unwrap();
+        assert!(t.ledger.read().kept_metas() <= 4, "{name}");
+        let check = |t: &Topic| {
+            let s = t
+                .subscription("s", SubKind::Shared, InitialPosition::Earliest)
+                .unwrap();
+            let c = s
+                .runtime
+                .add_consumer(dispatcher::ConsumerSpec::new(1, "c"))
+                .unwrap();
+            c.flow(100);
+            let mut keys = Vec::new();
+            while keys.len() < ps.len() {
+                let b = c
+                    .deliveries
+                    .recv_timeout(std::time::Duration::from_secs(5))
+                    .unwrap_or_else(|_| panic!("{name}: {} of {} delivered", keys.len(), ps.len()));
+                keys.extend(b.iter().map(|d| d.meta.ordering_key.clone().unwrap()));
+            }
+            let want: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i}").into_bytes()).collect();
+            assert_eq!(keys, want, "{name}: every entry with its own metadata");
+            assert_eq!(t.position_at_time(1_010), ps[10], "{name}");
+            assert_eq!(t.position_at_time(5_000), ps[39].next(), "{name}");
+            drop(c);
+        };
+        check(&t);
+        t.close();
+        if name == "file" {
+            let t = Topic::open("persistent://p/d/m".into(), backend, config).unwrap();
+            assert!(
+                t.ledger.read().kept_metas() <= 4,
+                "recovery keeps the window"
+            );
+            check(&t);
+            t.close();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use crate::entry::{Backlog, Entry, EntryMeta, Position};
 
 mod shared;
+mod window;
 pub use shared::SharedLedger;
+pub use window::MetaSource;
+use window::Window;
 
 /// An append-only log of entries, split into ledgers (segments) with growing ids.
 ///
@@ -173,7 +176,11 @@ struct Segment {
     count: u64,
     /// Entry id of `metas[0]` (entries below were trimmed).
     base: u64,
-    metas: VecDeque<Arc<EntryMeta>>,
+    /// Each entry's metadata; `None` once dropped from memory (only with a [`MetaSource`],
+    /// which reads it back; then the entries that keep theirs are a suffix, from `kept_from`).
+    metas: VecDeque<Option<Arc<EntryMeta>>>,
+    /// Entry id of the oldest entry that may still keep its metadata (`base` without a source).
+    kept_from: u64,
     /// `cum[i]` = (messages, bytes) of this ledger's entries with id `< base + i` (one more
     /// element than `metas`); adjacent pairs give one entry's stats in one cache line.
     cum: VecDeque<(u64, u64)>,
@@ -186,6 +193,7 @@ impl Segment {
             count: 0,
             base: 0,
             metas: VecDeque::new(),
+            kept_from: 0,
             cum: VecDeque::from([(0, 0)]),
         }
     }
@@ -242,6 +250,8 @@ pub struct InMemoryLedger {
     next_ledger_id: u64,
     roll_pending: bool,
     last_appended: Option<Position>,
+    /// Which entries keep their metadata in memory, and where the others' is read back.
+    window: Window,
 }
 
 impl InMemoryLedger {
@@ -257,6 +267,7 @@ impl InMemoryLedger {
             next_ledger_id: 1,
             roll_pending: false,
             last_appended: None,
+            window: Window::default(),
         }
     }
 
@@ -290,6 +301,7 @@ impl InMemoryLedger {
                     count: s.base + n as u64,
                     base: s.base,
                     metas: s.metas.drain(..n).collect(),
+                    kept_from: s.kept_from,
                     cum: s.cum.iter().take(n + 1).copied().collect(),
                 };
                 s.cum.drain(..n);
@@ -303,8 +315,11 @@ impl InMemoryLedger {
             next_ledger_id: self.next_ledger_id,
             roll_pending: true,
             last_appended: None,
+            window: self.window_for_split(),
         };
         out.last_appended = out.last_position();
+        out.recount_kept();
+        self.recount_kept();
         out
     }
 
@@ -356,11 +371,12 @@ impl InMemoryLedger {
         let (m, b) = seg.cum.back().copied().unwrap_or((0, 0));
         seg.cum
             .push_back((m + u64::from(meta.messages()), b + u64::from(meta.size)));
-        seg.metas.push_back(Arc::new(meta));
+        seg.metas.push_back(Some(Arc::new(meta)));
         seg.count += 1;
         self.next_ledger_id = position.ledger_id + 1;
         self.last_appended = Some(position);
         self.roll_pending = false;
+        self.after_push();
         Ok(())
     }
 
@@ -368,6 +384,7 @@ impl InMemoryLedger {
         let mut seg = Segment::new(position.ledger_id);
         seg.base = position.entry_id;
         seg.count = position.entry_id;
+        seg.kept_from = position.entry_id;
         self.segs.push(seg);
     }
 
@@ -387,12 +404,14 @@ impl InMemoryLedger {
         self.next_ledger_id
     }
 
-    /// The metadata of the entry at `p`, if it exists, borrowed from the ledger (the
-    /// [`Ledger`] trait only hands out owned [`Entry`]s).
+    /// The metadata of the entry at `p`, borrowed from the ledger, if it exists and keeps its
+    /// metadata in memory (all do, unless a [`MetaSource`] is set: then use
+    /// [`get`](Ledger::get), which reads it back). The [`Ledger`] trait only hands out owned
+    /// [`Entry`]s.
     pub fn meta(&self, p: Position) -> Option<&EntryMeta> {
         let seg = self.seg(p.ledger_id)?;
         let i = p.entry_id.checked_sub(seg.base)?;
-        seg.metas.get(usize::try_from(i).ok()?).map(|m| &**m)
+        seg.metas.get(usize::try_from(i).ok()?)?.as_deref()
     }
 
     #[inline]
@@ -428,9 +447,10 @@ impl Ledger for InMemoryLedger {
         let (m, b) = seg.cum.back().copied().unwrap_or((0, 0));
         seg.cum
             .push_back((m + u64::from(meta.messages()), b + u64::from(meta.size)));
-        seg.metas.push_back(meta);
+        seg.metas.push_back(Some(meta));
         seg.count += 1;
         self.last_appended = Some(pos);
+        self.after_push();
         pos
     }
 
@@ -473,7 +493,12 @@ impl Ledger for InMemoryLedger {
     }
 
     fn publish_time(&self, p: Position) -> Option<u64> {
-        self.meta(p).map(|m| m.publish_time)
+        let seg = self.seg(p.ledger_id)?;
+        let i = usize::try_from(p.entry_id.checked_sub(seg.base)?).ok()?;
+        match seg.metas.get(i)? {
+            Some(m) => Some(m.publish_time),
+            None => self.meta_at(seg, i).map(|m| m.publish_time),
+        }
     }
 
     /// Copies runs of each segment's entries at once (one segment lookup per segment).
@@ -493,15 +518,16 @@ impl Ledger for InMemoryLedger {
             if take == 0 {
                 break;
             }
-            out.extend(
-                seg.metas
-                    .range(start..start + take)
-                    .zip(q.entry_id..)
-                    .map(|(meta, e)| Entry {
-                        position: Position::new(seg.id, e),
-                        meta: meta.clone(),
-                    }),
-            );
+            for (i, e) in (start..start + take).zip(q.entry_id..) {
+                // An entry whose metadata cannot be read back ends the read before it.
+                let Some(meta) = self.meta_at(seg, i) else {
+                    return out;
+                };
+                out.push(Entry {
+                    position: Position::new(seg.id, e),
+                    meta,
+                });
+            }
             next = self.next_position(Position::new(seg.id, q.entry_id + take as u64 - 1));
         }
         out
@@ -510,7 +536,7 @@ impl Ledger for InMemoryLedger {
     fn get(&self, p: Position) -> Option<Entry> {
         let seg = self.seg(p.ledger_id)?;
         let i = p.entry_id.checked_sub(seg.base)?;
-        let meta = seg.metas.get(usize::try_from(i).ok()?)?.clone();
+        let meta = self.meta_at(seg, usize::try_from(i).ok()?)?;
         Some(Entry { position: p, meta })
     }
 
@@ -588,14 +614,23 @@ impl Ledger for InMemoryLedger {
     /// Binary search: first over the ledgers (by their last entry's publish time), then inside
     /// the one found; O(log ledgers + log entries).
     fn find_by_publish_time(&self, t: u64) -> Option<Position> {
-        let last_time = |s: &Segment| s.metas.back().map(|m| m.publish_time);
+        // An entry whose metadata cannot be read back counts as published at the end of time.
+        let time = |s: &Segment, i: usize| self.meta_at(s, i).map_or(u64::MAX, |m| m.publish_time);
         // Ledgers whose entries were all published before `t` (empty ones count as such).
         let i = self
             .segs
-            .partition_point(|s| last_time(s).is_none_or(|pt| pt < t));
+            .partition_point(|s| s.metas.is_empty() || time(s, s.metas.len() - 1) < t);
         let seg = self.segs.iter().skip(i).find(|s| !s.metas.is_empty())?;
-        let j = seg.metas.partition_point(|m| m.publish_time < t);
-        Some(Position::new(seg.id, seg.base + j as u64))
+        let (mut lo, mut hi) = (0, seg.metas.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if time(seg, mid) < t {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        Some(Position::new(seg.id, seg.base + lo as u64))
     }
 
     fn trim_below(&mut self, p: Position) {

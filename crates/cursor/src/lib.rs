@@ -62,7 +62,7 @@ pub use crate::cursor::{
 };
 pub use crate::entry::{Backlog, ChunkMeta, Entry, EntryMeta, Position};
 pub use crate::error::{CursorError, StoreError};
-pub use crate::ledger::{InMemoryLedger, Ledger, SharedLedger};
+pub use crate::ledger::{InMemoryLedger, Ledger, MetaSource, SharedLedger};
 pub use crate::store::{CursorStore, FileStore, MemoryStore, PersistedState};
 
 /// The README's example, compiled and run as a doc test.

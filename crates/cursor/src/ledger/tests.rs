@@ -292,3 +292,97 @@ fn trimming_drops_a_prefix_and_keeps_ids() {
     assert_eq!(l.append(EntryMeta::simple(9, 1)), pos(4, 0));
     assert_eq!(l.before_first(), pos(3, u64::MAX));
 }
+
+/// A source that reads metadata back from a copy of everything appended, counting loads;
+/// positions listed in `broken` cannot be read.
+#[derive(Debug, Default)]
+struct Copy {
+    metas: std::sync::Mutex<std::collections::BTreeMap<Position, Arc<EntryMeta>>>,
+    loads: std::sync::atomic::AtomicU64,
+    broken: std::sync::Mutex<Vec<Position>>,
+}
+
+impl MetaSource for Copy {
+    fn load(&self, p: Position) -> Option<Arc<EntryMeta>> {
+        self.loads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.broken.lock().unwrap().contains(&p) {
+            return None;
+        }
+        self.metas.lock().unwrap().get(&p).cloned()
+    }
+}
+
+/// With a meta source and a window of 3, a ledger answers every read, total and search as the
+/// same ledger keeping everything does, through appends, roll-overs and trims; it keeps at
+/// most 3 entries' metadata; and an entry that cannot be read back ends a range read before it.
+#[test]
+fn a_meta_window_answers_as_keeping_everything_does() {
+    let copy = Arc::new(Copy::default());
+    let mut full = InMemoryLedger::new(4);
+    let mut small = InMemoryLedger::new(4).with_meta_source(copy.clone(), 3);
+    let mut rng = 0x9e37_79b9_7f4a_7c15_u64;
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for step in 0..400u64 {
+        match next() % 10 {
+            0 => {
+                full.roll_over();
+                small.roll_over();
+            }
+            1 if step % 3 == 0 => {
+                let below = full
+                    .read_range(Position::new(0, 0), 1000)
+                    .get(usize::try_from(next() % 5).unwrap())
+                    .map(|e| e.position);
+                if let Some(b) = below {
+                    full.trim_below(b);
+                    small.trim_below(b);
+                }
+            }
+            _ => {
+                let m = EntryMeta::simple(step * 10 + next() % 10, 1 + (next() % 50) as u32)
+                    .with_messages(1 + (next() % 4) as u32);
+                let p = full.append(m.clone());
+                copy.metas.lock().unwrap().insert(p, Arc::new(m.clone()));
+                assert_eq!(small.append(m), p);
+            }
+        }
+        assert!(
+            small.kept_metas() <= 3,
+            "step {step}: {} kept",
+            small.kept_metas()
+        );
+        let from = Position::new(0, 0);
+        assert_eq!(small.read_range(from, 1000), full.read_range(from, 1000));
+        let ps = positions(&full.read_range(from, 1000));
+        for (i, p) in ps.iter().enumerate() {
+            assert_eq!(small.get(*p), full.get(*p));
+            assert_eq!(small.publish_time(*p), full.publish_time(*p));
+            assert_eq!(small.stats(*p), full.stats(*p));
+            assert_eq!(small.read_range(*p, 2), full.read_range(*p, 2));
+            if let Some(q) = ps.get(i + 3) {
+                assert_eq!(small.totals_in(*p, *q), full.totals_in(*p, *q));
+            }
+        }
+        for t in (0..step * 10 + 20).step_by(7) {
+            assert_eq!(
+                small.find_by_publish_time(t),
+                full.find_by_publish_time(t),
+                "t {t}"
+            );
+        }
+    }
+    assert!(copy.loads.load(std::sync::atomic::Ordering::Relaxed) > 0);
+    // An entry that cannot be read back: `get` says so, and a range read stops before it.
+    let ps = positions(&full.read_range(Position::new(0, 0), 1000));
+    assert!(ps.len() > 6, "{} entries left", ps.len());
+    copy.broken.lock().unwrap().push(ps[2]);
+    assert_eq!(small.get(ps[2]), None);
+    assert_eq!(positions(&small.read_range(ps[0], 10)), ps[..2].to_vec());
+    assert_eq!(small.stats(ps[2]), full.stats(ps[2]), "counts need no load");
+}

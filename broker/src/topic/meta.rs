@@ -1,0 +1,62 @@
+//! An entry's metadata, decoded from its stored section: at recovery, and when the topic's
+//! ledger reads back metadata it no longer keeps in memory.
+
+use std::sync::{Arc, OnceLock};
+
+use cursor::{EntryMeta, MetaSource, Position};
+use tracing::error;
+
+use crate::storage::EntryStore;
+
+/// How many of a topic's newest entries keep their decoded metadata in memory (about 200
+/// bytes each): the entries consumers at the tail read next. Older entries' metadata is
+/// decoded again from the stored section (through the read cache) when a cursor reads them.
+pub(crate) const KEPT_METAS: usize = 16_384;
+
+/// The metadata of a stored `0e01…` section, as the producer path computes it on SEND.
+pub(crate) fn decode(section: &[u8]) -> Result<EntryMeta, String> {
+    let payload = wire::parse_section(section).map_err(|e| e.to_string())?;
+    wire::convert::message_info(&payload.metadata, payload.body().len())
+        .map(|info| info.meta)
+        .map_err(|e| e.to_string())
+}
+
+/// Reads a topic's entries' metadata back from its entry store. The ledger gets it before
+/// recovery (so that recovering a long log keeps only the newest entries' metadata), and the
+/// store once it is open; nothing is read back before that.
+#[derive(Debug)]
+pub(crate) struct StoredMeta {
+    topic: String,
+    entries: OnceLock<Arc<dyn EntryStore>>,
+}
+
+impl StoredMeta {
+    /// A source for `topic`, whose store is not open yet.
+    pub(crate) fn new(topic: String) -> StoredMeta {
+        StoredMeta {
+            topic,
+            entries: OnceLock::new(),
+        }
+    }
+
+    /// The topic's store, now open.
+    pub(crate) fn opened(&self, entries: Arc<dyn EntryStore>) {
+        let _ = self.entries.set(entries);
+    }
+}
+
+impl MetaSource for StoredMeta {
+    fn load(&self, p: Position) -> Option<Arc<EntryMeta>> {
+        let Some(section) = self.entries.get().and_then(|e| e.read(p)) else {
+            error!(topic = %self.topic, position = %p, "an entry's stored section is missing; the entry is not dispatched");
+            return None;
+        };
+        match decode(&section) {
+            Ok(meta) => Some(Arc::new(meta)),
+            Err(reason) => {
+                error!(topic = %self.topic, position = %p, %reason, "a stored entry does not decode; the entry is not dispatched");
+                None
+            }
+        }
+    }
+}
