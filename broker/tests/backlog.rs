@@ -3,7 +3,7 @@
 //! its resident memory stays under 128 MiB while the backlog builds and while a consumer then
 //! reads all of it back, in order, from the log files.
 //!
-//! `BACKLOG_messages`, `BACKLOG_SIZE` (bytes) and `BACKLOG_limit` change the run (a
+//! `BACKLOG_MESSAGES`, `BACKLOG_SIZE` (bytes) and `BACKLOG_RSS_LIMIT_MIB` change the run (a
 //! release build, `cargo test --release -p broker --test backlog -- --nocapture`, for large
 //! ones); it prints what it measured.
 

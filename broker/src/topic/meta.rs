@@ -13,12 +13,19 @@ use crate::storage::EntryStore;
 /// decoded again from the stored section (through the read cache) when a cursor reads them.
 pub(crate) const KEPT_METAS: usize = 16_384;
 
+/// Why a stored section gives no metadata.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum MetaError {
+    #[error("the section does not parse: {0}")]
+    Section(#[from] wire::DecodeError),
+    #[error("the metadata is invalid: {0}")]
+    Metadata(#[from] wire::convert::MetadataError),
+}
+
 /// The metadata of a stored `0e01…` section, as the producer path computes it on SEND.
-pub(crate) fn decode(section: &[u8]) -> Result<EntryMeta, String> {
-    let payload = wire::parse_section(section).map_err(|e| e.to_string())?;
-    wire::convert::message_info(&payload.metadata, payload.body().len())
-        .map(|info| info.meta)
-        .map_err(|e| e.to_string())
+pub(crate) fn decode(section: &[u8]) -> Result<EntryMeta, MetaError> {
+    let payload = wire::parse_section(section)?;
+    Ok(wire::convert::message_info(&payload.metadata, payload.body().len())?.meta)
 }
 
 /// Reads a topic's entries' metadata back from its entry store. The ledger gets it before
@@ -53,8 +60,8 @@ impl MetaSource for StoredMeta {
         };
         match decode(&section) {
             Ok(meta) => Some(Arc::new(meta)),
-            Err(reason) => {
-                error!(topic = %self.topic, position = %p, %reason, "a stored entry does not decode; the entry is not dispatched");
+            Err(e) => {
+                error!(topic = %self.topic, position = %p, error = %e, "a stored entry does not decode; the entry is not dispatched");
                 None
             }
         }
