@@ -60,7 +60,7 @@ use std::sync::{Arc as StdArc, Mutex as StdMutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{after, bounded, never, select, unbounded, Receiver, Sender, TrySendError};
+use crossbeam_channel::{after, bounded, never, select, unbounded, Receiver, Sender};
 use cursor::{
     Backlog, CursorStore, Entry, EntryMeta, Ledger, ManagedCursor, MarkDeleteMove, Position,
 };
@@ -73,6 +73,9 @@ use crate::core::{BlockReason, ConsumerStats, DispatcherStats};
 use crate::driver::{AdminOp, Driver, Output, Persist};
 use crate::error::{AckHandleError, AddConsumerError};
 use crate::shared::Waker;
+
+mod sink;
+pub use sink::{DeliverySink, Destination, Refused};
 
 /// One entry handed to a consumer, with what a wire protocol sends beside it.
 ///
@@ -178,7 +181,7 @@ pub enum Event {
         /// The consumer.
         spec: ConsumerSpec,
         /// Where its entries are delivered.
-        deliveries: Sender<Vec<Delivery>>,
+        deliveries: Destination,
         /// The join's outcome.
         reply: Sender<Result<(), AddConsumerError>>,
     },
@@ -456,12 +459,33 @@ impl Runtime {
 
     /// Connects a consumer; waits for the dispatcher thread's answer.
     pub fn add_consumer(&self, spec: ConsumerSpec) -> Result<ConsumerHandle, AddConsumerError> {
-        let id = spec.id;
         let (dtx, drx) = bounded(self.delivery_queue);
+        self.add(spec, Destination::Channel(dtx), drx)
+    }
+
+    /// Connects a consumer whose deliveries go to `sink`, called on the dispatcher thread with
+    /// each send (see [`DeliverySink`]); waits for the dispatcher thread's answer. The handle's
+    /// [`deliveries`](ConsumerHandle::deliveries) channel is closed: nothing is sent there.
+    pub fn add_consumer_with_sink(
+        &self,
+        spec: ConsumerSpec,
+        sink: Box<dyn DeliverySink>,
+    ) -> Result<ConsumerHandle, AddConsumerError> {
+        let (_, drx) = bounded(0);
+        self.add(spec, Destination::Sink(sink), drx)
+    }
+
+    fn add(
+        &self,
+        spec: ConsumerSpec,
+        target: Destination,
+        drx: Deliveries,
+    ) -> Result<ConsumerHandle, AddConsumerError> {
+        let id = spec.id;
         let (rtx, rrx) = unbounded();
         let _ = self.events.send(Event::ConsumerAdded {
             spec,
-            deliveries: dtx,
+            deliveries: target,
             reply: rtx,
         });
         match rrx.recv() {
@@ -592,11 +616,11 @@ struct Loop<S: CursorStore, L: Ledger> {
     start_wall: u64,
 }
 
-/// One consumer's delivery channel, as the dispatcher thread sees it.
+/// One consumer's destination, as the dispatcher thread sees it.
 struct Outlet {
     id: ConsumerId,
-    tx: Sender<Vec<Delivery>>,
-    /// A send found the channel full; the core holds the consumer paused until it drains.
+    tx: Destination,
+    /// A send found no room; the core holds the consumer paused until there is.
     paused: bool,
     /// The last time it showed a sign of life (an event from it, or its pending count moved).
     last_active: u64,
@@ -804,14 +828,14 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
             entries.iter().map(|e| e.position).collect()
         } else {
             let deliveries = self.deliveries(entries);
-            match self.consumers[k].tx.try_send(deliveries) {
+            match self.consumers[k].tx.deliver(deliveries) {
                 Ok(()) => return,
-                Err(TrySendError::Disconnected(_)) => {
+                Err(Refused::Closed) => {
                     // The handle is gone; its ConsumerRemoved is on the way.
                     debug!(consumer = %consumer, "consumer channel closed");
                     return;
                 }
-                Err(TrySendError::Full(d)) => d.iter().map(|d| d.position).collect::<Vec<_>>(),
+                Err(Refused::Full(d)) => d.iter().map(|d| d.position).collect::<Vec<_>>(),
             }
         };
         self.consumers[k].paused = true;
@@ -844,12 +868,12 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
         }
     }
 
-    /// Resumes every paused consumer whose channel is at most half full.
+    /// Resumes every paused consumer whose channel is at most half full (or whose sink has
+    /// room).
     fn resume_drained(&mut self) {
         let now = self.now();
         for o in &mut self.consumers {
-            let cap = o.tx.capacity().unwrap_or(usize::MAX);
-            if o.paused && o.tx.len() <= cap / 2 {
+            if o.paused && o.tx.has_room() {
                 o.paused = false;
                 self.core.handle_consumer_resumed(now, o.id);
             }
