@@ -21,6 +21,25 @@ pub(crate) trait Outbox: Send + Sync {
     /// Queues one encoded frame. May wait a bounded time for room; a connection that does not
     /// read for that long loses the frame.
     fn push(&self, frame: Vec<u8>);
+
+    /// Queues a consumer's MESSAGE frames without waiting (a dispatcher thread calls it). A
+    /// queue that is nearly full refuses them, keeping room for the session's own replies.
+    fn offer(&self, frames: Vec<u8>) -> Offer;
+
+    /// Whether a consumer refused by [`offer`](Self::offer) may send again (the queue has
+    /// drained to half).
+    fn drained(&self) -> bool;
+}
+
+/// What [`Outbox::offer`] did with the frames.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Offer {
+    /// Queued.
+    Taken,
+    /// Not queued: no room now.
+    Full,
+    /// Not queued: the connection is gone.
+    Closed,
 }
 
 /// The broker's state that every connection and the admin API share: configuration, the
@@ -150,6 +169,11 @@ impl BrokerState {
     /// Registers connection `conn`'s outbox (the shell does, when the connection starts).
     pub(crate) fn register_outbox(&self, conn: u64, outbox: Arc<dyn Outbox>) {
         lock(&self.outboxes).insert(conn, outbox);
+    }
+
+    /// Connection `conn`'s outbox, while it is open.
+    pub(crate) fn outbox(&self, conn: u64) -> Option<Arc<dyn Outbox>> {
+        lock(&self.outboxes).get(&conn).cloned()
     }
 
     /// The connection ended: frames for it are dropped from now on.

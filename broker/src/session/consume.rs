@@ -1,18 +1,19 @@
 //! Consumers: SUBSCRIBE, FLOW, ACK, nacks and redeliveries, SEEK, GET_LAST_MESSAGE_ID,
 //! CLOSE_CONSUMER, UNSUBSCRIBE; and the MESSAGE frames of their deliveries.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use cursor::Position;
 use dispatcher::{
-    AckHandleError, ConsumerHandle, ConsumerId, ConsumerSpec, Delivery, HashRange, KeySharedConfig,
-    KeySharedMode,
+    AckHandleError, ConsumerHandle, ConsumerId, ConsumerSpec, Delivery, DeliverySink, HashRange,
+    KeySharedConfig, KeySharedMode, Refused,
 };
 use tracing::{debug, info};
 use wire::proto::{self, BaseCommand, CommandSubscribe, ServerError};
 
-use super::{Now, Session, SessionEvent};
+use super::{Now, Session};
+use crate::state::{Offer, Outbox};
 use crate::sync::lock;
 use crate::topic::{
     ConsumerInfo, InitialPosition, OutCounters, SubKind, SubscribeError, Subscription, Topic,
@@ -31,31 +32,25 @@ pub(super) struct Consumer {
     acked_through: Option<Position>,
 }
 
-/// How one consumer's deliveries become MESSAGE frames: the shell runs
-/// [`DeliveryRoute::encode`] on each send it takes from [`DeliveryRoute::deliveries`].
+/// How one consumer's deliveries become MESSAGE frames: the subscription's dispatcher thread
+/// encodes each send straight into the connection's write queue (a [`DeliverySink`]).
 pub(crate) struct DeliveryRoute {
     /// The consumer id the client chose.
     pub consumer_id: u64,
-    /// The dispatcher's sends to this consumer; the channel ends when the consumer goes.
-    pub deliveries: dispatcher::Deliveries,
     counters: Arc<OutCounters>,
     topic: Arc<Topic>,
-}
-
-impl std::fmt::Debug for DeliveryRoute {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DeliveryRoute")
-            .field("consumer_id", &self.consumer_id)
-            .field("topic", &self.topic.name)
-            .finish_non_exhaustive()
-    }
+    out: Arc<dyn Outbox>,
+    /// Set once the SUBSCRIBE's SUCCESS is in the write queue (see `Session::poll_transmit`):
+    /// no MESSAGE overtakes it.
+    ready: Arc<AtomicBool>,
 }
 
 impl DeliveryRoute {
     /// Appends one MESSAGE frame per delivered entry to `frames`: the stored payload section
     /// after the command, the redelivery count, and for a batch entry with acked messages the
-    /// `ack_set` (a set bit = still unacked). Counts what went out for the stats.
-    pub(crate) fn encode(&self, batch: &[Delivery], frames: &mut Vec<u8>) {
+    /// `ack_set` (a set bit = still unacked). Returns the messages and bytes encoded.
+    pub(crate) fn encode(&self, batch: &[Delivery], frames: &mut Vec<u8>) -> (u64, u64) {
+        let (mut messages_out, mut bytes_out) = (0, 0);
         for d in batch {
             let Some(section) = self.topic.payload(d.position) else {
                 tracing::warn!(position = %d.position, "no stored payload for a delivered entry");
@@ -72,13 +67,38 @@ impl DeliveryRoute {
             );
             wire::encode_with_section(&cmd, &section, frames);
             let unacked = messages as usize - d.acked_indexes.len().min(messages as usize);
-            self.counters
-                .messages
-                .fetch_add(unacked as u64, Ordering::Relaxed);
-            self.counters
-                .bytes
-                .fetch_add(u64::from(d.meta.size), Ordering::Relaxed);
+            messages_out += unacked as u64;
+            bytes_out += u64::from(d.meta.size);
         }
+        (messages_out, bytes_out)
+    }
+}
+
+impl DeliverySink for DeliveryRoute {
+    fn deliver(&mut self, batch: Vec<Delivery>) -> Result<(), Refused> {
+        if !self.ready.load(Ordering::Acquire) {
+            return Err(Refused::Full(batch));
+        }
+        let mut frames = Vec::with_capacity(batch.len() * 128);
+        let (messages, bytes) = self.encode(&batch, &mut frames);
+        if frames.is_empty() {
+            return Ok(());
+        }
+        match self.out.offer(frames) {
+            Offer::Taken => {
+                self.counters
+                    .messages
+                    .fetch_add(messages, Ordering::Relaxed);
+                self.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+                Ok(())
+            }
+            Offer::Full => Err(Refused::Full(batch)),
+            Offer::Closed => Err(Refused::Closed),
+        }
+    }
+
+    fn has_room(&self) -> bool {
+        self.ready.load(Ordering::Acquire) && self.out.drained()
     }
 }
 
@@ -223,7 +243,23 @@ impl Session {
             // and refuses another mode while consumers are connected (ModeMismatch).
             spec = spec.with_key_shared(ks);
         }
-        let handle = match sub.runtime.add_consumer(spec) {
+        let Some(out) = self.state.outbox(self.id) else {
+            return self.send_error(
+                s.request_id,
+                ServerError::ServiceNotReady,
+                "the connection is closing",
+            );
+        };
+        let counters = Arc::new(OutCounters::default());
+        let ready = Arc::new(AtomicBool::new(false));
+        let route = DeliveryRoute {
+            consumer_id: s.consumer_id,
+            counters: counters.clone(),
+            topic: topic.clone(),
+            out,
+            ready: ready.clone(),
+        };
+        let handle = match sub.runtime.add_consumer_with_sink(spec, Box::new(route)) {
             Ok(h) => h,
             Err(e) => {
                 return self.send_error(
@@ -233,7 +269,7 @@ impl Session {
                 )
             }
         };
-        let counters = Arc::new(OutCounters::default());
+        self.unopened.push(ready);
         lock(&sub.consumers).insert(
             global,
             ConsumerInfo {
@@ -244,13 +280,6 @@ impl Session {
                 out: counters.clone(),
             },
         );
-        self.events
-            .push_back(SessionEvent::ConsumerStarted(DeliveryRoute {
-                consumer_id: s.consumer_id,
-                deliveries: handle.deliveries.clone(),
-                counters,
-                topic: topic.clone(),
-            }));
         info!(conn = self.id, topic = %topic.name, subscription = %sub.name, consumer = %consumer_name, id = %global, "consumer subscribed");
         self.consumers.insert(
             s.consumer_id,
@@ -497,7 +526,7 @@ impl Session {
             non_durable,
             ..
         } = c;
-        // The shell's forwarder ends when the dispatcher drops the delivery channel.
+        // The dispatcher drops the consumer's sink: no MESSAGE for it is written after this.
         handle.close();
         if non_durable && last {
             let name = sub.name.clone();

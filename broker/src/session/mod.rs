@@ -1,8 +1,10 @@
 //! One client connection's protocol, sans-IO, in the shape of quinn-proto's `Connection`.
 //!
 //! The TCP shell feeds what it reads ([`Session::handle_bytes`]) and the time
-//! ([`Session::handle_timeout`]), writes what [`Session::poll_transmit`] returns, and starts a
-//! delivery forwarder for each [`SessionEvent::ConsumerStarted`]. Every protocol rule lives
+//! ([`Session::handle_timeout`]) and writes what [`Session::poll_transmit`] returns, in order.
+//! A consumer's MESSAGE frames do not pass through the session: its subscription's dispatcher
+//! thread encodes them into the connection's [`Outbox`](crate::state::Outbox) (a
+//! [`consume::DeliveryRoute`]), once the SUBSCRIBE's reply has been taken. Every protocol rule lives
 //! here (or in the topic it calls): which reply a command gets, how a cumulative ack expands,
 //! where a Reader starts, what a seek does first, which chunks a nack stands for, when a
 //! keep-alive PING goes out and when a silent peer is dropped. The session never touches a
@@ -16,6 +18,7 @@
 //! expects.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use tracing::{debug, warn};
@@ -30,7 +33,6 @@ mod produce;
 mod tests;
 
 use consume::Consumer;
-pub(crate) use consume::DeliveryRoute;
 use produce::{PendingReceipt, Producer};
 
 /// The newest protocol version this broker speaks (Pulsar's `ProtocolVersion` v21).
@@ -55,13 +57,6 @@ pub(crate) enum Close {
     Idle,
 }
 
-/// What the shell must act on besides writing frames.
-#[derive(Debug)]
-pub(crate) enum SessionEvent {
-    /// A consumer subscribed: forward its deliveries as MESSAGE frames until the channel ends.
-    ConsumerStarted(DeliveryRoute),
-}
-
 /// One connection's protocol state.
 pub(crate) struct Session {
     state: Arc<BrokerState>,
@@ -75,7 +70,9 @@ pub(crate) struct Session {
     /// Receipts waiting for their topic's commit (sync policy `always` or `interval`).
     pending_receipts: Vec<PendingReceipt>,
     out: VecDeque<Vec<u8>>,
-    events: VecDeque<SessionEvent>,
+    /// New consumers' delivery gates, opened once the frames queued before them (their
+    /// SUBSCRIBE's SUCCESS) have been taken by the shell.
+    unopened: Vec<Arc<AtomicBool>>,
     last_input_ms: u64,
     pinged: bool,
 }
@@ -118,7 +115,7 @@ impl Session {
             consumers: HashMap::new(),
             pending_receipts: Vec::new(),
             out: VecDeque::new(),
-            events: VecDeque::new(),
+            unopened: Vec::new(),
             last_input_ms: now.ms,
             pinged: false,
         }
@@ -153,12 +150,15 @@ impl Session {
 
     /// The next encoded frame (or frames) to write, in order.
     pub(crate) fn poll_transmit(&mut self) -> Option<Vec<u8>> {
-        self.out.pop_front()
-    }
-
-    /// The next event for the shell.
-    pub(crate) fn poll_event(&mut self) -> Option<SessionEvent> {
-        self.events.pop_front()
+        let frame = self.out.pop_front();
+        if frame.is_none() {
+            // Everything queued so far is in the shell's hands (and, as the shell writes in
+            // order, ahead of any MESSAGE): new consumers' deliveries may start.
+            for ready in self.unopened.drain(..) {
+                ready.store(true, Ordering::Release);
+            }
+        }
+        frame
     }
 
     /// Broker shutdown: queues CLOSE_PRODUCER and CLOSE_CONSUMER for everything the client

@@ -24,13 +24,23 @@ fn state() -> Arc<BrokerState> {
     ))
 }
 
-/// Frames the broker sends a connection on its own (CLOSE_CONSUMER after a seek).
+/// Frames the broker sends a connection on its own (CLOSE_CONSUMER after a seek), and the
+/// consumers' MESSAGE frames, which the dispatcher threads offer.
 #[derive(Default)]
-struct TestOutbox(Mutex<Vec<Vec<u8>>>);
+struct TestOutbox(Mutex<Vec<Vec<u8>>>, Mutex<Vec<Vec<u8>>>);
 
 impl crate::state::Outbox for TestOutbox {
     fn push(&self, frame: Vec<u8>) {
         self.0.lock().unwrap().push(frame);
+    }
+
+    fn offer(&self, frames: Vec<u8>) -> crate::state::Offer {
+        self.1.lock().unwrap().push(frames);
+        crate::state::Offer::Taken
+    }
+
+    fn drained(&self) -> bool {
+        true
     }
 }
 
@@ -49,7 +59,8 @@ fn decode_all(buf: &[u8]) -> Vec<wire::Frame> {
 struct Peer {
     session: Session,
     now: Now,
-    routes: Vec<DeliveryRoute>,
+    /// MESSAGE frames received and not yet asked for: (consumer id, position, redeliveries).
+    messages: Vec<(u64, Position, u32)>,
     outbox: Arc<TestOutbox>,
     closed: Option<Close>,
 }
@@ -71,7 +82,7 @@ impl Peer {
                 now,
             ),
             now,
-            routes: Vec::new(),
+            messages: Vec::new(),
             outbox,
             closed: None,
         }
@@ -93,9 +104,6 @@ impl Peer {
     }
 
     fn take(&mut self) -> Vec<wire::Frame> {
-        while let Some(SessionEvent::ConsumerStarted(r)) = self.session.poll_event() {
-            self.routes.push(r);
-        }
         let mut out = Vec::new();
         while let Some(buf) = self.session.poll_transmit() {
             out.extend(decode_all(&buf));
@@ -125,30 +133,37 @@ impl Peer {
     }
 
     /// The next `n` MESSAGE frames to consumer `consumer_id`: (position, redelivery count).
-    fn receive(&self, consumer_id: u64, n: usize) -> Vec<(Position, u32)> {
-        let route = self
-            .routes
-            .iter()
-            .find(|r| r.consumer_id == consumer_id)
-            .expect("a consumer");
-        let mut got = Vec::new();
-        while got.len() < n {
-            let batch = route
-                .deliveries
-                .recv_timeout(Duration::from_secs(5))
-                .expect("deliveries within 5 s");
-            let mut frames = Vec::new();
-            route.encode(&batch, &mut frames);
-            for f in decode_all(&frames) {
+    fn receive(&mut self, consumer_id: u64, n: usize) -> Vec<(Position, u32)> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let offered = std::mem::take(&mut *self.outbox.1.lock().unwrap());
+            for f in offered.iter().flat_map(|buf| decode_all(buf)) {
                 let m = f.command.message.expect("a MESSAGE");
-                assert_eq!(m.consumer_id, consumer_id);
                 assert!(f.payload.is_some(), "a MESSAGE carries its payload");
-                got.push((
+                self.messages.push((
+                    m.consumer_id,
                     Position::new(m.message_id.ledger_id, m.message_id.entry_id),
                     m.redelivery_count.unwrap_or(0),
                 ));
             }
+            let mine = self.messages.iter().filter(|m| m.0 == consumer_id).count();
+            if mine >= n {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{mine} of {n} MESSAGEs to consumer {consumer_id} within 5 s"
+            );
+            std::thread::sleep(Duration::from_millis(2));
         }
+        let mut got = Vec::new();
+        self.messages.retain(|&(c, p, r)| {
+            if c == consumer_id && got.len() < n {
+                got.push((p, r));
+                return false;
+            }
+            true
+        });
         got
     }
 }
@@ -353,6 +368,32 @@ fn keep_alive_pings_after_one_interval_and_closes_after_two() {
 fn publish_n(p: &mut Peer, n: u64) -> Vec<Position> {
     p.call(&wire::commands::producer(T, 1, 1, None));
     (0..n).map(|i| p.publish(1, i, meta(i))).collect()
+}
+
+/// A client that sends FLOW right behind SUBSCRIBE (one read holds both) gets no MESSAGE
+/// before the SUBSCRIBE's SUCCESS: the dispatcher thread writes MESSAGE frames to the
+/// connection's queue itself, so a consumer's deliveries wait until the shell has taken the
+/// frames queued before them.
+#[test]
+fn no_message_overtakes_the_subscribe_reply() {
+    let st = state();
+    let mut p = Peer::connected(&st, 1);
+    publish_n(&mut p, 3);
+    let mut bytes = Vec::new();
+    wire::encode_command(&subscribe("s", 1, 2, SubType::Shared), &mut bytes);
+    wire::encode_command(&wire::commands::flow(1, 100), &mut bytes);
+    p.session.handle_bytes(p.now, &bytes).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        p.outbox.1.lock().unwrap().is_empty(),
+        "no MESSAGE while the SUCCESS is still queued in the session"
+    );
+    assert_eq!(
+        kinds(&p.take().into_iter().map(|f| f.command).collect::<Vec<_>>()),
+        [Type::Success]
+    );
+    assert_eq!(p.receive(1, 3).len(), 3);
+    p.session.close();
 }
 
 #[test]

@@ -1,8 +1,8 @@
 //! The TCP shell of one client connection: a reader thread that feeds the socket's bytes and
-//! the time to the connection's [`Session`] and writes what it returns, a writer thread that
-//! drains a bounded queue of encoded frames into the socket, and one forwarder thread per
-//! consumer that encodes the dispatcher's deliveries ([`DeliveryRoute::encode`]) into that
-//! queue. Every protocol decision is the session's.
+//! the time to the connection's [`Session`] and writes what it returns, and a writer thread
+//! that drains a bounded queue of encoded frames into the socket. The subscriptions'
+//! dispatcher threads put their consumers' MESSAGE frames into the same queue through the
+//! connection's [`Outbox`]. Every protocol decision is the session's.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
@@ -10,14 +10,18 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, Sender};
+use crossbeam_channel::{bounded, Receiver, Sender, TrySendError};
 use tracing::{debug, error, warn};
 
-use crate::session::{DeliveryRoute, Now, Session, SessionEvent};
-use crate::state::{BrokerState, Outbox};
+use crate::session::{Now, Session};
+use crate::state::{BrokerState, Offer, Outbox};
 
-/// Frames queued for the writer before the reader (or a forwarder) waits.
+/// Buffers of frames queued for the writer before the reader waits.
 const WRITE_QUEUE: usize = 1024;
+
+/// Consumers' deliveries fill the writer queue up to here; the rest is kept for the session's
+/// replies (a dispatcher refused here pauses its consumer until the queue drains to half).
+const DELIVERIES_UP_TO: usize = WRITE_QUEUE * 3 / 4;
 
 /// How often a blocked read wakes up to look at the shutdown flag and the keep-alive.
 const READ_TICK: Duration = Duration::from_millis(100);
@@ -33,6 +37,21 @@ impl Outbox for WriterOutbox {
         if self.0.send_timeout(frame, CLOSE_FLUSH).is_err() {
             warn!("a connection's write queue stayed full; a broker-initiated frame was dropped");
         }
+    }
+
+    fn offer(&self, frames: Vec<u8>) -> Offer {
+        if self.0.len() >= DELIVERIES_UP_TO {
+            return Offer::Full;
+        }
+        match self.0.try_send(frames) {
+            Ok(()) => Offer::Taken,
+            Err(TrySendError::Full(_)) => Offer::Full,
+            Err(TrySendError::Disconnected(_)) => Offer::Closed,
+        }
+    }
+
+    fn drained(&self) -> bool {
+        self.0.len() <= WRITE_QUEUE / 2
     }
 }
 
@@ -99,7 +118,7 @@ pub(crate) fn serve(state: Arc<BrokerState>, conn_id: u64, stream: TcpStream) {
     let Conn { out, stream, .. } = conn;
     drop(out);
     // Let the writer flush what is queued (CLOSE_* at shutdown), but not forever: a peer that
-    // does not read would block it in `write_all` (and the forwarders behind the full queue)
+    // does not read would block it in `write_all` (and the dispatchers find the queue full)
     // for good. Cutting the socket makes the write fail, which ends the writer and them.
     let until = Instant::now() + CLOSE_FLUSH;
     while !writer.is_finished() && Instant::now() < until {
@@ -161,7 +180,6 @@ impl Conn {
                     return;
                 }
             };
-            self.start_forwarders();
             if let Err(reason) = result {
                 debug!(conn = self.id, peer = %self.peer, ?reason, "connection closed by the broker");
                 return;
@@ -183,32 +201,6 @@ impl Conn {
                 return;
             }
         }
-    }
-
-    fn start_forwarders(&mut self) {
-        while let Some(event) = self.session.poll_event() {
-            match event {
-                SessionEvent::ConsumerStarted(route) => spawn_forwarder(route, self.out.clone()),
-            }
-        }
-    }
-}
-
-/// Encodes one consumer's deliveries into the writer queue until its channel ends.
-fn spawn_forwarder(route: DeliveryRoute, out: Sender<Vec<u8>>) {
-    let spawned = std::thread::Builder::new()
-        .name(format!("consumer-{}", route.consumer_id))
-        .spawn(move || {
-            for batch in route.deliveries.iter() {
-                let mut frames = Vec::with_capacity(batch.len() * 128);
-                route.encode(&batch, &mut frames);
-                if !frames.is_empty() && out.send(frames).is_err() {
-                    return;
-                }
-            }
-        });
-    if let Err(e) = spawned {
-        error!(error = %e, "cannot spawn a consumer's forwarder thread; its deliveries stay queued");
     }
 }
 

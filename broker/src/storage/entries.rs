@@ -15,7 +15,7 @@ use super::{StorageError, SyncPolicy};
 use crate::sync::lock;
 
 /// A topic's entries by position. Appends come in position order from one writer at a time;
-/// reads come from any thread (the consumers' forwarders).
+/// reads come from any thread (the subscriptions' dispatcher threads).
 ///
 /// What a distributed store implements too: ledgers in Apache BookKeeper would append and read
 /// by `(ledger, entry)` the same way.

@@ -99,7 +99,7 @@ pub(crate) struct ConsumerInfo {
     pub address: String,
     /// When it subscribed (RFC 3339, UTC).
     pub connected_since: String,
-    /// Messages and bytes sent to it (the forwarder counts).
+    /// Messages and bytes sent to it (its delivery sink counts what the write queue took).
     pub out: Arc<OutCounters>,
 }
 

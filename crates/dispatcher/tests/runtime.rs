@@ -466,7 +466,10 @@ fn a_sink_that_is_full_pauses_its_consumer_until_it_has_room() {
     let c = rt
         .add_consumer_with_sink(ConsumerSpec::new(1, "c"), Box::new(sink))
         .unwrap();
-    assert!(c.deliveries.recv_timeout(Duration::from_millis(10)).is_err());
+    assert!(c
+        .deliveries
+        .recv_timeout(Duration::from_millis(10))
+        .is_err());
     let positions = rt.publish_wait((0..10).map(|_| meta("x")).collect());
     c.flow(100);
     thread::sleep(Duration::from_millis(100));
