@@ -1,6 +1,7 @@
 //! The read loop: wake and timers, choosing the next read or replay, read results.
 
 use super::*;
+use crate::replay::ReplayEntry;
 use crate::rng::SplitMix64;
 
 /// Which kind of read is in flight.
@@ -422,110 +423,149 @@ impl Dispatcher {
             // Shared: a nacked entry waits for its delay; nothing else waits for it.
             return self.replay.due(now).take(n).collect();
         }
-        let mut snapshot: Vec<(ConsumerId, i64)> = self
-            .consumers
-            .iter()
-            .map(|c| (c.id, self.available_permits(c)))
-            .collect();
-        let mut capacity: i64 = snapshot.iter().map(|(_, p)| *p).sum();
         let holds = self.replay.has_holds();
         // Resume where the last pick stopped, with its marks (see `ReadLoop::pick_resume`).
         let resume = self.read.pick_resume.take().filter(|_| !holds);
-        let mut blocked = std::mem::replace(&mut self.scratch_blocked, AHashSet::new());
-        let mut pinned_blocked =
-            std::mem::replace(&mut self.scratch_pinned_blocked, AHashSet::new());
-        if resume.is_none() {
-            blocked.clear();
-            pinned_blocked.clear();
-        }
-        let mut out = Vec::new();
-        let ordered = self.mode.key_shared().is_some_and(|k| k.ordered());
-        // Nacked entries picked in this pass (later entries of their key may follow them).
-        let mut resent_nacked: Vec<Position> = Vec::new();
+        let mut pass = self.start_replay_pass(holds, resume.is_some());
         let mut stopped_at = None;
         let mut scanned = 0u64;
         for (p, e) in self.replay.iter_from(resume) {
-            if out.len() >= n || capacity <= 0 {
+            if pass.out.len() >= n || pass.capacity <= 0 {
                 stopped_at = Some(p);
                 break;
             }
             scanned += 1;
-            if e.not_before > now {
-                // A nack delay (or a park): not yet. Its hash stays held (ordered mode).
-                if ordered && e.hash != 0 {
-                    blocked.insert(e.hash);
-                }
-                continue;
-            }
-            if e.hash == 0 {
-                out.push(p);
-                continue;
-            }
-            // Pinned entries (a chunked message's continuation, or any entry of a key whose
-            // chunked message is half-delivered) are ordered per (consumer, hash) only: that
-            // message started before the hash's other waiting entries (which may wait for it).
-            let pin = e.pinned.or_else(|| self.hash_pin(e.hash));
-            let held = match pin {
-                Some(c) => pinned_blocked.contains(&(c, e.hash)),
-                None => blocked.contains(&e.hash),
-            };
-            if held {
-                continue;
-            }
-            // Ordered nack: an earlier nacked entry of the hash (or an entry kept behind one)
-            // still waits and is not re-sent in this pass.
-            if holds && self.replay.held_before(e.hash, p, &resent_nacked) {
-                if pin.is_none() {
-                    blocked.insert(e.hash);
-                }
-                continue;
-            }
-            let target = match pin {
-                Some(c) => Some(c),
-                None => self
-                    .mode
-                    .key_shared()
-                    .and_then(|k| k.selector.select(e.hash)),
-            };
-            let slot = target.and_then(|t| snapshot.iter().position(|(c, _)| *c == t));
-            let out_of_permits = slot.is_some_and(|i| snapshot[i].1 <= 0);
-            if out_of_permits && pin.is_none() {
-                // Its target has no permits left in this pass. Every later unpinned entry of
-                // the hash has the same target (the selector does not change during a pass),
-                // so it waits too without being marked; pinned entries of the hash are ordered
-                // by `pinned_blocked`, which an unpinned entry never marks. Skipping the mark
-                // keeps a long replay set cheap to scan for the consumers that have permits.
-                continue;
-            }
-            let ok = match (target, slot) {
-                (Some(t), Some(i)) => {
-                    snapshot[i].1 > 0
-                        && (pin.is_some()
-                            || self.can_dispatch(DispatchGate::ReplayPick, t, e.hash)
-                                == Verdict::Allow)
-                }
-                _ => false,
-            };
-            if ok {
-                if let Some(i) = slot {
-                    snapshot[i].1 -= 1;
-                    capacity -= 1;
-                }
-                if e.nacked {
-                    resent_nacked.push(p);
-                }
-                out.push(p);
-            } else {
-                // A held-back pinned entry also holds back later entries of its hash (they may
-                // be later chunks of the same message), even in out-of-order mode.
-                if ordered || pin.is_some() {
-                    blocked.insert(e.hash);
-                }
-                if let Some(c) = pin {
-                    pinned_blocked.insert((c, e.hash));
-                }
-            }
+            self.judge_replay_entry(&mut pass, now, p, e);
         }
+        self.finish_replay_pass(pass, stopped_at, scanned)
+    }
+
+    /// A Key_Shared replay pick's working state: each consumer's permits, and the hashes the
+    /// pass holds back (kept from the last pass when it resumes).
+    fn start_replay_pass(&mut self, holds: bool, resumed: bool) -> ReplayPass {
+        let snapshot: Vec<(ConsumerId, i64)> = self
+            .consumers
+            .iter()
+            .map(|c| (c.id, self.available_permits(c)))
+            .collect();
+        let mut blocked = std::mem::replace(&mut self.scratch_blocked, AHashSet::new());
+        let mut pinned_blocked =
+            std::mem::replace(&mut self.scratch_pinned_blocked, AHashSet::new());
+        if !resumed {
+            blocked.clear();
+            pinned_blocked.clear();
+        }
+        ReplayPass {
+            capacity: snapshot.iter().map(|(_, p)| *p).sum(),
+            snapshot,
+            blocked,
+            pinned_blocked,
+            resent_nacked: Vec::new(),
+            ordered: self.mode.key_shared().is_some_and(|k| k.ordered()),
+            holds,
+            out: Vec::new(),
+        }
+    }
+
+    /// Takes replay entry `p` into the pass's picks, or holds it back (and, where later
+    /// entries of its hash must wait behind it, marks the hash).
+    fn judge_replay_entry(
+        &self,
+        pass: &mut ReplayPass,
+        now: u64,
+        p: Position,
+        e: ReplayEntry<ConsumerId>,
+    ) {
+        if e.not_before > now {
+            // A nack delay (or a park): not yet. Its hash stays held (ordered mode).
+            if pass.ordered && e.hash != 0 {
+                pass.blocked.insert(e.hash);
+            }
+            return;
+        }
+        if e.hash == 0 {
+            pass.out.push(p);
+            return;
+        }
+        // Pinned entries (a chunked message's continuation, or any entry of a key whose
+        // chunked message is half-delivered) are ordered per (consumer, hash) only: that
+        // message started before the hash's other waiting entries (which may wait for it).
+        let pin = e.pinned.or_else(|| self.hash_pin(e.hash));
+        let held = match pin {
+            Some(c) => pass.pinned_blocked.contains(&(c, e.hash)),
+            None => pass.blocked.contains(&e.hash),
+        };
+        if held {
+            return;
+        }
+        // Ordered nack: an earlier nacked entry of the hash (or an entry kept behind one)
+        // still waits and is not re-sent in this pass.
+        if pass.holds && self.replay.held_before(e.hash, p, &pass.resent_nacked) {
+            if pin.is_none() {
+                pass.blocked.insert(e.hash);
+            }
+            return;
+        }
+        let target = match pin {
+            Some(c) => Some(c),
+            None => self
+                .mode
+                .key_shared()
+                .and_then(|k| k.selector.select(e.hash)),
+        };
+        let slot = target.and_then(|t| pass.snapshot.iter().position(|(c, _)| *c == t));
+        if slot.is_some_and(|i| pass.snapshot[i].1 <= 0) && pin.is_none() {
+            // Its target has no permits left in this pass. Every later unpinned entry of the
+            // hash has the same target (the selector does not change during a pass), so it
+            // waits too without being marked; pinned entries of the hash are ordered by
+            // `pinned_blocked`, which an unpinned entry never marks. Skipping the mark keeps a
+            // long replay set cheap to scan for the consumers that have permits.
+            return;
+        }
+        let ok = match (target, slot) {
+            (Some(t), Some(i)) => {
+                pass.snapshot[i].1 > 0
+                    && (pin.is_some()
+                        || self.can_dispatch(DispatchGate::ReplayPick, t, e.hash) == Verdict::Allow)
+            }
+            _ => false,
+        };
+        if ok {
+            if let Some(i) = slot {
+                pass.snapshot[i].1 -= 1;
+                pass.capacity -= 1;
+            }
+            if e.nacked {
+                pass.resent_nacked.push(p);
+            }
+            pass.out.push(p);
+            return;
+        }
+        // A held-back pinned entry also holds back later entries of its hash (they may be
+        // later chunks of the same message), even in out-of-order mode.
+        if pass.ordered || pin.is_some() {
+            pass.blocked.insert(e.hash);
+        }
+        if let Some(c) = pin {
+            pass.pinned_blocked.insert((c, e.hash));
+        }
+    }
+
+    /// Keeps the pass's marks for a resumed pick, counts it, and settles the replay loop when
+    /// nothing could go; returns the picks.
+    fn finish_replay_pass(
+        &mut self,
+        pass: ReplayPass,
+        stopped_at: Option<Position>,
+        scanned: u64,
+    ) -> Vec<Position> {
+        let ReplayPass {
+            blocked,
+            pinned_blocked,
+            holds,
+            out,
+            ..
+        } = pass;
         self.scratch_blocked = blocked;
         self.scratch_pinned_blocked = pinned_blocked;
         self.counters.replay_picks += 1;
@@ -720,4 +760,24 @@ impl Dispatcher {
             self.back_off(now);
         }
     }
+}
+
+/// One Key_Shared replay pick's working state ([`Dispatcher::pick_replay`]).
+struct ReplayPass {
+    /// Each consumer's permits left in this pass.
+    snapshot: Vec<(ConsumerId, i64)>,
+    /// Permits left over every consumer.
+    capacity: i64,
+    /// Hashes whose later entries wait in this pass.
+    blocked: AHashSet<u32>,
+    /// (consumer, hash) pairs whose later pinned entries wait in this pass.
+    pinned_blocked: AHashSet<(ConsumerId, u32)>,
+    /// Nacked entries picked in this pass (later entries of their key may follow them).
+    resent_nacked: Vec<Position>,
+    /// Ordered Key_Shared.
+    ordered: bool,
+    /// The replay set holds nacked entries' keys.
+    holds: bool,
+    /// The picks, in order.
+    out: Vec<Position>,
 }
