@@ -395,25 +395,17 @@ impl Topic {
     /// Entries that exist now: count, messages and bytes (storage size), and per ledger
     /// `(id, entries, bytes)`.
     pub(crate) fn storage(&self) -> (cursor::Backlog, Vec<(u64, u64, u64)>) {
-        let ledger = self.ledger.read();
+        let per_ledger = self.ledger.read().ledger_totals();
         let mut total = cursor::Backlog::default();
-        let mut ledgers: Vec<(u64, u64, u64)> = Vec::new();
-        let mut p = ledger.first_position();
-        while let Some(q) = p {
-            if let Some(b) = ledger.stats(q) {
-                total.entries += 1;
-                total.messages += b.messages;
-                total.bytes += b.bytes;
-                match ledgers.last_mut() {
-                    Some(l) if l.0 == q.ledger_id => {
-                        l.1 += 1;
-                        l.2 += b.bytes;
-                    }
-                    _ => ledgers.push((q.ledger_id, 1, b.bytes)),
-                }
-            }
-            p = ledger.next_position(q);
+        for (_, t) in &per_ledger {
+            total.entries += t.entries;
+            total.messages += t.messages;
+            total.bytes += t.bytes;
         }
+        let ledgers = per_ledger
+            .into_iter()
+            .map(|(id, t)| (id, t.entries, t.bytes))
+            .collect();
         (total, ledgers)
     }
 

@@ -333,6 +333,26 @@ impl InMemoryLedger {
         self.segs.iter().map(|s| s.metas.len()).sum()
     }
 
+    /// Per ledger id that still has entries: its id and the totals of its existing entries,
+    /// oldest first. O(ledgers): what a broker's storage stats need without walking entries.
+    ///
+    /// ```
+    /// use cursor::{EntryMeta, InMemoryLedger, Ledger};
+    /// let mut l = InMemoryLedger::new(2);
+    /// for i in 0..3 {
+    ///     l.append(EntryMeta::simple(i, 10));
+    /// }
+    /// let t = l.ledger_totals();
+    /// assert_eq!((t.len(), t[0].0, t[0].1.entries, t[0].1.bytes), (2, 1, 2, 20));
+    /// ```
+    pub fn ledger_totals(&self) -> Vec<(u64, Backlog)> {
+        self.segs
+            .iter()
+            .map(|s| (s.id, s.totals(s.base, s.end().saturating_sub(1))))
+            .filter(|(_, t)| t.entries > 0)
+            .collect()
+    }
+
     /// Whether no entry exists.
     pub fn is_empty(&self) -> bool {
         self.segs.iter().all(|s| s.metas.is_empty())
