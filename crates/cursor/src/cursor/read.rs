@@ -22,9 +22,13 @@ impl<S: CursorStore> ManagedCursor<S> {
                 let Some(p) = next else {
                     break;
                 };
-                if let Some(e) = ledger.get(p) {
-                    out.push(e);
-                }
+                // An entry that exists but cannot be read (its metadata did not load, see
+                // `MetaSource`) ends the read before it, as `read_range` does: the next read
+                // starts there again instead of passing it.
+                let Some(e) = ledger.get(p) else {
+                    break;
+                };
+                out.push(e);
                 next = self.first_unacked_after(ledger, p);
             }
             out

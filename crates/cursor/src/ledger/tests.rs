@@ -385,4 +385,15 @@ fn a_meta_window_answers_as_keeping_everything_does() {
     assert_eq!(small.get(ps[2]), None);
     assert_eq!(positions(&small.read_range(ps[0], 10)), ps[..2].to_vec());
     assert_eq!(small.stats(ps[2]), full.stats(ps[2]), "counts need no load");
+    // A cursor's read stops there too, also when acked entries follow (the read then walks
+    // entry by entry): the unreadable entry is read again next time, never passed.
+    for ack_after in [false, true] {
+        let mut c = crate::ManagedCursor::new("c", &small, crate::MemoryStore::new());
+        if ack_after {
+            c.ack(&small, ps[4]).unwrap();
+        }
+        assert_eq!(positions(&c.read(&small, 10)), ps[..2].to_vec());
+        assert_eq!(c.read_position(), ps[2], "acked after: {ack_after}");
+        assert!(c.read(&small, 10).is_empty());
+    }
 }
