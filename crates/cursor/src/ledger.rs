@@ -1,13 +1,14 @@
 //! The ledger the cursor runs over: a trait and an in-memory implementation.
 
 use std::cmp::Ordering;
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::entry::{Backlog, Entry, EntryMeta, Position};
 
+mod segment;
 mod shared;
 mod window;
+use segment::Segment;
 pub use shared::SharedLedger;
 pub use window::MetaSource;
 use window::Window;
@@ -169,65 +170,10 @@ pub trait Ledger {
     fn trim_below(&mut self, p: Position);
 }
 
-#[derive(Clone, Debug)]
-struct Segment {
-    id: u64,
-    /// Entries ever appended to this ledger.
-    count: u64,
-    /// Entry id of `metas[0]` (entries below were trimmed).
-    base: u64,
-    /// Each entry's metadata; `None` once dropped from memory (only with a [`MetaSource`],
-    /// which reads it back; then the entries that keep theirs are a suffix, from `kept_from`).
-    metas: VecDeque<Option<Arc<EntryMeta>>>,
-    /// Entry id of the oldest entry that may still keep its metadata (`base` without a source).
-    kept_from: u64,
-    /// `cum[i]` = (messages, bytes) of this ledger's entries with id `< base + i` (one more
-    /// element than `metas`); adjacent pairs give one entry's stats in one cache line.
-    cum: VecDeque<(u64, u64)>,
-}
-
-impl Segment {
-    fn new(id: u64) -> Self {
-        Segment {
-            id,
-            count: 0,
-            base: 0,
-            metas: VecDeque::new(),
-            kept_from: 0,
-            cum: VecDeque::from([(0, 0)]),
-        }
-    }
-
-    #[inline]
-    fn end(&self) -> u64 {
-        self.base + self.metas.len() as u64
-    }
-
-    #[inline]
-    fn first(&self) -> Option<Position> {
-        (!self.metas.is_empty()).then(|| Position::new(self.id, self.base))
-    }
-
-    /// Totals of existing entries with `lo <= id <= hi`.
-    fn totals(&self, lo: u64, hi: u64) -> Backlog {
-        let lo = lo.max(self.base);
-        let hi = hi.min(self.end().saturating_sub(1));
-        if self.metas.is_empty() || lo > hi {
-            return Backlog::default();
-        }
-        let a = (lo - self.base) as usize;
-        let b = (hi - self.base) as usize + 1;
-        Backlog {
-            entries: hi - lo + 1,
-            messages: self.cum[b].0 - self.cum[a].0,
-            bytes: self.cum[b].1 - self.cum[a].1,
-        }
-    }
-}
-
 /// An in-memory [`Ledger`]: ledger ids start at 1 and the log rolls over to a new ledger id every
 /// `entries_per_ledger` entries (or on [`InMemoryLedger::roll_over`]). Lookups are O(1), range
-/// totals O(ledgers in range) through per-ledger prefix sums.
+/// totals O(ledgers in range) through running totals every 64 entries. Per entry it keeps 6
+/// bytes (size and message count) besides the metadata, which a [`MetaSource`] lets it drop.
 ///
 /// ```
 /// use cursor::{EntryMeta, InMemoryLedger, Ledger, Position};
@@ -293,20 +239,8 @@ impl InMemoryLedger {
         let gone = self.segs.partition_point(|s| s.id < p.ledger_id);
         let mut segs: Vec<Segment> = self.segs.drain(..gone).collect();
         if let Some(s) = self.segs.first_mut() {
-            if s.id == p.ledger_id && s.base < p.entry_id && !s.metas.is_empty() {
-                // `n <= metas.len()`, which is a `usize`.
-                let n = (p.entry_id - s.base).min(s.metas.len() as u64) as usize;
-                let part = Segment {
-                    id: s.id,
-                    count: s.base + n as u64,
-                    base: s.base,
-                    metas: s.metas.drain(..n).collect(),
-                    kept_from: s.kept_from,
-                    cum: s.cum.iter().take(n + 1).copied().collect(),
-                };
-                s.cum.drain(..n);
-                s.base += n as u64;
-                segs.push(part);
+            if s.id == p.ledger_id && s.base < p.entry_id && !s.is_empty() {
+                segs.push(s.split_front(p.entry_id - s.base));
             }
         }
         let mut out = InMemoryLedger {
@@ -330,7 +264,10 @@ impl InMemoryLedger {
 
     /// Number of entries that currently exist (not trimmed).
     pub fn len(&self) -> usize {
-        self.segs.iter().map(|s| s.metas.len()).sum()
+        self.segs
+            .iter()
+            .map(|s| usize::try_from(s.len()).unwrap_or(usize::MAX))
+            .sum()
     }
 
     /// Per ledger id that still has entries: its id and the totals of its existing entries,
@@ -355,7 +292,7 @@ impl InMemoryLedger {
 
     /// Whether no entry exists.
     pub fn is_empty(&self) -> bool {
-        self.segs.iter().all(|s| s.metas.is_empty())
+        self.segs.iter().all(Segment::is_empty)
     }
 
     /// Appends `meta` at exactly `position`, for rebuilding a ledger from a durable log.
@@ -375,12 +312,12 @@ impl InMemoryLedger {
     /// assert!(l.restore(Position::new(3, 1), EntryMeta::simple(0, 1)).is_err());
     /// ```
     pub fn restore(&mut self, position: Position, meta: EntryMeta) -> Result<(), Position> {
-        let expected_next = self.segs.last().map(|s| Position::new(s.id, s.count));
+        let expected_next = self.segs.last().map(|s| Position::new(s.id, s.end()));
         match self.segs.last() {
-            Some(s) if s.id == position.ledger_id && s.count == position.entry_id => {}
+            Some(s) if s.id == position.ledger_id && s.end() == position.entry_id => {}
             Some(s) if position.ledger_id > s.id => {
                 for id in s.id + 1..position.ledger_id {
-                    self.segs.push(Segment::new(id));
+                    self.segs.push(Segment::starting_at(id, 0));
                 }
                 self.push_restored_segment(position);
             }
@@ -388,11 +325,7 @@ impl InMemoryLedger {
             Some(_) => return Err(expected_next.unwrap_or(position)),
         }
         let seg = self.segs.last_mut().expect("a segment was just ensured");
-        let (m, b) = seg.cum.back().copied().unwrap_or((0, 0));
-        seg.cum
-            .push_back((m + u64::from(meta.messages()), b + u64::from(meta.size)));
-        seg.metas.push_back(Some(Arc::new(meta)));
-        seg.count += 1;
+        seg.push(Arc::new(meta));
         self.next_ledger_id = position.ledger_id + 1;
         self.last_appended = Some(position);
         self.roll_pending = false;
@@ -401,19 +334,19 @@ impl InMemoryLedger {
     }
 
     fn push_restored_segment(&mut self, position: Position) {
-        let mut seg = Segment::new(position.ledger_id);
-        seg.base = position.entry_id;
-        seg.count = position.entry_id;
-        seg.kept_from = position.entry_id;
-        self.segs.push(seg);
+        if let Some(s) = self.segs.last_mut() {
+            s.shrink();
+        }
+        self.segs
+            .push(Segment::starting_at(position.ledger_id, position.entry_id));
     }
 
     /// The position the next [`Ledger::append`] will assign (a durable log writes the entry
     /// there first, then appends).
     pub fn next_append_position(&self) -> Position {
         match self.segs.last() {
-            Some(s) if !self.roll_pending && s.count < self.entries_per_ledger => {
-                Position::new(s.id, s.count)
+            Some(s) if !self.roll_pending && s.end() < self.entries_per_ledger => {
+                Position::new(s.id, s.end())
             }
             _ => Position::new(self.next_ledger_id, 0),
         }
@@ -429,9 +362,7 @@ impl InMemoryLedger {
     /// [`get`](Ledger::get), which reads it back). The [`Ledger`] trait only hands out owned
     /// [`Entry`]s.
     pub fn meta(&self, p: Position) -> Option<&EntryMeta> {
-        let seg = self.seg(p.ledger_id)?;
-        let i = p.entry_id.checked_sub(seg.base)?;
-        seg.metas.get(usize::try_from(i).ok()?)?.as_deref()
+        self.seg(p.ledger_id)?.kept(p.entry_id).map(|m| &**m)
     }
 
     #[inline]
@@ -455,20 +386,19 @@ impl Ledger for InMemoryLedger {
     fn append_shared(&mut self, meta: Arc<EntryMeta>) -> Position {
         let need_new = match self.segs.last() {
             None => true,
-            Some(s) => self.roll_pending || s.count >= self.entries_per_ledger,
+            Some(s) => self.roll_pending || s.end() >= self.entries_per_ledger,
         };
         if need_new {
-            self.segs.push(Segment::new(self.next_ledger_id));
+            if let Some(s) = self.segs.last_mut() {
+                // Complete: its spare capacity goes back.
+                s.shrink();
+            }
+            self.segs.push(Segment::starting_at(self.next_ledger_id, 0));
             self.next_ledger_id += 1;
             self.roll_pending = false;
         }
         let seg = self.segs.last_mut().expect("a segment was just ensured");
-        let pos = Position::new(seg.id, seg.count);
-        let (m, b) = seg.cum.back().copied().unwrap_or((0, 0));
-        seg.cum
-            .push_back((m + u64::from(meta.messages()), b + u64::from(meta.size)));
-        seg.metas.push_back(Some(meta));
-        seg.count += 1;
+        let pos = seg.push(meta);
         self.last_appended = Some(pos);
         self.after_push();
         pos
@@ -483,7 +413,7 @@ impl Ledger for InMemoryLedger {
         self.segs
             .iter()
             .rev()
-            .find(|s| !s.metas.is_empty())
+            .find(|s| !s.is_empty())
             .map(|s| Position::new(s.id, s.end() - 1))
     }
 
@@ -514,10 +444,9 @@ impl Ledger for InMemoryLedger {
 
     fn publish_time(&self, p: Position) -> Option<u64> {
         let seg = self.seg(p.ledger_id)?;
-        let i = usize::try_from(p.entry_id.checked_sub(seg.base)?).ok()?;
-        match seg.metas.get(i)? {
+        match seg.kept(p.entry_id) {
             Some(m) => Some(m.publish_time),
-            None => self.meta_at(seg, i).map(|m| m.publish_time),
+            None => self.meta_at(seg, p.entry_id).map(|m| m.publish_time),
         }
     }
 
@@ -533,14 +462,13 @@ impl Ledger for InMemoryLedger {
                 break;
             };
             // `next_position` only returns existing positions: `base <= entry_id < end`.
-            let start = usize::try_from(q.entry_id - seg.base).unwrap_or(usize::MAX);
-            let take = (max - out.len()).min(seg.metas.len().saturating_sub(start));
+            let take = ((max - out.len()) as u64).min(seg.end().saturating_sub(q.entry_id));
             if take == 0 {
                 break;
             }
-            for (i, e) in (start..start + take).zip(q.entry_id..) {
+            for e in q.entry_id..q.entry_id + take {
                 // An entry whose metadata cannot be read back ends the read before it.
-                let Some(meta) = self.meta_at(seg, i) else {
+                let Some(meta) = self.meta_at(seg, e) else {
                     return out;
                 };
                 out.push(Entry {
@@ -548,32 +476,30 @@ impl Ledger for InMemoryLedger {
                     meta,
                 });
             }
-            next = self.next_position(Position::new(seg.id, q.entry_id + take as u64 - 1));
+            next = self.next_position(Position::new(seg.id, q.entry_id + take - 1));
         }
         out
     }
 
     fn get(&self, p: Position) -> Option<Entry> {
-        let seg = self.seg(p.ledger_id)?;
-        let i = p.entry_id.checked_sub(seg.base)?;
-        let meta = self.meta_at(seg, usize::try_from(i).ok()?)?;
+        let meta = self.meta_at(self.seg(p.ledger_id)?, p.entry_id)?;
         Some(Entry { position: p, meta })
     }
 
     fn entry_count(&self, ledger_id: u64) -> Option<u64> {
-        self.seg(ledger_id).map(|s| s.count)
+        self.seg(ledger_id).map(Segment::end)
     }
 
     #[inline]
     fn exists(&self, p: Position) -> bool {
         self.seg(p.ledger_id)
-            .is_some_and(|s| p.entry_id >= s.base && p.entry_id < s.end())
+            .is_some_and(|s| s.contains(p.entry_id))
     }
 
     #[inline]
     fn follows(&self, after: Position, p: Position) -> Option<bool> {
         let seg = self.seg(p.ledger_id)?;
-        if p.entry_id < seg.base || p.entry_id >= seg.end() {
+        if !seg.contains(p.entry_id) {
             return None;
         }
         // In `p`'s own ledger the entry after `after` is `max(after + 1, base)` when that is
@@ -591,17 +517,7 @@ impl Ledger for InMemoryLedger {
 
     #[inline]
     fn stats(&self, p: Position) -> Option<Backlog> {
-        let seg = self.seg(p.ledger_id)?;
-        let i = usize::try_from(p.entry_id.checked_sub(seg.base)?).ok()?;
-        if i >= seg.metas.len() {
-            return None;
-        }
-        let (a, b) = (seg.cum[i], seg.cum[i + 1]);
-        Some(Backlog {
-            entries: 1,
-            messages: b.0 - a.0,
-            bytes: b.1 - a.1,
-        })
+        self.seg(p.ledger_id)?.stats(p.entry_id)
     }
 
     fn totals_in(&self, after: Position, through: Position) -> Backlog {
@@ -635,13 +551,13 @@ impl Ledger for InMemoryLedger {
     /// the one found; O(log ledgers + log entries).
     fn find_by_publish_time(&self, t: u64) -> Option<Position> {
         // An entry whose metadata cannot be read back counts as published at the end of time.
-        let time = |s: &Segment, i: usize| self.meta_at(s, i).map_or(u64::MAX, |m| m.publish_time);
+        let time = |s: &Segment, e: u64| self.meta_at(s, e).map_or(u64::MAX, |m| m.publish_time);
         // Ledgers whose entries were all published before `t` (empty ones count as such).
         let i = self
             .segs
-            .partition_point(|s| s.metas.is_empty() || time(s, s.metas.len() - 1) < t);
-        let seg = self.segs.iter().skip(i).find(|s| !s.metas.is_empty())?;
-        let (mut lo, mut hi) = (0, seg.metas.len());
+            .partition_point(|s| s.is_empty() || time(s, s.end() - 1) < t);
+        let seg = self.segs.iter().skip(i).find(|s| !s.is_empty())?;
+        let (mut lo, mut hi) = (seg.base, seg.end());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if time(seg, mid) < t {
@@ -650,7 +566,7 @@ impl Ledger for InMemoryLedger {
                 hi = mid;
             }
         }
-        Some(Position::new(seg.id, seg.base + lo as u64))
+        Some(Position::new(seg.id, lo))
     }
 
     fn trim_below(&mut self, p: Position) {

@@ -397,3 +397,64 @@ fn a_meta_window_answers_as_keeping_everything_does() {
         assert!(c.read(&small, 10).is_empty());
     }
 }
+
+/// Long ledgers (so totals use the running checkpoints), batches of 65,535 messages and more
+/// (stored apart), restored ledgers that start mid-way and trims at any entry: every range total
+/// and entry figure equals the sum over the entries' own metadata, in the ledger and in the
+/// part a trim split off.
+#[test]
+fn totals_over_checkpoints_equal_the_entries_sums() {
+    let mut rng = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move |n: u64| {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng % n
+    };
+    let mut l = InMemoryLedger::new(700);
+    // A restored ledger whose first kept entry is 130 (not on a checkpoint), then appends.
+    for e in 130..200 {
+        l.restore(pos(5, e), EntryMeta::simple(e, 7)).unwrap();
+    }
+    l.roll_over();
+    for i in 0..3_000u64 {
+        let messages = match next(50) {
+            0 => 70_000 + next(5) as u32,
+            1 => u32::from(u16::MAX),
+            _ => 1 + next(9) as u32,
+        };
+        l.append(EntryMeta::simple(i, next(5_000) as u32).with_messages(messages));
+    }
+    let check = |l: &InMemoryLedger, next: &mut dyn FnMut(u64) -> u64| {
+        let lin = Linear(l);
+        let ps = positions(&l.read_range(Position::new(0, 0), usize::MAX));
+        for p in &ps {
+            assert_eq!(l.stats(*p), lin.stats(*p), "{p}");
+        }
+        for _ in 0..400 {
+            let a = ps[next(ps.len() as u64) as usize];
+            let b = ps[next(ps.len() as u64) as usize];
+            assert_eq!(l.totals_in(a, b), lin.totals_in(a, b), "({a}, {b}]");
+            assert_eq!(l.totals_in(a.before(), b), lin.totals_in(a.before(), b));
+        }
+        let all = lin.totals_in(Position::new(0, 0), Position::new(u64::MAX, 0));
+        let by_ledger = l
+            .ledger_totals()
+            .iter()
+            .fold(Backlog::default(), |mut t, (_, b)| {
+                t.add(*b);
+                t
+            });
+        assert_eq!(by_ledger, all);
+    };
+    check(&l, &mut next);
+    for _ in 0..6 {
+        let ps = positions(&l.read_range(Position::new(0, 0), usize::MAX));
+        let cut = ps[next(ps.len() as u64 / 3) as usize];
+        let old = l.split_off_below(cut);
+        check(&l, &mut next);
+        if !old.is_empty() {
+            check(&old, &mut next);
+        }
+    }
+}

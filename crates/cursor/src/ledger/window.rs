@@ -37,9 +37,8 @@ pub(super) struct Window {
 
 impl InMemoryLedger {
     /// Keeps the metadata of only the newest `keep` entries in memory (at least one) and reads
-    /// the others' back from `source` when they are read: per entry the ledger then holds 24
-    /// bytes (a slot and running totals of messages and bytes) instead of the metadata and
-    /// its allocations. Positions, [`stats`](crate::Ledger::stats), totals and
+    /// the others' back from `source` when they are read: per entry the ledger then holds 6
+    /// bytes (its size and message count) instead of the metadata and its allocations. Positions, [`stats`](crate::Ledger::stats), totals and
     /// [`exists`](crate::Ledger::exists) never load; [`get`](crate::Ledger::get),
     /// [`read_range`](crate::Ledger::read_range) and searches by publish time load what is not
     /// kept. Entries already in the ledger beyond the newest `keep` are dropped at once.
@@ -79,10 +78,7 @@ impl InMemoryLedger {
 
     /// How many entries keep their metadata in memory (all of them without a [`MetaSource`]).
     pub fn kept_metas(&self) -> usize {
-        self.segs
-            .iter()
-            .map(|s| s.metas.iter().filter(|m| m.is_some()).count())
-            .sum()
+        self.segs.iter().map(Segment::kept_len).sum()
     }
 
     /// After an entry was pushed with its metadata: drops the oldest kept metadata beyond the
@@ -94,18 +90,11 @@ impl InMemoryLedger {
         }
     }
 
-    /// After entries were taken out: `kept_from` inside each segment, and the count, again.
+    /// After entries were taken out: the count of kept metadata, again.
     pub(super) fn recount_kept(&mut self) {
-        for s in &mut self.segs {
-            s.kept_from = s.kept_from.clamp(s.base, s.end());
-        }
         self.window.seg_hint = 0;
         self.window.kept = match self.window.source {
-            Some(_) => self
-                .segs
-                .iter()
-                .map(|s| usize::try_from(s.end() - s.kept_from).unwrap_or(usize::MAX))
-                .sum(),
+            Some(_) => self.kept_metas(),
             None => 0,
         };
     }
@@ -125,32 +114,25 @@ impl InMemoryLedger {
             return;
         }
         while self.window.kept > self.window.keep {
-            let Some(k) = (self.window.seg_hint..self.segs.len())
-                .find(|&k| self.segs[k].kept_from < self.segs[k].end())
+            let Some(k) =
+                (self.window.seg_hint..self.segs.len()).find(|&k| self.segs[k].kept_len() > 0)
             else {
                 return;
             };
             self.window.seg_hint = k;
-            let s = &mut self.segs[k];
-            // `base <= kept_from < end`, so the index is inside `metas`.
-            let i = usize::try_from(s.kept_from - s.base).unwrap_or(usize::MAX);
-            if let Some(slot) = s.metas.get_mut(i) {
-                *slot = None;
+            if self.segs[k].drop_oldest_kept() {
+                self.window.kept -= 1;
             }
-            s.kept_from += 1;
-            self.window.kept -= 1;
         }
     }
 
-    /// The metadata of `seg`'s entry at index `i` of its `metas`: kept, or loaded.
+    /// The metadata of `seg`'s entry `e` (which exists): kept, or loaded.
     #[inline]
-    pub(super) fn meta_at(&self, seg: &Segment, i: usize) -> Option<Arc<EntryMeta>> {
-        match seg.metas.get(i)? {
+    pub(super) fn meta_at(&self, seg: &Segment, e: u64) -> Option<Arc<EntryMeta>> {
+        match seg.kept(e) {
             Some(m) => Some(m.clone()),
-            None => {
-                let p = Position::new(seg.id, seg.base + i as u64);
-                self.window.source.as_ref()?.load(p)
-            }
+            None if seg.contains(e) => self.window.source.as_ref()?.load(Position::new(seg.id, e)),
+            None => None,
         }
     }
 }
