@@ -164,13 +164,51 @@ impl Drop for TopicCache {
     }
 }
 
+/// Where each entry of one ledger file starts: 4 bytes an entry while the file is under
+/// 4 GiB, 8 beyond.
+#[derive(Debug)]
+enum Offsets {
+    Small(Vec<u32>),
+    Large(Vec<u64>),
+}
+
+impl Offsets {
+    fn push(&mut self, offset: u64) {
+        match self {
+            Offsets::Small(v) => match u32::try_from(offset) {
+                Ok(o) => v.push(o),
+                Err(_) => {
+                    let mut wide: Vec<u64> = v.iter().map(|o| u64::from(*o)).collect();
+                    wide.push(offset);
+                    *self = Offsets::Large(wide);
+                }
+            },
+            Offsets::Large(v) => v.push(offset),
+        }
+    }
+
+    fn get(&self, i: usize) -> Option<u64> {
+        match self {
+            Offsets::Small(v) => v.get(i).map(|o| u64::from(*o)),
+            Offsets::Large(v) => v.get(i).copied(),
+        }
+    }
+
+    fn shrink(&mut self) {
+        match self {
+            Offsets::Small(v) => v.shrink_to_fit(),
+            Offsets::Large(v) => v.shrink_to_fit(),
+        }
+    }
+}
+
 /// Where each entry of one ledger file starts.
 #[derive(Debug)]
 struct LedgerIndex {
     path: PathBuf,
     /// Entry id of `offsets[0]`.
     base: u64,
-    offsets: Vec<u64>,
+    offsets: Offsets,
     /// A read handle, opened on the first cache miss.
     file: OnceLock<File>,
 }
@@ -180,19 +218,19 @@ impl LedgerIndex {
         LedgerIndex {
             path: ledger_path(dir, ledger_id),
             base,
-            offsets: Vec::new(),
+            offsets: Offsets::Small(Vec::new()),
             file: OnceLock::new(),
         }
     }
 
     fn offset(&self, entry_id: u64) -> Option<u64> {
         let i = entry_id.checked_sub(self.base)?;
-        self.offsets.get(usize::try_from(i).ok()?).copied()
+        self.offsets.get(usize::try_from(i).ok()?)
     }
 }
 
 /// A topic's entries in its log files under `--data-dir`: memory holds where each entry starts
-/// (8 bytes an entry) and the shared [`ReadCache`]; a cache miss reads the record back from its
+/// (4 bytes an entry) and the shared [`ReadCache`]; a cache miss reads the record back from its
 /// file and checks its CRC.
 #[derive(Debug)]
 pub(crate) struct FileEntries {
@@ -213,11 +251,7 @@ impl FileEntries {
         let mut ledgers: BTreeMap<u64, LedgerIndex> = BTreeMap::new();
         let (log, _) = TopicLog::open(dir, |r: Record<'_>| {
             let p = r.position;
-            ledgers
-                .entry(p.ledger_id)
-                .or_insert_with(|| LedgerIndex::new(dir, p.ledger_id, p.entry_id))
-                .offsets
-                .push(r.offset);
+            index_entry(&mut ledgers, dir, p, r.offset);
             visit(p, r.section)
         })?;
         Ok(FileEntries {
@@ -266,14 +300,24 @@ impl FileEntries {
     }
 }
 
+/// Records where the entry at `p` starts; the first entry of a new ledger gives the previous
+/// ledger's spare capacity back (it is complete).
+fn index_entry(ledgers: &mut BTreeMap<u64, LedgerIndex>, dir: &Path, p: Position, offset: u64) {
+    if !ledgers.contains_key(&p.ledger_id) {
+        if let Some(last) = ledgers.values_mut().next_back() {
+            last.offsets.shrink();
+        }
+        ledgers.insert(p.ledger_id, LedgerIndex::new(dir, p.ledger_id, p.entry_id));
+    }
+    if let Some(l) = ledgers.get_mut(&p.ledger_id) {
+        l.offsets.push(offset);
+    }
+}
+
 impl EntryStore for FileEntries {
     fn append(&self, p: Position, section: Arc<[u8]>) -> Result<(), StorageError> {
         let offset = lock(&self.log).append(p, &section)?;
-        write(&self.ledgers)
-            .entry(p.ledger_id)
-            .or_insert_with(|| LedgerIndex::new(&self.dir, p.ledger_id, p.entry_id))
-            .offsets
-            .push(offset);
+        index_entry(&mut write(&self.ledgers), &self.dir, p, offset);
         self.cache.insert(p, section);
         Ok(())
     }
@@ -343,6 +387,21 @@ mod tests {
 
     /// Every entry reads back whether the cache holds it or not, from the file being written
     /// (still in its write buffer) and from older files, and across a reopen.
+    #[test]
+    fn offsets_widen_past_four_gib_and_keep_every_value() {
+        let mut o = Offsets::Small(Vec::new());
+        let values = [0, 17, u64::from(u32::MAX), u64::from(u32::MAX) + 1, 1 << 40];
+        for v in values {
+            o.push(v);
+        }
+        assert!(matches!(o, Offsets::Large(_)));
+        o.shrink();
+        for (i, v) in values.iter().enumerate() {
+            assert_eq!(o.get(i), Some(*v));
+        }
+        assert_eq!(o.get(values.len()), None);
+    }
+
     #[test]
     fn entries_read_back_from_cache_and_disk() {
         let dir = scratch("read");
