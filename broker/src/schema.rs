@@ -1,7 +1,8 @@
 //! A topic's schemas: the versions clients are told in PRODUCER_SUCCESS, GET_SCHEMA and
 //! GET_OR_CREATE_SCHEMA.
 //!
-//! Kept in memory (not under `--data-dir`). A schema is identified by its type and its data:
+//! Recorded through the topic's catalog (`schemas.json` under `--data-dir`) before a new version
+//! is handed out, and read back when the topic opens. A schema is identified by its type and its data:
 //! the same schema gets the same version, a new one the next version (Pulsar's
 //! `LongSchemaVersion`: an 8-byte big-endian counter from 0). Every new schema is accepted:
 //! there is no compatibility check.
@@ -10,6 +11,7 @@ use std::sync::Mutex;
 
 use wire::proto::Schema;
 
+use crate::storage::StorageError;
 use crate::sync::lock;
 
 /// The schemas of one topic, in the order they were added.
@@ -24,21 +26,34 @@ fn version_bytes(index: usize) -> Vec<u8> {
 }
 
 impl SchemaRegistry {
+    /// A registry holding `versions` (as recorded), in order.
+    pub(crate) fn restored(versions: Vec<Schema>) -> SchemaRegistry {
+        SchemaRegistry {
+            versions: Mutex::new(versions),
+        }
+    }
+
     /// The version of `schema` (type and data compared), added as the next version if the topic
-    /// has no such schema yet.
-    pub(crate) fn get_or_create(&self, schema: &Schema) -> Vec<u8> {
+    /// has no such schema yet. A new version is handed out only after `record` took every
+    /// version (the new one last); when it fails the registry stays as it was.
+    pub(crate) fn get_or_create(
+        &self,
+        schema: &Schema,
+        record: impl FnOnce(&[Schema]) -> Result<(), StorageError>,
+    ) -> Result<Vec<u8>, StorageError> {
         let mut versions = lock(&self.versions);
-        let index = match versions
+        if let Some(i) = versions
             .iter()
             .position(|s| s.r#type == schema.r#type && s.schema_data == schema.schema_data)
         {
-            Some(i) => i,
-            None => {
-                versions.push(schema.clone());
-                versions.len() - 1
-            }
-        };
-        version_bytes(index)
+            return Ok(version_bytes(i));
+        }
+        versions.push(schema.clone());
+        if let Err(e) = record(&versions) {
+            versions.pop();
+            return Err(e);
+        }
+        Ok(version_bytes(versions.len() - 1))
     }
 
     /// The schema of `version` (the latest when `None` or empty) and its version; `None` when
@@ -68,18 +83,53 @@ mod tests {
         }
     }
 
+    fn ok(_: &[Schema]) -> Result<(), StorageError> {
+        Ok(())
+    }
+
+    #[test]
+    fn a_schema_whose_record_fails_gets_no_version() {
+        let r = SchemaRegistry::restored(vec![schema(Type::Json, b"{a}")]);
+        let failing = |_: &[Schema]| {
+            Err(StorageError::Io {
+                op: "write",
+                path: "schemas.json".into(),
+                source: std::io::Error::other("disk full"),
+            })
+        };
+        assert!(r
+            .get_or_create(&schema(Type::Json, b"{b}"), failing)
+            .is_err());
+        assert_eq!(
+            r.get(None).map(|(_, v)| v),
+            Some(vec![0; 8]),
+            "nothing added"
+        );
+        let mut recorded = 0;
+        let v = r
+            .get_or_create(&schema(Type::Json, b"{b}"), |all| {
+                recorded = all.len();
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!((v, recorded), (vec![0, 0, 0, 0, 0, 0, 0, 1], 2));
+    }
+
     #[test]
     fn versions_are_assigned_once_per_schema_and_read_back() {
         let r = SchemaRegistry::default();
         assert_eq!(r.get(None), None);
         let json_a = schema(Type::Json, b"{a}");
-        assert_eq!(r.get_or_create(&json_a), vec![0; 8]);
-        assert_eq!(r.get_or_create(&json_a), vec![0; 8]);
+        assert_eq!(r.get_or_create(&json_a, ok).unwrap(), vec![0; 8]);
+        assert_eq!(r.get_or_create(&json_a, ok).unwrap(), vec![0; 8]);
         let json_b = schema(Type::Json, b"{b}");
-        assert_eq!(r.get_or_create(&json_b), vec![0, 0, 0, 0, 0, 0, 0, 1]);
+        assert_eq!(
+            r.get_or_create(&json_b, ok).unwrap(),
+            vec![0, 0, 0, 0, 0, 0, 0, 1]
+        );
         // Same data, another type: another schema.
         assert_eq!(
-            r.get_or_create(&schema(Type::Avro, b"{a}")),
+            r.get_or_create(&schema(Type::Avro, b"{a}"), ok).unwrap(),
             vec![0, 0, 0, 0, 0, 0, 0, 2]
         );
         assert_eq!(r.get(Some(&[0; 8])), Some((json_a, vec![0; 8])));

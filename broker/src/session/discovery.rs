@@ -117,10 +117,10 @@ impl Session {
             Err(e) => failed(ServerError::InvalidTopicName, &e.to_string()),
             Ok(name) => match self.state.topic(&name) {
                 Err(e) => failed(ServerError::PersistenceError, &e.to_string()),
-                Ok(topic) => wire::commands::get_or_create_schema_response(
-                    g.request_id,
-                    topic.schemas.get_or_create(&g.schema),
-                ),
+                Ok(topic) => match topic.schema_version(&g.schema) {
+                    Ok(v) => wire::commands::get_or_create_schema_response(g.request_id, v),
+                    Err(e) => failed(ServerError::PersistenceError, &e.to_string()),
+                },
             },
         };
         self.send(&reply);

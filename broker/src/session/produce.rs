@@ -73,11 +73,18 @@ impl Session {
             );
             return self.send_error(p.request_id, ServerError::ProducerBusy, &message);
         }
-        let schema_version = p
-            .schema
-            .as_ref()
-            .map(|s| topic.schemas.get_or_create(s))
-            .unwrap_or_default();
+        let schema_version = match p.schema.as_ref().map(|s| topic.schema_version(s)) {
+            None => Vec::new(),
+            Some(Ok(v)) => v,
+            Some(Err(e)) => {
+                topic.remove_producer(self.id, p.producer_id);
+                return self.send_error(
+                    p.request_id,
+                    ServerError::PersistenceError,
+                    &e.to_string(),
+                );
+            }
+        };
         debug!(conn = self.id, topic = %topic.name, producer = %producer_name, "producer created");
         self.producers.insert(
             p.producer_id,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use cursor::Position;
 use tracing::warn;
 
-use super::catalog::{FileCatalog, MemoryCatalog, SubscriptionCatalog};
+use super::catalog::{FileCatalog, MemoryCatalog, TopicCatalog};
 use crate::storage::{
     decode_name, encode_name, EntryStore, FileEntries, MemoryEntries, ReadCache, StorageError,
 };
@@ -17,7 +17,7 @@ use crate::storage::{
 pub(crate) type Visit<'a> = &'a mut dyn FnMut(Position, &[u8]) -> Result<(), StorageError>;
 
 /// A topic's storage, as a backend opens it.
-pub(crate) type TopicStorage = (Arc<dyn EntryStore>, Box<dyn SubscriptionCatalog>);
+pub(crate) type TopicStorage = (Arc<dyn EntryStore>, Box<dyn TopicCatalog>);
 
 /// The broker's storage: what a distributed store would implement too (see `docs/SCALING.md`).
 pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
@@ -82,9 +82,6 @@ impl Backend for FileBackend {
     fn open_topic(&self, full: &str, visit: Visit<'_>) -> Result<TopicStorage, StorageError> {
         let dir = self.dir.join(encode_name(full));
         let entries = FileEntries::open(&dir, self.cache.clone(), |p, s| visit(p, s))?;
-        Ok((
-            Arc::new(entries),
-            Box::new(FileCatalog::new(dir.join("subscriptions"))),
-        ))
+        Ok((Arc::new(entries), Box::new(FileCatalog::new(&dir))))
     }
 }

@@ -1,6 +1,7 @@
-//! Where a topic's subscriptions are recorded: their types and their cursors. In memory
-//! ([`MemoryCatalog`]) nothing survives a restart; under `--data-dir` ([`FileCatalog`])
-//! `subscriptions/<name>.json` holds a subscription's type and `<name>.cursor` its cursor.
+//! Where a topic's subscriptions and schemas are recorded: the subscriptions' types and cursors,
+//! and the schema versions. In memory ([`MemoryCatalog`]) nothing survives a restart; under
+//! `--data-dir` ([`FileCatalog`]) `subscriptions/<name>.json` holds a subscription's type,
+//! `<name>.cursor` its cursor, and the topic's `schemas.json` its schemas in version order.
 //!
 //! What a distributed store implements too: the records as keys in ZooKeeper or etcd, the
 //! cursors there or in BookKeeper ledgers.
@@ -12,14 +13,16 @@ use std::sync::{Arc, Mutex};
 
 use cursor::{CursorStore, FileStore, MemoryStore, PersistedState, StoreError};
 use dispatcher::{KeySharedConfig, KeySharedMode};
+use serde::{Deserialize, Serialize};
 use tracing::warn;
+use wire::proto::{KeyValue, Schema};
 
 use super::SubKind;
 use crate::storage::{encode_name, StorageError};
 use crate::sync::lock;
 
 /// A topic's record of its subscriptions.
-pub(crate) trait SubscriptionCatalog: Send + Sync + std::fmt::Debug {
+pub(crate) trait TopicCatalog: Send + Sync + std::fmt::Debug {
     /// The recorded subscriptions with their types, to restart them (an unreadable record is
     /// skipped with a WARN).
     fn recorded(&self) -> Vec<(String, SubKind)>;
@@ -36,6 +39,14 @@ pub(crate) trait SubscriptionCatalog: Send + Sync + std::fmt::Debug {
 
     /// Whether records survive a restart (a new cursor is then saved at once).
     fn durable(&self) -> bool;
+
+    /// The topic's recorded schemas, in version order (none in memory). A record that does not
+    /// read is an error: versions must not be handed out twice.
+    fn schemas(&self) -> Result<Vec<Schema>, StorageError>;
+
+    /// Records the topic's schemas, all of them in version order, before a new version is
+    /// handed out.
+    fn record_schemas(&self, all: &[Schema]) -> Result<(), StorageError>;
 }
 
 /// A subscription's cursor store: in memory, or a file under `--data-dir`.
@@ -69,7 +80,7 @@ pub(crate) struct MemoryCatalog {
     cursors: Mutex<HashMap<String, Arc<Mutex<MemoryStore>>>>,
 }
 
-impl SubscriptionCatalog for MemoryCatalog {
+impl TopicCatalog for MemoryCatalog {
     fn recorded(&self) -> Vec<(String, SubKind)> {
         Vec::new()
     }
@@ -95,18 +106,43 @@ impl SubscriptionCatalog for MemoryCatalog {
     fn durable(&self) -> bool {
         false
     }
+
+    fn schemas(&self) -> Result<Vec<Schema>, StorageError> {
+        Ok(Vec::new())
+    }
+
+    fn record_schemas(&self, _: &[Schema]) -> Result<(), StorageError> {
+        Ok(())
+    }
 }
 
 /// Subscriptions as files in a topic's `subscriptions/` directory.
 #[derive(Debug)]
 pub(crate) struct FileCatalog {
+    /// The topic's `subscriptions/` directory.
     dir: PathBuf,
+    /// The topic's `schemas.json`.
+    schemas: PathBuf,
+}
+
+/// One schema version in `schemas.json`.
+#[derive(Serialize, Deserialize)]
+struct SchemaFile {
+    name: String,
+    #[serde(rename = "type")]
+    kind: i32,
+    data: Vec<u8>,
+    properties: Vec<(String, String)>,
 }
 
 impl FileCatalog {
-    /// The catalog in `dir` (created on the first record).
-    pub(crate) fn new(dir: PathBuf) -> FileCatalog {
-        FileCatalog { dir }
+    /// The catalog of the topic stored in `topic_dir` (its files are created on the first
+    /// record).
+    pub(crate) fn new(topic_dir: &Path) -> FileCatalog {
+        FileCatalog {
+            dir: topic_dir.join("subscriptions"),
+            schemas: topic_dir.join("schemas.json"),
+        }
     }
 
     fn path(&self, name: &str, ext: &str) -> PathBuf {
@@ -114,7 +150,7 @@ impl FileCatalog {
     }
 }
 
-impl SubscriptionCatalog for FileCatalog {
+impl TopicCatalog for FileCatalog {
     fn recorded(&self) -> Vec<(String, SubKind)> {
         let Ok(list) = fs::read_dir(&self.dir) else {
             return Vec::new();
@@ -172,6 +208,57 @@ impl SubscriptionCatalog for FileCatalog {
 
     fn durable(&self) -> bool {
         true
+    }
+
+    fn schemas(&self) -> Result<Vec<Schema>, StorageError> {
+        let bytes = match fs::read(&self.schemas) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(source) => {
+                return Err(StorageError::Io {
+                    op: "read",
+                    path: self.schemas.clone(),
+                    source,
+                })
+            }
+        };
+        let files: Vec<SchemaFile> =
+            serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt {
+                path: self.schemas.clone(),
+                offset: e.column() as u64,
+                reason: e.to_string(),
+            })?;
+        Ok(files
+            .into_iter()
+            .map(|f| Schema {
+                name: f.name,
+                r#type: f.kind,
+                schema_data: f.data,
+                properties: f
+                    .properties
+                    .into_iter()
+                    .map(|(key, value)| KeyValue { key, value })
+                    .collect(),
+            })
+            .collect())
+    }
+
+    fn record_schemas(&self, all: &[Schema]) -> Result<(), StorageError> {
+        let files: Vec<SchemaFile> = all
+            .iter()
+            .map(|s| SchemaFile {
+                name: s.name.clone(),
+                kind: s.r#type,
+                data: s.schema_data.clone(),
+                properties: s
+                    .properties
+                    .iter()
+                    .map(|kv| (kv.key.clone(), kv.value.clone()))
+                    .collect(),
+            })
+            .collect();
+        let body = serde_json::to_vec(&files).unwrap_or_default();
+        write_durably(&self.schemas, &body)
     }
 }
 
@@ -284,7 +371,7 @@ mod tests {
     fn a_file_catalog_records_types_and_cursors() {
         let dir = std::env::temp_dir().join(format!("broker-catalog-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        let c = FileCatalog::new(dir.clone());
+        let c = FileCatalog::new(&dir);
         let ks = SubKind::KeyShared(KeySharedConfig {
             mode: KeySharedMode::Sticky,
             allow_out_of_order: true,
@@ -292,7 +379,7 @@ mod tests {
         c.record("a/b", SubKind::Shared).unwrap();
         c.record("k", ks).unwrap();
         c.record("a/b", SubKind::Exclusive).unwrap();
-        fs::write(dir.join("junk.json"), b"{").unwrap();
+        fs::write(dir.join("subscriptions").join("junk.json"), b"{").unwrap();
         let mut got = c.recorded();
         got.sort_by(|x, y| x.0.cmp(&y.0));
         assert_eq!(
@@ -301,7 +388,7 @@ mod tests {
             "the last record wins; an unreadable file is skipped"
         );
         c.cursor_store("k", true).unwrap().save(&state(7)).unwrap();
-        let reopened = FileCatalog::new(dir.clone());
+        let reopened = FileCatalog::new(&dir);
         assert_eq!(
             saved(&mut reopened.cursor_store("k", false).unwrap()),
             Some(Position::new(1, 7))
@@ -309,6 +396,42 @@ mod tests {
         reopened.remove("k");
         assert_eq!(reopened.recorded().len(), 1);
         assert_eq!(saved(&mut reopened.cursor_store("k", false).unwrap()), None);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    /// Schemas come back in version order with every field; a damaged record is an error, not
+    /// an empty list (versions would be handed out twice).
+    #[test]
+    fn a_file_catalog_records_schemas() {
+        let dir = std::env::temp_dir().join(format!("broker-schemas-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let c = FileCatalog::new(&dir);
+        assert_eq!(c.schemas().unwrap(), Vec::new());
+        let all = vec![
+            Schema {
+                name: "a".into(),
+                r#type: 2,
+                schema_data: b"{\"type\":\"record\"}".to_vec(),
+                properties: vec![KeyValue {
+                    key: "k".into(),
+                    value: "v".into(),
+                }],
+            },
+            Schema {
+                name: "b".into(),
+                r#type: 4,
+                schema_data: vec![0, 255, 7],
+                properties: Vec::new(),
+            },
+        ];
+        c.record_schemas(&all).unwrap();
+        assert_eq!(FileCatalog::new(&dir).schemas().unwrap(), all);
+        fs::write(dir.join("schemas.json"), b"[{").unwrap();
+        assert!(matches!(
+            FileCatalog::new(&dir).schemas(),
+            Err(StorageError::Corrupt { .. })
+        ));
         let _ = fs::remove_dir_all(&dir);
     }
 }

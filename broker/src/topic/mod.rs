@@ -27,7 +27,7 @@ mod name;
 mod subscription;
 
 pub(crate) use backend::{Backend, FileBackend, MemoryBackend};
-use catalog::SubscriptionCatalog;
+use catalog::TopicCatalog;
 
 pub(crate) use name::TopicName;
 pub(crate) use subscription::{
@@ -114,7 +114,7 @@ pub(crate) const NO_SUBSCRIPTION_KEEP_MS: u64 = 10 * 60 * 1000;
 pub(crate) struct Topic {
     pub name: String,
     /// The record of its subscriptions.
-    catalog: Box<dyn SubscriptionCatalog>,
+    catalog: Box<dyn TopicCatalog>,
     /// The entries' payload sections (shared with the ledger, which decodes metadata it does
     /// not keep from them).
     entries: Arc<dyn EntryStore>,
@@ -133,7 +133,7 @@ pub(crate) struct Topic {
     key_shared: std::sync::atomic::AtomicBool,
     /// Messages and bytes in (rates).
     pub rate_in: Mutex<(Rate, Rate)>,
-    /// The topic's schemas and their versions (in memory).
+    /// The topic's schemas and their versions (recorded through the catalog).
     pub schemas: crate::schema::SchemaRegistry,
 }
 
@@ -210,6 +210,7 @@ impl Topic {
         })?;
         ledger.roll_over();
         source.opened(entries.clone());
+        let schemas = crate::schema::SchemaRegistry::restored(catalog.schemas()?);
         let topic = Topic {
             name,
             catalog,
@@ -225,7 +226,7 @@ impl Topic {
             producers: Mutex::new(BTreeMap::new()),
             key_shared: std::sync::atomic::AtomicBool::new(false),
             rate_in: Mutex::new((Rate::default(), Rate::default())),
-            schemas: crate::schema::SchemaRegistry::default(),
+            schemas,
         };
         topic.recover_subscriptions()?;
         Ok(topic)
@@ -302,6 +303,15 @@ impl Topic {
     /// read on every batched SEND, so it is one atomic load).
     pub(crate) fn had_key_shared(&self) -> bool {
         self.key_shared.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The version of `schema`, recorded through the catalog first when it is new.
+    pub(crate) fn schema_version(
+        &self,
+        schema: &wire::proto::Schema,
+    ) -> Result<Vec<u8>, StorageError> {
+        self.schemas
+            .get_or_create(schema, |all| self.catalog.record_schemas(all))
     }
 
     /// The stored `0e01…` section of the entry at `p`.

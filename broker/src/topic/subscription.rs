@@ -1,6 +1,6 @@
 //! Subscriptions: their types as clients ask for them, their dispatcher runtimes, and the rules
 //! for creating, retyping and removing them (recorded through the topic's
-//! [`SubscriptionCatalog`](super::catalog::SubscriptionCatalog)).
+//! [`TopicCatalog`](super::catalog::TopicCatalog)).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicU64;

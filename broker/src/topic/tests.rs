@@ -240,3 +240,37 @@ fn metadata_beyond_the_kept_window_is_read_back_from_the_stored_entries() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Schema versions survive a restart under `--data-dir`: a known schema keeps its version and a
+/// new one gets the next.
+#[test]
+fn schema_versions_survive_a_restart() {
+    let dir = std::env::temp_dir().join(format!("broker-topic-schemas-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let cache = Arc::new(crate::storage::ReadCache::new(1 << 20));
+    let file = FileBackend::new(dir.clone(), cache);
+    let config = TopicConfig {
+        entries_per_ledger: 10,
+        sync: SyncPolicy::Always,
+        defaults: SubscriptionDefaults::default(),
+        kept_metas: KEPT_METAS,
+    };
+    let schema = |data: &[u8]| wire::proto::Schema {
+        name: "s".into(),
+        schema_data: data.to_vec(),
+        r#type: wire::proto::schema::Type::Json as i32,
+        properties: Vec::new(),
+    };
+    let v = |n: u8| vec![0, 0, 0, 0, 0, 0, 0, n];
+    let t = Topic::open("persistent://p/d/s".into(), &file, config).unwrap();
+    assert_eq!(t.schema_version(&schema(b"{a}")).unwrap(), v(0));
+    assert_eq!(t.schema_version(&schema(b"{b}")).unwrap(), v(1));
+    t.close();
+    drop(t);
+    let t = Topic::open("persistent://p/d/s".into(), &file, config).unwrap();
+    assert_eq!(t.schema_version(&schema(b"{b}")).unwrap(), v(1));
+    assert_eq!(t.schemas.get(Some(&v(0))).unwrap().0, schema(b"{a}"));
+    assert_eq!(t.schema_version(&schema(b"{c}")).unwrap(), v(2));
+    t.close();
+    let _ = std::fs::remove_dir_all(&dir);
+}
