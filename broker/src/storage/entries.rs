@@ -1,7 +1,7 @@
 //! Entry stores: where a topic's entries (their payload sections, as the producer sent them)
 //! live once the topic has assigned them a position.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -85,7 +85,7 @@ const ENTRY_OVERHEAD: u64 = 96;
 
 /// The broker's read cache budget for the file stores (`--read-cache-mb`, as Pulsar's
 /// `managedLedgerCacheSizeMB`), shared by every topic: each topic caches its recently appended
-/// or read sections and, while the broker is over budget, evicts its own oldest positions (a
+/// or read sections and, while the broker is over budget, evicts its own earliest arrivals (a
 /// topic with nothing cached does not cache while others hold the whole budget; retention and
 /// deletion give the bytes back).
 #[derive(Debug)]
@@ -117,12 +117,28 @@ impl ReadCache {
 #[derive(Debug)]
 struct TopicCache {
     budget: Arc<ReadCache>,
-    map: RwLock<BTreeMap<Position, Arc<[u8]>>>,
+    inner: RwLock<CacheMap>,
+}
+
+/// The cached sections by position, and their positions in the order they came in: the
+/// oldest arrival is evicted first. (Evicting the lowest position instead would throw out a
+/// block just read back for a consumer far behind, since it is older than everything else.)
+#[derive(Debug, Default)]
+struct CacheMap {
+    map: BTreeMap<Position, Arc<[u8]>>,
+    arrivals: VecDeque<Position>,
 }
 
 impl TopicCache {
+    fn new(budget: Arc<ReadCache>) -> TopicCache {
+        TopicCache {
+            budget,
+            inner: RwLock::new(CacheMap::default()),
+        }
+    }
+
     fn get(&self, p: Position) -> Option<Arc<[u8]>> {
-        read(&self.map).get(&p).cloned()
+        read(&self.inner).map.get(&p).cloned()
     }
 
     fn insert(&self, p: Position, section: Arc<[u8]>) {
@@ -130,27 +146,34 @@ impl TopicCache {
         if cost > self.budget.budget {
             return;
         }
-        let mut map = write(&self.map);
-        if map.insert(p, section).is_some() {
+        let mut c = write(&self.inner);
+        if c.map.insert(p, section).is_some() {
             return;
         }
+        c.arrivals.push_back(p);
         let used = self.budget.used.fetch_add(cost, Ordering::Relaxed) + cost;
         let mut over = used.saturating_sub(self.budget.budget);
         let mut freed = 0;
         while over > 0 {
-            let Some((_, s)) = map.pop_first() else { break };
-            let c = ReadCache::cost(&s);
-            freed += c;
-            over = over.saturating_sub(c);
+            let Some(oldest) = c.arrivals.pop_front() else {
+                break;
+            };
+            // Gone already when retention dropped it.
+            if let Some(s) = c.map.remove(&oldest) {
+                let cost = ReadCache::cost(&s);
+                freed += cost;
+                over = over.saturating_sub(cost);
+            }
         }
         self.budget.used.fetch_sub(freed, Ordering::Relaxed);
     }
 
     fn remove_below(&self, below: Position) {
         let old = {
-            let mut map = write(&self.map);
-            let keep = map.split_off(&below);
-            std::mem::replace(&mut *map, keep)
+            let mut c = write(&self.inner);
+            let keep = c.map.split_off(&below);
+            c.arrivals.retain(|p| *p >= below);
+            std::mem::replace(&mut c.map, keep)
         };
         let freed: u64 = old.values().map(|s| ReadCache::cost(s)).sum();
         self.budget.used.fetch_sub(freed, Ordering::Relaxed);
@@ -159,56 +182,30 @@ impl TopicCache {
 
 impl Drop for TopicCache {
     fn drop(&mut self) {
-        let held: u64 = read(&self.map).values().map(|s| ReadCache::cost(s)).sum();
+        let held: u64 = read(&self.inner)
+            .map
+            .values()
+            .map(|s| ReadCache::cost(s))
+            .sum();
         self.budget.used.fetch_sub(held, Ordering::Relaxed);
     }
 }
 
-/// Where each entry of one ledger file starts: 4 bytes an entry while the file is under
-/// 4 GiB, 8 beyond.
-#[derive(Debug)]
-enum Offsets {
-    Small(Vec<u32>),
-    Large(Vec<u64>),
-}
+/// Entries per indexed offset: memory holds where every 16th entry of a ledger file starts
+/// (half a byte an entry); a cache miss reads that block of 16 records and caches them all (a
+/// reader going forward reads the rest of the block next).
+const STRIDE: u64 = 16;
 
-impl Offsets {
-    fn push(&mut self, offset: u64) {
-        match self {
-            Offsets::Small(v) => match u32::try_from(offset) {
-                Ok(o) => v.push(o),
-                Err(_) => {
-                    let mut wide: Vec<u64> = v.iter().map(|o| u64::from(*o)).collect();
-                    wide.push(offset);
-                    *self = Offsets::Large(wide);
-                }
-            },
-            Offsets::Large(v) => v.push(offset),
-        }
-    }
-
-    fn get(&self, i: usize) -> Option<u64> {
-        match self {
-            Offsets::Small(v) => v.get(i).map(|o| u64::from(*o)),
-            Offsets::Large(v) => v.get(i).copied(),
-        }
-    }
-
-    fn shrink(&mut self) {
-        match self {
-            Offsets::Small(v) => v.shrink_to_fit(),
-            Offsets::Large(v) => v.shrink_to_fit(),
-        }
-    }
-}
-
-/// Where each entry of one ledger file starts.
+/// Where the entries of one ledger file start, every [`STRIDE`]th of them.
 #[derive(Debug)]
 struct LedgerIndex {
     path: PathBuf,
-    /// Entry id of `offsets[0]`.
+    /// Entry id of the first entry in the file.
     base: u64,
-    offsets: Offsets,
+    /// `sparse[k]`: where entry `base + k * STRIDE` starts.
+    sparse: Vec<u64>,
+    /// Entries in the file.
+    count: u64,
     /// A read handle, opened on the first cache miss.
     file: OnceLock<File>,
 }
@@ -218,20 +215,36 @@ impl LedgerIndex {
         LedgerIndex {
             path: ledger_path(dir, ledger_id),
             base,
-            offsets: Offsets::Small(Vec::new()),
+            sparse: Vec::new(),
+            count: 0,
             file: OnceLock::new(),
         }
     }
 
-    fn offset(&self, entry_id: u64) -> Option<u64> {
-        let i = entry_id.checked_sub(self.base)?;
-        self.offsets.get(usize::try_from(i).ok()?)
+    /// The next entry (the file's `count`th) starts at `offset`.
+    fn push(&mut self, offset: u64) {
+        if self.count % STRIDE == 0 {
+            self.sparse.push(offset);
+        }
+        self.count += 1;
+    }
+
+    /// The block that holds `entry_id`: its first entry, where that starts, and one past its
+    /// last entry; `None` when the file does not hold `entry_id`.
+    fn block_of(&self, entry_id: u64) -> Option<(u64, u64, u64)> {
+        let i = entry_id
+            .checked_sub(self.base)
+            .filter(|i| *i < self.count)?;
+        let k = i / STRIDE;
+        let offset = *self.sparse.get(usize::try_from(k).ok()?)?;
+        let first = self.base + k * STRIDE;
+        Some((first, offset, (first + STRIDE).min(self.base + self.count)))
     }
 }
 
-/// A topic's entries in its log files under `--data-dir`: memory holds where each entry starts
-/// (4 bytes an entry) and the shared [`ReadCache`]; a cache miss reads the record back from its
-/// file and checks its CRC.
+/// A topic's entries in its log files under `--data-dir`: memory holds where every 16th entry
+/// starts and the shared [`ReadCache`]; a cache miss reads the records back from that point in
+/// the file (checking each CRC) and caches them.
 #[derive(Debug)]
 pub(crate) struct FileEntries {
     dir: PathBuf,
@@ -258,14 +271,12 @@ impl FileEntries {
             dir: dir.to_path_buf(),
             log: Mutex::new(log),
             ledgers: RwLock::new(ledgers),
-            cache: TopicCache {
-                budget: cache,
-                map: RwLock::new(BTreeMap::new()),
-            },
+            cache: TopicCache::new(cache),
         })
     }
 
-    /// Reads the entry at `p` from its file.
+    /// Reads the entry at `p` from its file: the records of its block, each checked; the others
+    /// go to the cache.
     fn read_from_disk(&self, p: Position) -> Result<Option<Arc<[u8]>>, StorageError> {
         {
             // The ledger being written may still have the entry in its write buffer.
@@ -275,9 +286,9 @@ impl FileEntries {
             }
         }
         let ledgers = read(&self.ledgers);
-        let Some((index, offset)) = ledgers
+        let Some((index, (first, mut offset, end))) = ledgers
             .get(&p.ledger_id)
-            .and_then(|l| Some((l, l.offset(p.entry_id)?)))
+            .and_then(|l| Some((l, l.block_of(p.entry_id)?)))
         else {
             return Ok(None);
         };
@@ -288,29 +299,39 @@ impl FileEntries {
                 index.file.get_or_init(|| f)
             }
         };
-        let (at, section) = read_record(file, &index.path, offset)?;
-        if at != p {
-            return Err(StorageError::Corrupt {
-                path: index.path.clone(),
-                offset,
-                reason: format!("record for {p} holds {at}"),
-            });
+        let mut wanted = None;
+        for id in first..end {
+            let (at, section, next) = read_record(file, &index.path, offset)?;
+            let expected = Position::new(p.ledger_id, id);
+            if at != expected {
+                return Err(StorageError::Corrupt {
+                    path: index.path.clone(),
+                    offset,
+                    reason: format!("record for {expected} holds {at}"),
+                });
+            }
+            let section: Arc<[u8]> = Arc::from(section);
+            if at == p {
+                wanted = Some(section.clone());
+            }
+            self.cache.insert(at, section);
+            offset = next;
         }
-        Ok(Some(Arc::from(section)))
+        Ok(wanted)
     }
 }
 
-/// Records where the entry at `p` starts; the first entry of a new ledger gives the previous
-/// ledger's spare capacity back (it is complete).
+/// Counts the entry at `p` (starting at `offset`) in its ledger's index; the first entry of a
+/// new ledger gives the previous ledger's spare capacity back (it is complete).
 fn index_entry(ledgers: &mut BTreeMap<u64, LedgerIndex>, dir: &Path, p: Position, offset: u64) {
     if !ledgers.contains_key(&p.ledger_id) {
         if let Some(last) = ledgers.values_mut().next_back() {
-            last.offsets.shrink();
+            last.sparse.shrink_to_fit();
         }
         ledgers.insert(p.ledger_id, LedgerIndex::new(dir, p.ledger_id, p.entry_id));
     }
     if let Some(l) = ledgers.get_mut(&p.ledger_id) {
-        l.offsets.push(offset);
+        l.push(offset);
     }
 }
 
@@ -388,18 +409,22 @@ mod tests {
     /// Every entry reads back whether the cache holds it or not, from the file being written
     /// (still in its write buffer) and from older files, and across a reopen.
     #[test]
-    fn offsets_widen_past_four_gib_and_keep_every_value() {
-        let mut o = Offsets::Small(Vec::new());
-        let values = [0, 17, u64::from(u32::MAX), u64::from(u32::MAX) + 1, 1 << 40];
-        for v in values {
-            o.push(v);
+    fn the_sparse_index_finds_where_to_start_walking() {
+        let mut l = LedgerIndex::new(Path::new("/x"), 3, 5);
+        for i in 0..40u64 {
+            l.push(1_000 + i * 10);
         }
-        assert!(matches!(o, Offsets::Large(_)));
-        o.shrink();
-        for (i, v) in values.iter().enumerate() {
-            assert_eq!(o.get(i), Some(*v));
-        }
-        assert_eq!(o.get(values.len()), None);
+        assert_eq!(l.sparse.len(), 3, "entries 5, 21 and 37");
+        assert_eq!(l.block_of(5), Some((5, 1_000, 21)));
+        assert_eq!(l.block_of(20), Some((5, 1_000, 21)));
+        assert_eq!(l.block_of(21), Some((21, 1_160, 37)));
+        assert_eq!(
+            l.block_of(44),
+            Some((37, 1_320, 45)),
+            "the last block is short"
+        );
+        assert_eq!(l.block_of(45), None, "past the last entry");
+        assert_eq!(l.block_of(4), None, "before the first");
     }
 
     #[test]
@@ -442,10 +467,7 @@ mod tests {
     #[test]
     fn the_cache_evicts_the_oldest_first_within_the_broker_budget() {
         let budget = Arc::new(ReadCache::new(2 * (12 + ENTRY_OVERHEAD)));
-        let cache = |budget: &Arc<ReadCache>| TopicCache {
-            budget: budget.clone(),
-            map: RwLock::new(BTreeMap::new()),
-        };
+        let cache = |budget: &Arc<ReadCache>| TopicCache::new(budget.clone());
         let (a, b) = (cache(&budget), cache(&budget));
         for i in 0..3 {
             a.insert(Position::new(1, i), section(i));
@@ -456,6 +478,15 @@ mod tests {
         );
         assert!(a.get(Position::new(1, 2)).is_some());
         assert_eq!(budget.bytes(), 2 * (12 + ENTRY_OVERHEAD));
+        // Oldest by arrival, not by position: an old entry read back (a consumer far behind)
+        // stays, and the earliest arrival goes.
+        a.insert(Position::new(0, 5), section(5));
+        assert!(a.get(Position::new(0, 5)).is_some(), "just read back: kept");
+        assert!(
+            a.get(Position::new(1, 1)).is_none(),
+            "the earliest arrival went"
+        );
+        assert!(a.get(Position::new(1, 2)).is_some());
         // Over the shared budget, a topic makes room from its own entries: b has none to
         // give, so its new entry is not kept; once a's are gone, b caches again.
         b.insert(Position::new(1, 0), section(0));

@@ -248,13 +248,13 @@ fn read_log(
     Ok(n)
 }
 
-/// Reads the record at `offset` of a ledger file: its position and payload section, checked
-/// (CRC32C) as on recovery.
+/// Reads the record at `offset` of a ledger file: its position, its payload section, checked
+/// (CRC32C) as on recovery, and where the next record starts.
 pub(crate) fn read_record(
     file: &File,
     path: &Path,
     offset: u64,
-) -> Result<(Position, Vec<u8>), StorageError> {
+) -> Result<(Position, Vec<u8>, u64), StorageError> {
     use std::os::unix::fs::FileExt;
     let corrupt = |reason: String| StorageError::Corrupt {
         path: path.to_path_buf(),
@@ -272,8 +272,8 @@ pub(crate) fn read_record(
     record[..8].copy_from_slice(&head);
     file.read_exact_at(&mut record[8..], offset + 8)
         .map_err(io_err("read", path))?;
-    let (p, section, _) = record_at(&record, 0).map_err(|e| corrupt(e.to_string()))?;
-    Ok((p, section.to_vec()))
+    let (p, section, end) = record_at(&record, 0).map_err(|e| corrupt(e.to_string()))?;
+    Ok((p, section.to_vec(), offset + end as u64))
 }
 
 /// Why the bytes at an offset are not a whole record.

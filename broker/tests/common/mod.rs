@@ -43,6 +43,9 @@ impl Raw {
         stream
             .set_read_timeout(Some(Duration::from_millis(50)))
             .unwrap();
+        // As the stock clients do: without it an ACK followed by a small FLOW waits for the
+        // broker's delayed TCP ack (about 40 ms) under Nagle's algorithm.
+        stream.set_nodelay(true).unwrap();
         Raw {
             stream,
             reader: wire::FrameReader::new(64 << 20),

@@ -13,6 +13,16 @@ const BLOCK: u64 = 64;
 /// A message count stored in `msgs` as this value lives in `big_msgs`.
 const BIG: u16 = u16::MAX;
 
+/// Makes room for one more element: doubling up to 4,096, then 4,096 more at a time. A ledger
+/// of tens of thousands of entries then ends with at most 4,095 spare slots, instead of up to
+/// its size again; the spare capacity a complete ledger gives back (`shrink`) would otherwise
+/// stay behind as holes in the heap, which the next ledgers' growth only partly fills.
+fn room<T>(v: &mut VecDeque<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact(v.len().clamp(16, 4096));
+    }
+}
+
 /// The entries of one ledger id that still exist, `[base, end)`.
 #[derive(Clone, Debug)]
 pub(super) struct Segment {
@@ -90,6 +100,8 @@ impl Segment {
         if e.is_multiple_of(BLOCK) {
             self.ckpt.push(self.running);
         }
+        room(&mut self.msgs);
+        room(&mut self.sizes);
         let messages = meta.messages();
         let small = u16::try_from(messages).ok().filter(|m| *m != BIG);
         self.msgs.push_back(small.unwrap_or(BIG));
