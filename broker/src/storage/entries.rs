@@ -223,7 +223,7 @@ impl LedgerIndex {
 
     /// The next entry (the file's `count`th) starts at `offset`.
     fn push(&mut self, offset: u64) {
-        if self.count % STRIDE == 0 {
+        if self.count.is_multiple_of(STRIDE) {
             self.sparse.push(offset);
         }
         self.count += 1;
