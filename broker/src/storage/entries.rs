@@ -207,7 +207,7 @@ struct LedgerIndex {
     /// Entries in the file.
     count: u64,
     /// A read handle, opened on the first cache miss.
-    file: OnceLock<File>,
+    file: OnceLock<Arc<File>>,
 }
 
 impl LedgerIndex {
@@ -285,27 +285,32 @@ impl FileEntries {
                 log.flush()?;
             }
         }
-        let ledgers = read(&self.ledgers);
-        let Some((index, (first, mut offset, end))) = ledgers
-            .get(&p.ledger_id)
-            .and_then(|l| Some((l, l.block_of(p.entry_id)?)))
-        else {
-            return Ok(None);
-        };
-        let file = match index.file.get() {
-            Some(f) => f,
-            None => {
-                let f = File::open(&index.path).map_err(super::io_err("open", &index.path))?;
-                index.file.get_or_init(|| f)
-            }
+        // The block's place and a file handle, then the index lock is let go: appends (which
+        // take it to index each entry) do not wait for this read's disk I/O.
+        let (path, file, (first, mut offset, end)) = {
+            let ledgers = read(&self.ledgers);
+            let Some((index, block)) = ledgers
+                .get(&p.ledger_id)
+                .and_then(|l| Some((l, l.block_of(p.entry_id)?)))
+            else {
+                return Ok(None);
+            };
+            let file = match index.file.get() {
+                Some(f) => f.clone(),
+                None => {
+                    let f = File::open(&index.path).map_err(super::io_err("open", &index.path))?;
+                    index.file.get_or_init(|| Arc::new(f)).clone()
+                }
+            };
+            (index.path.clone(), file, block)
         };
         let mut wanted = None;
         for id in first..end {
-            let (at, section, next) = read_record(file, &index.path, offset)?;
+            let (at, section, next) = read_record(&file, &path, offset)?;
             let expected = Position::new(p.ledger_id, id);
             if at != expected {
                 return Err(StorageError::Corrupt {
-                    path: index.path.clone(),
+                    path: path.clone(),
                     offset,
                     reason: format!("record for {expected} holds {at}"),
                 });
