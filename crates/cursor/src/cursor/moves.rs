@@ -218,7 +218,7 @@ impl<S: CursorStore> ManagedCursor<S> {
     }
 
     /// Resets (seeks) to the first entry published at or after `t` (milliseconds, compared with
-    /// [`EntryMeta::publish_time`]), found with [`Ledger::find_by_publish_time`] (binary search
+    /// [`EntryMeta::publish_time`](crate::EntryMeta::publish_time)), found with [`Ledger::find_by_publish_time`] (binary search
     /// on an [`InMemoryLedger`](crate::InMemoryLedger), assuming non-decreasing publish times);
     /// when every entry was published before `t`, to the end (empty backlog). Otherwise exactly
     /// [`reset`](Self::reset): acks are forgotten, a forward move reports what it drops. What a
