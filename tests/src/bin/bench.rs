@@ -3,23 +3,59 @@
 //! W8, W8/W9, W8N…; `=W8` runs W8 alone), `--rounds N`, `--warmup N`, `--quick`, `--out FILE`.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
+use anyhow::Context;
 use tests::bench::{self, Settings};
 
-fn main() -> anyhow::Result<()> {
+const USAGE: &str = "usage: bench [ID…] [--rounds N] [--warmup N] [--quick] [--out FILE]
+
+  ID          a workload id prefix (`W8` runs W8, W8/W9, W8N…); `=W8` runs W8 alone;
+              none: every workload
+  --rounds N  measured rounds per workload
+  --warmup N  rounds run first and not counted
+  --quick     3 rounds, 1 warm-up
+  --out FILE  the JSON results (default target/bench/results.json)";
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // The message and its causes, without a backtrace (RUST_BACKTRACE is often set).
+            eprintln!("bench: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     let mut settings = Settings::default();
     let mut out = PathBuf::from("target/bench/results.json");
     let mut args = std::env::args().skip(1);
+    let number = |flag: &str, v: Option<String>| -> anyhow::Result<usize> {
+        let v = v.with_context(|| format!("{flag} needs a number\n\n{USAGE}"))?;
+        v.parse()
+            .with_context(|| format!("{flag} {v}: not a number\n\n{USAGE}"))
+    };
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--rounds" => settings.rounds = args.next().unwrap_or_default().parse()?,
-            "--warmup" => settings.warmup = args.next().unwrap_or_default().parse()?,
-            "--out" => out = PathBuf::from(args.next().unwrap_or_default()),
+            "--help" | "-h" => {
+                println!("{USAGE}");
+                return Ok(());
+            }
+            "--rounds" => settings.rounds = number("--rounds", args.next())?,
+            "--warmup" => settings.warmup = number("--warmup", args.next())?,
+            "--out" => {
+                out = PathBuf::from(
+                    args.next()
+                        .with_context(|| format!("--out needs a file\n\n{USAGE}"))?,
+                )
+            }
             "--quick" => {
                 settings.rounds = 3;
                 settings.warmup = 1;
             }
-            other if other.starts_with('-') => anyhow::bail!("unknown flag {other}"),
+            other if other.starts_with('-') => anyhow::bail!("unknown flag {other}\n\n{USAGE}"),
             id => settings.filter.push(id.to_string()),
         }
     }
@@ -34,7 +70,9 @@ fn main() -> anyhow::Result<()> {
         ),
     }
     let mut rows = Vec::new();
-    for mut w in bench::all() {
+    let workloads = bench::all();
+    let ids: Vec<String> = workloads.iter().map(|w| w.id.to_string()).collect();
+    for mut w in workloads {
         if !settings.filter.is_empty()
             && !settings.filter.iter().any(|f| match f.strip_prefix('=') {
                 // `=W8`: exactly W8 (a plain id is a prefix: `W8` also runs W8/W9, W8N, …).
@@ -46,6 +84,13 @@ fn main() -> anyhow::Result<()> {
         }
         eprintln!("running {} ({} rounds)", w.id, settings.rounds);
         rows.push(bench::measure(&mut w, &settings).map_err(anyhow::Error::msg)?);
+    }
+    if rows.is_empty() {
+        anyhow::bail!(
+            "no workload matches {}; the ids: {}",
+            settings.filter.join(" "),
+            ids.join(" ")
+        );
     }
     print!("{}", bench::table(&rows));
     if let Some(dir) = out.parent() {
