@@ -36,7 +36,7 @@ pub(super) struct Consumer {
 /// encodes each send straight into the connection's write queue (a [`DeliverySink`]).
 pub(crate) struct DeliveryRoute {
     /// The consumer id the client chose.
-    pub consumer_id: u64,
+    consumer_id: u64,
     counters: Arc<OutCounters>,
     topic: Arc<Topic>,
     out: Arc<dyn Outbox>,
@@ -49,7 +49,7 @@ impl DeliveryRoute {
     /// Appends one MESSAGE frame per delivered entry to `frames`: the stored payload section
     /// after the command, the redelivery count, and for a batch entry with acked messages the
     /// `ack_set` (a set bit = still unacked). Returns the messages and bytes encoded.
-    pub(crate) fn encode(&self, batch: &[Delivery], frames: &mut Vec<u8>) -> (u64, u64) {
+    fn encode(&self, batch: &[Delivery], frames: &mut Vec<u8>) -> (u64, u64) {
         let (mut messages_out, mut bytes_out) = (0, 0);
         for d in batch {
             let Some(section) = self.topic.payload(d.position) else {

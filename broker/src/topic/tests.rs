@@ -2,8 +2,11 @@
 
 use super::*;
 
-/// A consumer on `s` with permits, and the first `n` positions it receives.
-fn receive(s: &Subscription, n: usize) -> (dispatcher::ConsumerHandle, Vec<Position>) {
+/// A consumer on `s` with permits, and the first `n` deliveries it receives (within 5 s).
+fn deliveries(
+    s: &Subscription,
+    n: usize,
+) -> (dispatcher::ConsumerHandle, Vec<dispatcher::Delivery>) {
     let c = s
         .runtime
         .add_consumer(dispatcher::ConsumerSpec::new(1, "c"))
@@ -14,10 +17,16 @@ fn receive(s: &Subscription, n: usize) -> (dispatcher::ConsumerHandle, Vec<Posit
         let b = c
             .deliveries
             .recv_timeout(std::time::Duration::from_secs(5))
-            .unwrap();
-        got.extend(b.iter().map(|d| d.position));
+            .unwrap_or_else(|_| panic!("{} of {n} delivered within 5 s", got.len()));
+        got.extend(b);
     }
     (c, got)
+}
+
+/// A consumer on `s` with permits, and the first `n` positions it receives.
+fn receive(s: &Subscription, n: usize) -> (dispatcher::ConsumerHandle, Vec<Position>) {
+    let (c, got) = deliveries(s, n);
+    (c, got.iter().map(|d| d.position).collect())
 }
 
 #[test]
@@ -207,19 +216,11 @@ fn metadata_beyond_the_kept_window_is_read_back_from_the_stored_entries() {
             let s = t
                 .subscription("s", SubKind::Shared, InitialPosition::Earliest)
                 .unwrap();
-            let c = s
-                .runtime
-                .add_consumer(dispatcher::ConsumerSpec::new(1, "c"))
-                .unwrap();
-            c.flow(100);
-            let mut keys = Vec::new();
-            while keys.len() < ps.len() {
-                let b = c
-                    .deliveries
-                    .recv_timeout(std::time::Duration::from_secs(5))
-                    .unwrap_or_else(|_| panic!("{name}: {} of {} delivered", keys.len(), ps.len()));
-                keys.extend(b.iter().map(|d| d.meta.ordering_key.clone().unwrap()));
-            }
+            let (c, got) = deliveries(&s, ps.len());
+            let keys: Vec<Vec<u8>> = got
+                .iter()
+                .map(|d| d.meta.ordering_key.clone().unwrap())
+                .collect();
             let want: Vec<Vec<u8>> = (0..40).map(|i| format!("k{i}").into_bytes()).collect();
             assert_eq!(keys, want, "{name}: every entry with its own metadata");
             assert_eq!(t.position_at_time(1_010), ps[10], "{name}");

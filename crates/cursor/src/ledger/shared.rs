@@ -57,11 +57,6 @@ impl SharedLedger {
     pub fn write(&self) -> RwLockWriteGuard<'_, InMemoryLedger> {
         self.0.write().unwrap_or_else(PoisonError::into_inner)
     }
-
-    /// Whether `self` and `other` are handles to the same ledger.
-    pub fn same(&self, other: &SharedLedger) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
 }
 
 impl Ledger for SharedLedger {
