@@ -73,6 +73,20 @@ pub struct BrokerConfig {
     /// field or a missing required field is logged at ERROR and its connection closed, so a
     /// test with any client fails on it. Costs a protobuf walk per frame.
     pub check_frames: bool,
+    /// Topics created on first use by a producer, a consumer or a partition look-up
+    /// (`--allow-auto-topic-creation true|false`, Pulsar's `allowAutoTopicCreation`, default
+    /// true). Off, a topic must be created with the admin API first.
+    pub allow_auto_topic_creation: bool,
+    /// What a topic created on first use is (`--allow-auto-topic-creation-type
+    /// non-partitioned|partitioned`, Pulsar's `allowAutoTopicCreationType`, default
+    /// non-partitioned).
+    pub auto_topic_partitioned: bool,
+    /// Partitions of a partitioned topic created on first use (`--default-num-partitions N`,
+    /// Pulsar's `defaultNumPartitions`, default 1).
+    pub default_num_partitions: u32,
+    /// The most partitions a topic may have (`--max-num-partitions-per-partitioned-topic N`,
+    /// Pulsar's `maxNumPartitionsPerPartitionedTopic`; default 0 = no limit).
+    pub max_num_partitions: u32,
 }
 
 impl Default for BrokerConfig {
@@ -90,6 +104,10 @@ impl Default for BrokerConfig {
             key_shared_max_unacked_per_key: 0,
             delayed_delivery: dispatcher::DelayedDelivery::default(),
             check_frames: false,
+            allow_auto_topic_creation: true,
+            auto_topic_partitioned: false,
+            default_num_partitions: 1,
+            max_num_partitions: 0,
         }
     }
 }
@@ -148,6 +166,16 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
                             mark-delete-cleanup (Key_Shared skip/expiry releases draining
                             keys), orphan-chunk-replay (Shared stalls on an orphan chunk),
                             unordered-nack (nack as Pulsar: no key-serial, no PIP-493 order)
+  --allow-auto-topic-creation true|false
+                            create a topic on first use (default true); false: topics
+                            must be created with the admin API first
+  --allow-auto-topic-creation-type non-partitioned|partitioned
+                            what a topic created on first use is (default non-partitioned)
+  --default-num-partitions N
+                            partitions of a topic created on first use when the type is
+                            partitioned (default 1)
+  --max-num-partitions-per-partitioned-topic N
+                            the most partitions a topic may have (default 0 = no limit)
   --check-frames            for test suites: check every frame written as Pulsar's Java client
                             reads it (no repeated non-repeated field, every required field);
                             a frame that fails is logged at ERROR and its connection closed
@@ -169,6 +197,10 @@ const FLAGS_WITH_VALUE: &[&str] = &[
     "--delayed-delivery-enabled",
     "--delayed-delivery-tick-ms",
     "--delayed-delivery-strict",
+    "--allow-auto-topic-creation",
+    "--allow-auto-topic-creation-type",
+    "--default-num-partitions",
+    "--max-num-partitions-per-partitioned-topic",
 ];
 
 impl BrokerConfig {
@@ -274,9 +306,53 @@ impl BrokerConfig {
                 }
                 self.entries_per_ledger = n;
             }
+            "--allow-auto-topic-creation"
+            | "--allow-auto-topic-creation-type"
+            | "--default-num-partitions"
+            | "--max-num-partitions-per-partitioned-topic" => {
+                self.set_topic_creation(name, value)?
+            }
             _ => return Err("not a flag with a value"),
         }
         Ok(())
+    }
+
+    /// The flags of topic creation on first use and of partition counts.
+    fn set_topic_creation(&mut self, name: &str, value: &str) -> Result<(), &'static str> {
+        let number = |v: &str| {
+            v.parse::<u32>()
+                .map_err(|_| "not a number (0 to 4294967295)")
+        };
+        match name {
+            "--allow-auto-topic-creation" => {
+                self.allow_auto_topic_creation = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err("must be `true` or `false`"),
+                }
+            }
+            "--allow-auto-topic-creation-type" => {
+                self.auto_topic_partitioned = match value {
+                    "non-partitioned" => false,
+                    "partitioned" => true,
+                    _ => return Err("must be `non-partitioned` or `partitioned`"),
+                }
+            }
+            "--default-num-partitions" => match number(value)? {
+                0 => return Err("must be at least 1"),
+                n => self.default_num_partitions = n,
+            },
+            _ => self.max_num_partitions = number(value)?,
+        }
+        Ok(())
+    }
+
+    /// The most partitions a topic may have (`u32::MAX` when there is no limit).
+    pub fn partition_limit(&self) -> u32 {
+        match self.max_num_partitions {
+            0 => u32::MAX,
+            n => n,
+        }
     }
 
     /// The largest frame the broker reads: the message size plus Pulsar's frame padding.
@@ -345,6 +421,10 @@ mod tests {
             ["--delayed-delivery-strict", "1"],
             ["--delayed-delivery-tick-ms", "-5"],
             ["--delayed-delivery-tick-ms", "3600001"],
+            ["--allow-auto-topic-creation", "yes"],
+            ["--allow-auto-topic-creation-type", "both"],
+            ["--default-num-partitions", "0"],
+            ["--max-num-partitions-per-partitioned-topic", "-1"],
         ] {
             assert!(
                 matches!(
@@ -354,6 +434,28 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn topic_creation_flags() {
+        let c = BrokerConfig::parse_args(Vec::<String>::new()).unwrap();
+        assert!(c.allow_auto_topic_creation && !c.auto_topic_partitioned);
+        assert_eq!(
+            (c.default_num_partitions, c.partition_limit()),
+            (1, u32::MAX)
+        );
+        let c = BrokerConfig::parse_args([
+            "--allow-auto-topic-creation=false",
+            "--allow-auto-topic-creation-type",
+            "partitioned",
+            "--default-num-partitions",
+            "4",
+            "--max-num-partitions-per-partitioned-topic",
+            "16",
+        ])
+        .unwrap();
+        assert!(!c.allow_auto_topic_creation && c.auto_topic_partitioned);
+        assert_eq!((c.default_num_partitions, c.partition_limit()), (4, 16));
     }
 
     #[test]

@@ -39,6 +39,7 @@ mod admin;
 mod config;
 #[doc(hidden)]
 pub mod fuzzing;
+mod metadata;
 mod schema;
 mod session;
 mod shell;

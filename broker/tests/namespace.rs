@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{produce, start_broker, Raw};
+use common::{http, produce, start_broker, Raw};
 use wire::proto::{base_command::Type, command_get_topics_of_namespace::Mode, BaseCommand};
 
 fn topics_of(c: &mut Raw, request_id: u64, namespace: &str, mode: Mode) -> Vec<String> {
@@ -36,6 +36,10 @@ fn the_namespace_lists_its_persistent_topics_as_they_appear() {
     assert!(topics_of(&mut c, 1, "public/default", Mode::Persistent).is_empty());
     produce(&b, "persistent://public/default/a-2", 1, 1);
     produce(&b, "persistent://public/default/a-1", 1, 1);
+    assert_eq!(
+        http(&b, "PUT", "/admin/v2/namespaces/public/other", "").0,
+        204
+    );
     produce(&b, "persistent://public/other/a-3", 1, 1);
     let want = [
         "persistent://public/default/a-1",

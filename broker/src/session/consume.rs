@@ -192,9 +192,9 @@ impl Session {
             // A re-subscribe after the broker closed the consumer (seek): the old one is gone.
             self.drop_consumer(old);
         }
-        let topic = match self.state.topic(&name) {
+        let topic = match self.state.topic_for_client(&name) {
             Ok(t) => t,
-            Err(e) => return self.send_error(rid, ServerError::PersistenceError, &e.to_string()),
+            Err(e) => return self.send_error(rid, super::topic_error_code(&e), &e.to_string()),
         };
         let fresh = topic.get_subscription(&s.subscription).is_none();
         let sub = match topic.subscription(&s.subscription, kind, initial_position(s)) {

@@ -30,29 +30,49 @@ impl Session {
         }
     }
 
-    /// PARTITIONED_METADATA: every topic has 0 partitions (none is partitioned).
+    /// PARTITIONED_METADATA: the topic's partition count (0: not partitioned), a partitioned
+    /// topic created on first use when the broker is set so and the client allows it
+    /// (`metadata_auto_creation_enabled`, true when absent); a refusal when its namespace
+    /// does not exist.
     pub(super) fn on_partitioned_metadata(&mut self, cmd: &BaseCommand) {
         let Some(m) = &cmd.partition_metadata else {
             return self.send_error(0, ServerError::UnknownError, "missing body");
         };
+        let failed = |code, message: &str| {
+            wire::commands::partitioned_metadata_failed(m.request_id, code, message)
+        };
         let reply = match TopicName::parse(&m.topic) {
-            Ok(_) => wire::commands::partitioned_metadata_response(m.request_id, 0),
-            Err(e) => wire::commands::partitioned_metadata_failed(
-                m.request_id,
-                ServerError::InvalidTopicName,
-                &e.to_string(),
-            ),
+            Err(e) => failed(ServerError::InvalidTopicName, &e.to_string()),
+            Ok(name) => {
+                let auto_create = m.metadata_auto_creation_enabled.unwrap_or(true);
+                match self.state.partitioned_metadata(&name, auto_create) {
+                    Ok(n) => wire::commands::partitioned_metadata_response(m.request_id, n),
+                    Err(e) => failed(super::topic_error_code(&e), &e.to_string()),
+                }
+            }
         };
         self.send(&reply);
     }
 
-    /// LOOKUP: this broker owns every topic, at the address the client reached.
+    /// LOOKUP: this broker owns every topic of an existing namespace, at the address the
+    /// client reached.
     pub(super) fn on_lookup(&mut self, cmd: &BaseCommand) {
         let Some(l) = &cmd.lookup_topic else {
             return self.send_error(0, ServerError::UnknownError, "missing body");
         };
         let reply = match TopicName::parse(&l.topic) {
-            Ok(_) => wire::commands::lookup_response(l.request_id, &self.service_url, true),
+            Ok(name) => match self
+                .state
+                .metadata()
+                .check_namespace(&name.tenant, &name.namespace)
+            {
+                Ok(()) => wire::commands::lookup_response(l.request_id, &self.service_url, true),
+                Err(e) => wire::commands::lookup_failed(
+                    l.request_id,
+                    ServerError::TopicNotFound,
+                    &e.to_string(),
+                ),
+            },
             Err(e) => wire::commands::lookup_failed(
                 l.request_id,
                 ServerError::InvalidTopicName,
@@ -115,8 +135,8 @@ impl Session {
         };
         let reply = match TopicName::parse(&g.topic) {
             Err(e) => failed(ServerError::InvalidTopicName, &e.to_string()),
-            Ok(name) => match self.state.topic(&name) {
-                Err(e) => failed(ServerError::PersistenceError, &e.to_string()),
+            Ok(name) => match self.state.topic_for_client(&name) {
+                Err(e) => failed(super::topic_error_code(&e), &e.to_string()),
                 Ok(topic) => match topic.schema_version(&g.schema) {
                     Ok(v) => wire::commands::get_or_create_schema_response(g.request_id, v),
                     Err(e) => failed(ServerError::PersistenceError, &e.to_string()),

@@ -24,7 +24,8 @@ use std::sync::Arc;
 use tracing::{debug, warn};
 use wire::proto::{base_command::Type, BaseCommand, ServerError};
 
-use crate::state::BrokerState;
+use crate::metadata::MetadataError;
+use crate::state::{BrokerState, TopicError};
 
 mod consume;
 mod discovery;
@@ -55,6 +56,19 @@ pub(crate) enum Close {
     Protocol,
     /// No frame for two keep-alive intervals.
     Idle,
+}
+
+/// The error code a client gets when it cannot use a topic.
+fn topic_error_code(e: &TopicError) -> ServerError {
+    match e {
+        TopicError::Metadata(MetadataError::Storage(_)) | TopicError::Storage(_) => {
+            ServerError::PersistenceError
+        }
+        TopicError::Metadata(_) | TopicError::NotFound(_) => ServerError::TopicNotFound,
+        TopicError::Partitioned(_)
+        | TopicError::IllegalPartition { .. }
+        | TopicError::PartitionName => ServerError::NotAllowedError,
+    }
 }
 
 /// One connection's protocol state.

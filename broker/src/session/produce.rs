@@ -37,20 +37,13 @@ impl Session {
                 return self.send_error(p.request_id, ServerError::InvalidTopicName, &e.to_string())
             }
         };
-        if let Some(existing) = self.producers.get(&p.producer_id) {
-            // A repeated PRODUCER for a ready producer: Pulsar answers success again.
-            let reply = wire::commands::producer_success(
-                p.request_id,
-                &existing.name,
-                -1,
-                existing.schema_version.clone(),
-            );
-            return self.send(&reply);
+        if self.answered_again(p) {
+            return;
         }
-        let topic = match self.state.topic(&name) {
+        let topic = match self.state.topic_for_client(&name) {
             Ok(t) => t,
             Err(e) => {
-                return self.send_error(p.request_id, ServerError::PersistenceError, &e.to_string())
+                return self.send_error(p.request_id, super::topic_error_code(&e), &e.to_string())
             }
         };
         if let Err(e) = self.create_initial_subscription(&topic, p) {
@@ -101,6 +94,30 @@ impl Session {
             -1,
             schema_version,
         ));
+    }
+
+    /// A repeated PRODUCER for a ready producer: Pulsar answers success again (true). A
+    /// producer whose topic was deleted (the broker sent CLOSE_PRODUCER) is forgotten: the
+    /// client is opening it again.
+    fn answered_again(&mut self, p: &CommandProducer) -> bool {
+        if self
+            .producers
+            .get(&p.producer_id)
+            .is_some_and(|existing| existing.topic.is_deleted())
+        {
+            self.producers.remove(&p.producer_id);
+        }
+        let Some(existing) = self.producers.get(&p.producer_id) else {
+            return false;
+        };
+        let reply = wire::commands::producer_success(
+            p.request_id,
+            &existing.name,
+            -1,
+            existing.schema_version.clone(),
+        );
+        self.send(&reply);
+        true
     }
 
     /// A dead- or retry-letter producer names the subscription that must keep what it

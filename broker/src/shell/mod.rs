@@ -89,7 +89,10 @@ impl Broker {
         };
         let (listener, service_addr) = bind("--listen", cfg.listen)?;
         let (admin_listener, admin_addr) = bind("--admin", cfg.admin)?;
-        let state = Arc::new(BrokerState::new(cfg, format!("pulsar://{service_addr}")));
+        let state = Arc::new(
+            BrokerState::new(cfg, format!("pulsar://{service_addr}"))
+                .with_admin_url(format!("http://{admin_addr}")),
+        );
         let started = Instant::now();
         let recovered = state.recover_topics()?;
         if recovered > 0 {

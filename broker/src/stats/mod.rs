@@ -33,7 +33,7 @@ pub(crate) fn position_text(p: Position) -> String {
     }
 }
 
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct PublisherStats {
     producer_name: String,
@@ -41,7 +41,7 @@ pub(crate) struct PublisherStats {
     connected_since: String,
 }
 
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct DrainingHash {
     hash: u32,
@@ -49,7 +49,7 @@ pub(crate) struct DrainingHash {
     blocked_attempts: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct ConsumerStats {
     consumer_name: String,
@@ -71,7 +71,7 @@ pub(crate) struct ConsumerStats {
     draining_hashes_unacked_messages: Option<u64>,
 }
 
-#[derive(Serialize)]
+#[derive(Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct SubscriptionStats {
     #[serde(rename = "type")]
@@ -106,7 +106,7 @@ pub(crate) struct SubscriptionStats {
     nacks: u64,
 }
 
-#[derive(Serialize)]
+#[derive(Clone, Default, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct TopicStats {
     msg_rate_in: f64,
@@ -413,8 +413,10 @@ pub(crate) fn update_rates(state: &BrokerState, secs: f64) {
 }
 
 mod metrics;
+mod partitioned;
 
 pub(crate) use metrics::metrics;
+pub(crate) use partitioned::{partitioned_internal_stats, partitioned_stats};
 
 #[cfg(test)]
 mod tests {

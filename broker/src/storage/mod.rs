@@ -68,6 +68,14 @@ pub enum StorageError {
         /// What is wrong.
         reason: String,
     },
+    /// A whole file (metadata, a catalog's JSON) that does not read back as what it holds.
+    #[error("unreadable {path}: {reason}")]
+    Unreadable {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A damaged record that is not a torn tail.
     #[error("corrupt log {path} at offset {offset}: {reason}")]
     Corrupt {
@@ -113,6 +121,29 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io_err("sync", dir))
+}
+
+/// Writes `bytes` to `path` through a temporary file, fsync and rename (and a directory sync).
+pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
+    let tmp = path.with_extension("tmp");
+    let io = |op: &'static str, p: &Path| {
+        let p = p.to_path_buf();
+        move |source| StorageError::Io {
+            op,
+            path: p,
+            source,
+        }
+    };
+    {
+        let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
+        std::io::Write::write_all(&mut f, bytes).map_err(io("write", &tmp))?;
+        f.sync_all().map_err(io("sync", &tmp))?;
+    }
+    std::fs::rename(&tmp, path).map_err(io("rename", path))?;
+    if let Some(d) = path.parent() {
+        sync_dir(d)?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -26,6 +26,9 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
 
     /// Opens (creating) the storage of topic `full`, handing every stored entry to `visit`.
     fn open_topic(&self, full: &str, visit: Visit<'_>) -> Result<TopicStorage, StorageError>;
+
+    /// Deletes topic `full`'s storage (the admin API's topic deletion); the topic is closed.
+    fn delete_topic(&self, full: &str) -> Result<(), StorageError>;
 }
 
 /// Everything in memory: no topic survives the process.
@@ -42,6 +45,10 @@ impl Backend for MemoryBackend {
             Arc::new(MemoryEntries::default()),
             Box::new(MemoryCatalog::default()),
         ))
+    }
+
+    fn delete_topic(&self, _: &str) -> Result<(), StorageError> {
+        Ok(())
     }
 }
 
@@ -83,5 +90,18 @@ impl Backend for FileBackend {
         let dir = self.dir.join(encode_name(full));
         let entries = FileEntries::open(&dir, self.cache.clone(), |p, s| visit(p, s))?;
         Ok((Arc::new(entries), Box::new(FileCatalog::new(&dir))))
+    }
+
+    fn delete_topic(&self, full: &str) -> Result<(), StorageError> {
+        let dir = self.dir.join(encode_name(full));
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => crate::storage::sync_dir(&self.dir),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(StorageError::Io {
+                op: "delete",
+                path: dir,
+                source,
+            }),
+        }
     }
 }

@@ -184,7 +184,7 @@ impl TopicCatalog for FileCatalog {
             source,
         })?;
         let body = serde_json::to_vec_pretty(&kind.to_file(name)).unwrap_or_default();
-        write_durably(&self.path(name, "json"), &body)
+        crate::storage::write_durably(&self.path(name, "json"), &body)
     }
 
     fn cursor_store(&self, name: &str, fresh: bool) -> Result<SubStore, StorageError> {
@@ -258,31 +258,8 @@ impl TopicCatalog for FileCatalog {
             })
             .collect();
         let body = serde_json::to_vec(&files).unwrap_or_default();
-        write_durably(&self.schemas, &body)
+        crate::storage::write_durably(&self.schemas, &body)
     }
-}
-
-/// Writes `bytes` to `path` through a temporary file, fsync and rename (and a directory sync).
-fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
-    let tmp = path.with_extension("tmp");
-    let io = |op: &'static str, p: &Path| {
-        let p = p.to_path_buf();
-        move |source| StorageError::Io {
-            op,
-            path: p,
-            source,
-        }
-    };
-    {
-        let mut f = fs::File::create(&tmp).map_err(io("create", &tmp))?;
-        std::io::Write::write_all(&mut f, bytes).map_err(io("write", &tmp))?;
-        f.sync_all().map_err(io("sync", &tmp))?;
-    }
-    fs::rename(&tmp, path).map_err(io("rename", path))?;
-    if let Some(d) = path.parent() {
-        crate::storage::sync_dir(d)?;
-    }
-    Ok(())
 }
 
 /// What a subscription's `.json` file holds.

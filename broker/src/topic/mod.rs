@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use cursor::{EntryMeta, InMemoryLedger, Ledger, Position, SharedLedger};
-use tracing::{debug, warn};
+use tracing::debug;
 
 use crate::storage::{EntryStore, StorageError, SyncPolicy};
 use crate::sync::lock;
@@ -29,7 +29,7 @@ mod subscription;
 pub(crate) use backend::{Backend, FileBackend, MemoryBackend};
 use catalog::TopicCatalog;
 
-pub(crate) use name::TopicName;
+pub(crate) use name::{partition_name, TopicName, PARTITION_SUFFIX};
 pub(crate) use subscription::{
     ConsumerInfo, InitialPosition, OutCounters, SubKind, SubscribeError, Subscription,
     SubscriptionDefaults,
@@ -135,6 +135,8 @@ pub(crate) struct Topic {
     pub rate_in: Mutex<(Rate, Rate)>,
     /// The topic's schemas and their versions (recorded through the catalog).
     pub schemas: crate::schema::SchemaRegistry,
+    /// Deleted by the admin API: producers and consumers still holding it must let it go.
+    deleted: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Topic {
@@ -227,6 +229,7 @@ impl Topic {
             key_shared: std::sync::atomic::AtomicBool::new(false),
             rate_in: Mutex::new((Rate::default(), Rate::default())),
             schemas,
+            deleted: std::sync::atomic::AtomicBool::new(false),
         };
         topic.recover_subscriptions()?;
         Ok(topic)
@@ -297,6 +300,33 @@ impl Topic {
     /// A producer closed: its registration and its name are gone.
     pub(crate) fn remove_producer(&self, conn: u64, producer_id: u64) {
         lock(&self.producers).remove(&(conn, producer_id));
+    }
+
+    /// The (connection, producer id) of every connected producer.
+    pub(crate) fn producer_ids(&self) -> Vec<(u64, u64)> {
+        lock(&self.producers).keys().copied().collect()
+    }
+
+    /// How many producers and consumers are connected.
+    pub(crate) fn clients(&self) -> usize {
+        lock(&self.producers).len()
+            + self
+                .subscriptions()
+                .iter()
+                .map(|s| lock(&s.consumers).len())
+                .sum::<usize>()
+    }
+
+    /// The admin API deleted this topic: it is no longer in the broker's registry.
+    pub(crate) fn mark_deleted(&self) {
+        self.deleted
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the admin API deleted this topic (a producer or consumer still holding it
+    /// must open the topic again by name).
+    pub(crate) fn is_deleted(&self) -> bool {
+        self.deleted.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Whether a Key_Shared subscription was ever created on this topic (for the batch WARN;
@@ -465,7 +495,9 @@ impl Topic {
         }
     }
 
-    /// Stops every subscription's runtime (broker shutdown).
+    /// Stops every subscription's runtime (broker shutdown, topic deletion). A runtime a
+    /// consumer still holds is told to stop; its thread is joined when the last holder lets
+    /// it go.
     pub(crate) fn close(&self) {
         let subs: Vec<_> = std::mem::take(&mut lock(&self.state).subs)
             .into_values()
@@ -474,7 +506,8 @@ impl Topic {
             match Arc::try_unwrap(s) {
                 Ok(s) => s.runtime.shutdown(),
                 Err(s) => {
-                    warn!(subscription = %s.name, "subscription still referenced at shutdown")
+                    debug!(subscription = %s.name, "subscription still referenced: told to stop");
+                    let _ = s.runtime.events().send(dispatcher::Event::Shutdown);
                 }
             }
         }

@@ -53,6 +53,39 @@ impl TopicName {
             self.tenant, self.namespace, self.local
         )
     }
+
+    /// `tenant/namespace`.
+    pub(crate) fn namespace_name(&self) -> String {
+        format!("{}/{}", self.tenant, self.namespace)
+    }
+
+    /// For `{topic}-partition-{i}`, the partitioned topic's full name and `i` (Pulsar's rule:
+    /// the suffix is the last `-partition-` followed by a decimal number).
+    pub(crate) fn partition_of(&self) -> Option<(String, u32)> {
+        let (base, index) = self.local.rsplit_once(PARTITION_SUFFIX)?;
+        if base.is_empty() || index.is_empty() || !index.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let index = index.parse().ok()?;
+        let base = TopicName {
+            local: base.to_owned(),
+            ..self.clone()
+        };
+        Some((base.full(), index))
+    }
+
+    /// The full name of partition `i` of this (partitioned) topic.
+    pub(crate) fn partition(&self, i: u32) -> String {
+        partition_name(&self.full(), i)
+    }
+}
+
+/// What separates a partitioned topic's name from a partition's index.
+pub(crate) const PARTITION_SUFFIX: &str = "-partition-";
+
+/// The full name of partition `i` of partitioned topic `full`.
+pub(crate) fn partition_name(full: &str, i: u32) -> String {
+    format!("{full}{PARTITION_SUFFIX}{i}")
 }
 
 #[cfg(test)]
@@ -78,5 +111,30 @@ mod tests {
             err("non-persistent://public/default/t"),
             TopicNameError::NonPersistent(_)
         ));
+    }
+
+    #[test]
+    fn partitions() {
+        let p = |s: &str| TopicName::parse(s).unwrap().partition_of();
+        assert_eq!(
+            p("persistent://public/default/t-partition-3"),
+            Some(("persistent://public/default/t".to_owned(), 3))
+        );
+        assert_eq!(
+            p("persistent://a/b/x-partition-1-partition-12"),
+            Some(("persistent://a/b/x-partition-1".to_owned(), 12))
+        );
+        for not in [
+            "t",
+            "t-partition-",
+            "-partition-1",
+            "t-partition-x",
+            "t-partition--1",
+        ] {
+            assert_eq!(p(&format!("persistent://a/b/{not}")), None, "{not}");
+        }
+        let t = TopicName::parse("persistent://a/b/t").unwrap();
+        assert_eq!(t.partition(2), "persistent://a/b/t-partition-2");
+        assert_eq!(t.namespace_name(), "a/b");
     }
 }

@@ -9,11 +9,16 @@ use dispatcher::Event;
 use tracing::{info, warn};
 
 use crate::config::BrokerConfig;
+use crate::metadata::{FileMetadata, MemoryMetadata, Metadata, MetadataError, MetadataStore};
 use crate::storage::{ReadCache, StorageError};
 use crate::sync::lock;
+
+mod topics;
+
 use crate::topic::{
     Backend, FileBackend, MemoryBackend, Subscription, Topic, TopicConfig, TopicName,
 };
+pub(crate) use topics::{DeleteError, TopicError};
 
 /// Where frames the broker sends on its own (CLOSE_CONSUMER when a seek or a reset closes a
 /// subscription's consumers) go for one connection: its writer queue, in the TCP shell.
@@ -47,6 +52,8 @@ pub(crate) enum Offer {
 pub(crate) struct BrokerState {
     pub cfg: BrokerConfig,
     pub service_url: String,
+    /// The admin API's URL (`http://ADDR`), shown in the cluster's data.
+    pub admin_url: String,
     pub server_version: String,
     pub closing: AtomicBool,
     pub next_consumer: AtomicU64,
@@ -59,6 +66,10 @@ pub(crate) struct BrokerState {
     backend: Box<dyn Backend>,
     /// Per live connection: where broker-initiated frames for it go.
     outboxes: Mutex<HashMap<u64, Arc<dyn Outbox>>>,
+    /// Tenants, namespaces and partitioned topics (lock order: before `topics`).
+    metadata: Mutex<Metadata>,
+    /// Where the metadata is kept.
+    metadata_store: Box<dyn MetadataStore>,
 }
 
 impl BrokerState {
@@ -71,7 +82,12 @@ impl BrokerState {
             Some(d) => Box::new(FileBackend::new(d.join("topics"), read_cache.clone())),
             None => Box::new(MemoryBackend),
         };
+        let metadata_store: Box<dyn MetadataStore> = match &cfg.data_dir {
+            Some(d) => Box::new(FileMetadata::new(crate::metadata::file_in(d))),
+            None => Box::new(MemoryMetadata),
+        };
         BrokerState {
+            admin_url: format!("http://{}", cfg.admin),
             service_url,
             server_version: format!("key-ordered-broker-{}", env!("CARGO_PKG_VERSION")),
             closing: AtomicBool::new(false),
@@ -82,8 +98,37 @@ impl BrokerState {
             outboxes: Mutex::new(HashMap::new()),
             read_cache,
             backend,
+            metadata: Mutex::new(Metadata::default()),
+            metadata_store,
             cfg,
         }
+    }
+
+    /// The same state with the admin API at `url` (the shell knows the bound port).
+    pub(crate) fn with_admin_url(mut self, url: String) -> BrokerState {
+        self.admin_url = url;
+        self
+    }
+
+    /// A look at the metadata (hold it briefly: topic creation waits for it).
+    pub(crate) fn metadata(&self) -> std::sync::MutexGuard<'_, Metadata> {
+        lock(&self.metadata)
+    }
+
+    /// Applies `change` to the metadata and keeps the result before anyone sees it; a refused
+    /// change, or one the store cannot keep, leaves the metadata as it was.
+    pub(crate) fn change_metadata<T>(
+        &self,
+        change: impl FnOnce(&mut Metadata) -> Result<T, MetadataError>,
+    ) -> Result<T, MetadataError> {
+        let mut current = lock(&self.metadata);
+        let mut next = current.clone();
+        let out = change(&mut next)?;
+        if next != *current {
+            self.metadata_store.save(&next)?;
+            *current = next;
+        }
+        Ok(out)
     }
 
     /// The topic, created on first use (in the backend: a directory under `--data-dir`).
@@ -114,14 +159,29 @@ impl BrokerState {
         Ok(t)
     }
 
-    /// Reads every stored topic back (before the listener accepts anyone).
+    /// Reads the metadata and every stored topic back (before the listener accepts anyone).
+    /// A stored topic whose namespace the metadata lacks (a directory an older broker wrote)
+    /// gets its tenant and namespace back.
     pub(crate) fn recover_topics(&self) -> Result<usize, StorageError> {
+        if let Some(m) = self.metadata_store.load()? {
+            *lock(&self.metadata) = m;
+        }
         let mut n = 0;
         for full in self.backend.topics()? {
             let Ok(name) = TopicName::parse(&full) else {
                 warn!(topic = %full, "not a topic name; skipped");
                 continue;
             };
+            let adopted =
+                self.change_metadata(|m| Ok(m.adopt_namespace(&name.tenant, &name.namespace)));
+            match adopted {
+                Ok(true) => {
+                    info!(namespace = %name.namespace_name(), "namespace of a stored topic recorded")
+                }
+                Ok(false) => {}
+                Err(MetadataError::Storage(e)) => return Err(e),
+                Err(e) => warn!(topic = %full, error = %e, "namespace not recorded"),
+            }
             self.topic(&name)?;
             n += 1;
         }
@@ -143,7 +203,9 @@ impl BrokerState {
     }
 
     /// The full names of the persistent topics of `namespace` (`tenant/ns`), sorted: the admin
-    /// topic list and GET_TOPICS_OF_NAMESPACE.
+    /// topic list and GET_TOPICS_OF_NAMESPACE. As in Pulsar, a partition is listed once it
+    /// exists as a topic (the admin API creates them all; one created on first use is not
+    /// listed until a client uses it).
     pub(crate) fn topic_names_in(&self, namespace: &str) -> Vec<String> {
         let prefix = format!("persistent://{namespace}/");
         let mut names: Vec<String> = lock(&self.topics)

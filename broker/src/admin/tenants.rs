@@ -1,0 +1,150 @@
+//! `/admin/v2/clusters`, `/admin/v2/tenants` and `/admin/v2/namespaces`: the one cluster,
+//! tenants and namespaces (create, list, read, delete). Namespace policies are not served:
+//! asking for one is a 400 that names it, never a silent success.
+
+use super::{json, no_content, parse_query, Request, Response};
+use crate::metadata::{MetadataError, TenantInfo, CLUSTER};
+use crate::state::BrokerState;
+
+fn refused(e: MetadataError) -> Response {
+    Response::json_error(e.status(), &e.to_string())
+}
+
+fn done(r: Result<(), MetadataError>) -> Response {
+    r.map_or_else(refused, |()| no_content())
+}
+
+/// `/admin/v2/clusters[/{cluster}]`.
+pub(super) fn clusters(req: &Request, state: &BrokerState, segs: &[&str]) -> Response {
+    match (req.method.as_str(), segs) {
+        ("GET", []) => json(200, &[CLUSTER]),
+        ("GET", [c]) if *c == CLUSTER => json(
+            200,
+            &serde_json::json!({
+                "serviceUrl": state.admin_url,
+                "brokerServiceUrl": state.service_url,
+            }),
+        ),
+        ("GET", [_]) => refused(MetadataError::NoSuchCluster),
+        _ => super::no_route(req),
+    }
+}
+
+/// `/admin/v2/tenants[/{tenant}]`.
+pub(super) fn tenants(req: &Request, state: &BrokerState, segs: &[&str]) -> Response {
+    match (req.method.as_str(), segs) {
+        ("GET", []) => json(200, &state.metadata().tenants()),
+        ("GET", [t]) => match state.metadata().tenant(t) {
+            Ok(info) => json(200, info),
+            Err(e) => refused(e),
+        },
+        ("PUT" | "POST", [t]) => {
+            let info = match tenant_info(&req.body) {
+                Ok(i) => i,
+                Err(r) => return r,
+            };
+            if req.method == "PUT" {
+                done(state.change_metadata(|m| m.create_tenant(t, info)))
+            } else {
+                done(state.change_metadata(|m| m.update_tenant(t, info)))
+            }
+        }
+        ("DELETE", [t]) => done(state.change_metadata(|m| m.delete_tenant(t))),
+        _ => super::no_route(req),
+    }
+}
+
+/// A `TenantInfo` body; an empty body is a tenant with no roles and no clusters.
+fn tenant_info(body: &[u8]) -> Result<TenantInfo, Response> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(TenantInfo::default());
+    }
+    serde_json::from_slice(body)
+        .map_err(|e| Response::json_error(400, &format!("body is not a TenantInfo: {e}")))
+}
+
+/// `/admin/v2/namespaces/{tenant}[/{namespace}[/…]]`.
+pub(super) fn namespaces(req: &Request, state: &BrokerState, segs: &[&str]) -> Response {
+    match (req.method.as_str(), segs) {
+        ("GET", [t]) => match state.metadata().namespaces(t) {
+            Ok(list) => json(200, &list),
+            Err(e) => refused(e),
+        },
+        ("PUT", [t, ns]) => done(state.change_metadata(|m| m.create_namespace(t, ns))),
+        ("GET", [t, ns]) => match state.metadata().check_namespace(t, ns) {
+            Ok(()) => json(200, &policies()),
+            Err(e) => refused(e),
+        },
+        ("DELETE", [t, ns]) => delete_namespace(req, state, t, ns),
+        ("GET", [t, ns, "topics"]) => {
+            let known = state.metadata().check_namespace(t, ns);
+            match known {
+                Ok(()) => json(200, &state.topic_names_in(&format!("{t}/{ns}"))),
+                Err(e) => refused(e),
+            }
+        }
+        (_, [_, _, policy, ..]) => Response::json_error(
+            400,
+            &format!("namespace policy `{policy}` is not supported by this broker"),
+        ),
+        _ => super::no_route(req),
+    }
+}
+
+/// `DELETE /admin/v2/namespaces/{t}/{ns}[?force=true]`: refused while the namespace has
+/// topics, unless `force`, which deletes them first (closing their clients).
+fn delete_namespace(req: &Request, state: &BrokerState, t: &str, ns: &str) -> Response {
+    let namespace = format!("{t}/{ns}");
+    let force = parse_query(&req.query)
+        .get("force")
+        .is_some_and(|v| v == "true");
+    if force && state.metadata().check_namespace(t, ns).is_ok() {
+        let partitioned = state.metadata().partitioned_in(&namespace);
+        for p in partitioned {
+            if let Err(e) = state.delete_partitioned(&p, true) {
+                return Response::json_error(e.status(), &e.to_string());
+            }
+        }
+        for topic in state.topic_names_in(&namespace) {
+            if let Err(e) = state.delete_topic(&topic, true) {
+                return Response::json_error(e.status(), &e.to_string());
+            }
+        }
+    }
+    let has_topics = state.namespace_has_topics(&namespace);
+    done(state.change_metadata(|m| m.delete_namespace(t, ns, has_topics)))
+}
+
+/// A namespace's policies as Pulsar returns those of a fresh namespace on standalone (none
+/// of them is changed or enforced here).
+fn policies() -> serde_json::Value {
+    serde_json::json!({
+        "auth_policies": {
+            "namespace_auth": {},
+            "destination_auth": {},
+            "subscription_auth_roles": {}
+        },
+        "replication_clusters": [CLUSTER],
+        "bundles": { "boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1 },
+        "backlog_quota_map": {},
+        "clusterDispatchRate": {},
+        "topicDispatchRate": {},
+        "subscriptionDispatchRate": {},
+        "replicatorDispatchRate": {},
+        "clusterSubscribeRate": {},
+        "publishMaxMessageRate": {},
+        "latency_stats_sample_rate": {},
+        "deleted": false,
+        "encryption_required": false,
+        "subscription_auth_mode": "None",
+        "max_consumers_per_subscription": 0,
+        "offload_threshold": -1,
+        "schema_auto_update_compatibility_strategy": "Full",
+        "schema_compatibility_strategy": "UNDEFINED",
+        "is_allow_auto_update_schema": true,
+        "schema_validation_enforced": false,
+        "subscription_types_enabled": [],
+        "properties": {},
+        "migrated": false
+    })
+}

@@ -1,0 +1,302 @@
+//! `/admin/v2/persistent/{tenant}/{namespace}/…`: topic lists, non-partitioned and
+//! partitioned topics (create, grow, delete), stats, and the subscription operations (skip,
+//! clear backlog, expire, reset cursor, and our `whyBlocked`).
+
+use std::sync::atomic::Ordering;
+
+use cursor::Position;
+use dispatcher::AdminOp;
+use tracing::info;
+
+use super::{json, no_content, parse_count, parse_query, Request, Response};
+use crate::state::{BrokerState, DeleteError, TopicError};
+use crate::topic::{Subscription, Topic, TopicName};
+
+/// Everything under `/admin/v2/persistent/`; `segs` are the path segments after it.
+pub(super) fn route(req: &Request, state: &BrokerState, segs: &[&str]) -> Response {
+    let m = req.method.as_str();
+    match segs {
+        [tenant, ns] if m == "GET" => match namespace(state, tenant, ns) {
+            Ok(()) => json(200, &state.topic_names_in(&format!("{tenant}/{ns}"))),
+            Err(r) => r,
+        },
+        [tenant, ns, "partitioned"] if m == "GET" => match namespace(state, tenant, ns) {
+            Ok(()) => json(
+                200,
+                &state.metadata().partitioned_in(&format!("{tenant}/{ns}")),
+            ),
+            Err(r) => r,
+        },
+        [tenant, ns, topic, rest @ ..] => {
+            let name = match TopicName::parse(&format!("persistent://{tenant}/{ns}/{topic}")) {
+                Ok(n) => n,
+                Err(e) => return Response::json_error(412, &e.to_string()),
+            };
+            topic_route(req, state, &name, rest)
+        }
+        _ => super::no_route(req),
+    }
+}
+
+/// 404 when `tenant/ns` does not exist, with Pulsar's reason.
+fn namespace(state: &BrokerState, tenant: &str, ns: &str) -> Result<(), Response> {
+    state
+        .metadata()
+        .check_namespace(tenant, ns)
+        .map_err(|e| Response::json_error(e.status(), &e.to_string()))
+}
+
+fn topic_route(req: &Request, state: &BrokerState, name: &TopicName, rest: &[&str]) -> Response {
+    let m = req.method.as_str();
+    let full = name.full();
+    let force = parse_query(&req.query)
+        .get("force")
+        .is_some_and(|v| v == "true");
+    match rest {
+        [] if m == "PUT" => match state.create_topic(name) {
+            Ok(_) => no_content(),
+            Err(e) => topic_error(e),
+        },
+        [] if m == "DELETE" => deleted(state.delete_topic(&full, force), &full),
+        ["partitions"] => partitions(req, state, name),
+        ["partitioned-stats"] if m == "GET" => partitioned_stats(req, state, &full),
+        ["partitioned-internalStats"] if m == "GET" => {
+            match crate::stats::partitioned_internal_stats(state, &full) {
+                Some(s) => json(200, &s),
+                None => Response::json_error(404, &format!("Partitioned Topic {full} not found")),
+            }
+        }
+        _ => {
+            let Some(t) = state.existing_topic(&full) else {
+                return Response::json_error(404, "Topic not found");
+            };
+            existing_topic_route(req, state, &t, rest)
+        }
+    }
+}
+
+/// `…/{topic}/partitions`: GET the count, PUT creates, POST grows, DELETE deletes.
+fn partitions(req: &Request, state: &BrokerState, name: &TopicName) -> Response {
+    let full = name.full();
+    match req.method.as_str() {
+        "GET" => match state.partition_count(name) {
+            Ok(n) => json(
+                200,
+                &serde_json::json!({ "partitions": n, "deleted": false }),
+            ),
+            Err(e) => topic_error(e),
+        },
+        "PUT" | "POST" => {
+            let n = match partition_count(&req.body) {
+                Ok(n) => n,
+                Err(r) => return r,
+            };
+            let done = if req.method == "PUT" {
+                state.create_partitioned(name, n)
+            } else {
+                state.grow_partitioned(name, n)
+            };
+            match done {
+                Ok(()) => no_content(),
+                Err(e) => topic_error(e),
+            }
+        }
+        "DELETE" => {
+            let force = parse_query(&req.query)
+                .get("force")
+                .is_some_and(|v| v == "true");
+            deleted(state.delete_partitioned(&full, force), &full)
+        }
+        _ => super::no_route(req),
+    }
+}
+
+/// A partition count in a request body: a JSON number.
+fn partition_count(body: &[u8]) -> Result<u32, Response> {
+    let text = String::from_utf8_lossy(body);
+    match text.trim().parse::<i64>() {
+        Ok(n) if n > 0 => u32::try_from(n)
+            .map_err(|_| Response::json_error(406, "Number of partitions is too large")),
+        Ok(_) => Err(Response::json_error(
+            406,
+            &crate::metadata::MetadataError::NoPartitions.to_string(),
+        )),
+        Err(_) => Err(Response::json_error(
+            400,
+            &format!(
+                "body must be the number of partitions, got `{}`",
+                text.trim()
+            ),
+        )),
+    }
+}
+
+fn topic_error(e: TopicError) -> Response {
+    let status = match &e {
+        TopicError::Metadata(m) => m.status(),
+        TopicError::NotFound(_) => 404,
+        TopicError::Partitioned(_) => 409,
+        TopicError::IllegalPartition { .. } | TopicError::PartitionName => 412,
+        TopicError::Storage(_) => 500,
+    };
+    Response::json_error(status, &e.to_string())
+}
+
+fn deleted(r: Result<(), DeleteError>, full: &str) -> Response {
+    match r {
+        Ok(()) => {
+            info!(topic = %full, "admin delete");
+            no_content()
+        }
+        Err(e) => Response::json_error(e.status(), &e.to_string()),
+    }
+}
+
+/// `…/{topic}/partitioned-stats?perPartition=true|false` (default true).
+fn partitioned_stats(req: &Request, state: &BrokerState, full: &str) -> Response {
+    let per_partition = parse_query(&req.query)
+        .get("perPartition")
+        .is_none_or(|v| v != "false");
+    match crate::stats::partitioned_stats(state, full, per_partition) {
+        Some(s) => json(200, &s),
+        None => Response::json_error(404, &format!("Partitioned Topic {full} not found")),
+    }
+}
+
+fn existing_topic_route(req: &Request, state: &BrokerState, t: &Topic, rest: &[&str]) -> Response {
+    let get = req.method == "GET";
+    match rest {
+        ["stats"] if get => json(200, &crate::stats::topic_stats(t)),
+        ["internalStats"] if get => json(200, &crate::stats::internal_stats(t)),
+        ["subscriptions"] if get => {
+            let names: Vec<String> = t.subscriptions().iter().map(|s| s.name.clone()).collect();
+            json(200, &names)
+        }
+        ["subscription", sub, op @ ..] => {
+            let Some(s) = t.get_subscription(sub) else {
+                return Response::json_error(404, "Subscription not found");
+            };
+            subscription_route(req, state, t, &s, op)
+        }
+        ["stats" | "internalStats" | "subscriptions"] => {
+            Response::json_error(405, "method not allowed")
+        }
+        _ => super::no_route(req),
+    }
+}
+
+fn subscription_route(
+    req: &Request,
+    state: &BrokerState,
+    t: &Topic,
+    s: &Subscription,
+    op: &[&str],
+) -> Response {
+    let get = req.method == "GET";
+    let post = req.method == "POST";
+    match op {
+        ["skip", n] if post => match parse_count(n) {
+            Ok(n) => {
+                let mv = t.move_cursor(s, AdminOp::Skip(n));
+                info!(topic = %t.name, subscription = %s.name, skip = n, moved = mv.is_some(), "admin skip");
+                no_content()
+            }
+            Err(r) => r,
+        },
+        ["skip_all"] if post => {
+            let mv = t.move_cursor(s, AdminOp::ClearBacklog);
+            info!(topic = %t.name, subscription = %s.name, moved = mv.is_some(), "admin clear backlog");
+            no_content()
+        }
+        ["expireMessages", secs] if post => match parse_count(secs) {
+            Ok(secs) => {
+                let now = req.received_ms;
+                let cutoff = now.saturating_sub(secs.saturating_mul(1000));
+                let mv = t.move_cursor(s, AdminOp::Expire(cutoff));
+                s.last_expire.store(now, Ordering::Relaxed);
+                info!(topic = %t.name, subscription = %s.name, expire_secs = secs, moved = mv.is_some(), "admin expire");
+                no_content()
+            }
+            Err(r) => r,
+        },
+        ["resetcursor", ts] if post => match parse_count(ts) {
+            Ok(ts) => {
+                let target = t.position_at_time(ts);
+                reset_to(state, t, s, target);
+                no_content()
+            }
+            Err(r) => r,
+        },
+        ["resetcursor"] if post => match message_id_target(&req.body) {
+            Ok(target) => {
+                reset_to(state, t, s, target);
+                no_content()
+            }
+            Err(r) => r,
+        },
+        ["whyBlocked"] if get => why_blocked(req, s),
+        _ => super::no_route(req),
+    }
+}
+
+/// The position a reset-cursor body names: `{"ledgerId": L, "entryId": E, "isExcluded": B}`
+/// (a negative entry id is the ledger's start; an excluded id starts after it).
+fn message_id_target(body: &[u8]) -> Result<Position, Response> {
+    let v: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| Response::json_error(400, &format!("body is not JSON: {e}")))?;
+    let (Some(l), Some(e)) = (
+        v.get("ledgerId").and_then(serde_json::Value::as_u64),
+        v.get("entryId").and_then(serde_json::Value::as_i64),
+    ) else {
+        return Err(Response::json_error(
+            400,
+            "body must be a message id: {\"ledgerId\": L, \"entryId\": E}",
+        ));
+    };
+    let excluded = v
+        .get("isExcluded")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    Ok(if e < 0 {
+        Position::new(l, 0)
+    } else if excluded {
+        Position::new(l, e as u64).next()
+    } else {
+        Position::new(l, e as u64)
+    })
+}
+
+/// `GET …/whyBlocked?key=K` or `?hash=H`: what holds the key's next entry back.
+fn why_blocked(req: &Request, s: &Subscription) -> Response {
+    let q = parse_query(&req.query);
+    let (reason, hash) = if let Some(h) = q.get("hash") {
+        match h.parse::<u32>() {
+            Ok(h) if h <= 65_535 => (s.runtime.why_blocked(h), Some(h)),
+            _ => return Response::json_error(400, "hash must be a number from 0 to 65535"),
+        }
+    } else if let Some(k) = q.get("key") {
+        let range = match s.kind {
+            crate::topic::SubKind::KeyShared(dispatcher::KeySharedConfig {
+                mode: dispatcher::KeySharedMode::ConsistentHashing { .. },
+                ..
+            }) => dispatcher::CONSISTENT_RANGE,
+            _ => dispatcher::FULL_RANGE,
+        };
+        let hash = dispatcher::slot(dispatcher::key_hash31(k.as_bytes()), range);
+        (s.runtime.why_blocked_key(k.as_bytes()), Some(hash))
+    } else {
+        return Response::json_error(400, "give ?key=K or ?hash=H");
+    };
+    match reason {
+        Some(r) => json(200, &crate::stats::why_blocked_json(r, hash)),
+        None => Response::json_error(503, "the subscription's dispatcher is not running"),
+    }
+}
+
+/// Seek the subscription, as Pulsar's reset-cursor does: the consumers are closed (their
+/// clients subscribe again), then the cursor moves.
+fn reset_to(state: &BrokerState, t: &Topic, s: &Subscription, target: Position) {
+    state.kick_subscription(s);
+    let mv = t.reset(s, target);
+    info!(topic = %t.name, subscription = %s.name, to = %target, moved = mv.is_some(), "admin reset cursor");
+}

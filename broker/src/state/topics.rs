@@ -1,0 +1,304 @@
+//! Which topics exist and may be used: the namespace rule, creation on first use, partitioned
+//! topics (their partitions are ordinary topics named `{topic}-partition-{i}`) and deletion.
+
+use std::sync::Arc;
+
+use tracing::info;
+
+use super::BrokerState;
+use crate::metadata::MetadataError;
+use crate::storage::StorageError;
+use crate::sync::lock;
+use crate::topic::{partition_name, Topic, TopicName};
+
+/// Why a client cannot use a topic.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TopicError {
+    /// Its tenant or namespace does not exist (or the metadata could not be kept).
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    /// It does not exist and may not be created on first use.
+    #[error("Topic {0} does not exist")]
+    NotFound(String),
+    /// It is a partitioned topic: clients use its partitions.
+    #[error("Found partitioned metadata for non-partitioned topic: {0}")]
+    Partitioned(String),
+    /// A partition past its topic's count.
+    #[error("Illegal topic partition name {name} with max allowed {partitions} partitions")]
+    IllegalPartition {
+        /// The partition's name.
+        name: String,
+        /// Its topic's count.
+        partitions: u32,
+    },
+    /// A partition's name given to the admin API where a topic's is expected.
+    #[error("Partitioned Topic Name should not contain '-partition-'")]
+    PartitionName,
+    /// Its storage failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+/// Why a topic cannot be deleted.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DeleteError {
+    /// No such topic.
+    #[error("Topic {0} not found")]
+    NotFound(String),
+    /// Producers or consumers are connected (and `force` was not given).
+    #[error("Topic has {0} connected producers/consumers")]
+    Busy(usize),
+    /// A partitioned topic's partitions are connected (and `force` was not given).
+    #[error("Topic has active producers/subscriptions")]
+    PartitionsBusy,
+    /// `DELETE …/{topic}` of a partitioned topic.
+    #[error("{0} is a partitioned topic, instead of calling delete topic, please call delete-partitioned-topic.")]
+    Partitioned(String),
+    /// `DELETE …/{topic}/partitions` of a non-partitioned topic.
+    #[error("{0} is a non-partitioned topic. Instead of calling delete-partitioned-topic please call delete.")]
+    NotPartitioned(String),
+    /// The metadata or the storage failed.
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+}
+
+impl DeleteError {
+    /// The HTTP status Pulsar answers.
+    pub(crate) fn status(&self) -> u16 {
+        match self {
+            DeleteError::NotFound(_) => 404,
+            DeleteError::Busy(_) | DeleteError::PartitionsBusy => 412,
+            DeleteError::Partitioned(_) | DeleteError::NotPartitioned(_) => 409,
+            DeleteError::Metadata(e) => e.status(),
+        }
+    }
+}
+
+impl BrokerState {
+    /// The topic a producer or a consumer asks for, created on first use when the broker
+    /// allows it (a partition of a partitioned topic always is). Refused when its namespace
+    /// does not exist, when it is a partitioned topic itself, or when it is a partition past
+    /// its topic's count.
+    pub(crate) fn topic_for_client(&self, name: &TopicName) -> Result<Arc<Topic>, TopicError> {
+        let full = name.full();
+        if let Some(t) = self.existing_topic(&full) {
+            return Ok(t);
+        }
+        {
+            let m = self.metadata();
+            m.check_namespace(&name.tenant, &name.namespace)?;
+            if m.partitions(&full).is_some() {
+                return Err(TopicError::Partitioned(full));
+            }
+            match name
+                .partition_of()
+                .and_then(|(base, i)| Some((m.partitions(&base)?, i)))
+            {
+                Some((n, i)) if i < n => {}
+                Some((partitions, _)) => {
+                    return Err(TopicError::IllegalPartition {
+                        name: full,
+                        partitions,
+                    })
+                }
+                None if !self.cfg.allow_auto_topic_creation => {
+                    return Err(TopicError::NotFound(full))
+                }
+                None => {}
+            }
+        }
+        Ok(self.topic(name)?)
+    }
+
+    /// PARTITIONED_METADATA: the topic's partition count, 0 when it is not partitioned. With
+    /// creation on first use allowed by the broker and by the client (`auto_create`, the
+    /// command's `metadata_auto_creation_enabled`), a topic that does not exist is 0, or
+    /// becomes a partitioned topic of `--default-num-partitions` when that is the type the
+    /// broker creates; otherwise it is `NotFound`, as Pulsar answers.
+    pub(crate) fn partitioned_metadata(
+        &self,
+        name: &TopicName,
+        auto_create: bool,
+    ) -> Result<u32, TopicError> {
+        let full = name.full();
+        let auto_create = auto_create && self.cfg.allow_auto_topic_creation;
+        {
+            let m = self.metadata();
+            m.check_namespace(&name.tenant, &name.namespace)?;
+            if let Some(n) = m.partitions(&full) {
+                return Ok(n);
+            }
+            let a_partition = name
+                .partition_of()
+                .and_then(|(base, i)| Some(i < m.partitions(&base)?))
+                .unwrap_or(false);
+            if a_partition || self.existing_topic(&full).is_some() {
+                return Ok(0);
+            }
+            if !auto_create {
+                return Err(TopicError::NotFound(full));
+            }
+            if !self.cfg.auto_topic_partitioned || name.partition_of().is_some() {
+                return Ok(0);
+            }
+        }
+        let n = self.cfg.default_num_partitions;
+        let limit = self.cfg.partition_limit();
+        match self.change_metadata(|m| m.create_partitioned(&full, n, limit, false)) {
+            Ok(()) => {
+                info!(topic = %full, partitions = n, "partitioned topic created on first use");
+                Ok(n)
+            }
+            // Created by someone else meanwhile.
+            Err(MetadataError::TopicExists) => Ok(self.metadata().partitions(&full).unwrap_or(0)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The admin API's `GET …/{topic}/partitions`: the count, 0 for a non-partitioned topic,
+    /// `NotFound` when there is no such topic.
+    pub(crate) fn partition_count(&self, name: &TopicName) -> Result<u32, TopicError> {
+        let full = name.full();
+        let m = self.metadata();
+        m.check_namespace(&name.tenant, &name.namespace)?;
+        match m.partitions(&full) {
+            Some(n) => Ok(n),
+            None if self.existing_topic(&full).is_some() => Ok(0),
+            None => Err(TopicError::NotFound(full)),
+        }
+    }
+
+    /// The admin API's `PUT …/{topic}`: a non-partitioned topic, or a missing partition of a
+    /// partitioned topic.
+    pub(crate) fn create_topic(&self, name: &TopicName) -> Result<Arc<Topic>, TopicError> {
+        let full = name.full();
+        {
+            let m = self.metadata();
+            m.check_namespace(&name.tenant, &name.namespace)?;
+            if m.partitions(&full).is_some() || self.existing_topic(&full).is_some() {
+                return Err(MetadataError::TopicExists.into());
+            }
+            if let Some((base, i)) = name.partition_of() {
+                match m.partitions(&base) {
+                    Some(n) if i < n => {}
+                    _ => {
+                        return Err(MetadataError::InvalidName(
+                            "Invalid partition topic name: no partitioned topic has that partition",
+                        )
+                        .into())
+                    }
+                }
+            }
+        }
+        Ok(self.topic(name)?)
+    }
+
+    /// The admin API's `PUT …/{topic}/partitions`: a partitioned topic of `n` partitions,
+    /// each created at once (as Pulsar does).
+    pub(crate) fn create_partitioned(&self, name: &TopicName, n: u32) -> Result<(), TopicError> {
+        let full = name.full();
+        if full.contains(crate::topic::PARTITION_SUFFIX) {
+            return Err(TopicError::PartitionName);
+        }
+        let limit = self.cfg.partition_limit();
+        self.change_metadata(|m| {
+            m.check_namespace(&name.tenant, &name.namespace)?;
+            let exists = self.existing_topic(&full).is_some();
+            m.create_partitioned(&full, n, limit, exists)
+        })?;
+        info!(topic = %full, partitions = n, "partitioned topic created");
+        self.open_partitions(name, 0..n)
+    }
+
+    /// The admin API's `POST …/{topic}/partitions`: grows a partitioned topic to `n`.
+    pub(crate) fn grow_partitioned(&self, name: &TopicName, n: u32) -> Result<(), TopicError> {
+        let full = name.full();
+        let limit = self.cfg.partition_limit();
+        let before = self.change_metadata(|m| m.grow_partitioned(&full, n, limit))?;
+        info!(topic = %full, from = before, to = n, "partitioned topic grown");
+        self.open_partitions(name, before..n)
+    }
+
+    fn open_partitions(
+        &self,
+        name: &TopicName,
+        range: std::ops::Range<u32>,
+    ) -> Result<(), TopicError> {
+        for i in range {
+            let p = TopicName::parse(&name.partition(i)).map_err(|_| {
+                TopicError::NotFound(name.partition(i)) // unreachable: built from a valid name
+            })?;
+            self.topic(&p)?;
+        }
+        Ok(())
+    }
+
+    /// The admin API's `DELETE …/{topic}`: closes the topic and deletes its storage. With
+    /// connected producers or consumers it is refused, unless `force`, which closes them
+    /// (each client gets CLOSE_PRODUCER or CLOSE_CONSUMER, and reconnects to a new topic of
+    /// that name if it may be created).
+    pub(crate) fn delete_topic(&self, full: &str, force: bool) -> Result<(), DeleteError> {
+        if self.metadata().partitions(full).is_some() {
+            return Err(DeleteError::Partitioned(full.to_owned()));
+        }
+        let topic = self
+            .existing_topic(full)
+            .ok_or_else(|| DeleteError::NotFound(full.to_owned()))?;
+        let clients = topic.clients();
+        if !force && clients > 0 {
+            return Err(DeleteError::Busy(clients));
+        }
+        self.remove_topic(&topic)
+    }
+
+    /// The admin API's `DELETE …/{topic}/partitions`: deletes every partition, then the
+    /// partitioned topic.
+    pub(crate) fn delete_partitioned(&self, full: &str, force: bool) -> Result<(), DeleteError> {
+        let Some(n) = self.metadata().partitions(full) else {
+            return Err(match self.existing_topic(full) {
+                Some(_) => DeleteError::NotPartitioned(full.to_owned()),
+                None => DeleteError::NotFound(full.to_owned()),
+            });
+        };
+        let partitions: Vec<Arc<Topic>> = (0..n)
+            .filter_map(|i| self.existing_topic(&partition_name(full, i)))
+            .collect();
+        if !force && partitions.iter().any(|t| t.clients() > 0) {
+            return Err(DeleteError::PartitionsBusy);
+        }
+        for t in &partitions {
+            self.remove_topic(t)?;
+        }
+        self.change_metadata(|m| Ok(m.delete_partitioned(full)))?;
+        info!(topic = %full, partitions = n, "partitioned topic deleted");
+        Ok(())
+    }
+
+    fn remove_topic(&self, topic: &Arc<Topic>) -> Result<(), DeleteError> {
+        lock(&self.topics).remove(&topic.name);
+        topic.mark_deleted();
+        let outboxes = lock(&self.outboxes);
+        for (conn, producer_id) in topic.producer_ids() {
+            if let Some(o) = outboxes.get(&conn) {
+                let mut out = Vec::new();
+                wire::encode_command(&wire::commands::close_producer(producer_id, 0), &mut out);
+                o.push(out);
+            }
+        }
+        drop(outboxes);
+        for sub in topic.subscriptions() {
+            self.kick_subscription(&sub);
+        }
+        topic.close();
+        self.backend
+            .delete_topic(&topic.name)
+            .map_err(MetadataError::from)?;
+        info!(topic = %topic.name, "topic deleted");
+        Ok(())
+    }
+
+    /// Whether namespace `tenant/ns` has a topic.
+    pub(crate) fn namespace_has_topics(&self, namespace: &str) -> bool {
+        !self.topic_names_in(namespace).is_empty()
+    }
+}
