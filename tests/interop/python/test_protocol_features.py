@@ -6,7 +6,6 @@ for what the broker does not serve yet.
 * Expected failures, each naming the missing feature. Each must fail the way described; one that
   passes fails the script with "remove the marker" (the broker has the feature now):
   - Failover: a Failover consumer is refused (the subscribe raises);
-  - partitioned topics: `PUT …/partitions` is refused (HTTP 412);
   - access modes: a second `ProducerAccessMode.Exclusive` producer is accepted.
 """
 
@@ -15,7 +14,6 @@ import re
 import pulsar
 
 import harness as h
-import restartable as r
 
 
 def expect_failure(feature, scenario, xfails):
@@ -58,15 +56,6 @@ def main():
             cl.subscribe(t, "fo", consumer_type=pulsar.ConsumerType.Failover).close()
 
         expect_failure("Failover", failover, xfails)
-
-        def partitioned():
-            t = h.unique_topic("partitioned")
-            status, text = r.http("PUT", r.topic_path(b.admin_url, t) + "/partitions", "3")
-            if status in (200, 204):
-                return None
-            return f"PUT …/partitions: HTTP {status} {text[:120]}"
-
-        expect_failure("partitioned topics", partitioned, xfails)
 
         def access_modes():
             t = h.unique_topic("exclusive")
