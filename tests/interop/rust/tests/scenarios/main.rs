@@ -11,6 +11,7 @@ mod dlq;
 mod key_shared;
 mod missing;
 mod nack;
+mod partitioned;
 mod reader_seek;
 mod seed_000_skip;
 mod seed_001_orphan_chunk;

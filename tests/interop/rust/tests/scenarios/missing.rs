@@ -13,7 +13,7 @@ use pulsar::{
     ProducerOptions, SubType,
 };
 use pulsar_rs_interop::{
-    admin, anyhow,
+    anyhow,
     broker::Broker,
     client::{self, ack, close, drain, recv, recv_n, text, Sub},
     ensure, scenario, Result,
@@ -252,66 +252,6 @@ async fn pattern_subscription() {
         b.stop()?;
         Ok("one message from each of the two matching topics".to_owned())
     })
-    .await;
-}
-
-/// A topic with 3 partitions (admin `PUT …/partitions`): the crate's producer routes over the
-/// partitions, its consumer subscribes to all of them and gets every message.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn xfail_partitioned_topic() {
-    scenario::run_xfail(
-        "xfail_partitioned_topic",
-        "partitioned topics",
-        "partitioned topics are not supported",
-        |ctx| async move {
-            let mut b = Broker::start(&ctx.log_dir, "broker", &[])?;
-            let topic = client::unique_topic("partitioned");
-            let tp = admin::topic_path(&b.admin_url, &topic);
-            let (status, body) = admin::http("PUT", &format!("{tp}/partitions"), Some("3")).await?;
-            ensure!(
-                status == 204 || status == 200,
-                "PUT {tp}/partitions 3: HTTP {status} {body}"
-            );
-            let meta = admin::get(&format!("{tp}/partitions")).await?;
-            ensure!(
-                meta["partitions"].as_i64() == Some(3),
-                "partitions metadata {meta}"
-            );
-            let cl = client::client(&b.service_url).await?;
-            let mut c = Sub::new(SubType::Shared, "c")
-                .subscribe(&cl, &topic, "sub")
-                .await?;
-            let mut p = client::producer(&cl, &topic).await?;
-            let parts = p.partitions().unwrap_or_default();
-            ensure!(parts.len() == 3, "the producer sees partitions {parts:?}");
-            for i in 0..30 {
-                client::send(&mut p, format!("m{i}"), Some(&format!("k{i}"))).await?;
-            }
-            let got = recv_n(
-                &mut c,
-                30,
-                Duration::from_secs(8),
-                Duration::from_millis(300),
-            )
-            .await?;
-            ctx.count(got.len() as u64);
-            let distinct: BTreeSet<String> = got.iter().map(text).collect();
-            ensure!(
-                distinct.len() == 30 && got.len() == 30,
-                "got {} ({} distinct) of 30",
-                got.len(),
-                distinct.len()
-            );
-            let from: BTreeSet<String> = got.iter().map(|m| m.topic.clone()).collect();
-            ensure!(
-                from.len() == 3,
-                "messages came from {from:?}, expected all 3 partitions"
-            );
-            close(c).await?;
-            b.stop()?;
-            Ok("30 messages over 3 partitions, all received".to_owned())
-        },
-    )
     .await;
 }
 
