@@ -17,13 +17,13 @@
 //! * One dispatcher [`dispatcher::Runtime`] per subscription, its cursor over its topic's one
 //!   ledger ([`cursor::SharedLedger`]). Entries and their payloads are stored once per topic,
 //!   payloads verbatim, and sent back after each MESSAGE.
-//! * Topics (`persistent://tenant/namespace/topic`) are created on first use and are never
-//!   partitioned.
+//! * Tenants, namespaces and partitioned topics as Pulsar standalone keeps them (the
+//!   `metadata` module); topics (`persistent://tenant/namespace/topic`) are created on first
+//!   use inside an existing namespace, and a partitioned topic's partitions are topics.
 //!
-//! Does not: authenticate, encrypt (no TLS), serve partitioned topics, Failover
-//! subscriptions, transactions or geo-replication, or check schema compatibility (schemas get
-//! versions, in memory). Without `--data-dir` everything is
-//! in memory.
+//! Does not: authenticate, encrypt (no TLS), serve Failover subscriptions, transactions,
+//! geo-replication or namespace policies, or check schema compatibility. Without `--data-dir`
+//! everything is in memory.
 //!
 //! ```no_run
 //! use std::time::Duration;
