@@ -275,6 +275,9 @@ fn partitioned_topics_from_creation_to_deletion() {
         "",
     );
     assert_eq!(totals["partitions"], serde_json::json!({}));
+    // Rates of a partition without subscriptions are 0.0, not the -0.0 of an empty f64 sum.
+    let raw = http(&b, "GET", &format!("{base}/partitioned-stats"), "").1;
+    assert!(!raw.contains("-0.0"), "{raw}");
     let (status, internal) = json(&b, "GET", &format!("{base}/partitioned-internalStats"), "");
     assert_eq!(status, 200);
     assert!(internal["partitions"][p(1)]["numberOfEntries"].is_number());

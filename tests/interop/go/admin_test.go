@@ -98,3 +98,25 @@ func waitBacklog(t testing.TB, adminURL, topic, sub string, want float64, limit 
 		return last == want
 	})
 }
+
+// adminSend sends a request with an optional JSON body that must succeed (2xx); it returns the
+// answer's body.
+func adminSend(t testing.TB, method, url, body string) string {
+	t.Helper()
+	status, answer, err := adminDo(method, url, body)
+	if err != nil || status/100 != 2 {
+		t.Fatalf("%s %s %s: HTTP %d %.200s (%v)", method, url, body, status, answer, err)
+	}
+	return answer
+}
+
+// adminJSONList decodes the JSON array of strings a GET that must succeed answers.
+func adminJSONList(t testing.TB, url string) []string {
+	t.Helper()
+	body := adminSend(t, http.MethodGet, url, "")
+	var out []string
+	if err := json.Unmarshal([]byte(body), &out); err != nil {
+		t.Fatalf("GET %s: not a JSON list of strings: %v: %.200s", url, err, body)
+	}
+	return out
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"testing"
@@ -72,60 +71,6 @@ func TestFailover(t *testing.T) {
 		}
 		if got := payloads(receiveN(t, cons[1-active], 10, 8*time.Second, 300*time.Millisecond)); !slices.Equal(got, names(10, 20)) {
 			return fmt.Errorf("after the active consumer closed the other got %q, expected m10..m19", got)
-		}
-		return nil
-	})
-}
-
-// TestPartitionedTopic: a topic with 2 partitions is created with the admin API; the client sees
-// 2 partitions; 20 keyed messages produced to the topic reach a consumer of the topic from both
-// partitions.
-func TestPartitionedTopic(t *testing.T) {
-	sc := begin(t, "partitioned_topic")
-	b := StartBroker(t, "broker")
-	expectFailure(t, sc, "partitioned topics", func(t *testing.T) error {
-		topic := uniqueTopic("partitioned")
-		status, body, err := adminDo(http.MethodPut, topicPath(b.AdminURL, topic)+"/partitions", "2")
-		if err != nil {
-			return err
-		}
-		if status/100 != 2 {
-			return fmt.Errorf("PUT …/partitions 2: HTTP %d %.200s", status, body)
-		}
-		cl := NewClient(t, b.ServiceURL)
-		parts, err := cl.TopicPartitions(topic)
-		if err != nil {
-			return fmt.Errorf("TopicPartitions: %w", err)
-		}
-		if len(parts) != 2 {
-			return fmt.Errorf("the client sees partitions %q, expected 2", parts)
-		}
-		cons, err := cl.Subscribe(pulsar.ConsumerOptions{Topic: topic, SubscriptionName: "sub", Type: pulsar.Shared,
-			SubscriptionInitialPosition: pulsar.SubscriptionPositionEarliest})
-		if err != nil {
-			return fmt.Errorf("subscribe: %w", err)
-		}
-		defer cons.Close()
-		p, err := cl.CreateProducer(pulsar.ProducerOptions{Topic: topic, DisableBatching: true})
-		if err != nil {
-			return fmt.Errorf("create producer: %w", err)
-		}
-		defer p.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		for i := range 20 {
-			if _, err := p.Send(ctx, &pulsar.ProducerMessage{Key: fmt.Sprintf("k%d", i), Payload: fmt.Appendf(nil, "m%d", i)}); err != nil {
-				return fmt.Errorf("send: %w", err)
-			}
-			sc.Sent(1)
-		}
-		got := receiveN(t, cons, 20, 8*time.Second, 300*time.Millisecond)
-		from := map[string]int{}
-		for _, m := range got {
-			from[m.Topic()]++
-		}
-		if len(got) != 20 || len(from) != 2 {
-			return fmt.Errorf("received %d of 20 from partitions %v", len(got), from)
 		}
 		return nil
 	})

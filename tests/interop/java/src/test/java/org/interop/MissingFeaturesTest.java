@@ -3,21 +3,17 @@ package org.interop;
 import static org.interop.harness.Check.check;
 
 import java.util.ArrayList;
-import java.util.HashSet;
 import java.util.List;
-import java.util.Set;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Pattern;
 import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
-import org.apache.pulsar.client.api.MessageRoutingMode;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.ProducerAccessMode;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.PulsarClientException;
 import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.apache.pulsar.client.api.SubscriptionType;
-import org.interop.harness.Admin;
 import org.interop.harness.Broker;
 import org.interop.harness.Check;
 import org.interop.harness.Clients;
@@ -68,39 +64,6 @@ class MissingFeaturesTest {
             report.messages(rest.size());
             check(rest.size() == 5, "after the active consumer closed, the standby got " + rest.size() + " of 5");
             standby.close();
-            p.close();
-        }
-    }
-
-    /**
-     * Partitioned topic: created with 3 partitions through the admin API
-     * ({@code PUT .../partitions} with body 3), then 30 messages round robin; a consumer gets all
-     * 30 from the three {@code -partition-N} topics.
-     */
-    @Scenario("partitioned_topic")
-    @ExpectedFailure(feature = "partitioned topics", matches = "/partitions \\(3\\): HTTP")
-    void partitioned(Report report) throws Exception {
-        try (Broker b = Broker.start("partitioned");
-                PulsarClient cl = Clients.client(b.serviceUrl())) {
-            String topic = Clients.topic("parted");
-            Admin.Response r = b.admin().request("PUT", Admin.topicPath(topic) + "/partitions", "3");
-            check(r.ok(), "PUT " + Admin.topicPath(topic) + "/partitions (3): HTTP " + r.status() + " " + r.body());
-            Consumer<byte[]> c = cl.newConsumer().topic(topic).subscriptionName("sub")
-                    .subscriptionInitialPosition(SubscriptionInitialPosition.Earliest).subscribe();
-            Producer<byte[]> p = cl.newProducer().topic(topic).enableBatching(false)
-                    .messageRoutingMode(MessageRoutingMode.RoundRobinPartition).create();
-            for (int i = 0; i < 30; i++) {
-                p.send(Clients.bytes("m" + i));
-            }
-            List<Message<byte[]>> got = Clients.receiveN(c, 30, 8, 300);
-            report.messages(got.size());
-            Set<String> parts = new HashSet<>();
-            for (Message<byte[]> m : got) {
-                parts.add(m.getTopicName());
-                c.acknowledge(m);
-            }
-            check(got.size() == 30 && parts.size() == 3, "got " + got.size() + " from partitions " + parts);
-            c.close();
             p.close();
         }
     }
