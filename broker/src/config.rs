@@ -87,6 +87,12 @@ pub struct BrokerConfig {
     /// The most partitions a topic may have (`--max-num-partitions-per-partitioned-topic N`,
     /// Pulsar's `maxNumPartitionsPerPartitionedTopic`; default 0 = no limit).
     pub max_num_partitions: u32,
+    /// How often namespaces' message TTLs are applied, ms (`--message-expiry-check-interval-ms`;
+    /// Pulsar's `messageExpiryCheckIntervalInMinutes`, 5 minutes).
+    pub message_expiry_check_ms: u64,
+    /// How often namespaces' backlog quotas are applied, ms (`--backlog-quota-check-interval-ms`;
+    /// Pulsar's `backlogQuotaCheckIntervalInSeconds`, 60 s).
+    pub backlog_quota_check_ms: u64,
 }
 
 impl Default for BrokerConfig {
@@ -108,6 +114,8 @@ impl Default for BrokerConfig {
             auto_topic_partitioned: false,
             default_num_partitions: 1,
             max_num_partitions: 0,
+            message_expiry_check_ms: 5 * 60 * 1000,
+            backlog_quota_check_ms: 60 * 1000,
         }
     }
 }
@@ -176,6 +184,10 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
                             partitioned (default 1)
   --max-num-partitions-per-partitioned-topic N
                             the most partitions a topic may have (default 0 = no limit)
+  --message-expiry-check-interval-ms N
+                            how often namespaces' message TTLs are applied (default 300000)
+  --backlog-quota-check-interval-ms N
+                            how often namespaces' backlog quotas are applied (default 60000)
   --check-frames            for test suites: check every frame written as Pulsar's Java client
                             reads it (no repeated non-repeated field, every required field);
                             a frame that fails is logged at ERROR and its connection closed
@@ -201,6 +213,8 @@ const FLAGS_WITH_VALUE: &[&str] = &[
     "--allow-auto-topic-creation-type",
     "--default-num-partitions",
     "--max-num-partitions-per-partitioned-topic",
+    "--message-expiry-check-interval-ms",
+    "--backlog-quota-check-interval-ms",
 ];
 
 impl BrokerConfig {
@@ -309,21 +323,28 @@ impl BrokerConfig {
             "--allow-auto-topic-creation"
             | "--allow-auto-topic-creation-type"
             | "--default-num-partitions"
-            | "--max-num-partitions-per-partitioned-topic" => {
-                self.set_topic_creation(name, value)?
-            }
+            | "--max-num-partitions-per-partitioned-topic"
+            | "--message-expiry-check-interval-ms"
+            | "--backlog-quota-check-interval-ms" => self.set_namespace_flag(name, value)?,
             _ => return Err("not a flag with a value"),
         }
         Ok(())
     }
 
-    /// The flags of topic creation on first use and of partition counts.
-    fn set_topic_creation(&mut self, name: &str, value: &str) -> Result<(), &'static str> {
+    /// The flags of topic creation on first use, partition counts and the namespace
+    /// policies' jobs.
+    fn set_namespace_flag(&mut self, name: &str, value: &str) -> Result<(), &'static str> {
         let number = |v: &str| {
             v.parse::<u32>()
                 .map_err(|_| "not a number (0 to 4294967295)")
         };
+        let interval = |v: &str| match v.parse::<u64>() {
+            Ok(n) if (10..=24 * 3_600_000).contains(&n) => Ok(n),
+            _ => Err("must be a number of ms from 10 to 86400000 (one day)"),
+        };
         match name {
+            "--message-expiry-check-interval-ms" => self.message_expiry_check_ms = interval(value)?,
+            "--backlog-quota-check-interval-ms" => self.backlog_quota_check_ms = interval(value)?,
             "--allow-auto-topic-creation" => {
                 self.allow_auto_topic_creation = match value {
                     "true" => true,
@@ -425,6 +446,8 @@ mod tests {
             ["--allow-auto-topic-creation-type", "both"],
             ["--default-num-partitions", "0"],
             ["--max-num-partitions-per-partitioned-topic", "-1"],
+            ["--message-expiry-check-interval-ms", "0"],
+            ["--backlog-quota-check-interval-ms", "x"],
         ] {
             assert!(
                 matches!(

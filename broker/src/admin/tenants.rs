@@ -1,9 +1,12 @@
 //! `/admin/v2/clusters`, `/admin/v2/tenants` and `/admin/v2/namespaces`: the one cluster,
-//! tenants and namespaces (create, list, read, delete). Namespace policies are not served:
-//! asking for one is a 400 that names it, never a silent success.
+//! tenants and namespaces (create, list, read, delete), and the namespace policies the broker
+//! enforces (message TTL, backlog quotas with `consumer_backlog_eviction`). Any other policy is
+//! a 400 that names it, never a silent success.
 
 use super::{json, no_content, parse_query, Request, Response};
-use crate::metadata::{MetadataError, TenantInfo, CLUSTER};
+use crate::metadata::{
+    BacklogQuota, MetadataError, NamespacePolicies, QuotaKind, TenantInfo, CLUSTER,
+};
 use crate::state::BrokerState;
 
 fn refused(e: MetadataError) -> Response {
@@ -71,8 +74,8 @@ pub(super) fn namespaces(req: &Request, state: &BrokerState, segs: &[&str]) -> R
             Err(e) => refused(e),
         },
         ("PUT", [t, ns]) => done(state.change_metadata(|m| m.create_namespace(t, ns))),
-        ("GET", [t, ns]) => match state.metadata().check_namespace(t, ns) {
-            Ok(()) => json(200, &policies()),
+        ("GET", [t, ns]) => match state.metadata().policies(t, ns) {
+            Ok(p) => json(200, &policies(p)),
             Err(e) => refused(e),
         },
         ("DELETE", [t, ns]) => delete_namespace(req, state, t, ns),
@@ -82,6 +85,9 @@ pub(super) fn namespaces(req: &Request, state: &BrokerState, segs: &[&str]) -> R
                 Ok(()) => json(200, &state.topic_names_in(&format!("{t}/{ns}"))),
                 Err(e) => refused(e),
             }
+        }
+        (_, [t, ns, "messageTTL" | "backlogQuota" | "backlogQuotaMap"]) => {
+            enforced_policy(req, state, t, ns, segs[2])
         }
         (_, [_, _, policy, ..]) => Response::json_error(
             400,
@@ -115,9 +121,64 @@ fn delete_namespace(req: &Request, state: &BrokerState, t: &str, ns: &str) -> Re
     done(state.change_metadata(|m| m.delete_namespace(t, ns, has_topics)))
 }
 
-/// A namespace's policies as Pulsar returns those of a fresh namespace on standalone (none
-/// of them is changed or enforced here).
-fn policies() -> serde_json::Value {
+/// The policies the broker enforces: message TTL (`messageTTL`) and backlog quotas with
+/// `consumer_backlog_eviction` (`backlogQuota`, `backlogQuotaMap`).
+fn enforced_policy(req: &Request, state: &BrokerState, t: &str, ns: &str, what: &str) -> Response {
+    let query = parse_query(&req.query);
+    let kind = QuotaKind::parse(query.get("backlogQuotaType").map(String::as_str));
+    let Some(kind) = kind else {
+        return Response::json_error(
+            400,
+            "backlogQuotaType must be destination_storage or message_age",
+        );
+    };
+    let change = |f: &dyn Fn(&mut NamespacePolicies)| {
+        done(state.change_metadata(|m| m.change_policies(t, ns, f)))
+    };
+    match (req.method.as_str(), what) {
+        ("GET", "messageTTL") => match state.metadata().policies(t, ns) {
+            Ok(p) => match p.message_ttl_in_seconds {
+                Some(secs) => json(200, &secs),
+                None => no_content(),
+            },
+            Err(e) => refused(e),
+        },
+        ("POST", "messageTTL") => match String::from_utf8_lossy(&req.body).trim().parse::<i64>() {
+            Ok(secs) if (0..=i64::from(u32::MAX)).contains(&secs) => {
+                change(&|p| p.message_ttl_in_seconds = Some(secs as u32))
+            }
+            _ => Response::json_error(412, "Invalid value for message TTL"),
+        },
+        ("DELETE", "messageTTL") => change(&|p| p.message_ttl_in_seconds = None),
+        ("GET", "backlogQuotaMap") => match state.metadata().policies(t, ns) {
+            Ok(p) => json(200, &p.backlog_quota_map),
+            Err(e) => refused(e),
+        },
+        ("POST", "backlogQuota") => match BacklogQuota::from_body(&req.body) {
+            Ok(q) => change(&|p| {
+                p.backlog_quota_map.insert(kind, q.clone());
+            }),
+            Err(e) => Response::json_error(400, &e.to_string()),
+        },
+        ("DELETE", "backlogQuota") => change(&|p| {
+            p.backlog_quota_map.remove(&kind);
+        }),
+        _ => super::no_route(req),
+    }
+}
+
+/// A namespace's policies as Pulsar returns those of a fresh namespace on standalone, with the
+/// ones set here (message TTL, backlog quotas).
+fn policies(p: &NamespacePolicies) -> serde_json::Value {
+    let mut v = fresh_policies();
+    v["backlog_quota_map"] = serde_json::json!(p.backlog_quota_map);
+    if let Some(secs) = p.message_ttl_in_seconds {
+        v["message_ttl_in_seconds"] = serde_json::json!(secs);
+    }
+    v
+}
+
+fn fresh_policies() -> serde_json::Value {
     serde_json::json!({
         "auth_policies": {
             "namespace_auth": {},
@@ -125,7 +186,11 @@ fn policies() -> serde_json::Value {
             "subscription_auth_roles": {}
         },
         "replication_clusters": [CLUSTER],
-        "bundles": { "boundaries": ["0x00000000", "0xffffffff"], "numBundles": 1 },
+        "allowed_clusters": [],
+        "bundles": {
+            "boundaries": ["0x00000000", "0x40000000", "0x80000000", "0xc0000000", "0xffffffff"],
+            "numBundles": 4
+        },
         "backlog_quota_map": {},
         "clusterDispatchRate": {},
         "topicDispatchRate": {},
@@ -137,13 +202,13 @@ fn policies() -> serde_json::Value {
         "deleted": false,
         "encryption_required": false,
         "subscription_auth_mode": "None",
-        "max_consumers_per_subscription": 0,
         "offload_threshold": -1,
-        "schema_auto_update_compatibility_strategy": "Full",
+        "offload_threshold_in_seconds": -1,
         "schema_compatibility_strategy": "UNDEFINED",
         "is_allow_auto_update_schema": true,
         "schema_validation_enforced": false,
         "subscription_types_enabled": [],
+        "allowed_topic_properties_for_metrics": [],
         "properties": {},
         "migrated": false
     })

@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::storage::StorageError;
 
+mod policies;
 mod store;
 
+pub(crate) use policies::{BacklogQuota, NamespacePolicies, QuotaKind};
 pub(crate) use store::{FileMetadata, MemoryMetadata, MetadataStore};
 
 /// The one cluster this broker is (Pulsar standalone's name).
@@ -123,8 +125,8 @@ impl MetadataError {
 pub(crate) struct Metadata {
     /// Tenant name → its settings.
     tenants: BTreeMap<String, TenantInfo>,
-    /// `tenant/namespace` names.
-    namespaces: BTreeSet<String>,
+    /// `tenant/namespace` → its policies.
+    namespaces: BTreeMap<String, NamespacePolicies>,
     /// Partitioned topic (full name, `persistent://t/ns/topic`) → its partition count.
     partitioned: BTreeMap<String, u32>,
 }
@@ -141,7 +143,10 @@ impl Default for Metadata {
                 ("public".to_owned(), standalone.clone()),
                 ("pulsar".to_owned(), standalone),
             ]),
-            namespaces: BTreeSet::from(["public/default".to_owned(), "pulsar/system".to_owned()]),
+            namespaces: BTreeMap::from([
+                ("public/default".to_owned(), NamespacePolicies::default()),
+                ("pulsar/system".to_owned(), NamespacePolicies::default()),
+            ]),
             partitioned: BTreeMap::new(),
         }
     }
@@ -224,7 +229,7 @@ impl Metadata {
             return Err(MetadataError::TenantNotFound);
         }
         let prefix = format!("{name}/");
-        if self.namespaces.iter().any(|n| n.starts_with(&prefix)) {
+        if self.namespaces.keys().any(|n| n.starts_with(&prefix)) {
             return Err(MetadataError::TenantNotEmpty);
         }
         self.tenants.remove(name);
@@ -237,7 +242,7 @@ impl Metadata {
         let prefix = format!("{tenant}/");
         Ok(self
             .namespaces
-            .iter()
+            .keys()
             .filter(|n| n.starts_with(&prefix))
             .cloned()
             .collect())
@@ -245,7 +250,7 @@ impl Metadata {
 
     /// Whether namespace `tenant/ns` exists.
     pub(crate) fn has_namespace(&self, namespace: &str) -> bool {
-        self.namespaces.contains(namespace)
+        self.namespaces.contains_key(namespace)
     }
 
     /// Why a topic of `tenant/ns` cannot be used: its tenant or its namespace is missing.
@@ -264,9 +269,11 @@ impl Metadata {
             return Err(MetadataError::InvalidName("Namespace name is not valid"));
         }
         self.tenant(tenant)?;
-        if !self.namespaces.insert(format!("{tenant}/{ns}")) {
+        let full = format!("{tenant}/{ns}");
+        if self.namespaces.contains_key(&full) {
             return Err(MetadataError::NamespaceExists);
         }
+        self.namespaces.insert(full, NamespacePolicies::default());
         Ok(())
     }
 
@@ -300,7 +307,49 @@ impl Metadata {
             self.tenants.insert(tenant.to_owned(), info);
             changed = true;
         }
-        changed | self.namespaces.insert(format!("{tenant}/{ns}"))
+        let full = format!("{tenant}/{ns}");
+        if self.namespaces.contains_key(&full) {
+            return changed;
+        }
+        self.namespaces.insert(full, NamespacePolicies::default());
+        true
+    }
+
+    /// The policies of namespace `tenant/ns`.
+    pub(crate) fn policies(
+        &self,
+        tenant: &str,
+        ns: &str,
+    ) -> Result<&NamespacePolicies, MetadataError> {
+        self.check_namespace(tenant, ns)?;
+        self.namespaces
+            .get(&format!("{tenant}/{ns}"))
+            .ok_or(MetadataError::NamespaceNotFound)
+    }
+
+    /// Changes the policies of namespace `tenant/ns`.
+    pub(crate) fn change_policies(
+        &mut self,
+        tenant: &str,
+        ns: &str,
+        change: impl FnOnce(&mut NamespacePolicies),
+    ) -> Result<(), MetadataError> {
+        self.check_namespace(tenant, ns)?;
+        let p = self
+            .namespaces
+            .get_mut(&format!("{tenant}/{ns}"))
+            .ok_or(MetadataError::NamespaceNotFound)?;
+        change(p);
+        Ok(())
+    }
+
+    /// The namespaces that have a policy the broker enforces, with their policies.
+    pub(crate) fn enforced_policies(&self) -> Vec<(String, NamespacePolicies)> {
+        self.namespaces
+            .iter()
+            .filter(|(_, p)| p.enforces_anything())
+            .map(|(n, p)| (n.clone(), p.clone()))
+            .collect()
     }
 
     /// The partition count of topic `full`, if it is partitioned.

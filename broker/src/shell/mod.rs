@@ -216,6 +216,9 @@ fn due(last: &mut Instant, every: Duration) -> Option<f64> {
 fn housekeeping_loop(state: Arc<BrokerState>) {
     let (mut last_sync, mut last_trim, mut last_rates) =
         (Instant::now(), Instant::now(), Instant::now());
+    let (mut last_expiry, mut last_quota) = (Instant::now(), Instant::now());
+    let expiry = Duration::from_millis(state.cfg.message_expiry_check_ms);
+    let quota = Duration::from_millis(state.cfg.backlog_quota_check_ms);
     while !state.closing.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(20));
         if state.cfg.data_dir.is_some() && due(&mut last_sync, SYNC_INTERVAL).is_some() {
@@ -229,6 +232,12 @@ fn housekeeping_loop(state: Arc<BrokerState>) {
         }
         if let Some(secs) = due(&mut last_rates, RATES_INTERVAL) {
             crate::stats::update_rates(&state, secs);
+        }
+        if due(&mut last_expiry, expiry).is_some() {
+            state.expire_by_ttl(wall_ms());
+        }
+        if due(&mut last_quota, quota).is_some() {
+            state.enforce_backlog_quotas(wall_ms());
         }
     }
 }

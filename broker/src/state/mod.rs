@@ -13,6 +13,7 @@ use crate::metadata::{FileMetadata, MemoryMetadata, Metadata, MetadataError, Met
 use crate::storage::{ReadCache, StorageError};
 use crate::sync::lock;
 
+mod policies;
 mod topics;
 
 use crate::topic::{

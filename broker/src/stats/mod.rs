@@ -236,7 +236,9 @@ pub(crate) fn topic_stats(t: &Topic) -> TopicStats {
         msg_throughput_in: rate_b.per_sec,
         // A fold from 0.0: `Sum` of no f64 is -0.0, which JSON shows as `-0.0`.
         msg_rate_out: subscriptions.values().fold(0.0, |a, s| a + s.msg_rate_out),
-        msg_throughput_out: subscriptions.values().fold(0.0, |a, s| a + s.msg_throughput_out),
+        msg_throughput_out: subscriptions
+            .values()
+            .fold(0.0, |a, s| a + s.msg_throughput_out),
         msg_in_counter: c.msg_in,
         bytes_in_counter: c.bytes_in,
         msg_out_counter: subscriptions.values().map(|s| s.msg_out_counter).sum(),

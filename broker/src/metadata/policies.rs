@@ -1,0 +1,106 @@
+//! The namespace policies the broker enforces: message TTL and backlog quotas with
+//! `consumer_backlog_eviction` (the two ways besides an admin skip through which a
+//! subscription's mark-delete position moves without acks). Pulsar's JSON names.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// A namespace's policies (only those the broker enforces are kept).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct NamespacePolicies {
+    /// Messages older than this many seconds are expired from every subscription.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_ttl_in_seconds: Option<u32>,
+    /// Backlog quotas by kind (`destination_storage`, `message_age`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub backlog_quota_map: BTreeMap<QuotaKind, BacklogQuota>,
+}
+
+impl NamespacePolicies {
+    /// Whether a job has anything to do for this namespace.
+    pub(crate) fn enforces_anything(&self) -> bool {
+        self.message_ttl_in_seconds.is_some() || !self.backlog_quota_map.is_empty()
+    }
+}
+
+/// Pulsar's `BacklogQuotaType`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum QuotaKind {
+    /// A limit on a subscription's backlog in bytes (`limitSize`).
+    DestinationStorage,
+    /// A limit on the age of a subscription's oldest unacked message (`limitTime`, seconds).
+    MessageAge,
+}
+
+impl QuotaKind {
+    /// The `backlogQuotaType` query parameter (absent: `destination_storage`, as Pulsar).
+    pub(crate) fn parse(s: Option<&str>) -> Option<QuotaKind> {
+        match s {
+            None | Some("destination_storage") => Some(QuotaKind::DestinationStorage),
+            Some("message_age") => Some(QuotaKind::MessageAge),
+            Some(_) => None,
+        }
+    }
+}
+
+/// A backlog quota, as Pulsar's admin API sends it. Only the `consumer_backlog_eviction`
+/// policy is kept: the producer-side policies are refused by the admin API.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct BacklogQuota {
+    /// Bytes (`destination_storage`); -1 = none.
+    #[serde(default = "minus_one")]
+    pub limit_size: i64,
+    /// Seconds (`message_age`); -1 = none.
+    #[serde(default = "minus_one")]
+    pub limit_time: i64,
+    /// `consumer_backlog_eviction`.
+    pub policy: String,
+}
+
+fn minus_one() -> i64 {
+    -1
+}
+
+/// The one backlog-quota policy the broker enforces.
+pub(crate) const EVICTION: &str = "consumer_backlog_eviction";
+
+/// Why a backlog quota is refused (the admin API answers 400 with the message).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum QuotaError {
+    /// Not JSON.
+    #[error("body is not a BacklogQuota: {0}")]
+    NotJson(#[from] serde_json::Error),
+    /// No `policy` field.
+    #[error("a BacklogQuota needs a `policy`")]
+    NoPolicy,
+    /// A policy the broker does not enforce.
+    #[error("backlog quota policy `{0}` is not supported by this broker (only {EVICTION})")]
+    Unsupported(String),
+}
+
+impl BacklogQuota {
+    /// Reads a request body: Pulsar's `BacklogQuota` JSON (`limitSize`, or the older `limit`,
+    /// `limitTime`, `policy`).
+    pub(crate) fn from_body(body: &[u8]) -> Result<BacklogQuota, QuotaError> {
+        let v: serde_json::Value = serde_json::from_slice(body)?;
+        let int = |k: &str| v.get(k).and_then(serde_json::Value::as_i64);
+        let policy = v
+            .get("policy")
+            .and_then(serde_json::Value::as_str)
+            .ok_or(QuotaError::NoPolicy)?;
+        if policy != EVICTION {
+            return Err(QuotaError::Unsupported(policy.to_owned()));
+        }
+        Ok(BacklogQuota {
+            limit_size: int("limitSize")
+                .filter(|n| *n >= 0)
+                .or(int("limit"))
+                .unwrap_or(-1),
+            limit_time: int("limitTime").unwrap_or(-1),
+            policy: policy.to_owned(),
+        })
+    }
+}

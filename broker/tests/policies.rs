@@ -1,0 +1,119 @@
+//! The namespace policies the broker enforces: message TTL and backlog quotas with
+//! `consumer_backlog_eviction` move a subscription's mark-delete position without acks, on the
+//! housekeeping thread; the policies it does not enforce are refused by name.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{http, produce, start_broker, Raw};
+use wire::proto::base_command::Type;
+use wire::proto::command_subscribe::{InitialPosition, SubType};
+
+const NS: &str = "/admin/v2/namespaces/public/default";
+
+fn backlog(b: &broker::Broker, topic: &str) -> u64 {
+    let path = format!(
+        "/admin/v2/persistent/{}/stats",
+        topic.trim_start_matches("persistent://")
+    );
+    let (status, body) = http(b, "GET", &path, "");
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    v["subscriptions"]["sub"]["msgBacklog"].as_u64().unwrap()
+}
+
+/// A subscription with `n` messages of backlog (its consumer sends no FLOW).
+fn subscription_with_backlog(b: &broker::Broker, topic: &str, n: u64) -> Raw {
+    let mut c = Raw::connected(b);
+    c.send(&wire::commands::subscribe(
+        topic,
+        "sub",
+        1,
+        1,
+        SubType::Shared,
+        None,
+        InitialPosition::Earliest,
+    ));
+    c.expect(Type::Success);
+    produce(b, topic, n, 2);
+    assert_eq!(backlog(b, topic), n);
+    c
+}
+
+fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let until = Instant::now() + limit;
+    while !done() {
+        assert!(Instant::now() < until, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn message_ttl_expires_the_backlog() {
+    let b = start_broker(&["--message-expiry-check-interval-ms", "50"]);
+    let topic = "persistent://public/default/ttl";
+    let _c = subscription_with_backlog(&b, topic, 5);
+    assert_eq!(http(&b, "GET", &format!("{NS}/messageTTL"), "").0, 204);
+    assert_eq!(http(&b, "POST", &format!("{NS}/messageTTL"), "-1").0, 412);
+    assert_eq!(http(&b, "POST", &format!("{NS}/messageTTL"), "1").0, 204);
+    assert_eq!(
+        http(&b, "GET", &format!("{NS}/messageTTL"), "").1.trim(),
+        "1"
+    );
+    let (_, policies) = http(&b, "GET", NS, "");
+    let policies: serde_json::Value = serde_json::from_str(&policies).unwrap();
+    assert_eq!(policies["message_ttl_in_seconds"], 1);
+    wait_for(
+        "the TTL expired the backlog",
+        Duration::from_secs(5),
+        || backlog(&b, topic) == 0,
+    );
+    let path = "/admin/v2/persistent/public/default/ttl/stats";
+    let stats: serde_json::Value = serde_json::from_str(&http(&b, "GET", path, "").1).unwrap();
+    assert!(stats["subscriptions"]["sub"]["lastExpireTimestamp"].as_u64() > Some(0));
+
+    // Without the policy, nothing expires any more.
+    assert_eq!(http(&b, "DELETE", &format!("{NS}/messageTTL"), "").0, 204);
+    produce(&b, topic, 3, 1);
+    std::thread::sleep(Duration::from_millis(1300));
+    assert_eq!(backlog(&b, topic), 3);
+    b.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn a_backlog_quota_evicts_the_oldest_backlog() {
+    let b = start_broker(&["--backlog-quota-check-interval-ms", "50"]);
+    let topic = "persistent://public/default/quota";
+    let _c = subscription_with_backlog(&b, topic, 20);
+    let quota = format!("{NS}/backlogQuota");
+    let (status, body) = http(
+        &b,
+        "POST",
+        &quota,
+        r#"{"limitSize": 10, "limitTime": -1, "policy": "producer_request_hold"}"#,
+    );
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("producer_request_hold"), "{body}");
+    let (status, body) = http(
+        &b,
+        "POST",
+        &format!("{quota}?backlogQuotaType=destination_storage"),
+        r#"{"limitSize": 10, "limitTime": -1, "policy": "consumer_backlog_eviction"}"#,
+    );
+    assert_eq!(status, 204, "{body}");
+    let (_, map) = http(&b, "GET", &format!("{NS}/backlogQuotaMap"), "");
+    let map: serde_json::Value = serde_json::from_str(&map).unwrap();
+    assert_eq!(map["destination_storage"]["limitSize"], 10);
+    // 20 messages of 2 to 3 bytes: at most 10 bytes of backlog are left, the newest.
+    wait_for(
+        "the quota evicted the backlog",
+        Duration::from_secs(5),
+        || backlog(&b, topic) <= 5,
+    );
+    assert!(backlog(&b, topic) > 0, "eviction keeps what fits the quota");
+    assert_eq!(http(&b, "DELETE", &quota, "").0, 204);
+    let (_, map) = http(&b, "GET", &format!("{NS}/backlogQuotaMap"), "");
+    assert_eq!(map.trim(), "{}");
+    b.shutdown(Duration::from_secs(5));
+}
