@@ -73,14 +73,19 @@ impl MetadataStore for FileMetadata {
             path: self.path.clone(),
             reason,
         };
-        let file: MetadataFile =
+        // The version first: a newer file may not parse as this version's fields.
+        let v: serde_json::Value =
             serde_json::from_slice(&bytes).map_err(|e| unreadable(e.to_string()))?;
-        if file.version != VERSION {
-            return Err(unreadable(format!(
-                "format version {} (this broker reads {VERSION})",
-                file.version
-            )));
+        match v.get("version").and_then(serde_json::Value::as_u64) {
+            Some(n) if n == u64::from(VERSION) => {}
+            other => {
+                return Err(unreadable(format!(
+                    "format version {other:?} (this broker reads {VERSION})"
+                )))
+            }
         }
+        let file: MetadataFile =
+            serde_json::from_value(v).map_err(|e| unreadable(e.to_string()))?;
         Ok(Some(file.metadata))
     }
 

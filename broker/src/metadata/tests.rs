@@ -100,6 +100,27 @@ fn partitioned_topics_are_created_grown_and_deleted() {
 }
 
 #[test]
+fn only_eviction_quotas_are_accepted() {
+    for (body, refused) in [
+        (
+            &br#"{"limitSize": 1, "policy": "producer_request_hold"}"#[..],
+            "producer_request_hold",
+        ),
+        (br#"{"limitSize": 1}"#, "needs a `policy`"),
+        (b"[1", "not a BacklogQuota"),
+    ] {
+        let e = BacklogQuota::from_body(body).unwrap_err().to_string();
+        assert!(e.contains(refused), "{e}");
+    }
+    assert_eq!(QuotaKind::parse(None), Some(QuotaKind::DestinationStorage));
+    assert_eq!(
+        QuotaKind::parse(Some("message_age")),
+        Some(QuotaKind::MessageAge)
+    );
+    assert_eq!(QuotaKind::parse(Some("x")), None);
+}
+
+#[test]
 fn an_old_data_directory_adopts_its_namespaces() {
     let mut m = Metadata::default();
     assert!(!m.adopt_namespace("public", "default"));
@@ -118,6 +139,16 @@ fn the_file_store_keeps_the_metadata_and_refuses_what_it_cannot_read() {
     m.create_namespace("acme", "orders").unwrap();
     m.create_partitioned("persistent://acme/orders/t", 4, 100, false)
         .unwrap();
+    m.change_policies("acme", "orders", |p| {
+        p.message_ttl_in_seconds = Some(30);
+        let q =
+            BacklogQuota::from_body(br#"{"limit": 100, "policy": "consumer_backlog_eviction"}"#)
+                .unwrap();
+        assert_eq!((q.limit_size, q.limit_time), (100, -1));
+        p.backlog_quota_map.insert(QuotaKind::MessageAge, q);
+    })
+    .unwrap();
+    assert_eq!(m.enforced_policies().len(), 1);
     store.save(&m).unwrap();
     assert_eq!(store.load().unwrap(), Some(m));
 
@@ -129,7 +160,7 @@ fn the_file_store_keeps_the_metadata_and_refuses_what_it_cannot_read() {
     )
     .unwrap();
     let err = store.load().unwrap_err().to_string();
-    assert!(err.contains("format version 9"), "{err}");
+    assert!(err.contains("format version Some(9)"), "{err}");
     assert!(MemoryMetadata.load().unwrap().is_none());
     let _ = std::fs::remove_dir_all(&dir);
 }
