@@ -2,14 +2,17 @@
 messages. The key must stay with its old owner until that owner acked (or closed) everything
 it holds of the key; Pulsar releases it early (`--legacy mark-delete-cleanup` shows that).
 
-Per variant (`skip/10`, `expireMessages/0`, `skip_all`, `skip/10+close`), each on its own topic:
+Per variant (`skip/10`, `expireMessages/0`, `skip_all`, `skip/10+close`, and the two ways
+production reaches it: a namespace message TTL and a backlog quota with
+`consumer_backlog_eviction`), each on its own topic:
   1. c1 (Key_Shared, AUTO_SPLIT, receiver_queue_size 20) subscribes alone; 40 messages are
      produced with batching off: keys a0..a9 one message each (the first 10 positions), then
      b0..b9 three each. c1's application receives all 40 and holds them (still processing).
   2. c2 joins: some keys move to it (c1 still drains them).
   3. The admin operation passes some of c1's pending messages: `skip/10` passes exactly the
-     a-keys' messages (so every message of those keys is below mark-delete), the other two
-     pass all 40.
+     a-keys' messages (so every message of those keys is below mark-delete), the others
+     pass all 40. The policy variants set the policy on the topic's namespace (TTL 1 s; a
+     1-byte quota), wait until the broker's job has cleared the backlog, then remove it.
   4. One more message of every key. For a few seconds c1 keeps holding; `whyBlocked?key=K`
      is asked for every key c2 did not get.
   5. c1 acks everything it holds (in order) and then processes and acks as it goes (in the
@@ -41,7 +44,27 @@ TOTAL = FIRST + len(A_KEYS) + len(B_KEYS)  # 60
 HOLD_S = 1.5  # how long c1 keeps holding after the new messages
 # (label, admin operation, c1 closes instead of acking what it holds)
 VARIANTS = (("skip/10", "skip/10", False), ("expire/0", "expireMessages/0", False),
-            ("skip_all", "skip_all", False), ("skip/10+close", "skip/10", True))
+            ("skip_all", "skip_all", False), ("skip/10+close", "skip/10", True),
+            ("ttl", "policy:messageTTL", False), ("quota", "policy:backlogQuota", False))
+# The policy jobs run this often (Pulsar's defaults are 5 minutes and 60 s).
+POLICY_FLAGS = ["--message-expiry-check-interval-ms", "100", "--backlog-quota-check-interval-ms", "100"]
+POLICY_BODY = {"messageTTL": "1",
+               "backlogQuota": '{"limitSize": 1, "limitTime": -1, "policy": "consumer_backlog_eviction"}'}
+
+
+def namespace_policy(b, tp, namespace, policy):
+    """Sets the namespace's message TTL (1 s) or backlog quota (1 byte, consumer eviction),
+    waits until the broker's job has moved the subscription's mark-delete past the backlog (c1
+    still holds it unacked), then removes the policy, so what is published next stays."""
+    ns_path = f"{b.admin_url}/admin/v2/namespaces/{namespace}/{policy}"
+    r.admin_post(ns_path, POLICY_BODY[policy])
+
+    def backlog():
+        return r.admin_json("GET", f"{tp}/stats")["subscriptions"]["ks"]["msgBacklog"]
+
+    h.wait_until(lambda: backlog() == 0, 10, f"the {policy} policy to clear the backlog")
+    status, text = r.http("DELETE", ns_path)
+    h.check(status == 204, f"DELETE {ns_path}: HTTP {status} {text[:200]}")
 
 
 class Log:
@@ -80,6 +103,13 @@ def violations(events):
 
 def one_variant(b, label, op, close):
     topic = h.unique_topic("seed000-" + label.replace("/", "-").replace("+", "-"))
+    namespace = None
+    if op.startswith("policy:"):
+        # A namespace of its own: the policy applies to every topic in it.
+        namespace = f"public/seed000-{label}-{b.name}"
+        status, text = r.http("PUT", f"{b.admin_url}/admin/v2/namespaces/{namespace}")
+        h.check(status == 204, f"PUT namespace {namespace}: HTTP {status} {text[:200]}")
+        topic = topic.replace("public/default", namespace)
     tp = r.topic_path(b.admin_url, topic)
     log = Log()
     release = threading.Event()
@@ -151,7 +181,10 @@ def one_variant(b, label, op, close):
         h.wait_until(lambda: recv_count("c1") >= FIRST or errors, 10, "c1 holding all 40")
         start("c2")
         time.sleep(0.3)  # c2's FLOW is in; the keys that move are draining on c1
-        r.admin_post(f"{tp}/subscription/ks/{op}")
+        if namespace:
+            namespace_policy(b, tp, namespace, op.split(":", 1)[1])
+        else:
+            r.admin_post(f"{tp}/subscription/ks/{op}")
         for k in A_KEYS + B_KEYS:
             send(k)
         time.sleep(HOLD_S)
@@ -217,7 +250,7 @@ def main():
     results = {}
     for legacy in (False, True):
         name = "legacy" if legacy else "ours"
-        args = ["--legacy", "mark-delete-cleanup"] if legacy else []
+        args = (["--legacy", "mark-delete-cleanup"] if legacy else []) + POLICY_FLAGS
         with h.Broker(f"broker-{name}", args) as b:
             results[name] = [one_variant(b, label, op, c) for label, op, c in VARIANTS]
     lines = []
