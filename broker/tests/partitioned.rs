@@ -409,3 +409,97 @@ fn the_metadata_survives_a_restart() {
     b.shutdown(Duration::from_secs(5));
     let _ = std::fs::remove_dir_all(&d);
 }
+
+#[test]
+fn subscriptions_are_created_and_deleted_by_the_admin_api() {
+    let b = start_broker(&[]);
+    let base = "/admin/v2/persistent/public/default/subs";
+    let topic = "persistent://public/default/subs";
+    assert_eq!(http(&b, "PUT", base, "").0, 204);
+    common::produce(&b, topic, 2, 1);
+    // Latest (no body): the 2 earlier messages are not its backlog; earliest: they are.
+    assert_eq!(
+        http(&b, "PUT", &format!("{base}/subscription/late"), "").0,
+        204
+    );
+    let earliest = r#"{"ledgerId": -1, "entryId": -1, "partitionIndex": -1}"#;
+    assert_eq!(
+        http(&b, "PUT", &format!("{base}/subscription/early"), earliest).0,
+        204
+    );
+    assert_eq!(
+        refused(&b, "PUT", &format!("{base}/subscription/late"), ""),
+        (409, "Subscription already exists for topic".into())
+    );
+    common::produce(&b, topic, 3, 1);
+    let (_, stats) = json(&b, "GET", &format!("{base}/stats"), "");
+    assert_eq!(stats["subscriptions"]["late"]["msgBacklog"], 3);
+    assert_eq!(stats["subscriptions"]["early"]["msgBacklog"], 5);
+
+    // A connected consumer keeps it, unless forced.
+    let mut c = Raw::connected(&b);
+    c.send(&wire::commands::subscribe(
+        topic,
+        "late",
+        1,
+        1,
+        wire::proto::command_subscribe::SubType::Shared,
+        None,
+        wire::proto::command_subscribe::InitialPosition::Latest,
+    ));
+    c.expect(Type::Success);
+    assert_eq!(
+        refused(&b, "DELETE", &format!("{base}/subscription/late"), "").0,
+        412
+    );
+    assert_eq!(
+        http(
+            &b,
+            "DELETE",
+            &format!("{base}/subscription/late?force=true"),
+            ""
+        )
+        .0,
+        204
+    );
+    c.expect(Type::CloseConsumer);
+    assert_eq!(
+        json(&b, "GET", &format!("{base}/subscriptions"), "").1,
+        serde_json::json!(["early"])
+    );
+    assert_eq!(
+        refused(&b, "DELETE", &format!("{base}/subscription/late"), "").0,
+        404
+    );
+    assert_eq!(http(&b, "PUT", &format!("{base}/unload"), "").0, 204);
+    assert_eq!(
+        refused(
+            &b,
+            "PUT",
+            "/admin/v2/persistent/public/default/none/unload",
+            ""
+        )
+        .0,
+        404
+    );
+
+    // On a partitioned topic: on every partition.
+    let p = "/admin/v2/persistent/public/default/subs-p";
+    assert_eq!(http(&b, "PUT", &format!("{p}/partitions"), "2").0, 204);
+    assert_eq!(http(&b, "PUT", &format!("{p}/subscription/s"), "").0, 204);
+    for i in 0..2 {
+        assert_eq!(
+            json(&b, "GET", &format!("{p}-partition-{i}/subscriptions"), "").1,
+            serde_json::json!(["s"])
+        );
+    }
+    assert_eq!(
+        http(&b, "DELETE", &format!("{p}/subscription/s"), "").0,
+        204
+    );
+    assert_eq!(
+        json(&b, "GET", &format!("{p}-partition-1/subscriptions"), "").1,
+        serde_json::json!([])
+    );
+    b.shutdown(Duration::from_secs(5));
+}

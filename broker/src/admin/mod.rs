@@ -12,6 +12,7 @@ use std::io;
 
 use crate::state::BrokerState;
 
+mod subscriptions;
 mod tenants;
 mod topics;
 

@@ -1,16 +1,12 @@
 //! `/admin/v2/persistent/{tenant}/{namespace}/…`: topic lists, non-partitioned and
-//! partitioned topics (create, grow, delete), stats, and the subscription operations (skip,
-//! clear backlog, expire, reset cursor, and our `whyBlocked`).
+//! partitioned topics (create, grow, delete, unload), stats; a subscription's paths are in
+//! `subscriptions.rs`.
 
-use std::sync::atomic::Ordering;
-
-use cursor::Position;
-use dispatcher::AdminOp;
 use tracing::info;
 
-use super::{json, no_content, parse_count, parse_query, Request, Response};
+use super::{json, no_content, parse_query, Request, Response};
 use crate::state::{BrokerState, DeleteError, TopicError};
-use crate::topic::{Subscription, Topic, TopicName};
+use crate::topic::{Topic, TopicName};
 
 /// Everything under `/admin/v2/persistent/`; `segs` are the path segments after it.
 pub(super) fn route(req: &Request, state: &BrokerState, segs: &[&str]) -> Response {
@@ -66,6 +62,14 @@ fn topic_route(req: &Request, state: &BrokerState, name: &TopicName, rest: &[&st
                 None => Response::json_error(404, &format!("Partitioned Topic {full} not found")),
             }
         }
+        ["subscription", sub] if m == "PUT" || m == "DELETE" => {
+            super::subscriptions::create_or_delete(req, state, name, sub)
+        }
+        // No bundles move here: unloading is a no-op, answered as Pulsar answers it.
+        ["unload"] if m == "PUT" => match state.partition_count(name) {
+            Ok(_) => no_content(),
+            Err(e) => topic_error(e),
+        },
         _ => {
             let Some(t) = state.existing_topic(&full) else {
                 return Response::json_error(404, "Topic not found");
@@ -131,7 +135,7 @@ fn partition_count(body: &[u8]) -> Result<u32, Response> {
     }
 }
 
-fn topic_error(e: TopicError) -> Response {
+pub(super) fn topic_error(e: TopicError) -> Response {
     let status = match &e {
         TopicError::Metadata(m) => m.status(),
         TopicError::NotFound(_) => 404,
@@ -176,127 +180,11 @@ fn existing_topic_route(req: &Request, state: &BrokerState, t: &Topic, rest: &[&
             let Some(s) = t.get_subscription(sub) else {
                 return Response::json_error(404, "Subscription not found");
             };
-            subscription_route(req, state, t, &s, op)
+            super::subscriptions::route(req, state, t, &s, op)
         }
         ["stats" | "internalStats" | "subscriptions"] => {
             Response::json_error(405, "method not allowed")
         }
         _ => super::no_route(req),
     }
-}
-
-fn subscription_route(
-    req: &Request,
-    state: &BrokerState,
-    t: &Topic,
-    s: &Subscription,
-    op: &[&str],
-) -> Response {
-    let get = req.method == "GET";
-    let post = req.method == "POST";
-    match op {
-        ["skip", n] if post => match parse_count(n) {
-            Ok(n) => {
-                let mv = t.move_cursor(s, AdminOp::Skip(n));
-                info!(topic = %t.name, subscription = %s.name, skip = n, moved = mv.is_some(), "admin skip");
-                no_content()
-            }
-            Err(r) => r,
-        },
-        ["skip_all"] if post => {
-            let mv = t.move_cursor(s, AdminOp::ClearBacklog);
-            info!(topic = %t.name, subscription = %s.name, moved = mv.is_some(), "admin clear backlog");
-            no_content()
-        }
-        ["expireMessages", secs] if post => match parse_count(secs) {
-            Ok(secs) => {
-                let now = req.received_ms;
-                let cutoff = now.saturating_sub(secs.saturating_mul(1000));
-                let mv = t.move_cursor(s, AdminOp::Expire(cutoff));
-                s.last_expire.store(now, Ordering::Relaxed);
-                info!(topic = %t.name, subscription = %s.name, expire_secs = secs, moved = mv.is_some(), "admin expire");
-                no_content()
-            }
-            Err(r) => r,
-        },
-        ["resetcursor", ts] if post => match parse_count(ts) {
-            Ok(ts) => {
-                let target = t.position_at_time(ts);
-                reset_to(state, t, s, target);
-                no_content()
-            }
-            Err(r) => r,
-        },
-        ["resetcursor"] if post => match message_id_target(&req.body) {
-            Ok(target) => {
-                reset_to(state, t, s, target);
-                no_content()
-            }
-            Err(r) => r,
-        },
-        ["whyBlocked"] if get => why_blocked(req, s),
-        _ => super::no_route(req),
-    }
-}
-
-/// The position a reset-cursor body names: `{"ledgerId": L, "entryId": E, "isExcluded": B}`
-/// (a negative entry id is the ledger's start; an excluded id starts after it).
-fn message_id_target(body: &[u8]) -> Result<Position, Response> {
-    let v: serde_json::Value = serde_json::from_slice(body)
-        .map_err(|e| Response::json_error(400, &format!("body is not JSON: {e}")))?;
-    let (Some(l), Some(e)) = (
-        v.get("ledgerId").and_then(serde_json::Value::as_u64),
-        v.get("entryId").and_then(serde_json::Value::as_i64),
-    ) else {
-        return Err(Response::json_error(
-            400,
-            "body must be a message id: {\"ledgerId\": L, \"entryId\": E}",
-        ));
-    };
-    let excluded = v
-        .get("isExcluded")
-        .and_then(serde_json::Value::as_bool)
-        .unwrap_or(false);
-    Ok(if e < 0 {
-        Position::new(l, 0)
-    } else if excluded {
-        Position::new(l, e as u64).next()
-    } else {
-        Position::new(l, e as u64)
-    })
-}
-
-/// `GET …/whyBlocked?key=K` or `?hash=H`: what holds the key's next entry back.
-fn why_blocked(req: &Request, s: &Subscription) -> Response {
-    let q = parse_query(&req.query);
-    let (reason, hash) = if let Some(h) = q.get("hash") {
-        match h.parse::<u32>() {
-            Ok(h) if h <= 65_535 => (s.runtime.why_blocked(h), Some(h)),
-            _ => return Response::json_error(400, "hash must be a number from 0 to 65535"),
-        }
-    } else if let Some(k) = q.get("key") {
-        let range = match s.kind {
-            crate::topic::SubKind::KeyShared(dispatcher::KeySharedConfig {
-                mode: dispatcher::KeySharedMode::ConsistentHashing { .. },
-                ..
-            }) => dispatcher::CONSISTENT_RANGE,
-            _ => dispatcher::FULL_RANGE,
-        };
-        let hash = dispatcher::slot(dispatcher::key_hash31(k.as_bytes()), range);
-        (s.runtime.why_blocked_key(k.as_bytes()), Some(hash))
-    } else {
-        return Response::json_error(400, "give ?key=K or ?hash=H");
-    };
-    match reason {
-        Some(r) => json(200, &crate::stats::why_blocked_json(r, hash)),
-        None => Response::json_error(503, "the subscription's dispatcher is not running"),
-    }
-}
-
-/// Seek the subscription, as Pulsar's reset-cursor does: the consumers are closed (their
-/// clients subscribe again), then the cursor moves.
-fn reset_to(state: &BrokerState, t: &Topic, s: &Subscription, target: Position) {
-    state.kick_subscription(s);
-    let mv = t.reset(s, target);
-    info!(topic = %t.name, subscription = %s.name, to = %target, moved = mv.is_some(), "admin reset cursor");
 }
