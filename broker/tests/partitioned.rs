@@ -267,6 +267,9 @@ fn partitioned_topics_from_creation_to_deletion() {
     assert_eq!(stats["msgInCounter"], 4);
     assert_eq!(stats["publishers"].as_array().unwrap().len(), 2);
     assert_eq!(stats["partitions"][p(1)]["msgInCounter"], 4);
+    let publisher = &stats["partitions"][p(1)]["publishers"][0];
+    assert_eq!(publisher["clientVersion"], "test-client");
+    assert!(publisher["metadata"].is_object(), "{publisher}");
     assert_eq!(stats["partitions"][p(0)]["msgInCounter"], 0);
     let (_, totals) = json(
         &b,
@@ -472,6 +475,22 @@ fn subscriptions_are_created_and_deleted_by_the_admin_api() {
         404
     );
     assert_eq!(http(&b, "PUT", &format!("{base}/unload"), "").0, 204);
+    for (method, path, named) in [
+        ("POST", "retention", "retention"),
+        ("GET", "maxProducers", "maxProducers"),
+        ("PUT", "compaction", "compaction"),
+    ] {
+        let (status, reason) = refused(&b, method, &format!("{base}/{path}"), "{}");
+        assert_eq!(status, 400);
+        assert!(reason.contains(named), "{reason}");
+    }
+    assert_eq!(http(&b, "GET", "/admin/v2/brokers/health", "").1, "ok");
+    let (_, leader) = json(&b, "GET", "/admin/v2/brokers/leaderBroker", "");
+    assert_eq!(leader["serviceUrl"], b.admin_url());
+    let (_, brokers) = json(&b, "GET", "/admin/v2/brokers/standalone", "");
+    assert_eq!(brokers.as_array().map(Vec::len), Some(1));
+    let (_, conf) = json(&b, "GET", "/admin/v2/brokers/configuration/runtime", "");
+    assert_eq!(conf["allowAutoTopicCreation"], "true");
     assert_eq!(
         refused(
             &b,

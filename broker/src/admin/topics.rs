@@ -185,6 +185,16 @@ fn existing_topic_route(req: &Request, state: &BrokerState, t: &Topic, rest: &[&
         ["stats" | "internalStats" | "subscriptions"] => {
             Response::json_error(405, "method not allowed")
         }
+        ["compaction"] => Response::json_error(
+            400,
+            "topic compaction is not supported by this broker (readCompacted reads the whole topic)",
+        ),
+        // Topic policies (`…/{topic}/retention`, `messageTTL`, `maxProducers`, …) and the
+        // operations not served (`terminate`, …): refused by name, never ignored.
+        [what] => Response::json_error(
+            400,
+            &format!("`{what}` on a topic (a topic policy or operation) is not supported by this broker"),
+        ),
         _ => super::no_route(req),
     }
 }

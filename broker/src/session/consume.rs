@@ -277,6 +277,12 @@ impl Session {
                 client_id: s.consumer_id,
                 address: self.peer.clone(),
                 connected_since: crate::stats::rfc3339(now.wall_ms),
+                client_version: self.client_version.clone(),
+                metadata: s
+                    .metadata
+                    .iter()
+                    .map(|kv| (kv.key.clone(), kv.value.clone()))
+                    .collect(),
                 out: counters.clone(),
             },
         );

@@ -14,6 +14,7 @@ impl Session {
         };
         let version = c.protocol_version().min(PROTOCOL_VERSION);
         self.connected = true;
+        self.client_version = c.client_version.clone();
         debug!(conn = self.id, client = %c.client_version, protocol = version, "connected");
         // CONNECTED advertises PIP-493's key-ordered negative ack (a client that does not
         // know the flag skips it).

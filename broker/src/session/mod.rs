@@ -79,6 +79,8 @@ pub(crate) struct Session {
     service_url: String,
     reader: wire::FrameReader,
     connected: bool,
+    /// The client's version, from its CONNECT (shown in stats).
+    client_version: String,
     producers: HashMap<u64, Producer>,
     consumers: HashMap<u64, Consumer>,
     /// Receipts waiting for their topic's commit (sync policy `always` or `interval`).
@@ -125,6 +127,7 @@ impl Session {
             service_url,
             reader,
             connected: false,
+            client_version: String::new(),
             producers: HashMap::new(),
             consumers: HashMap::new(),
             pending_receipts: Vec::new(),

@@ -58,6 +58,12 @@ impl Session {
             name: producer_name.clone(),
             address: self.peer.clone(),
             connected_since: crate::stats::rfc3339(now.wall_ms),
+            client_version: self.client_version.clone(),
+            metadata: p
+                .metadata
+                .iter()
+                .map(|kv| (kv.key.clone(), kv.value.clone()))
+                .collect(),
         };
         if !topic.add_producer(self.id, p.producer_id, info) {
             let message = format!(

@@ -39,6 +39,8 @@ pub(crate) struct PublisherStats {
     producer_name: String,
     address: String,
     connected_since: String,
+    client_version: String,
+    metadata: BTreeMap<String, String>,
 }
 
 #[derive(Clone, Serialize)]
@@ -55,6 +57,8 @@ pub(crate) struct ConsumerStats {
     consumer_name: String,
     address: String,
     connected_since: String,
+    client_version: String,
+    metadata: BTreeMap<String, String>,
     available_permits: i64,
     unacked_messages: i64,
     blocked_consumer_on_unacked_msgs: bool,
@@ -149,6 +153,8 @@ fn consumer_stats(
         consumer_name: c.name.clone(),
         address: info.map(|i| i.address.clone()).unwrap_or_default(),
         connected_since: info.map(|i| i.connected_since.clone()).unwrap_or_default(),
+        client_version: info.map(|i| i.client_version.clone()).unwrap_or_default(),
+        metadata: info.map(|i| i.metadata.clone()).unwrap_or_default(),
         available_permits: c.permits,
         unacked_messages: c.unacked,
         blocked_consumer_on_unacked_msgs: c.blocked_on_unacked,
@@ -229,6 +235,8 @@ pub(crate) fn topic_stats(t: &Topic) -> TopicStats {
             producer_name: p.name.clone(),
             address: p.address.clone(),
             connected_since: p.connected_since.clone(),
+            client_version: p.client_version.clone(),
+            metadata: p.metadata.clone(),
         })
         .collect();
     TopicStats {

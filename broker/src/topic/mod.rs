@@ -41,6 +41,10 @@ pub(crate) struct ProducerInfo {
     pub name: String,
     pub address: String,
     pub connected_since: String,
+    /// The client's version, from its CONNECT.
+    pub client_version: String,
+    /// The producer's metadata (PRODUCER's `metadata` pairs).
+    pub metadata: BTreeMap<String, String>,
 }
 
 /// A rate over the last housekeeping interval (per second).

@@ -99,6 +99,10 @@ pub(crate) struct ConsumerInfo {
     pub address: String,
     /// When it subscribed (RFC 3339, UTC).
     pub connected_since: String,
+    /// The client's version, from its CONNECT.
+    pub client_version: String,
+    /// The consumer's metadata (SUBSCRIBE's `metadata` pairs).
+    pub metadata: std::collections::BTreeMap<String, String>,
     /// Messages and bytes sent to it (its delivery sink counts what the write queue took).
     pub out: Arc<OutCounters>,
 }

@@ -1,0 +1,54 @@
+//! `/admin/v2/brokers/…`: what health checks and operators ask of a broker. One broker, the
+//! leader of its one-broker cluster; no configuration is dynamic.
+
+use super::{json, Request, Response};
+use crate::state::BrokerState;
+
+/// Everything under `/admin/v2/brokers`; `segs` are the segments after it.
+pub(super) fn route(req: &Request, state: &BrokerState, segs: &[&str]) -> Response {
+    if req.method != "GET" {
+        return super::no_route(req);
+    }
+    let id = state.admin_url.trim_start_matches("http://").to_owned();
+    match segs {
+        ["health"] | ["ready"] => Response {
+            status: 200,
+            content_type: "text/plain",
+            body: "ok".into(),
+        },
+        [] | [crate::metadata::CLUSTER] => json(200, &[&id]),
+        ["leaderBroker"] => json(
+            200,
+            &serde_json::json!({ "serviceUrl": state.admin_url, "brokerId": id }),
+        ),
+        ["configuration"] => json(200, &Vec::<String>::new()),
+        ["configuration", "values"] => json(200, &serde_json::json!({})),
+        ["configuration", "runtime"] => json(200, &runtime_configuration(state)),
+        ["version"] => json(200, &state.server_version),
+        _ => super::no_route(req),
+    }
+}
+
+/// The broker's settings under Pulsar's configuration names, as strings (Pulsar's form).
+fn runtime_configuration(state: &BrokerState) -> serde_json::Value {
+    let c = &state.cfg;
+    let s = |v: &dyn ToString| v.to_string();
+    serde_json::json!({
+        "clusterName": crate::metadata::CLUSTER,
+        "brokerServicePort": s(&c.listen.port()),
+        "webServicePort": s(&c.admin.port()),
+        "allowAutoTopicCreation": s(&c.allow_auto_topic_creation),
+        "allowAutoTopicCreationType": if c.auto_topic_partitioned { "partitioned" } else { "non-partitioned" },
+        "defaultNumPartitions": s(&c.default_num_partitions),
+        "maxNumPartitionsPerPartitionedTopic": s(&c.max_num_partitions),
+        "maxMessageSize": s(&c.max_message_size),
+        "managedLedgerMaxEntriesPerLedger": s(&c.entries_per_ledger),
+        "managedLedgerCacheSizeMB": s(&c.read_cache_mb),
+        "keepAliveIntervalSeconds": s(&(c.keep_alive_ms / 1000)),
+        "delayedDeliveryEnabled": s(&c.delayed_delivery.enabled),
+        "delayedDeliveryTickTimeMillis": s(&c.delayed_delivery.tick),
+        "isDelayedDeliveryDeliverAtTimeStrict": s(&c.delayed_delivery.strict),
+        "messageExpiryCheckIntervalInMinutes": s(&(c.message_expiry_check_ms / 60_000)),
+        "backlogQuotaCheckIntervalInSeconds": s(&(c.backlog_quota_check_ms / 1000)),
+    })
+}
