@@ -69,6 +69,37 @@ impl SchemaRegistry {
     }
 }
 
+impl SchemaRegistry {
+    /// Every version, oldest first.
+    pub(crate) fn all(&self) -> Vec<Schema> {
+        lock(&self.versions).clone()
+    }
+}
+
+/// Pulsar's name of a schema type (`SchemaType` in its admin API's JSON: `JSON`, `AVRO`,
+/// `KEY_VALUE`, `BOOLEAN`, …).
+pub(crate) fn type_name(t: wire::proto::schema::Type) -> String {
+    use wire::proto::schema::Type;
+    if t == Type::Bool {
+        return "BOOLEAN".into();
+    }
+    let mut out = String::new();
+    for (i, c) in t.as_str_name().chars().enumerate() {
+        if c.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(c.to_ascii_uppercase());
+    }
+    out
+}
+
+/// The schema type Pulsar's admin API names `name`.
+pub(crate) fn type_of(name: &str) -> Option<wire::proto::schema::Type> {
+    (0..=22)
+        .filter_map(|i| wire::proto::schema::Type::try_from(i).ok())
+        .find(|t| type_name(*t) == name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,6 +116,16 @@ mod tests {
 
     fn ok(_: &[Schema]) -> Result<(), StorageError> {
         Ok(())
+    }
+
+    #[test]
+    fn type_names_are_pulsars() {
+        assert_eq!(type_name(Type::KeyValue), "KEY_VALUE");
+        assert_eq!(type_name(Type::Bool), "BOOLEAN");
+        assert_eq!(type_name(Type::LocalDateTime), "LOCAL_DATE_TIME");
+        assert_eq!(type_of("JSON"), Some(Type::Json));
+        assert_eq!(type_of("PROTOBUF_NATIVE"), Some(Type::ProtobufNative));
+        assert_eq!(type_of("Json"), None);
     }
 
     #[test]

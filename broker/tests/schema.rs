@@ -116,3 +116,46 @@ fn versions_are_shared_by_producers_and_schema_requests() {
     let r = ask_schema(&mut c, 9, Some(vec![0, 0, 0, 0, 0, 0, 0, 9]));
     assert_eq!(r.error_code(), ServerError::TopicNotFound);
 }
+
+/// `pulsar-admin schemas`: upload, get (latest, by version, all) share the wire's versions;
+/// delete is refused by name.
+#[test]
+fn the_admin_api_reads_and_uploads_the_same_versions() {
+    let b = start_broker(&[]);
+    let path = "/admin/v2/schemas/public/default/schemas";
+    let (status, body) = common::http(&b, "GET", &format!("{path}/schema"), "");
+    assert_eq!(status, 404, "{body}");
+    let mut c = Raw::connected(&b);
+    assert_eq!(
+        producer_version(&mut c, 1, Some(json("{\"type\":\"record\"}"))),
+        Some(0u64.to_be_bytes().to_vec())
+    );
+    let upload = r#"{"type": "AVRO", "schema": "{\"type\":\"record\",\"name\":\"v1\"}", "properties": {"a": "b"}}"#;
+    let (status, body) = common::http(&b, "POST", &format!("{path}/schema"), upload);
+    assert_eq!(status, 200, "{body}");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["version"]["version"], 1);
+    let (_, latest) = common::http(&b, "GET", &format!("{path}/schema"), "");
+    let latest: serde_json::Value = serde_json::from_str(&latest).unwrap();
+    assert_eq!(latest["type"], "AVRO");
+    assert_eq!(latest["version"], 1);
+    assert_eq!(latest["properties"]["a"], "b");
+    let (_, first) = common::http(&b, "GET", &format!("{path}/schema/0"), "");
+    let first: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(first["type"], "JSON");
+    assert_eq!(first["data"], "{\"type\":\"record\"}");
+    let (_, all) = common::http(&b, "GET", &format!("{path}/schemas"), "");
+    let all: serde_json::Value = serde_json::from_str(&all).unwrap();
+    assert_eq!(all["getSchemaResponses"].as_array().map(Vec::len), Some(2));
+    // GET_SCHEMA over the wire sees the uploaded version.
+    let r = ask_schema(&mut c, 9, Some(1u64.to_be_bytes().to_vec()));
+    assert_eq!(r.schema.unwrap().r#type(), schema::Type::Avro);
+    assert_eq!(
+        common::http(&b, "POST", &format!("{path}/schema"), r#"{"type": "NOPE"}"#).0,
+        400
+    );
+    let (status, body) = common::http(&b, "DELETE", &format!("{path}/schema"), "");
+    assert_eq!(status, 400);
+    assert!(body.contains("deleting a schema"), "{body}");
+    b.shutdown(std::time::Duration::from_secs(5));
+}

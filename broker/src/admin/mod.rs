@@ -13,6 +13,7 @@ use std::io;
 use crate::state::BrokerState;
 
 mod brokers;
+mod schemas;
 mod subscriptions;
 mod tenants;
 mod topics;
@@ -164,6 +165,7 @@ pub(crate) fn route(req: &Request, state: &BrokerState) -> Response {
         },
         ["admin", "v2", "clusters", rest @ ..] => tenants::clusters(req, state, rest),
         ["admin", "v2", "brokers", rest @ ..] => brokers::route(req, state, rest),
+        ["admin", "v2", "schemas", rest @ ..] => schemas::route(req, state, rest),
         ["admin", "v2", "tenants", rest @ ..] => tenants::tenants(req, state, rest),
         ["admin", "v2", "namespaces", rest @ ..] => tenants::namespaces(req, state, rest),
         // The Java admin's topic list asks for non-persistent topics too: none are served.
