@@ -39,7 +39,7 @@ pub fn admin_request(bytes: &[u8]) -> (u16, String) {
             .expect("a new subscription");
     }
     let r = crate::admin::respond(bytes, &state, 1_764_000_000_000);
-    (r.status, r.body)
+    (r.status, String::from_utf8_lossy(&r.body).into_owned())
 }
 
 /// Six entries: keys `a`, `b`, `a`, none, `b`, `a`.

@@ -297,3 +297,88 @@ fn read_position_is_never_an_acked_entry() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// `(status, head, body)` of one request: the head carries a message read's `X-Pulsar-*`.
+fn http_with_head(b: &broker::Broker, path: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let addr = b.admin_url().trim_start_matches("http://").to_owned();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap();
+    let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+    (status, head.to_owned(), body.to_owned())
+}
+
+/// `get-message-by-id`, `peek-messages`, `examine-message`, `last-message-id` and
+/// `get-message-id`: payloads as bodies, metadata as Pulsar's `X-Pulsar-*` headers.
+#[test]
+fn messages_are_read_back_as_pulsar_answers_them() {
+    let b = start_broker(&[]);
+    let base = "/admin/v2/persistent/public/default/read-back";
+    let topic = "persistent://public/default/read-back";
+    let mut c = Raw::connected(&b);
+    c.send(&wire::commands::subscribe(
+        topic,
+        "sub",
+        1,
+        1,
+        SubType::Shared,
+        None,
+        InitialPosition::Earliest,
+    ));
+    c.expect(Type::Success);
+    produce(&b, topic, 3, 3);
+    let (status, last) = http(&b, "GET", &format!("{base}/lastMessageId"), "");
+    assert_eq!(status, 200, "{last}");
+    let last: serde_json::Value = serde_json::from_str(&last).unwrap();
+    let ledger = last["ledgerId"].as_u64().unwrap();
+    assert_eq!(last["entryId"], 2);
+
+    let (status, head, body) = http_with_head(&b, &format!("{base}/ledger/{ledger}/entry/1"));
+    assert_eq!((status, body.as_str()), (200, "m1"), "{head}");
+    assert!(
+        head.contains(&format!("X-Pulsar-Message-ID: {ledger}:1")),
+        "{head}"
+    );
+    assert!(head.contains("X-Pulsar-partition-key: k1"), "{head}");
+    assert!(head.contains("X-Pulsar-sequence-id: 1"), "{head}");
+    assert!(
+        head.contains("X-Pulsar-publish-time: 1970-01-01T00:00:01.001Z"),
+        "{head}"
+    );
+    assert_eq!(
+        http(&b, "GET", &format!("{base}/ledger/{ledger}/entry/9"), "").0,
+        404
+    );
+
+    // Peek counts the unacknowledged backlog: after a skip of 1, the first is m1.
+    let peek = |n: u32| http_with_head(&b, &format!("{base}/subscription/sub/position/{n}"));
+    assert_eq!(peek(1).2, "m0");
+    assert_eq!(peek(3).2, "m2");
+    assert_eq!(peek(4).0, 404);
+    assert_eq!(
+        http(&b, "POST", &format!("{base}/subscription/sub/skip/1"), "").0,
+        204
+    );
+    assert_eq!(peek(1).2, "m1");
+
+    let examine = |q: &str| http_with_head(&b, &format!("{base}/examinemessage?{q}")).2;
+    assert_eq!(examine("initialPosition=earliest&messagePosition=1"), "m0");
+    assert_eq!(examine("initialPosition=latest&messagePosition=1"), "m2");
+
+    // The first message published at or after a time (the test producer's times are 1000 + seq).
+    let (_, id) = http(&b, "GET", &format!("{base}/messageid/1002"), "");
+    let id: serde_json::Value = serde_json::from_str(&id).unwrap();
+    assert_eq!(id["entryId"], 2);
+    assert_eq!(
+        http(&b, "GET", &format!("{base}/messageid/5000"), "").0,
+        404
+    );
+    b.shutdown(Duration::from_secs(5));
+}

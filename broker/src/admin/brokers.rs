@@ -11,11 +11,7 @@ pub(super) fn route(req: &Request, state: &BrokerState, segs: &[&str]) -> Respon
     }
     let id = state.admin_url.trim_start_matches("http://").to_owned();
     match segs {
-        ["health"] | ["ready"] => Response {
-            status: 200,
-            content_type: "text/plain",
-            body: "ok".into(),
-        },
+        ["health"] | ["ready"] => Response::new(200, "text/plain", "ok"),
         [] | [crate::metadata::CLUSTER] => json(200, &[&id]),
         ["leaderBroker"] => json(
             200,

@@ -13,6 +13,7 @@ use std::io;
 use crate::state::BrokerState;
 
 mod brokers;
+mod messages;
 mod schemas;
 mod subscriptions;
 mod tenants;
@@ -37,16 +38,29 @@ pub(crate) struct Request {
 pub(crate) struct Response {
     pub status: u16,
     pub content_type: &'static str,
-    pub body: String,
+    /// Headers beyond the content type and length (a message read's `X-Pulsar-*`).
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
 }
 
 impl Response {
-    pub(crate) fn json_error(status: u16, reason: &str) -> Response {
+    /// A response with no extra header.
+    pub(crate) fn new(
+        status: u16,
+        content_type: &'static str,
+        body: impl Into<Vec<u8>>,
+    ) -> Response {
         Response {
             status,
-            content_type: "application/json",
-            body: format!("{{\"reason\":{}}}", json_string(reason)),
+            content_type,
+            headers: Vec::new(),
+            body: body.into(),
         }
+    }
+
+    pub(crate) fn json_error(status: u16, reason: &str) -> Response {
+        let body = format!("{{\"reason\":{}}}", json_string(reason));
+        Response::new(status, "application/json", body)
     }
 }
 
@@ -152,24 +166,26 @@ pub(crate) fn route(req: &Request, state: &BrokerState) -> Response {
     }
     let get = req.method == "GET";
     match segs.as_slice() {
-        [] if get => Response {
-            status: 200,
-            content_type: "text/plain",
-            body: "key-ordered broker: Pulsar binary protocol on the service URL, admin v2 paths here\n"
-                .into(),
-        },
-        ["metrics"] if get => Response {
-            status: 200,
-            content_type: "text/plain; version=0.0.4",
-            body: crate::stats::metrics(state),
-        },
+        [] if get => Response::new(
+            200,
+            "text/plain",
+            "key-ordered broker: Pulsar binary protocol on the service URL, admin v2 paths here\n",
+        ),
+        ["metrics"] if get => Response::new(
+            200,
+            "text/plain; version=0.0.4",
+            crate::stats::metrics(state),
+        ),
         ["admin", "v2", "clusters", rest @ ..] => tenants::clusters(req, state, rest),
         ["admin", "v2", "brokers", rest @ ..] => brokers::route(req, state, rest),
         ["admin", "v2", "schemas", rest @ ..] => schemas::route(req, state, rest),
         ["admin", "v2", "tenants", rest @ ..] => tenants::tenants(req, state, rest),
         ["admin", "v2", "namespaces", rest @ ..] => tenants::namespaces(req, state, rest),
         // The Java admin's topic list asks for non-persistent topics too: none are served.
-        ["admin", "v2", "non-persistent", t, ns] if get => {
+        ["admin", "v2", "non-persistent", t, ns]
+        | ["admin", "v2", "non-persistent", t, ns, "partitioned"]
+            if get =>
+        {
             match state.metadata().check_namespace(t, ns) {
                 Ok(()) => json(200, &Vec::<String>::new()),
                 Err(e) => Response::json_error(e.status(), &e.to_string()),
@@ -186,20 +202,12 @@ fn no_route(req: &Request) -> Response {
 }
 
 pub(super) fn no_content() -> Response {
-    Response {
-        status: 204,
-        content_type: "application/json",
-        body: String::new(),
-    }
+    Response::new(204, "application/json", Vec::new())
 }
 
 pub(super) fn json<T: serde::Serialize>(status: u16, v: &T) -> Response {
     match serde_json::to_string_pretty(v) {
-        Ok(body) => Response {
-            status,
-            content_type: "application/json",
-            body,
-        },
+        Ok(body) => Response::new(status, "application/json", body),
         Err(e) => Response::json_error(500, &format!("cannot serialise: {e}")),
     }
 }

@@ -155,6 +155,10 @@ pub(super) fn route(
             Err(r) => r,
         },
         ["whyBlocked"] if get => why_blocked(req, s),
+        ["position", n] if get => match parse_count(n) {
+            Ok(n) => super::messages::peek(t, s, n),
+            Err(r) => r,
+        },
         _ => super::no_route(req),
     }
 }

@@ -4,7 +4,7 @@
 
 use tracing::info;
 
-use super::{json, no_content, parse_query, Request, Response};
+use super::{json, no_content, parse_count, parse_query, Request, Response};
 use crate::state::{BrokerState, DeleteError, TopicError};
 use crate::topic::{Topic, TopicName};
 
@@ -172,6 +172,23 @@ fn existing_topic_route(req: &Request, state: &BrokerState, t: &Topic, rest: &[&
     match rest {
         ["stats"] if get => json(200, &crate::stats::topic_stats(t)),
         ["internalStats"] if get => json(200, &crate::stats::internal_stats(t)),
+        ["lastMessageId"] if get => super::messages::last_message_id(t),
+        ["messageid", ms] if get => match parse_count(ms) {
+            Ok(ms) => super::messages::at_time(t, ms),
+            Err(r) => r,
+        },
+        ["ledger", l, "entry", e] if get => match (parse_count(l), parse_count(e)) {
+            (Ok(l), Ok(e)) => super::messages::entry(t, cursor::Position::new(l, e)),
+            (Err(r), _) | (_, Err(r)) => r,
+        },
+        ["examinemessage"] if get => {
+            let q = parse_query(&req.query);
+            let latest = q.get("initialPosition").is_some_and(|v| v == "latest");
+            match parse_count(q.get("messagePosition").map_or("1", String::as_str)) {
+                Ok(n) => super::messages::examine(t, latest, n),
+                Err(r) => r,
+            }
+        }
         ["subscriptions"] if get => {
             let names: Vec<String> = t.subscriptions().iter().map(|s| s.name.clone()).collect();
             json(200, &names)
