@@ -117,3 +117,73 @@ fn a_backlog_quota_evicts_the_oldest_backlog() {
     assert_eq!(map.trim(), "{}");
     b.shutdown(Duration::from_secs(5));
 }
+
+#[test]
+fn producer_and_consumer_limits_refuse_one_too_many() {
+    let b = start_broker(&[]);
+    let topic = "persistent://public/default/limits";
+    for (path, n) in [
+        ("maxProducersPerTopic", "1"),
+        ("maxConsumersPerTopic", "2"),
+        ("maxConsumersPerSubscription", "1"),
+    ] {
+        assert_eq!(
+            http(&b, "POST", &format!("{NS}/{path}"), n).0,
+            204,
+            "{path}"
+        );
+        assert_eq!(http(&b, "GET", &format!("{NS}/{path}"), "").1.trim(), n);
+    }
+    assert_eq!(
+        http(&b, "POST", &format!("{NS}/maxProducersPerTopic"), "-1").0,
+        412
+    );
+    let mut c = Raw::connected(&b);
+    c.send(&wire::commands::producer(topic, 1, 1, None));
+    c.expect(Type::ProducerSuccess);
+    c.send(&wire::commands::producer(topic, 2, 2, None));
+    let e = c.expect(Type::Error).command.error.unwrap();
+    assert_eq!(e.error(), wire::proto::ServerError::ProducerBusy);
+    assert_eq!(e.message, "Topic reached max producers limit");
+
+    // SUBSCRIBE's answer: None for SUCCESS, the ERROR's message otherwise.
+    let subscribe = |c: &mut Raw, sub: &str, id: u64| {
+        c.send(&wire::commands::subscribe(
+            topic,
+            sub,
+            id,
+            10 + id,
+            SubType::Shared,
+            None,
+            InitialPosition::Earliest,
+        ));
+        loop {
+            let f = c.next(Duration::from_secs(5)).unwrap().expect("a reply");
+            match f.command.r#type() {
+                Type::Success => return None,
+                Type::Error => return Some(f.command.error.unwrap().message),
+                _ => {}
+            }
+        }
+    };
+    assert_eq!(subscribe(&mut c, "a", 1), None);
+    assert_eq!(
+        subscribe(&mut c, "a", 2).as_deref(),
+        Some("Subscription reached max consumers limit")
+    );
+    assert_eq!(subscribe(&mut c, "b", 3), None);
+    assert_eq!(
+        subscribe(&mut c, "c", 4).as_deref(),
+        Some("Topic reached max consumers limit")
+    );
+    assert_eq!(
+        http(&b, "DELETE", &format!("{NS}/maxConsumersPerTopic"), "").0,
+        204
+    );
+    assert_eq!(subscribe(&mut c, "c", 5), None);
+    let (_, policies) = http(&b, "GET", NS, "");
+    let policies: serde_json::Value = serde_json::from_str(&policies).unwrap();
+    assert_eq!(policies["max_producers_per_topic"], 1);
+    assert!(policies.get("max_consumers_per_topic").is_none());
+    b.shutdown(Duration::from_secs(5));
+}

@@ -1,11 +1,11 @@
 //! `/admin/v2/clusters`, `/admin/v2/tenants` and `/admin/v2/namespaces`: the one cluster,
 //! tenants and namespaces (create, list, read, delete), and the namespace policies the broker
-//! enforces (message TTL, backlog quotas with `consumer_backlog_eviction`). Any other policy is
-//! a 400 that names it, never a silent success.
+//! enforces (message TTL, backlog quotas with `consumer_backlog_eviction`, producer and
+//! consumer limits). Any other policy is a 400 that names it, never a silent success.
 
 use super::{json, no_content, parse_query, Request, Response};
 use crate::metadata::{
-    BacklogQuota, MetadataError, NamespacePolicies, QuotaKind, TenantInfo, CLUSTER,
+    BacklogQuota, MetadataError, NamespacePolicies, QuotaKind, TenantInfo, CLUSTER, LIMITS,
 };
 use crate::state::BrokerState;
 
@@ -89,6 +89,7 @@ pub(super) fn namespaces(req: &Request, state: &BrokerState, segs: &[&str]) -> R
         (_, [t, ns, "messageTTL" | "backlogQuota" | "backlogQuotaMap"]) => {
             enforced_policy(req, state, t, ns, segs[2])
         }
+        (_, [t, ns, limit]) if LIMITS.contains(limit) => limit_policy(req, state, t, ns, limit),
         (_, [_, _, policy, ..]) => Response::json_error(
             400,
             &format!("namespace policy `{policy}` is not supported by this broker"),
@@ -167,6 +168,35 @@ fn enforced_policy(req: &Request, state: &BrokerState, t: &str, ns: &str, what: 
     }
 }
 
+/// `maxProducersPerTopic`, `maxConsumersPerTopic`, `maxConsumersPerSubscription`: POST a
+/// number (0: no limit), GET it (204 when unset), DELETE it.
+fn limit_policy(req: &Request, state: &BrokerState, t: &str, ns: &str, name: &str) -> Response {
+    let set = |value: Option<u32>| {
+        done(state.change_metadata(|m| {
+            m.change_policies(t, ns, |p| {
+                if let Some(v) = p.limit_mut(name) {
+                    *v = value;
+                }
+            })
+        }))
+    };
+    match req.method.as_str() {
+        "GET" => match state.metadata().policies(t, ns) {
+            Ok(p) => match p.clone().limit_mut(name).and_then(|v| *v) {
+                Some(n) => json(200, &n),
+                None => no_content(),
+            },
+            Err(e) => refused(e),
+        },
+        "POST" => match String::from_utf8_lossy(&req.body).trim().parse::<u32>() {
+            Ok(n) => set(Some(n)),
+            Err(_) => Response::json_error(412, &format!("{name} must be a number of at least 0")),
+        },
+        "DELETE" => set(None),
+        _ => super::no_route(req),
+    }
+}
+
 /// A namespace's policies as Pulsar returns those of a fresh namespace on standalone, with the
 /// ones set here (message TTL, backlog quotas).
 fn policies(p: &NamespacePolicies) -> serde_json::Value {
@@ -174,6 +204,18 @@ fn policies(p: &NamespacePolicies) -> serde_json::Value {
     v["backlog_quota_map"] = serde_json::json!(p.backlog_quota_map);
     if let Some(secs) = p.message_ttl_in_seconds {
         v["message_ttl_in_seconds"] = serde_json::json!(secs);
+    }
+    for (key, value) in [
+        ("max_producers_per_topic", p.max_producers_per_topic),
+        ("max_consumers_per_topic", p.max_consumers_per_topic),
+        (
+            "max_consumers_per_subscription",
+            p.max_consumers_per_subscription,
+        ),
+    ] {
+        if let Some(n) = value {
+            v[key] = serde_json::json!(n);
+        }
     }
     v
 }

@@ -16,7 +16,7 @@ use crate::storage::StorageError;
 mod policies;
 mod store;
 
-pub(crate) use policies::{BacklogQuota, NamespacePolicies, QuotaKind};
+pub(crate) use policies::{BacklogQuota, NamespacePolicies, QuotaKind, LIMITS};
 pub(crate) use store::{FileMetadata, MemoryMetadata, MetadataStore};
 
 /// The one cluster this broker is (Pulsar standalone's name).
@@ -347,7 +347,7 @@ impl Metadata {
     pub(crate) fn enforced_policies(&self) -> Vec<(String, NamespacePolicies)> {
         self.namespaces
             .iter()
-            .filter(|(_, p)| p.enforces_anything())
+            .filter(|(_, p)| p.has_jobs())
             .map(|(n, p)| (n.clone(), p.clone()))
             .collect()
     }

@@ -1,6 +1,7 @@
 //! The namespace policies the broker enforces: message TTL and backlog quotas with
 //! `consumer_backlog_eviction` (the two ways besides an admin skip through which a
-//! subscription's mark-delete position moves without acks). Pulsar's JSON names.
+//! subscription's mark-delete position moves without acks), and the producer and consumer
+//! limits. Pulsar's JSON names.
 
 use std::collections::BTreeMap;
 
@@ -15,12 +16,43 @@ pub(crate) struct NamespacePolicies {
     /// Backlog quotas by kind (`destination_storage`, `message_age`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub backlog_quota_map: BTreeMap<QuotaKind, BacklogQuota>,
+    /// At most this many producers per topic (0: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_producers_per_topic: Option<u32>,
+    /// At most this many consumers per topic (0: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_consumers_per_topic: Option<u32>,
+    /// At most this many consumers per subscription (0: no limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_consumers_per_subscription: Option<u32>,
 }
+
+/// The limit policies, by their admin path names.
+pub(crate) const LIMITS: [&str; 3] = [
+    "maxProducersPerTopic",
+    "maxConsumersPerTopic",
+    "maxConsumersPerSubscription",
+];
 
 impl NamespacePolicies {
     /// Whether a job has anything to do for this namespace.
-    pub(crate) fn enforces_anything(&self) -> bool {
+    pub(crate) fn has_jobs(&self) -> bool {
         self.message_ttl_in_seconds.is_some() || !self.backlog_quota_map.is_empty()
+    }
+
+    /// The limit a path of [`LIMITS`] names.
+    pub(crate) fn limit_mut(&mut self, path: &str) -> Option<&mut Option<u32>> {
+        match path {
+            "maxProducersPerTopic" => Some(&mut self.max_producers_per_topic),
+            "maxConsumersPerTopic" => Some(&mut self.max_consumers_per_topic),
+            "maxConsumersPerSubscription" => Some(&mut self.max_consumers_per_subscription),
+            _ => None,
+        }
+    }
+
+    /// A limit that is set and not 0 (0 is no limit, as in Pulsar).
+    pub(crate) fn limit(value: Option<u32>) -> Option<usize> {
+        value.filter(|n| *n > 0).map(|n| n as usize)
     }
 }
 

@@ -6,6 +6,7 @@ use tracing::{debug, info, warn};
 use wire::proto::{BaseCommand, CommandProducer, ServerError};
 
 use super::{Now, Session};
+use crate::metadata::NamespacePolicies;
 use crate::storage::StorageError;
 use crate::topic::{InitialPosition, ProducerInfo, SubKind, SubscribeError, Topic, TopicName};
 
@@ -65,6 +66,12 @@ impl Session {
                 .map(|kv| (kv.key.clone(), kv.value.clone()))
                 .collect(),
         };
+        let policies = self.state.policies_of(&topic.name);
+        let max = NamespacePolicies::limit(policies.max_producers_per_topic);
+        if max.is_some_and(|max| topic.producer_ids().len() >= max) {
+            let message = "Topic reached max producers limit";
+            return self.send_error(p.request_id, ServerError::ProducerBusy, message);
+        }
         if !topic.add_producer(self.id, p.producer_id, info) {
             let message = format!(
                 "producer with name '{producer_name}' is already connected to topic {}",

@@ -297,6 +297,17 @@ impl BrokerState {
         Ok(())
     }
 
+    /// The namespace policies of topic `name` (defaults when its namespace is gone).
+    pub(crate) fn policies_of(&self, name: &str) -> crate::metadata::NamespacePolicies {
+        let Ok(n) = TopicName::parse(name) else {
+            return Default::default();
+        };
+        self.metadata()
+            .policies(&n.tenant, &n.namespace)
+            .cloned()
+            .unwrap_or_default()
+    }
+
     /// Whether namespace `tenant/ns` has a topic.
     pub(crate) fn namespace_has_topics(&self, namespace: &str) -> bool {
         !self.topic_names_in(namespace).is_empty()
