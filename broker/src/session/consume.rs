@@ -13,7 +13,6 @@ use tracing::{debug, info};
 use wire::proto::{self, BaseCommand, CommandSubscribe, ServerError};
 
 use super::{Now, Session};
-use crate::metadata::NamespacePolicies;
 use crate::state::{Offer, Outbox};
 use crate::sync::lock;
 use crate::topic::{
@@ -210,7 +209,7 @@ impl Session {
                 return self.send_error(rid, code, &e.to_string());
             }
         };
-        if let Some(message) = self.consumer_limit(&topic, &sub) {
+        if let Some(message) = self.state.consumer_limit(&topic, &sub) {
             return self.send_error(rid, ServerError::ConsumerBusy, message);
         }
         let non_durable = s.durable == Some(false);
@@ -221,25 +220,6 @@ impl Session {
             topic.reset(&sub, start);
         }
         self.start_consumer(now, s, topic, sub, (kind, ranges));
-    }
-
-    /// Why one more consumer is refused by the namespace's limits, if it is.
-    fn consumer_limit(&self, topic: &Topic, sub: &Subscription) -> Option<&'static str> {
-        let p = self.state.policies_of(&topic.name);
-        let on_sub = lock(&sub.consumers).len();
-        let per_sub = NamespacePolicies::limit(p.max_consumers_per_subscription);
-        if per_sub.is_some_and(|m| on_sub >= m) {
-            return Some("Subscription reached max consumers limit");
-        }
-        let on_topic: usize = topic
-            .subscriptions()
-            .iter()
-            .map(|s| lock(&s.consumers).len())
-            .sum();
-        if NamespacePolicies::limit(p.max_consumers_per_topic).is_some_and(|m| on_topic >= m) {
-            return Some("Topic reached max consumers limit");
-        }
-        None
     }
 
     /// Connects the subscribed consumer (of the type and ranges it asked for) to its

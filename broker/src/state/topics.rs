@@ -308,6 +308,31 @@ impl BrokerState {
             .unwrap_or_default()
     }
 
+    /// Why one more consumer is refused by the namespace's limits, if it is.
+    pub(crate) fn consumer_limit(
+        &self,
+        topic: &Topic,
+        sub: &crate::topic::Subscription,
+    ) -> Option<&'static str> {
+        let p = self.policies_of(&topic.name);
+        let on_sub = lock(&sub.consumers).len();
+        let per_sub = crate::metadata::NamespacePolicies::limit(p.max_consumers_per_subscription);
+        if per_sub.is_some_and(|m| on_sub >= m) {
+            return Some("Subscription reached max consumers limit");
+        }
+        let on_topic: usize = topic
+            .subscriptions()
+            .iter()
+            .map(|s| lock(&s.consumers).len())
+            .sum();
+        if crate::metadata::NamespacePolicies::limit(p.max_consumers_per_topic)
+            .is_some_and(|m| on_topic >= m)
+        {
+            return Some("Topic reached max consumers limit");
+        }
+        None
+    }
+
     /// Whether namespace `tenant/ns` has a topic.
     pub(crate) fn namespace_has_topics(&self, namespace: &str) -> bool {
         !self.topic_names_in(namespace).is_empty()
