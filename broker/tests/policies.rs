@@ -187,3 +187,44 @@ fn producer_and_consumer_limits_refuse_one_too_many() {
     assert!(policies.get("max_consumers_per_topic").is_none());
     b.shutdown(Duration::from_secs(5));
 }
+
+/// Internal stats' ledger count of `topic`.
+fn ledgers(b: &broker::Broker, topic: &str) -> usize {
+    let path = format!(
+        "/admin/v2/persistent/{}/internalStats",
+        topic.trim_start_matches("persistent://")
+    );
+    let v: serde_json::Value = serde_json::from_str(&http(b, "GET", &path, "").1).unwrap();
+    v["ledgers"].as_array().map_or(0, Vec::len)
+}
+
+#[test]
+fn a_retention_policy_keeps_what_was_consumed() {
+    let b = start_broker(&["--entries-per-ledger", "2"]);
+    let topic = "persistent://public/default/retained";
+    let path = format!("{NS}/retention");
+    assert_eq!(http(&b, "GET", &path, "").0, 204);
+    let bad = r#"{"retentionTimeInMinutes": 0, "retentionSizeInMB": 10}"#;
+    assert_eq!(http(&b, "POST", &path, bad).0, 412);
+    let forever = r#"{"retentionTimeInMinutes": -1, "retentionSizeInMB": -1}"#;
+    assert_eq!(http(&b, "POST", &path, forever).0, 204);
+    let (_, got) = http(&b, "GET", &path, "");
+    let got: serde_json::Value = serde_json::from_str(&got).unwrap();
+    assert_eq!(got["retentionTimeInMinutes"], -1);
+
+    // Everything is consumed (skip_all), and still kept.
+    let _c = subscription_with_backlog(&b, topic, 6);
+    let clear = "/admin/v2/persistent/public/default/retained/subscription/sub/skip_all";
+    assert_eq!(http(&b, "POST", clear, "").0, 204);
+    std::thread::sleep(Duration::from_millis(400)); // several retention passes
+    assert!(ledgers(&b, topic) >= 3, "consumed ledgers are kept");
+
+    // Without the policy they go (the ledger being written stays).
+    assert_eq!(http(&b, "DELETE", &path, "").0, 204);
+    wait_for(
+        "the consumed ledgers dropped",
+        Duration::from_secs(5),
+        || ledgers(&b, topic) <= 1,
+    );
+    b.shutdown(Duration::from_secs(5));
+}

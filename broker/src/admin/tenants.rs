@@ -5,7 +5,8 @@
 
 use super::{json, no_content, parse_query, Request, Response};
 use crate::metadata::{
-    BacklogQuota, MetadataError, NamespacePolicies, QuotaKind, TenantInfo, CLUSTER, LIMITS,
+    BacklogQuota, MetadataError, NamespacePolicies, QuotaKind, RetentionPolicies, TenantInfo,
+    CLUSTER, LIMITS,
 };
 use crate::state::BrokerState;
 
@@ -90,6 +91,7 @@ pub(super) fn namespaces(req: &Request, state: &BrokerState, segs: &[&str]) -> R
             enforced_policy(req, state, t, ns, segs[2])
         }
         (_, [t, ns, limit]) if LIMITS.contains(limit) => limit_policy(req, state, t, ns, limit),
+        (_, [t, ns, "retention"]) => retention_policy(req, state, t, ns),
         (_, [_, _, policy, ..]) => Response::json_error(
             400,
             &format!("namespace policy `{policy}` is not supported by this broker"),
@@ -168,6 +170,32 @@ fn enforced_policy(req: &Request, state: &BrokerState, t: &str, ns: &str, what: 
     }
 }
 
+/// `retention`: POST Pulsar's `RetentionPolicies`, GET it (204 when unset), DELETE it.
+fn retention_policy(req: &Request, state: &BrokerState, t: &str, ns: &str) -> Response {
+    let set = |value: Option<RetentionPolicies>| {
+        done(state.change_metadata(|m| m.change_policies(t, ns, |p| p.retention_policies = value)))
+    };
+    match req.method.as_str() {
+        "GET" => match state.metadata().policies(t, ns) {
+            Ok(p) => match p.retention_policies {
+                Some(r) => json(200, &r),
+                None => no_content(),
+            },
+            Err(e) => refused(e),
+        },
+        "POST" => match serde_json::from_slice::<RetentionPolicies>(&req.body) {
+            Ok(r) if r.valid() => set(Some(r)),
+            Ok(_) => Response::json_error(
+                412,
+                "Invalid retention policy: size limit must be set if time limit is set, and vice versa",
+            ),
+            Err(e) => Response::json_error(400, &format!("body is not a RetentionPolicies: {e}")),
+        },
+        "DELETE" => set(None),
+        _ => super::no_route(req),
+    }
+}
+
 /// `maxProducersPerTopic`, `maxConsumersPerTopic`, `maxConsumersPerSubscription`: POST a
 /// number (0: no limit), GET it (204 when unset), DELETE it.
 fn limit_policy(req: &Request, state: &BrokerState, t: &str, ns: &str, name: &str) -> Response {
@@ -204,6 +232,9 @@ fn policies(p: &NamespacePolicies) -> serde_json::Value {
     v["backlog_quota_map"] = serde_json::json!(p.backlog_quota_map);
     if let Some(secs) = p.message_ttl_in_seconds {
         v["message_ttl_in_seconds"] = serde_json::json!(secs);
+    }
+    if let Some(r) = p.retention_policies {
+        v["retention_policies"] = serde_json::json!(r);
     }
     for (key, value) in [
         ("max_producers_per_topic", p.max_producers_per_topic),

@@ -16,7 +16,7 @@ use crate::storage::StorageError;
 mod policies;
 mod store;
 
-pub(crate) use policies::{BacklogQuota, NamespacePolicies, QuotaKind, LIMITS};
+pub(crate) use policies::{BacklogQuota, NamespacePolicies, QuotaKind, RetentionPolicies, LIMITS};
 pub(crate) use store::{FileMetadata, MemoryMetadata, MetadataStore};
 
 /// The one cluster this broker is (Pulsar standalone's name).

@@ -16,6 +16,9 @@ pub(crate) struct NamespacePolicies {
     /// Backlog quotas by kind (`destination_storage`, `message_age`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub backlog_quota_map: BTreeMap<QuotaKind, BacklogQuota>,
+    /// Consumed ledgers kept for a time or up to a size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_policies: Option<RetentionPolicies>,
     /// At most this many producers per topic (0: no limit).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_producers_per_topic: Option<u32>,
@@ -53,6 +56,35 @@ impl NamespacePolicies {
     /// A limit that is set and not 0 (0 is no limit, as in Pulsar).
     pub(crate) fn limit(value: Option<u32>) -> Option<usize> {
         value.filter(|n| *n > 0).map(|n| n as usize)
+    }
+}
+
+/// Pulsar's `RetentionPolicies`: consumed messages are kept up to this time and size (-1: no
+/// limit; 0 and 0: none kept, the default).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct RetentionPolicies {
+    /// Minutes (-1: no time limit).
+    pub retention_time_in_minutes: i64,
+    /// MiB (-1: no size limit).
+    #[serde(rename = "retentionSizeInMB")]
+    pub retention_size_in_mb: i64,
+}
+
+impl RetentionPolicies {
+    /// Pulsar's rule: time and size are both 0 or both not 0.
+    pub(crate) fn valid(&self) -> bool {
+        (self.retention_time_in_minutes == 0) == (self.retention_size_in_mb == 0)
+    }
+
+    /// As the topic's retention applies it.
+    pub(crate) fn retention(&self) -> crate::topic::Retention {
+        let non_negative = |v: i64| u64::try_from(v).ok();
+        crate::topic::Retention {
+            time_ms: non_negative(self.retention_time_in_minutes).map(|m| m.saturating_mul(60_000)),
+            size_bytes: non_negative(self.retention_size_in_mb)
+                .map(|mb| mb.saturating_mul(1024 * 1024)),
+        }
     }
 }
 

@@ -226,9 +226,7 @@ fn housekeeping_loop(state: Arc<BrokerState>) {
         }
         if due(&mut last_trim, RETENTION_INTERVAL).is_some() {
             let now = wall_ms();
-            for t in state.topics() {
-                t.trim(now);
-            }
+            state.trim_topics(now);
         }
         if let Some(secs) = due(&mut last_rates, RATES_INTERVAL) {
             crate::stats::update_rates(&state, secs);

@@ -51,6 +51,28 @@ impl BrokerState {
         by_size + by_age
     }
 
+    /// Drops what each topic's retention lets go (see `Topic::trim`), under its namespace's
+    /// retention policy if it has one.
+    pub(crate) fn trim_topics(&self, now_ms: u64) {
+        let mut by_namespace: std::collections::HashMap<String, Option<crate::topic::Retention>> =
+            std::collections::HashMap::new();
+        for t in self.topics() {
+            let Ok(name) = crate::topic::TopicName::parse(&t.name) else {
+                continue;
+            };
+            let retention = *by_namespace
+                .entry(name.namespace_name())
+                .or_insert_with(|| {
+                    self.metadata()
+                        .policies(&name.tenant, &name.namespace)
+                        .ok()
+                        .and_then(|p| p.retention_policies)
+                        .map(|r| r.retention())
+                });
+            t.trim(now_ms, retention);
+        }
+    }
+
     /// Runs the operation `op` gives for each namespace's policies on every subscription of
     /// its topics that has a backlog.
     fn enforce(

@@ -24,6 +24,7 @@ mod backend;
 mod catalog;
 mod meta;
 mod name;
+mod retention;
 mod subscription;
 
 pub(crate) use backend::{Backend, FileBackend, MemoryBackend};
@@ -70,21 +71,6 @@ struct TopicState {
     subs: BTreeMap<String, Arc<Subscription>>,
 }
 
-/// Where a topic without subscriptions may drop its ledgers: below the first ledger that is
-/// still being written or whose first entry is younger than [`NO_SUBSCRIPTION_KEEP_MS`].
-fn no_subscription_boundary(ledger: &InMemoryLedger, now_ms: u64) -> Option<Position> {
-    let last = ledger.last_position()?;
-    let mut p = ledger.first_position();
-    while let Some(first) = p.filter(|q| q.ledger_id < last.ledger_id) {
-        let published = ledger.publish_time(first).unwrap_or(u64::MAX);
-        if now_ms.saturating_sub(published) < NO_SUBSCRIPTION_KEEP_MS {
-            return Some(Position::new(first.ledger_id, 0));
-        }
-        p = ledger.next_position(Position::new(first.ledger_id + 1, 0).before());
-    }
-    Some(Position::new(last.ledger_id, 0))
-}
-
 /// What a durable topic is opened with.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TopicConfig {
@@ -100,6 +86,7 @@ pub(crate) struct TopicConfig {
 }
 
 pub(crate) use meta::KEPT_METAS;
+pub(crate) use retention::Retention;
 
 /// Publish counters of a topic.
 #[derive(Clone, Copy, Debug, Default)]
@@ -108,11 +95,6 @@ pub(crate) struct TopicCounters {
     pub bytes_in: u64,
     pub entries_in: u64,
 }
-
-/// How long a closed ledger of a topic without subscriptions is kept: Pulsar, without a
-/// retention policy, deletes it when it rolls over, which it does not do before
-/// `managedLedgerMinLedgerRolloverTimeMinutes` (10 minutes by default).
-pub(crate) const NO_SUBSCRIPTION_KEEP_MS: u64 = 10 * 60 * 1000;
 
 /// A topic: master ledger, payloads, subscriptions.
 pub(crate) struct Topic {
@@ -451,52 +433,6 @@ impl Topic {
             .map(|(id, t)| (id, t.entries, t.bytes))
             .collect();
         (total, ledgers)
-    }
-
-    /// Retention: drops whole ledgers (metadata, payloads and the ledger's log file) once every
-    /// subscription's
-    /// mark-delete position has moved past them, as Pulsar deletes consumed ledgers. Entries of
-    /// the ledger being consumed stay (a Reader from the earliest message still finds them).
-    /// A topic without subscriptions keeps its closed ledgers for [`NO_SUBSCRIPTION_KEEP_MS`]
-    /// after their first entry's publish time, then drops them, as Pulsar without a retention
-    /// policy does. `now_ms` is the wall clock.
-    pub(crate) fn trim(&self, now_ms: u64) {
-        // Under the state lock, so no subscription is created (at the earliest entry) and no
-        // cursor is reset (see `Topic::reset`) between choosing the boundary and trimming.
-        let mut st = lock(&self.state);
-        let subs: Vec<Arc<Subscription>> = st.subs.values().cloned().collect();
-        let below = match subs
-            .iter()
-            .map(|s| s.runtime.cursor_view().mark_delete)
-            .min()
-        {
-            Some(min) => Position::new(min.next().ledger_id, 0),
-            None => match no_subscription_boundary(&self.ledger.read(), now_ms) {
-                Some(b) => b,
-                None => return,
-            },
-        };
-        // Whole ledgers are taken out under the write lock (they move without touching their
-        // entries) and freed here, after the lock, on the housekeeping thread: freeing 50,000
-        // entries under the lock would stall every subscription's reads for milliseconds.
-        let old_entries = {
-            let mut ledger = self.ledger.write();
-            if ledger.first_position().is_none_or(|f| f >= below) {
-                return;
-            }
-            ledger.split_off_below(below)
-        };
-        st.chunks.retain(|_, ps| {
-            ps.retain(|p| *p >= below);
-            !ps.is_empty()
-        });
-        drop(st);
-        self.entries.delete_below(below);
-        let dropped = old_entries.len();
-        drop(old_entries);
-        if dropped > 0 {
-            debug!(topic = %self.name, dropped, below = %below, subscriptions = subs.len(), "entries trimmed");
-        }
     }
 
     /// Stops every subscription's runtime (broker shutdown, topic deletion). A runtime a

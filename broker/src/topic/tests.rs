@@ -56,7 +56,7 @@ fn retention_trims_ledgers_below_the_slowest_mark_delete() {
     // the metadata once, and the only other reference is this handle.
     let first = t.ledger.read().get(ps[0]).unwrap().meta;
     assert_eq!(Arc::strong_count(&first), 2);
-    t.trim(0);
+    t.trim(0, None);
     assert_eq!(
         Arc::strong_count(&first),
         1,
@@ -158,18 +158,66 @@ fn a_topic_without_subscriptions_drops_closed_ledgers_after_ten_minutes() {
                 .unwrap()
         })
         .collect();
-    t.trim(9 * minute);
+    t.trim(9 * minute, None);
     assert!(t.payload(ps[0]).is_some(), "younger than ten minutes");
-    t.trim(10 * minute);
+    t.trim(10 * minute, None);
     assert!(
         t.payload(ps[1]).is_none(),
         "the first ledger is ten minutes old"
     );
     assert!(t.payload(ps[2]).is_some());
-    t.trim(60 * minute);
+    t.trim(60 * minute, None);
     assert!(t.payload(ps[3]).is_none());
     assert!(t.payload(ps[4]).is_some(), "the ledger being written stays");
     assert_eq!(t.last_position(), ps[4]);
+    t.close();
+}
+
+#[test]
+fn a_retention_policy_keeps_consumed_ledgers_for_its_time_and_up_to_its_size() {
+    // Ledgers of 2 entries published at 0, 0 | 5, 5 | 9 minutes; everything is acked.
+    let t = Topic::new("persistent://p/d/kept".into(), 2);
+    let section: Arc<[u8]> = Arc::from(&b"x"[..]);
+    let minute = 60_000;
+    let sub = t
+        .subscription("s", SubKind::Shared, InitialPosition::Earliest)
+        .unwrap();
+    let ps: Vec<_> = [0, 0, 5, 5, 9]
+        .iter()
+        .map(|m| {
+            t.publish(EntryMeta::simple(m * minute, 1), section.clone())
+                .unwrap()
+        })
+        .collect();
+    let (c, got) = receive(&sub, 5);
+    for p in got {
+        c.ack(p).unwrap();
+    }
+    let forever = Retention {
+        time_ms: None,
+        size_bytes: None,
+    };
+    t.trim(1_000 * minute, Some(forever));
+    assert!(t.payload(ps[0]).is_some(), "no limit: everything stays");
+    let ten = Retention {
+        time_ms: Some(10 * minute),
+        size_bytes: None,
+    };
+    // The first ledger closed at 5 minutes (its successor's first entry).
+    t.trim(14 * minute, Some(ten));
+    assert!(t.payload(ps[0]).is_some(), "closed 9 minutes ago");
+    t.trim(15 * minute, Some(ten));
+    assert!(t.payload(ps[1]).is_none(), "closed 10 minutes ago");
+    assert!(t.payload(ps[2]).is_some(), "closed 6 minutes ago");
+    let nothing = Retention {
+        time_ms: None,
+        size_bytes: Some(0),
+    };
+    t.trim(15 * minute, Some(nothing));
+    assert!(t.payload(ps[3]).is_none(), "over the size");
+    assert!(t.payload(ps[4]).is_some(), "the ledger being written stays");
+    drop(c);
+    drop(sub);
     t.close();
 }
 
