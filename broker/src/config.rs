@@ -93,6 +93,10 @@ pub struct BrokerConfig {
     /// How often namespaces' backlog quotas are applied, ms (`--backlog-quota-check-interval-ms`;
     /// Pulsar's `backlogQuotaCheckIntervalInSeconds`, 60 s).
     pub backlog_quota_check_ms: u64,
+    /// Deduplication on every topic whose namespace does not say otherwise
+    /// (`--broker-deduplication-enabled true|false`, Pulsar's `brokerDeduplicationEnabled`,
+    /// default false).
+    pub deduplication: bool,
 }
 
 impl Default for BrokerConfig {
@@ -116,6 +120,7 @@ impl Default for BrokerConfig {
             max_num_partitions: 0,
             message_expiry_check_ms: 5 * 60 * 1000,
             backlog_quota_check_ms: 60 * 1000,
+            deduplication: false,
         }
     }
 }
@@ -188,6 +193,9 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
                             how often namespaces' message TTLs are applied (default 300000)
   --backlog-quota-check-interval-ms N
                             how often namespaces' backlog quotas are applied (default 60000)
+  --broker-deduplication-enabled true|false
+                            drop a producer's resent messages (its sequence ids) on every
+                            topic whose namespace does not say otherwise (default false)
   --check-frames            for test suites: check every frame written as Pulsar's Java client
                             reads it (no repeated non-repeated field, every required field);
                             a frame that fails is logged at ERROR and its connection closed
@@ -215,6 +223,7 @@ const FLAGS_WITH_VALUE: &[&str] = &[
     "--max-num-partitions-per-partitioned-topic",
     "--message-expiry-check-interval-ms",
     "--backlog-quota-check-interval-ms",
+    "--broker-deduplication-enabled",
 ];
 
 impl BrokerConfig {
@@ -325,7 +334,8 @@ impl BrokerConfig {
             | "--default-num-partitions"
             | "--max-num-partitions-per-partitioned-topic"
             | "--message-expiry-check-interval-ms"
-            | "--backlog-quota-check-interval-ms" => self.set_namespace_flag(name, value)?,
+            | "--backlog-quota-check-interval-ms"
+            | "--broker-deduplication-enabled" => self.set_namespace_flag(name, value)?,
             _ => return Err("not a flag with a value"),
         }
         Ok(())
@@ -344,6 +354,13 @@ impl BrokerConfig {
         };
         match name {
             "--message-expiry-check-interval-ms" => self.message_expiry_check_ms = interval(value)?,
+            "--broker-deduplication-enabled" => {
+                self.deduplication = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err("must be `true` or `false`"),
+                }
+            }
             "--backlog-quota-check-interval-ms" => self.backlog_quota_check_ms = interval(value)?,
             "--allow-auto-topic-creation" => {
                 self.allow_auto_topic_creation = match value {

@@ -120,11 +120,11 @@ fn clusters_tenants_and_namespaces() {
     let (status, reason) = refused(
         &b,
         "POST",
-        "/admin/v2/namespaces/acme/orders/retention",
-        r#"{"retentionTimeInMinutes": 10, "retentionSizeInMB": 10}"#,
+        "/admin/v2/namespaces/acme/orders/schemaCompatibilityStrategy",
+        r#""FULL""#,
     );
     assert_eq!(status, 400);
-    assert!(reason.contains("retention"), "{reason}");
+    assert!(reason.contains("schemaCompatibilityStrategy"), "{reason}");
 
     // A namespace with a topic is not deleted, nor its tenant.
     let topic = "persistent://acme/orders/t";

@@ -228,3 +228,74 @@ fn a_retention_policy_keeps_what_was_consumed() {
     );
     b.shutdown(Duration::from_secs(5));
 }
+
+#[test]
+fn deduplication_drops_a_producers_resent_messages() {
+    let b = start_broker(&[]);
+    let topic = "persistent://public/default/dedup";
+    let stats = "/admin/v2/persistent/public/default/dedup/stats";
+    let msg_in = || {
+        let v: serde_json::Value = serde_json::from_str(&http(&b, "GET", stats, "").1).unwrap();
+        v["msgInCounter"].as_u64().unwrap()
+    };
+    assert_eq!(http(&b, "GET", &format!("{NS}/deduplication"), "").0, 204);
+    assert_eq!(
+        http(&b, "POST", &format!("{NS}/deduplication"), "yes").0,
+        400
+    );
+    assert_eq!(
+        http(&b, "POST", &format!("{NS}/deduplication"), "true").0,
+        204
+    );
+    let mut c = Raw::connected(&b);
+    c.send(&wire::commands::producer(topic, 1, 1, Some("dedup-p")));
+    let ok = c
+        .expect(Type::ProducerSuccess)
+        .command
+        .producer_success
+        .unwrap();
+    assert_eq!(ok.last_sequence_id, Some(-1));
+    // Sends seq and returns the receipt's ledger id.
+    let send = |c: &mut Raw, seq: u64| {
+        c.send_message(
+            &wire::commands::send(1, seq, 1),
+            &common::metadata("dedup-p", seq, Some("k")),
+            b"m",
+        );
+        let r = c.expect(Type::SendReceipt).command.send_receipt.unwrap();
+        r.message_id.unwrap().ledger_id
+    };
+    for seq in 0..3 {
+        assert_ne!(send(&mut c, seq), u64::MAX);
+    }
+    assert_eq!(
+        send(&mut c, 1),
+        u64::MAX,
+        "a resent message: receipted as -1:-1"
+    );
+    assert_eq!(msg_in(), 3);
+
+    // The producer comes back under its name: it resumes after sequence 2.
+    let mut again = Raw::connected(&b);
+    drop(c);
+    std::thread::sleep(Duration::from_millis(200));
+    again.send(&wire::commands::producer(topic, 1, 1, Some("dedup-p")));
+    let ok = again
+        .expect(Type::ProducerSuccess)
+        .command
+        .producer_success
+        .unwrap();
+    assert_eq!(ok.last_sequence_id, Some(2));
+
+    assert_eq!(
+        http(&b, "POST", &format!("{NS}/deduplication"), "false").0,
+        204
+    );
+    assert_ne!(
+        send(&mut again, 1),
+        u64::MAX,
+        "without deduplication it is stored"
+    );
+    assert_eq!(msg_in(), 4);
+    b.shutdown(Duration::from_secs(5));
+}

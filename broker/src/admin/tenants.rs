@@ -92,6 +92,7 @@ pub(super) fn namespaces(req: &Request, state: &BrokerState, segs: &[&str]) -> R
         }
         (_, [t, ns, limit]) if LIMITS.contains(limit) => limit_policy(req, state, t, ns, limit),
         (_, [t, ns, "retention"]) => retention_policy(req, state, t, ns),
+        (_, [t, ns, "deduplication"]) => deduplication_policy(req, state, t, ns),
         (_, [_, _, policy, ..]) => Response::json_error(
             400,
             &format!("namespace policy `{policy}` is not supported by this broker"),
@@ -170,6 +171,38 @@ fn enforced_policy(req: &Request, state: &BrokerState, t: &str, ns: &str, what: 
     }
 }
 
+/// `deduplication`: POST `true` or `false`, GET it (204 when unset: the broker's flag
+/// applies), DELETE it. Open topics of the namespace follow at once.
+fn deduplication_policy(req: &Request, state: &BrokerState, t: &str, ns: &str) -> Response {
+    let set = |value: Option<bool>| {
+        let r = state
+            .change_metadata(|m| m.change_policies(t, ns, |p| p.deduplication_enabled = value));
+        if r.is_ok() {
+            state.apply_deduplication(t, ns);
+        }
+        done(r)
+    };
+    match req.method.as_str() {
+        "GET" => match state.metadata().policies(t, ns) {
+            Ok(p) => match p.deduplication_enabled {
+                Some(on) => json(200, &on),
+                None => no_content(),
+            },
+            Err(e) => refused(e),
+        },
+        "POST" => match String::from_utf8_lossy(&req.body).trim() {
+            "true" => set(Some(true)),
+            "false" => set(Some(false)),
+            other => Response::json_error(
+                400,
+                &format!("deduplication must be true or false, got `{other}`"),
+            ),
+        },
+        "DELETE" => set(None),
+        _ => super::no_route(req),
+    }
+}
+
 /// `retention`: POST Pulsar's `RetentionPolicies`, GET it (204 when unset), DELETE it.
 fn retention_policy(req: &Request, state: &BrokerState, t: &str, ns: &str) -> Response {
     let set = |value: Option<RetentionPolicies>| {
@@ -232,6 +265,9 @@ fn policies(p: &NamespacePolicies) -> serde_json::Value {
     v["backlog_quota_map"] = serde_json::json!(p.backlog_quota_map);
     if let Some(secs) = p.message_ttl_in_seconds {
         v["message_ttl_in_seconds"] = serde_json::json!(secs);
+    }
+    if let Some(on) = p.deduplication_enabled {
+        v["deduplicationEnabled"] = serde_json::json!(on);
     }
     if let Some(r) = p.retention_policies {
         v["retention_policies"] = serde_json::json!(r);

@@ -16,6 +16,13 @@ pub(crate) struct NamespacePolicies {
     /// Backlog quotas by kind (`destination_storage`, `message_age`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub backlog_quota_map: BTreeMap<QuotaKind, BacklogQuota>,
+    /// Deduplication on or off (unset: the broker's `--broker-deduplication-enabled`).
+    #[serde(
+        default,
+        rename = "deduplicationEnabled",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub deduplication_enabled: Option<bool>,
     /// Consumed ledgers kept for a time or up to a size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retention_policies: Option<RetentionPolicies>,

@@ -6,9 +6,10 @@ use tracing::{debug, info, warn};
 use wire::proto::{BaseCommand, CommandProducer, ServerError};
 
 use super::{Now, Session};
-use crate::metadata::NamespacePolicies;
 use crate::storage::StorageError;
-use crate::topic::{InitialPosition, ProducerInfo, SubKind, SubscribeError, Topic, TopicName};
+use crate::topic::{
+    InitialPosition, ProducerInfo, Published, SubKind, SubscribeError, Topic, TopicName,
+};
 
 /// A producer open on this connection.
 pub(super) struct Producer {
@@ -66,10 +67,7 @@ impl Session {
                 .map(|kv| (kv.key.clone(), kv.value.clone()))
                 .collect(),
         };
-        let policies = self.state.policies_of(&topic.name);
-        let max = NamespacePolicies::limit(policies.max_producers_per_topic);
-        if max.is_some_and(|max| topic.producer_ids().len() >= max) {
-            let message = "Topic reached max producers limit";
+        if let Some(message) = self.state.producer_limit(&topic) {
             return self.send_error(p.request_id, ServerError::ProducerBusy, message);
         }
         if !topic.add_producer(self.id, p.producer_id, info) {
@@ -91,6 +89,7 @@ impl Session {
                 );
             }
         };
+        let last_sequence = topic.resume_after(&producer_name, p.user_provided_producer_name());
         debug!(conn = self.id, topic = %topic.name, producer = %producer_name, "producer created");
         self.producers.insert(
             p.producer_id,
@@ -104,7 +103,7 @@ impl Session {
         self.send(&wire::commands::producer_success(
             p.request_id,
             &producer_name,
-            -1,
+            last_sequence,
             schema_version,
         ));
     }
@@ -195,13 +194,22 @@ impl Session {
             );
         }
         let topic = producer.topic.clone();
-        match topic.publish(meta, Arc::from(payload.section)) {
-            Ok(pos) => {
+        match topic.publish_once(meta, Arc::from(payload.section)) {
+            Ok(published) => {
+                // A duplicate is receipted as Pulsar does, with the id -1:-1.
+                let id = match published {
+                    Published::Stored(pos) => wire::convert::message_id(pos),
+                    Published::Duplicate => wire::proto::MessageIdData {
+                        ledger_id: u64::MAX,
+                        entry_id: u64::MAX,
+                        ..Default::default()
+                    },
+                };
                 let receipt = wire::commands::send_receipt(
                     producer_id,
                     sequence_id,
                     s.highest_sequence_id,
-                    wire::convert::message_id(pos),
+                    id,
                 );
                 if topic.sync_policy().is_some() {
                     // Group commit: receipts wait until the entries of this read's frames are

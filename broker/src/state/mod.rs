@@ -135,6 +135,8 @@ impl BrokerState {
     /// The topic, created on first use (in the backend: a directory under `--data-dir`).
     pub(crate) fn topic(&self, name: &TopicName) -> Result<Arc<Topic>, StorageError> {
         let full = name.full();
+        // The metadata before the registry (the lock order).
+        let deduplicate = self.deduplication_of(name);
         let mut topics = lock(&self.topics);
         if let Some(t) = topics.get(&full) {
             return Ok(t.clone());
@@ -151,6 +153,7 @@ impl BrokerState {
             kept_metas: crate::topic::KEPT_METAS,
         };
         let t = Topic::open(full.clone(), &*self.backend, config)?;
+        t.set_deduplicating(deduplicate);
         if self.cfg.legacy != crate::config::Legacy::default() {
             warn!(topic = %full, legacy = ?self.cfg.legacy, "Pulsar-bug switches are on for this topic's subscriptions");
         }
@@ -158,6 +161,28 @@ impl BrokerState {
         let t = Arc::new(t);
         topics.insert(full, t.clone());
         Ok(t)
+    }
+
+    /// Whether topics of `name`'s namespace deduplicate: the namespace's policy, else the
+    /// broker's `--broker-deduplication-enabled`.
+    pub(crate) fn deduplication_of(&self, name: &TopicName) -> bool {
+        self.metadata()
+            .policies(&name.tenant, &name.namespace)
+            .ok()
+            .and_then(|p| p.deduplication_enabled)
+            .unwrap_or(self.cfg.deduplication)
+    }
+
+    /// Applies namespace `tenant/ns`'s deduplication setting to its open topics (after the
+    /// admin API changed it).
+    pub(crate) fn apply_deduplication(&self, tenant: &str, ns: &str) {
+        let namespace = format!("{tenant}/{ns}");
+        for full in self.topic_names_in(&namespace) {
+            let (Some(t), Ok(name)) = (self.existing_topic(&full), TopicName::parse(&full)) else {
+                continue;
+            };
+            t.set_deduplicating(self.deduplication_of(&name));
+        }
     }
 
     /// Reads the metadata and every stored topic back (before the listener accepts anyone).

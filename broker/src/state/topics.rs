@@ -308,6 +308,14 @@ impl BrokerState {
             .unwrap_or_default()
     }
 
+    /// Why one more producer is refused by the namespace's limit, if it is.
+    pub(crate) fn producer_limit(&self, topic: &Topic) -> Option<&'static str> {
+        let p = self.policies_of(&topic.name);
+        let max = crate::metadata::NamespacePolicies::limit(p.max_producers_per_topic);
+        max.is_some_and(|m| topic.producer_ids().len() >= m)
+            .then_some("Topic reached max producers limit")
+    }
+
     /// Why one more consumer is refused by the namespace's limits, if it is.
     pub(crate) fn consumer_limit(
         &self,

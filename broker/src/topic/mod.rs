@@ -22,6 +22,7 @@ use crate::sync::lock;
 
 mod backend;
 mod catalog;
+mod dedup;
 mod meta;
 mod name;
 mod retention;
@@ -69,6 +70,17 @@ struct TopicState {
     /// Chunk uuid → positions of its chunks (for redelivery expansion).
     chunks: HashMap<String, Vec<Position>>,
     subs: BTreeMap<String, Arc<Subscription>>,
+    /// The highest sequence id stored per producer (deduplication).
+    sequences: dedup::Sequences,
+}
+
+/// What [`Topic::publish_once`] did with an entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Published {
+    /// Stored at this position.
+    Stored(Position),
+    /// Not stored: deduplication found its producer's sequence id stored already.
+    Duplicate,
 }
 
 /// What a durable topic is opened with.
@@ -123,6 +135,8 @@ pub(crate) struct Topic {
     pub schemas: crate::schema::SchemaRegistry,
     /// Deleted by the admin API: producers and consumers still holding it must let it go.
     deleted: std::sync::atomic::AtomicBool,
+    /// Deduplication is on (the broker's flag or the namespace's policy).
+    deduplicating: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Topic {
@@ -168,6 +182,7 @@ impl Topic {
             InMemoryLedger::new(entries_per_ledger).with_meta_source(source.clone(), kept_metas);
         let mut chunks: HashMap<String, Vec<Position>> = HashMap::new();
         let mut counters = TopicCounters::default();
+        let mut sequences = dedup::Sequences::default();
         let corrupt = |position: Position, reason: String| StorageError::Entry {
             topic: name.clone(),
             position,
@@ -186,6 +201,7 @@ impl Topic {
             counters.msg_in += u64::from(meta.messages());
             counters.bytes_in += u64::from(meta.size);
             counters.entries_in += 1;
+            sequences.record(&meta);
             if let Some(c) = &meta.chunk {
                 chunks.entry(c.uuid.clone()).or_default().push(pos);
             }
@@ -208,6 +224,7 @@ impl Topic {
             state: Mutex::new(TopicState {
                 chunks,
                 subs: BTreeMap::new(),
+                sequences,
             }),
             ledger: SharedLedger::new(ledger),
             counters: Mutex::new(counters),
@@ -216,6 +233,7 @@ impl Topic {
             rate_in: Mutex::new((Rate::default(), Rate::default())),
             schemas,
             deleted: std::sync::atomic::AtomicBool::new(false),
+            deduplicating: std::sync::atomic::AtomicBool::new(false),
         };
         topic.recover_subscriptions()?;
         Ok(topic)
@@ -245,7 +263,33 @@ impl Topic {
         meta: EntryMeta,
         section: Arc<[u8]>,
     ) -> Result<Position, StorageError> {
+        match self.store(meta, section, false)? {
+            Published::Stored(p) => Ok(p),
+            Published::Duplicate => unreachable!("no duplicate without deduplication"),
+        }
+    }
+
+    /// [`publish`](Self::publish), unless deduplication is on and the entry's producer stored
+    /// its sequence id already: then nothing is stored.
+    pub(crate) fn publish_once(
+        &self,
+        meta: EntryMeta,
+        section: Arc<[u8]>,
+    ) -> Result<Published, StorageError> {
+        self.store(meta, section, self.is_deduplicating())
+    }
+
+    fn store(
+        &self,
+        meta: EntryMeta,
+        section: Arc<[u8]>,
+        deduplicate: bool,
+    ) -> Result<Published, StorageError> {
         let mut st = lock(&self.state);
+        if deduplicate && st.sequences.is_duplicate(&meta) {
+            return Ok(Published::Duplicate);
+        }
+        st.sequences.record(&meta);
         let messages = u64::from(meta.messages());
         let bytes = u64::from(meta.size);
         let chunk_uuid = meta.chunk.as_ref().map(|c| c.uuid.clone());
@@ -268,7 +312,31 @@ impl Topic {
         c.msg_in += messages;
         c.bytes_in += bytes;
         c.entries_in += 1;
-        Ok(pos)
+        Ok(Published::Stored(pos))
+    }
+
+    /// Turns deduplication on or off (the broker's flag or the namespace's policy changed).
+    pub(crate) fn set_deduplicating(&self, on: bool) {
+        self.deduplicating
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether deduplication is on.
+    pub(crate) fn is_deduplicating(&self) -> bool {
+        self.deduplicating
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// PRODUCER_SUCCESS's `last_sequence_id`: with deduplication, the highest sequence id
+    /// stored for a producer that named itself (it resumes after it); -1 otherwise.
+    pub(crate) fn resume_after(&self, name: &str, named: bool) -> i64 {
+        if !(named && self.is_deduplicating()) {
+            return -1;
+        }
+        lock(&self.state)
+            .sequences
+            .last(name)
+            .map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX))
     }
 
     /// Registers a producer under (connection, producer id): false, and nothing registered,
