@@ -16,9 +16,11 @@ import org.springframework.pulsar.core.PulsarTopicBuilder;
 @ConditionalOnBooleanProperty("app.topics.declare")
 class TopicDeclarations {
 
+	/** Partitioned when {@code app.topics.keyed-events-partitions} is above 0. */
 	@Bean
-	PulsarTopic keyedEventsTopic(PulsarTopicBuilder topics, @Value("${app.topics.keyed-events}") String name) {
-		return topics.name(name).build();
+	PulsarTopic keyedEventsTopic(PulsarTopicBuilder topics, @Value("${app.topics.keyed-events}") String name,
+			@Value("${app.topics.keyed-events-partitions:0}") int partitions) {
+		return topics.name(name).numberOfPartitions(partitions).build();
 	}
 
 	@Bean
