@@ -80,6 +80,15 @@ fn stats_and_operations() {
         1
     );
     assert_eq!(backlog(&b, "sub"), 10);
+    // Exclusive, as the admin clients send it (`excluded`): the backlog starts after the id.
+    let (status, _) = http(
+        &b,
+        "POST",
+        &format!("{BASE}/subscription/sub/resetcursor"),
+        r#"{"ledgerId": 1, "entryId": 3, "partitionIndex": -1, "batchIndex": -1, "excluded": true}"#,
+    );
+    assert_eq!(status, 204);
+    assert_eq!(backlog(&b, "sub"), 6);
 
     // Expire everything older than 0 s: the whole backlog (publish times are in the past).
     assert_eq!(

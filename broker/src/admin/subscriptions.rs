@@ -163,7 +163,7 @@ pub(super) fn route(
     }
 }
 
-/// Where a message-id body points: `{"ledgerId": L, "entryId": E, "isExcluded": B}` (a
+/// Where a message-id body points: `{"ledgerId": L, "entryId": E, "excluded": B}` (a
 /// negative entry id is the ledger's start; an excluded id starts after it). Pulsar's
 /// `MessageId.earliest` (ledger -1) and `MessageId.latest` (ledger `i64::MAX`) are the two
 /// ends.
@@ -185,9 +185,10 @@ fn message_id(body: &[u8]) -> Result<Target, Response> {
             "body must be a message id: {\"ledgerId\": L, \"entryId\": E}",
         ));
     };
-    let excluded = v
-        .get("isExcluded")
-        .and_then(serde_json::Value::as_bool)
+    // Pulsar's `ResetCursorData` serialises its `isExcluded` as `excluded`; both are read.
+    let excluded = ["excluded", "isExcluded"]
+        .iter()
+        .find_map(|k| v.get(*k).and_then(serde_json::Value::as_bool))
         .unwrap_or(false);
     Ok(match (l, e) {
         (l, _) if l < 0 => Target::Earliest,
