@@ -79,6 +79,15 @@ const SUITES: &[Suite] = &[
         },
     },
     Suite {
+        name: "admin",
+        client: "Pulsar's admin tools: org.apache.pulsar:pulsar-client-admin-original 4.2.4 (the \
+                 Java admin API) and pulsar-client-tools 4.0.8 (the pulsar-admin CLI), Java 17",
+        kind: Kind::Maven {
+            dir: "tests/interop/admin",
+            profile: None,
+        },
+    },
+    Suite {
         name: "spring",
         client: "spring-boot-starter-pulsar (Spring Boot 4.0.7, Java client 4.1.3)",
         kind: Kind::Maven {
