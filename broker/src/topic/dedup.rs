@@ -3,15 +3,22 @@
 //! sequence id is not above it is a duplicate (a producer resending after a reconnect), which
 //! gets its receipt without being stored again.
 
-use std::collections::HashMap;
-
 use cursor::EntryMeta;
 
 /// The highest sequence id stored per producer name (always kept, so that deduplication
 /// turned on later knows what came before).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct Sequences {
-    highest: HashMap<String, u64>,
+    /// ahash: looked up on every stored entry.
+    highest: std::collections::HashMap<String, u64, ahash::RandomState>,
+}
+
+impl Default for Sequences {
+    fn default() -> Sequences {
+        Sequences {
+            highest: std::collections::HashMap::with_hasher(ahash::RandomState::new()),
+        }
+    }
 }
 
 impl Sequences {
