@@ -154,16 +154,7 @@ fn bad_requests_get_pulsar_status_codes() {
     let b = start_broker(&[]);
     produce(&b, TOPIC, 1, 1);
     let mut c = Raw::connected(&b);
-    c.send(&wire::commands::subscribe(
-        TOPIC,
-        "sub",
-        1,
-        1,
-        SubType::Shared,
-        None,
-        InitialPosition::Earliest,
-    ));
-    c.expect(Type::Success);
+    common::subscribe_shared(&mut c, TOPIC, "sub");
     let cases: &[(&str, String, &str, u16)] = &[
         (
             "GET",
@@ -260,16 +251,7 @@ fn read_position_is_never_an_acked_entry() {
     let topic = "persistent://public/default/read-pos";
     let base = "/admin/v2/persistent/public/default/read-pos";
     let mut c = Raw::connected(&b);
-    c.send(&wire::commands::subscribe(
-        topic,
-        "sub",
-        1,
-        1,
-        SubType::Shared,
-        None,
-        InitialPosition::Earliest,
-    ));
-    c.expect(Type::Success);
+    common::subscribe_shared(&mut c, topic, "sub");
     produce(&b, topic, 20, 1);
     let read_position = || {
         let (status, body) = http(&b, "GET", &format!("{base}/internalStats"), "");
@@ -332,16 +314,7 @@ fn messages_are_read_back_as_pulsar_answers_them() {
     let base = "/admin/v2/persistent/public/default/read-back";
     let topic = "persistent://public/default/read-back";
     let mut c = Raw::connected(&b);
-    c.send(&wire::commands::subscribe(
-        topic,
-        "sub",
-        1,
-        1,
-        SubType::Shared,
-        None,
-        InitialPosition::Earliest,
-    ));
-    c.expect(Type::Success);
+    common::subscribe_shared(&mut c, topic, "sub");
     produce(&b, topic, 3, 3);
     let (status, last) = http(&b, "GET", &format!("{base}/lastMessageId"), "");
     assert_eq!(status, 200, "{last}");

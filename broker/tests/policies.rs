@@ -26,16 +26,7 @@ fn backlog(b: &broker::Broker, topic: &str) -> u64 {
 /// A subscription with `n` messages of backlog (its consumer sends no FLOW).
 fn subscription_with_backlog(b: &broker::Broker, topic: &str, n: u64) -> Raw {
     let mut c = Raw::connected(b);
-    c.send(&wire::commands::subscribe(
-        topic,
-        "sub",
-        1,
-        1,
-        SubType::Shared,
-        None,
-        InitialPosition::Earliest,
-    ));
-    c.expect(Type::Success);
+    common::subscribe_shared(&mut c, topic, "sub");
     produce(b, topic, n, 2);
     assert_eq!(backlog(b, topic), n);
     c

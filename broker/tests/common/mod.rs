@@ -194,6 +194,22 @@ pub fn http(broker: &Broker, method: &str, path: &str, body: &str) -> (u16, Stri
     (status, body)
 }
 
+/// Subscribes consumer 1 of `c` to `topic` as subscription `sub` (Shared, from the earliest
+/// entry) and waits for the SUCCESS.
+pub fn subscribe_shared(c: &mut Raw, topic: &str, sub: &str) {
+    use wire::proto::command_subscribe::{InitialPosition, SubType};
+    c.send(&wire::commands::subscribe(
+        topic,
+        sub,
+        1,
+        1,
+        SubType::Shared,
+        None,
+        InitialPosition::Earliest,
+    ));
+    c.expect(Type::Success);
+}
+
 /// Opens producer 1 on `topic` over `c` and returns the name the broker gave it.
 pub fn open_producer(c: &mut Raw, topic: &str) -> String {
     c.send(&wire::commands::producer(topic, 1, 1, None));

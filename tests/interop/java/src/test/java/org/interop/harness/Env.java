@@ -44,7 +44,7 @@ public final class Env {
             try {
                 String d = System.getenv("INTEROP_LOG_DIR");
                 Path p = (d == null || d.isBlank())
-                        ? Files.createTempDirectory("interop-java-")
+                        ? Files.createTempDirectory("interop-")
                         : Path.of(d).toAbsolutePath();
                 Files.createDirectories(p);
                 logDir = p;
@@ -55,8 +55,8 @@ public final class Env {
         return logDir;
     }
 
-    /** The client under test, as given by the Maven profile ("pulsar-client 4.0.13"). */
+    /** The client or tool under test, as the pom names it ("pulsar-client 4.0.13"). */
     public static String client() {
-        return System.getProperty("interop.client", "pulsar-client (version unknown)");
+        return System.getProperty("interop.client", "the client under test (version unknown)");
     }
 }

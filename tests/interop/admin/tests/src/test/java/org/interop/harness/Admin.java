@@ -1,0 +1,1 @@
+../../../../../../../../java/src/test/java/org/interop/harness/Admin.java
