@@ -20,7 +20,7 @@ pub(super) fn route(req: &Request, state: &BrokerState, segs: &[&str]) -> Respon
         ["configuration"] => json(200, &Vec::<String>::new()),
         ["configuration", "values"] => json(200, &serde_json::json!({})),
         ["configuration", "runtime"] => json(200, &runtime_configuration(state)),
-        ["version"] => json(200, &state.server_version),
+        ["version"] => Response::new(200, "text/plain", state.server_version.clone()),
         _ => super::no_route(req),
     }
 }
