@@ -102,24 +102,27 @@ fn headers(p: Position, m: &wire::proto::MessageMetadata) -> Vec<(String, String
         "X-Pulsar-null-value",
         m.null_value.filter(|b| *b).map(|b| b.to_string()),
     );
-    // Pulsar's admin clients read the properties as one JSON object (`X-Pulsar-PROPERTY`);
-    // older ones read a header per property.
-    if !m.properties.is_empty() {
-        let all: serde_json::Map<String, serde_json::Value> = m
-            .properties
-            .iter()
-            .map(|kv| (kv.key.clone(), serde_json::Value::String(kv.value.clone())))
-            .collect();
-        add(
-            "X-Pulsar-PROPERTY",
-            Some(serde_json::Value::Object(all).to_string()),
-        );
+    h.extend(property_headers(m));
+    h
+}
+
+/// A message's properties as headers: one JSON object (`X-Pulsar-PROPERTY`, what Pulsar's 4.x
+/// admin clients read) and one header per property (what older ones read).
+fn property_headers(m: &wire::proto::MessageMetadata) -> Vec<(String, String)> {
+    if m.properties.is_empty() {
+        return Vec::new();
     }
+    let all: serde_json::Map<String, serde_json::Value> = m
+        .properties
+        .iter()
+        .map(|kv| (kv.key.clone(), serde_json::Value::String(kv.value.clone())))
+        .collect();
+    let mut h = vec![(
+        "X-Pulsar-PROPERTY".to_owned(),
+        serde_json::Value::Object(all).to_string(),
+    )];
     for kv in &m.properties {
-        add(
-            &format!("X-Pulsar-PROPERTY-{}", kv.key),
-            Some(kv.value.clone()),
-        );
+        h.push((format!("X-Pulsar-PROPERTY-{}", kv.key), kv.value.clone()));
     }
     h
 }
