@@ -59,6 +59,55 @@ pub enum SubscriptionType {
     Shared,
     /// Per-key order, one consumer per key at a time (PIP-379 draining).
     KeyShared(KeySharedConfig),
+    /// One active consumer gets every entry, in order; the others stand by
+    /// ([`crate::Dispatcher::active_consumer`]). Pulsar's Failover.
+    Failover(FailoverConfig),
+}
+
+/// How a Failover subscription picks its active consumer among the connected ones, as
+/// Pulsar's single-active-consumer dispatcher does: the consumers are sorted by priority level
+/// (0 first), then by name; only those of the best level are candidates; then
+/// [`ActivePick`] chooses one of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FailoverConfig {
+    /// The rule among the candidates.
+    pub pick: ActivePick,
+}
+
+/// The rule that chooses a Failover subscription's active consumer among the candidates
+/// (sorted by priority level, then name).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActivePick {
+    /// A partition of a partitioned topic: candidate `index % candidates` (so a client's
+    /// consumers on the partitions of one topic spread the partitions among themselves).
+    Partition(u32),
+    /// A topic that is not a partition: the candidate whose point on a ring of consumer
+    /// names (100 points each, `key_hash31(name + i)`) follows the topic's hash
+    /// ([`FailoverConfig::topic`]).
+    TopicHash(u32),
+}
+
+impl FailoverConfig {
+    /// The rule for partition `index` of a partitioned topic.
+    pub fn partition(index: u32) -> Self {
+        FailoverConfig {
+            pick: ActivePick::Partition(index),
+        }
+    }
+
+    /// The rule for the topic `name` (its full name, e.g. `persistent://public/default/t`),
+    /// when it is not a partition.
+    ///
+    /// ```
+    /// use dispatcher::{ActivePick, FailoverConfig};
+    /// let c = FailoverConfig::topic("persistent://public/default/t");
+    /// assert!(matches!(c.pick, ActivePick::TopicHash(_)));
+    /// ```
+    pub fn topic(name: &str) -> Self {
+        FailoverConfig {
+            pick: ActivePick::TopicHash(crate::hash::key_hash31(name.as_bytes())),
+        }
+    }
 }
 
 /// Dispatcher configuration. Defaults follow Pulsar's broker defaults (its ServiceConfiguration).
@@ -292,6 +341,11 @@ impl DispatcherConfig {
     /// Defaults for Shared.
     pub fn shared() -> Self {
         Self::new(SubscriptionType::Shared)
+    }
+
+    /// Defaults for Failover with `failover`'s rule for the active consumer.
+    pub fn failover(failover: FailoverConfig) -> Self {
+        Self::new(SubscriptionType::Failover(failover))
     }
 
     /// Defaults for Key_Shared with the consistent-hashing ring (100 points), ordered.

@@ -103,6 +103,14 @@ pub enum Output {
         /// Absolute time in the caller's unit.
         at: u64,
     },
+    /// Failover: tell the consumer whether it is the active one
+    /// ([`DispatchCommand::ActiveChanged`]).
+    ActiveChanged {
+        /// The consumer to tell.
+        consumer: ConsumerId,
+        /// Whether it is the active consumer now.
+        active: bool,
+    },
     /// A dead letter was acked on the cursor (the core already forgot it). A broker with a
     /// dead-letter topic publishes the entry (still in the ledger) on this.
     DeadLettered {
@@ -277,6 +285,9 @@ impl Driver {
                     return Some(Output::Send { consumer, entries })
                 }
                 DispatchCommand::SetTimer { at } => return Some(Output::SetTimer { at }),
+                DispatchCommand::ActiveChanged { consumer, active } => {
+                    return Some(Output::ActiveChanged { consumer, active })
+                }
             }
         }
     }

@@ -1,4 +1,4 @@
-//! Shared and Key_Shared (PIP-379) dispatch for one subscription: a sans-IO core, the one
+//! Shared, Key_Shared (PIP-379) and Failover dispatch for one subscription: a sans-IO core, the one
 //! driver that executes its commands, a thin threaded runtime, the sticky-key hash and the
 //! consumer selectors.
 //!
@@ -6,7 +6,7 @@
 //!   time (`handle_consumer_added`, `handle_flow`, `handle_read_complete`,
 //!   `handle_replay_complete`, `handle_mark_delete_moved`, `handle_redeliver`, `handle_wake`,
 //!   `handle_timeout`, …); it answers with [`DispatchCommand`]s (`Read`, `Replay`, `Send`,
-//!   `Rewind`, `SetTimer`). Shared: replay first, adaptive read batch, one priority round robin
+//!   `Rewind`, `SetTimer`, `ActiveChanged`). Shared: replay first, adaptive read batch, one priority round robin
 //!   (the chunk assignor's) for plain and chunked batches, unacked limits. Key_Shared: selector
 //!   per mode, draining registration on every join and leave, the dispatch predicate
 //!   ([`Dispatcher::can_dispatch`]) at the read and replay gates and one send-time gate inside
@@ -208,8 +208,8 @@ pub use crate::selector::{
 
 pub use crate::ack::{AckEffect, AckHandle, BatchAck, ConsumerAckHandle, CursorAck, CursorCell};
 pub use crate::config::{
-    ConsumerId, ConsumerSpec, DeadLetterAction, DeadLetterPolicy, DispatcherConfig, InvalidConfig,
-    KeySharedConfig, KeySharedMode, NackBackoff, SubscriptionType,
+    ActivePick, ConsumerId, ConsumerSpec, DeadLetterAction, DeadLetterPolicy, DispatcherConfig,
+    FailoverConfig, InvalidConfig, KeySharedConfig, KeySharedMode, NackBackoff, SubscriptionType,
 };
 pub use crate::core::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
 pub use crate::core::{BoxedSelector, DispatchCommand, DispatchGate, Dispatcher, Verdict};

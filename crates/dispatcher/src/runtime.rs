@@ -892,6 +892,11 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 Output::Send { consumer, entries } => {
                     self.deliver(now, consumer, entries);
                 }
+                Output::ActiveChanged { consumer, active } => {
+                    if let Some(o) = self.consumers.iter_mut().find(|o| o.id == consumer) {
+                        o.tx.active_changed(active);
+                    }
+                }
                 // The select! loop re-reads poll_timeout every turn; this runtime has no
                 // dead-letter topic (the driver already acked the entry on the cursor).
                 Output::SetTimer { .. } | Output::DeadLettered { .. } => {}

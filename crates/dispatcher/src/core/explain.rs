@@ -95,6 +95,8 @@ pub struct ConsumerStats {
 pub struct DispatcherStats {
     /// Connected consumers.
     pub consumers: usize,
+    /// Failover: the active consumer (`None` on Shared and Key_Shared).
+    pub active_consumer: Option<ConsumerId>,
     /// Positions waiting in replay.
     pub replay_size: usize,
     /// Key_Shared look-ahead reads taken past blocked keys.
@@ -304,6 +306,7 @@ impl Dispatcher {
         let parked = self.replay.parked();
         DispatcherStats {
             consumers: self.consumers.len(),
+            active_consumer: self.active,
             replay_size: self.replay.len(),
             look_ahead_triggers: self.counters.look_ahead_triggers,
             orphan_chunks: self.counters.orphan_chunks,

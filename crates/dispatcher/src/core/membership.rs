@@ -96,6 +96,7 @@ impl Dispatcher {
         if let Some(imp) = impacted {
             self.register_draining(&imp, spec.id);
         }
+        self.repick_active(Some(spec.id));
         self.input_arrived();
         self.read_more(now);
         Ok(())
@@ -189,6 +190,7 @@ impl Dispatcher {
         self.replay.unpin(|p| p == id);
         debug!(consumer = %id, requeued = requeued.len(), last, "consumer removed");
         if last {
+            self.active = None;
             self.replay.clear();
             // The rewind re-reads every unacked entry, the delayed ones included.
             self.delayed.clear();
@@ -221,6 +223,7 @@ impl Dispatcher {
         if let Some(dr) = self.mode.key_shared().and_then(|k| k.draining.as_ref()) {
             dr.consumer_removed(id);
         }
+        self.repick_active(None);
         self.input_arrived();
         self.read_more(now);
         true

@@ -55,6 +55,7 @@ pub type BoxedSelector = Box<dyn StickyKeySelector<ConsumerId> + Send>;
 mod close;
 mod delay;
 mod explain;
+mod failover;
 mod gate;
 mod key_shared;
 mod mark_delete;
@@ -104,6 +105,15 @@ pub enum DispatchCommand {
     SetTimer {
         /// Absolute time in the caller's unit.
         at: u64,
+    },
+    /// Failover: tell the consumer whether it is the active one now (Pulsar's
+    /// ACTIVE_CONSUMER_CHANGE). Emitted to every consumer when the active one changes, and to a
+    /// consumer that joins without changing it.
+    ActiveChanged {
+        /// The consumer to tell.
+        consumer: ConsumerId,
+        /// Whether it is the active consumer.
+        active: bool,
     },
 }
 
@@ -264,6 +274,8 @@ pub struct Dispatcher {
     counters: Counters,
     /// Entries waiting for their deliver-at time (not sent, not pending).
     delayed: crate::DelayedTracker,
+    /// Failover: the consumer that gets every entry (`None` on Shared and Key_Shared).
+    active: Option<ConsumerId>,
     /// [`Dispatcher::handle_close`] ran: no input is taken, no output produced.
     closed: bool,
 }
@@ -338,7 +350,7 @@ impl Dispatcher {
             }
         }
         let selector: Option<BoxedSelector> = match cfg.subscription {
-            SubscriptionType::Shared => None,
+            SubscriptionType::Shared | SubscriptionType::Failover(_) => None,
             SubscriptionType::KeyShared(k) => Some(builtin_selector(k.mode)),
         };
         Self::build(cfg, waker, selector)
@@ -397,10 +409,15 @@ impl Dispatcher {
     }
 
     fn build(
-        cfg: DispatcherConfig,
+        mut cfg: DispatcherConfig,
         waker: std::sync::Arc<dyn Waker>,
         selector: Option<BoxedSelector>,
     ) -> Self {
+        if matches!(cfg.subscription, SubscriptionType::Failover(_)) {
+            // As in Pulsar: a single-active-consumer subscription delivers a delayed message
+            // at once.
+            cfg.delayed_delivery.enabled = false;
+        }
         let wake = Arc::new(WakeState {
             hashes_unblocked: AtomicBool::new(false),
             key_released: AtomicBool::new(false),
@@ -460,6 +477,7 @@ impl Dispatcher {
             redelivery_counts: BTreeMap::new(),
             dead_letters: VecDeque::new(),
             counters: Counters::default(),
+            active: None,
             closed: false,
         }
     }

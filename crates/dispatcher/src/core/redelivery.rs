@@ -16,7 +16,14 @@ impl Dispatcher {
     /// it leaves its pending acks (cause: redelivery) and goes to replay WITH its hash, so on
     /// Key_Shared later entries of the key still wait behind it. Positions not pending on this
     /// consumer are ignored. Returns how many were requeued.
+    ///
+    /// On Failover every unacked entry of the consumer comes back, as with
+    /// [`handle_redeliver_all`](Self::handle_redeliver_all): one alone would be re-sent after
+    /// later entries.
     pub fn handle_redeliver(&mut self, now: u64, id: ConsumerId, positions: &[Position]) -> usize {
+        if self.is_failover() {
+            return self.handle_redeliver_all(now, id);
+        }
         self.take_back(
             now,
             id,
@@ -133,7 +140,8 @@ impl Dispatcher {
     /// [`release_parked`](Self::release_parked) or [`dead_letter_parked`](Self::dead_letter_parked).
     ///
     /// Positions not pending on this consumer are ignored (a stale nack); unknown consumer:
-    /// no-op. Returns how many positions were nacked.
+    /// no-op. Returns how many positions were nacked. On Failover: every unacked entry of the
+    /// consumer comes back at once (see [`handle_redeliver`](Self::handle_redeliver)).
     pub fn handle_nack(
         &mut self,
         now: u64,
@@ -141,6 +149,9 @@ impl Dispatcher {
         positions: &[Position],
         delay: Option<u64>,
     ) -> usize {
+        if self.is_failover() {
+            return self.handle_redeliver_all(now, id);
+        }
         self.take_back(
             now,
             id,
@@ -198,8 +209,12 @@ impl Dispatcher {
     /// ordered-nack mode: later messages of a nacked key). Each one pending on it leaves its
     /// pending acks (cause: redelivery requested) and re-enters replay with its hash, in
     /// position order behind the nacked entry, **without** counting a redelivery and without
-    /// delay. Positions not pending on this consumer are ignored. Returns how many.
+    /// delay. Positions not pending on this consumer are ignored. Returns how many. On
+    /// Failover: every unacked entry of the consumer comes back (a redelivery).
     pub fn handle_release(&mut self, now: u64, id: ConsumerId, positions: &[Position]) -> usize {
+        if self.is_failover() {
+            return self.handle_redeliver_all(now, id);
+        }
         let n = self.take_back(
             now,
             id,

@@ -17,7 +17,11 @@ impl AssignEntry for AssignedEntry {
 }
 
 impl Dispatcher {
+    /// Permits usable now; none for a Failover consumer standing by.
     pub(super) fn available_permits(&self, c: &Consumer) -> i64 {
+        if self.standing_by(c.id) {
+            return 0;
+        }
         c.available_permits()
     }
 
@@ -184,16 +188,28 @@ impl Dispatcher {
     }
 
     pub(super) fn dispatch_shared(&mut self, now: u64, entries: Vec<Entry>, from_replay: bool) {
-        let _ = from_replay;
+        if self.is_failover() && !from_replay && !self.replay.is_empty() {
+            // Failover order: entries came back to replay while this read was in flight (the
+            // active consumer changed); the read's entries queue behind them.
+            for e in entries {
+                self.replay.add(e.position, 0, None);
+            }
+            return;
+        }
+        let active = self.active;
         let Mode::Shared(routing) = &mut self.mode else {
             return;
         };
-        // The consumers' snapshot for this batch, in a buffer reused across batches.
+        // The consumers' snapshot for this batch, in a buffer reused across batches (one slot
+        // per consumer, in order; on Failover only the active one has permits).
         let mut slots = std::mem::take(&mut routing.slots);
         slots.clear();
         slots.extend(self.consumers.iter().map(|c| ConsumerSlot {
             id: c.id,
-            permits: c.available_permits(),
+            permits: match active.is_none_or(|a| a == c.id) {
+                true => c.available_permits(),
+                false => 0,
+            },
             priority: c.priority,
         }));
         if entries.iter().any(|e| e.meta.chunk.is_some()) {
@@ -249,10 +265,10 @@ impl Dispatcher {
                 break;
             };
             let consumers = &self.consumers;
-            let Some(i) = routing
-                .assignor
-                .next_consumer(slots, |i| consumers[i].available_permits() > 0)
-            else {
+            let active = self.active;
+            let Some(i) = routing.assignor.next_consumer(slots, |i| {
+                active.is_none_or(|a| a == consumers[i].id) && consumers[i].available_permits() > 0
+            }) else {
                 break;
             };
             let avail = self.consumers[i].available_permits();

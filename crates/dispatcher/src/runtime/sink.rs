@@ -21,6 +21,12 @@ pub trait DeliverySink: Send {
 
     /// Whether a paused consumer may resume: the sink has drained enough to take sends again.
     fn has_room(&self) -> bool;
+
+    /// Failover: the consumer became the active one (`true`) or stands by (`false`). A broker
+    /// tells its client (Pulsar's ACTIVE_CONSUMER_CHANGE). Must not block. Default: ignored.
+    fn active_changed(&mut self, active: bool) {
+        let _ = active;
+    }
 }
 
 /// Why a [`DeliverySink`] did not take a send.
@@ -57,6 +63,14 @@ impl Destination {
                 TrySendError::Disconnected(_) => Refused::Closed,
             }),
             Destination::Sink(s) => s.deliver(deliveries),
+        }
+    }
+
+    /// Failover notices reach a sink; a channel carries deliveries only (ask
+    /// [`Runtime::stats`](super::Runtime::stats) for the active consumer instead).
+    pub(super) fn active_changed(&mut self, active: bool) {
+        if let Destination::Sink(s) = self {
+            s.active_changed(active);
         }
     }
 

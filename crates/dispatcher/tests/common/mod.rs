@@ -3,7 +3,7 @@
 //!
 //! Script (one command per line, `#` comments):
 //! * config (before the first other command): `shared`, `key_shared [ring N|autosplit|exclusive]
-//!   [ooo]`, `legacy`, `max_unacked_consumer N`, `max_unacked_sub N`, `look_ahead PER_C PER_SUB`,
+//!   [ooo]`, `failover partition N|topic NAME`, `legacy`, `max_unacked_consumer N`, `max_unacked_sub N`, `look_ahead PER_C PER_SUB`,
 //!   `interval N`, `draining_timeout N`, `orphan_replay`, `delay TICK [strict|lenient|off]`;
 //! * `join A [prio=N] [ranges=a-b,c-d]`, `leave A`, `flow A N`;
 //! * `pub k1 k2 …` (one entry per key, `k1*3` = three), `batch K N` (one entry of N messages),
@@ -175,6 +175,13 @@ impl World {
                 self.log(format!("  send {n}: {}", items.join(" ")));
             }
             Output::SetTimer { at } => self.timer = Some(at),
+            Output::ActiveChanged { consumer, active } => {
+                let n = self.name(consumer);
+                self.log(format!(
+                    "  {n} {}",
+                    if active { "active" } else { "standby" }
+                ));
+            }
             Output::DeadLettered { position, acked } => {
                 acked.unwrap();
                 self.log(format!("  dead letter {position} (acked on the cursor)"));
@@ -547,6 +554,13 @@ pub fn config_from(lines: &[&str]) -> (DispatcherConfig, usize) {
         };
         match first {
             "shared" => cfg.subscription = SubscriptionType::Shared,
+            "failover" => {
+                let f = match w[1] {
+                    "partition" => dispatcher::FailoverConfig::partition(w[2].parse().unwrap()),
+                    _ => dispatcher::FailoverConfig::topic(w[2]),
+                };
+                cfg = DispatcherConfig::failover(f);
+            }
             "key_shared" => {
                 let mut k = KeySharedConfig::default();
                 let mut i = 1;

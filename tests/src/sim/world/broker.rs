@@ -261,6 +261,9 @@ impl World {
                 Output::ReplayIssued { positions } => {
                     self.defer_read(DeferredRead::Replay(positions))
                 }
+                Output::ActiveChanged { consumer, active } => {
+                    self.log(format!("broker: {consumer} active={active}"))
+                }
                 Output::Rewound
                 | Output::Read { .. }
                 | Output::Replayed { .. }
