@@ -33,6 +33,7 @@ pub fn admin_request(bytes: &[u8]) -> (u16, String) {
         ("ks", SubKind::KeyShared(Default::default())),
         ("sh", SubKind::Shared),
         ("ex", SubKind::Exclusive),
+        ("fo", SubKind::Failover),
     ] {
         topic
             .subscription(sub, kind, InitialPosition::Earliest)

@@ -21,7 +21,7 @@
 //!   `metadata` module); topics (`persistent://tenant/namespace/topic`) are created on first
 //!   use inside an existing namespace, and a partitioned topic's partitions are topics.
 //!
-//! Does not: authenticate, encrypt (no TLS), serve Failover subscriptions, transactions,
+//! Does not: authenticate, encrypt (no TLS), serve transactions,
 //! geo-replication or namespace policies, or check schema compatibility. Without `--data-dir`
 //! everything is in memory.
 //!

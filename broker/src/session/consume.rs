@@ -28,7 +28,7 @@ pub(super) struct Consumer {
     handle: ConsumerHandle,
     /// A non-durable subscription (a Reader's) goes away with its last consumer, as in Pulsar.
     non_durable: bool,
-    /// The last entry this consumer acked cumulatively (Exclusive subscriptions).
+    /// The last entry this consumer acked cumulatively (Exclusive and Failover subscriptions).
     acked_through: Option<Position>,
 }
 
@@ -100,10 +100,25 @@ impl DeliverySink for DeliveryRoute {
     fn has_room(&self) -> bool {
         self.ready.load(Ordering::Acquire) && self.out.drained()
     }
+
+    /// Failover: ACTIVE_CONSUMER_CHANGE. Pushed with the session's own replies (room is kept
+    /// for them), so a full delivery queue does not lose it.
+    fn active_changed(&mut self, active: bool) {
+        debug!(
+            consumer_id = self.consumer_id,
+            active, "active consumer change"
+        );
+        let mut frame = Vec::with_capacity(32);
+        wire::encode_command(
+            &wire::commands::active_consumer_change(self.consumer_id, active),
+            &mut frame,
+        );
+        self.out.push(frame);
+    }
 }
 
 /// The subscription type a SUBSCRIBE asks for, with a STICKY consumer's hash ranges; `Err`
-/// is the refusal (Failover is not served; a negative range is invalid).
+/// is the refusal (a negative range is invalid).
 fn subscription_kind(
     s: &CommandSubscribe,
 ) -> Result<(SubKind, Vec<HashRange>), (ServerError, &'static str)> {
@@ -129,12 +144,7 @@ fn subscription_kind(
             }
             SubKind::KeyShared(ks)
         }
-        SubType::Failover => {
-            return Err((
-                ServerError::NotAllowedError,
-                "Failover subscriptions are not supported by this broker (Shared, Key_Shared and Exclusive are)",
-            ))
-        }
+        SubType::Failover => SubKind::Failover,
     };
     Ok((kind, ranges))
 }
@@ -339,7 +349,7 @@ impl Session {
             return;
         };
         let failure = if a.ack_type() == proto::command_ack::AckType::Cumulative {
-            if c.sub.kind != SubKind::Exclusive {
+            if !matches!(c.sub.kind, SubKind::Exclusive | SubKind::Failover) {
                 Some("cumulative ack is not allowed on Shared and Key_Shared".to_owned())
             } else {
                 a.message_id
@@ -546,7 +556,7 @@ impl Session {
     }
 }
 
-/// A cumulative ack through `id` (Exclusive): everything up to the id is acked, the id itself
+/// A cumulative ack through `id` (Exclusive, Failover): everything up to the id is acked, the id itself
 /// only in part when it carries an `ack_set`; entries acked before are acked again, harmlessly.
 fn ack_cumulative(
     conn: u64,

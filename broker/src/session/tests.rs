@@ -243,8 +243,7 @@ fn every_command_gets_its_reply() {
     let negative = vec![IntRange { start: -1, end: 10 }];
     let mut sticky_negative = subscribe("s", 1, 4, SubType::KeyShared);
     sticky_negative.subscribe.as_mut().unwrap().key_shared_meta = sticky(negative);
-    let mut failover = subscribe("s", 1, 4, SubType::Failover);
-    failover.subscribe.as_mut().unwrap().sub_type = SubType::Failover as i32;
+    let failover = |cid, rid| subscribe("s", cid, rid, SubType::Failover);
     let schema = BaseCommand {
         r#type: Type::GetSchema as i32,
         get_schema: Some(Box::new(wire::proto::CommandGetSchema {
@@ -284,7 +283,8 @@ fn every_command_gets_its_reply() {
         ("send, unknown producer", vec![], c::send(9, 1, 1), Type::SendError, Some(ServerError::NotAllowedError)),
         ("send, no payload", vec![producer(1, 3)], c::send(1, 1, 1), Type::SendError, Some(ServerError::UnknownError)),
         ("subscribe", vec![], shared(1, 4), Type::Success, ok),
-        ("subscribe, Failover", vec![], failover, Type::Error, Some(ServerError::NotAllowedError)),
+        ("subscribe, Failover", vec![], failover(1, 4), Type::Success, ok),
+        ("subscribe, second Failover consumer", vec![failover(1, 4)], failover(2, 5), Type::Success, ok),
         ("subscribe, no name", vec![], subscribe("", 1, 4, SubType::Shared), Type::Error, Some(ServerError::NotAllowedError)),
         ("subscribe, bad name", vec![], c::subscribe("t", "s", 1, 4, SubType::Shared, None, Initial::Latest), Type::Error, Some(ServerError::InvalidTopicName)),
         ("subscribe, negative range", vec![], sticky_negative, Type::Error, Some(ServerError::ConsumerAssignError)),

@@ -94,6 +94,9 @@ pub(crate) struct SubscriptionStats {
     delayed_message_index_size_in_bytes: usize,
     last_expire_timestamp: u64,
     consumers: Vec<ConsumerStats>,
+    /// Failover and Exclusive: the consumer that gets the messages.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    active_consumer_name: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     key_shared_mode: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -187,6 +190,14 @@ fn subscription_stats(s: &Subscription) -> Option<SubscriptionStats> {
     let out_msgs = consumers.iter().map(|c| c.msg_out_counter).sum();
     let out_bytes = consumers.iter().map(|c| c.bytes_out_counter).sum();
     let (rate_m, rate_b) = *lock(&s.rate_out);
+    let active = match s.kind {
+        SubKind::Failover => ds.active_consumer,
+        SubKind::Exclusive => cs.first().map(|c| c.id),
+        _ => None,
+    };
+    let active_consumer_name = active
+        .and_then(|a| cs.iter().find(|c| c.id == a))
+        .map(|c| c.name.clone());
     let mode = s.kind.key_shared_mode_name();
     let ooo = match s.kind {
         SubKind::KeyShared(k) => Some(k.allow_out_of_order),
@@ -206,6 +217,7 @@ fn subscription_stats(s: &Subscription) -> Option<SubscriptionStats> {
         delayed_message_index_size_in_bytes: ds.delayed_index_bytes,
         last_expire_timestamp: s.last_expire.load(Ordering::Relaxed),
         consumers,
+        active_consumer_name,
         key_shared_mode: mode,
         allow_out_of_order_delivery: ooo,
         draining_hashes_count: key_shared.then_some(ds.draining_hashes),

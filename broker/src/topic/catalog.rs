@@ -289,6 +289,7 @@ impl SubKind {
         Some(match f.kind.as_str() {
             "Shared" => SubKind::Shared,
             "Exclusive" => SubKind::Exclusive,
+            "Failover" => SubKind::Failover,
             "Key_Shared" => SubKind::KeyShared(KeySharedConfig {
                 mode: match f.key_shared_mode.as_deref() {
                     Some("STICKY") => KeySharedMode::Sticky,
@@ -356,12 +357,17 @@ mod tests {
         c.record("a/b", SubKind::Shared).unwrap();
         c.record("k", ks).unwrap();
         c.record("a/b", SubKind::Exclusive).unwrap();
+        c.record("f", SubKind::Failover).unwrap();
         fs::write(dir.join("subscriptions").join("junk.json"), b"{").unwrap();
         let mut got = c.recorded();
         got.sort_by(|x, y| x.0.cmp(&y.0));
         assert_eq!(
             got,
-            vec![("a/b".to_owned(), SubKind::Exclusive), ("k".to_owned(), ks)],
+            vec![
+                ("a/b".to_owned(), SubKind::Exclusive),
+                ("f".to_owned(), SubKind::Failover),
+                ("k".to_owned(), ks)
+            ],
             "the last record wins; an unreadable file is skipped"
         );
         c.cursor_store("k", true).unwrap().save(&state(7)).unwrap();
@@ -371,7 +377,7 @@ mod tests {
             Some(Position::new(1, 7))
         );
         reopened.remove("k");
-        assert_eq!(reopened.recorded().len(), 1);
+        assert_eq!(reopened.recorded().len(), 2);
         assert_eq!(saved(&mut reopened.cursor_store("k", false).unwrap()), None);
         let _ = fs::remove_dir_all(&dir);
     }

@@ -8,12 +8,12 @@ use std::sync::{Arc, Mutex};
 
 use cursor::{ManagedCursor, MarkDeleteMove, Position};
 use dispatcher::{
-    AdminOp, ConsumerId, DispatcherConfig, KeySharedConfig, KeySharedMode, Runtime,
+    AdminOp, ConsumerId, DispatcherConfig, FailoverConfig, KeySharedConfig, KeySharedMode, Runtime,
     SubscriptionType,
 };
 use tracing::{info, warn};
 
-use super::{Rate, Topic, TopicState};
+use super::{Rate, Topic, TopicName, TopicState};
 use crate::config::Legacy;
 use crate::storage::StorageError;
 use crate::sync::lock;
@@ -25,6 +25,8 @@ pub(crate) enum SubKind {
     Exclusive,
     /// Shared.
     Shared,
+    /// Failover: one active consumer (the dispatcher's Failover type).
+    Failover,
     /// Key_Shared with its mode and ordering setting.
     KeyShared(KeySharedConfig),
 }
@@ -41,7 +43,14 @@ pub(crate) struct SubscriptionDefaults {
 }
 
 impl SubKind {
-    pub(crate) fn dispatcher_config(self, defaults: &SubscriptionDefaults) -> DispatcherConfig {
+    /// The dispatcher configuration of a subscription of this kind on `topic` (a Failover
+    /// subscription picks its active consumer by the topic's partition index or name, as Pulsar
+    /// does).
+    pub(crate) fn dispatcher_config(
+        self,
+        defaults: &SubscriptionDefaults,
+        topic: &str,
+    ) -> DispatcherConfig {
         let SubscriptionDefaults {
             legacy,
             max_unacked_per_key,
@@ -49,10 +58,16 @@ impl SubKind {
         } = *defaults;
         let mut cfg = match self {
             SubKind::Exclusive | SubKind::Shared => DispatcherConfig::shared(),
+            SubKind::Failover => DispatcherConfig::failover(
+                match TopicName::parse(topic).ok().and_then(|n| n.partition_of()) {
+                    Some((_, i)) => FailoverConfig::partition(i),
+                    None => FailoverConfig::topic(topic),
+                },
+            ),
             SubKind::KeyShared(ks) => DispatcherConfig::new(SubscriptionType::KeyShared(ks)),
         };
-        // As in Pulsar: Shared and Key_Shared honour deliver-at times; Exclusive (and
-        // Failover) dispatch a delayed message at once.
+        // As in Pulsar: Shared and Key_Shared honour deliver-at times; Exclusive and Failover
+        // dispatch a delayed message at once (the dispatcher turns it off for Failover).
         cfg.delayed_delivery = delayed;
         if self == SubKind::Exclusive {
             cfg.delayed_delivery.enabled = false;
@@ -72,6 +87,7 @@ impl SubKind {
         match self {
             SubKind::Exclusive => "Exclusive",
             SubKind::Shared => "Shared",
+            SubKind::Failover => "Failover",
             SubKind::KeyShared(_) => "Key_Shared",
         }
     }
@@ -282,7 +298,11 @@ impl Topic {
                 c
             }
         };
-        let runtime = Runtime::start(kind.dispatcher_config(&self.defaults), cursor, ledger);
+        let runtime = Runtime::start(
+            kind.dispatcher_config(&self.defaults, &self.name),
+            cursor,
+            ledger,
+        );
         info!(topic = %self.name, subscription = name, kind = kind.pulsar_name(), recovered = recover, "subscription started");
         Ok(Arc::new(Subscription {
             name: name.to_owned(),

@@ -7,8 +7,8 @@
 use crate::proto::{
     base_command::Type, command_ack, command_lookup_topic_response,
     command_partitioned_topic_metadata_response, command_subscribe, BaseCommand, CommandAck,
-    CommandAckResponse, CommandCloseConsumer, CommandCloseProducer, CommandConnect,
-    CommandConnected, CommandError, CommandFlow, CommandGetLastMessageId,
+    CommandAckResponse, CommandActiveConsumerChange, CommandCloseConsumer, CommandCloseProducer,
+    CommandConnect, CommandConnected, CommandError, CommandFlow, CommandGetLastMessageId,
     CommandGetLastMessageIdResponse, CommandGetOrCreateSchemaResponse, CommandGetSchemaResponse,
     CommandGetTopicsOfNamespaceResponse, CommandLookupTopic, CommandLookupTopicResponse,
     CommandMessage, CommandPartitionedTopicMetadata, CommandPartitionedTopicMetadataResponse,
@@ -375,6 +375,17 @@ pub fn get_last_message_id_response(
             consumer_mark_delete_position,
         })),
         ..base(Type::GetLastMessageIdResponse)
+    }
+}
+
+/// ACTIVE_CONSUMER_CHANGE: on a Failover subscription, whether the consumer is the active one.
+pub fn active_consumer_change(consumer_id: u64, is_active: bool) -> BaseCommand {
+    BaseCommand {
+        active_consumer_change: Some(Box::new(CommandActiveConsumerChange {
+            consumer_id,
+            is_active: Some(is_active),
+        })),
+        ..base(Type::ActiveConsumerChange)
     }
 }
 

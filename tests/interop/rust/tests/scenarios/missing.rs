@@ -135,13 +135,11 @@ async fn xfail_schema_compatibility() {
 }
 
 /// Failover: of two consumers one is active and gets everything; when it closes, the other
-/// takes over.
+/// takes over and gets the next messages in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn xfail_failover() {
-    scenario::run_xfail(
-        "xfail_failover",
-        "Failover",
-        "Failover subscriptions are not supported",
+async fn failover() {
+    scenario::run(
+        "failover",
         |ctx| async move {
             let mut b = Broker::start(&ctx.log_dir, "broker", &[])?;
             let cl = client::client(&b.service_url).await?;
@@ -197,10 +195,11 @@ async fn xfail_failover() {
             )
             .await?;
             ctx.count(rest.len() as u64);
+            let texts: Vec<String> = rest.iter().map(text).collect();
+            let want: Vec<String> = (10..15).map(|i| format!("m{i}")).collect();
             ensure!(
-                rest.len() == 5,
-                "the standby got {} of 5 after the active one closed",
-                rest.len()
+                texts == want,
+                "after the active one closed the standby got {texts:?}, expected m10..m14 in order"
             );
             close(standby).await?;
             b.stop()?;

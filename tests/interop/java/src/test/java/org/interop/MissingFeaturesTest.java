@@ -28,47 +28,6 @@ import org.interop.harness.Scenario;
  */
 class MissingFeaturesTest {
     /**
-     * Failover: two consumers on one subscription; the active one gets every message; when it
-     * closes, the other takes over and gets the rest.
-     */
-    @Scenario("failover_subscription")
-    @ExpectedFailure(feature = "Failover", matches = "Failover")
-    void failover(Report report) throws Exception {
-        try (Broker b = Broker.start("failover");
-                PulsarClient cl = Clients.client(b.serviceUrl())) {
-            String topic = Clients.topic("failover");
-            List<Consumer<byte[]>> cs = new ArrayList<>();
-            for (String n : List.of("f1", "f2")) {
-                cs.add(cl.newConsumer().topic(topic).subscriptionName("fo").subscriptionType(SubscriptionType.Failover)
-                        .consumerName(n).subscriptionInitialPosition(SubscriptionInitialPosition.Earliest).subscribe());
-            }
-            Producer<byte[]> p = cl.newProducer().topic(topic).enableBatching(false).create();
-            for (int i = 0; i < 10; i++) {
-                p.send(Clients.bytes("m" + i));
-            }
-            List<Message<byte[]>> a = Clients.drain(cs.get(0), 500, 5);
-            List<Message<byte[]>> b2 = Clients.drain(cs.get(1), 500, 5);
-            report.messages(a.size() + b2.size());
-            Consumer<byte[]> active = a.isEmpty() ? cs.get(1) : cs.get(0);
-            Consumer<byte[]> standby = a.isEmpty() ? cs.get(0) : cs.get(1);
-            check((a.size() == 10 && b2.isEmpty()) || (b2.size() == 10 && a.isEmpty()),
-                    "one active consumer should get all 10: f1 " + a.size() + ", f2 " + b2.size());
-            for (Message<byte[]> m : (a.isEmpty() ? b2 : a)) {
-                active.acknowledge(m);
-            }
-            active.close();
-            for (int i = 10; i < 15; i++) {
-                p.send(Clients.bytes("m" + i));
-            }
-            List<Message<byte[]>> rest = Clients.receiveN(standby, 5, 5, 300);
-            report.messages(rest.size());
-            check(rest.size() == 5, "after the active consumer closed, the standby got " + rest.size() + " of 5");
-            standby.close();
-            p.close();
-        }
-    }
-
-    /**
      * Producer access mode Exclusive: while one {@code ProducerAccessMode.Exclusive} producer is
      * connected, a second one on the topic is refused.
      */
