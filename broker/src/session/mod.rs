@@ -203,8 +203,9 @@ impl Session {
         for c in consumers {
             self.drop_consumer(c);
         }
-        for (id, p) in self.producers.drain() {
-            p.topic.remove_producer(self.id, id);
+        let producers: Vec<_> = self.producers.drain().collect();
+        for (id, p) in producers {
+            self.producer_gone(&p.topic, id);
         }
     }
 

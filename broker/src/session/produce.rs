@@ -8,7 +8,8 @@ use wire::proto::{BaseCommand, CommandProducer, ServerError};
 use super::{Now, Session};
 use crate::storage::StorageError;
 use crate::topic::{
-    InitialPosition, ProducerInfo, Published, SubKind, SubscribeError, Topic, TopicName,
+    AccessMode, Admitted, InitialPosition, ProducerGate, ProducerInfo, ProducerRefused,
+    ProducerRequest, Promoted, Published, SubKind, SubscribeError, Topic, TopicName,
 };
 
 /// A producer open on this connection.
@@ -17,7 +18,28 @@ pub(super) struct Producer {
     name: String,
     /// The version of the producer's schema (empty without one), repeated to a repeated PRODUCER.
     schema_version: Vec<u8>,
+    /// Ready, waiting for exclusive access, or fenced (the topic's registry decides).
+    gate: ProducerGate,
+    /// The topic epoch it was given (exclusive access modes).
+    epoch: Option<u64>,
     warned_batch: bool,
+}
+
+/// PRODUCER_SUCCESS with the topic epoch and whether the producer is ready.
+fn producer_success(
+    request_id: u64,
+    name: &str,
+    last_sequence: i64,
+    schema_version: Vec<u8>,
+    epoch: Option<u64>,
+    ready: bool,
+) -> BaseCommand {
+    let mut cmd = wire::commands::producer_success(request_id, name, last_sequence, schema_version);
+    if let Some(s) = cmd.producer_success.as_mut() {
+        s.topic_epoch = epoch;
+        s.producer_ready = Some(ready);
+    }
+    cmd
 }
 
 /// A receipt that waits for its topic's commit.
@@ -56,32 +78,20 @@ impl Session {
             (Some(n), true) if !n.is_empty() => n.clone(),
             _ => self.state.producer_name(),
         };
-        let info = ProducerInfo {
-            name: producer_name.clone(),
-            address: self.peer.clone(),
-            connected_since: crate::stats::rfc3339(now.wall_ms),
-            client_version: self.client_version.clone(),
-            metadata: p
-                .metadata
-                .iter()
-                .map(|kv| (kv.key.clone(), kv.value.clone()))
-                .collect(),
-        };
+        let info = self.producer_info(now, p, &producer_name);
         if let Some(message) = self.state.producer_limit(&topic) {
             return self.send_error(p.request_id, ServerError::ProducerBusy, message);
         }
-        if !topic.add_producer(self.id, p.producer_id, info) {
-            let message = format!(
-                "producer with name '{producer_name}' is already connected to topic {}",
-                topic.name
-            );
-            return self.send_error(p.request_id, ServerError::ProducerBusy, &message);
-        }
+        let gate = ProducerGate::default();
+        let admitted = match self.admit_producer(&topic, p, info, gate.clone()) {
+            Some(a) => a,
+            None => return,
+        };
         let schema_version = match p.schema.as_ref().map(|s| topic.schema_version(s)) {
             None => Vec::new(),
             Some(Ok(v)) => v,
             Some(Err(e)) => {
-                topic.remove_producer(self.id, p.producer_id);
+                self.producer_gone(&topic, p.producer_id);
                 return self.send_error(
                     p.request_id,
                     ServerError::PersistenceError,
@@ -90,43 +100,118 @@ impl Session {
             }
         };
         let last_sequence = topic.resume_after(&producer_name, p.user_provided_producer_name());
-        debug!(conn = self.id, topic = %topic.name, producer = %producer_name, "producer created");
+        debug!(conn = self.id, topic = %topic.name, producer = %producer_name, ready = admitted.ready, "producer created");
         self.producers.insert(
             p.producer_id,
             Producer {
                 topic,
                 name: producer_name.clone(),
                 schema_version: schema_version.clone(),
+                gate,
+                epoch: admitted.epoch,
                 warned_batch: false,
             },
         );
-        self.send(&wire::commands::producer_success(
+        self.send(&producer_success(
             p.request_id,
             &producer_name,
             last_sequence,
             schema_version,
+            admitted.epoch,
+            admitted.ready,
         ));
     }
 
-    /// A repeated PRODUCER for a ready producer: Pulsar answers success again (true). A
-    /// producer whose topic was deleted (the broker sent CLOSE_PRODUCER) is forgotten: the
-    /// client is opening it again.
-    fn answered_again(&mut self, p: &CommandProducer) -> bool {
-        if self
-            .producers
-            .get(&p.producer_id)
-            .is_some_and(|existing| existing.topic.is_deleted())
+    /// How the topic's registry and stats describe producer `name` of PRODUCER `p`.
+    fn producer_info(&self, now: Now, p: &CommandProducer, name: &str) -> ProducerInfo {
+        ProducerInfo {
+            name: name.to_owned(),
+            address: self.peer.clone(),
+            connected_since: crate::stats::rfc3339(now.wall_ms),
+            client_version: self.client_version.clone(),
+            metadata: p
+                .metadata
+                .iter()
+                .map(|kv| (kv.key.clone(), kv.value.clone()))
+                .collect(),
+            access: AccessMode::from_wire(p.producer_access_mode),
+        }
+    }
+
+    /// Registers the producer with its topic by its access mode. A refusal is answered here
+    /// (`None`); an ExclusiveWithFencing producer closes the others and refuses the waiting
+    /// ones on their connections.
+    fn admit_producer(
+        &mut self,
+        topic: &Topic,
+        p: &CommandProducer,
+        info: ProducerInfo,
+        gate: ProducerGate,
+    ) -> Option<Admitted> {
+        let access = info.access;
+        let request = ProducerRequest {
+            key: (self.id, p.producer_id),
+            info,
+            gate,
+            request_id: p.request_id,
+            client_epoch: p.topic_epoch,
+        };
+        let admitted = match topic.add_producer(request) {
+            Ok(a) => a,
+            Err(e) => {
+                info!(conn = self.id, topic = %topic.name, access = access.pulsar_name(), error = %e, "producer refused");
+                self.send_error(p.request_id, e.code(), &e.to_string());
+                return None;
+            }
+        };
+        for (conn, producer_id) in &admitted.fenced {
+            info!(topic = %topic.name, conn, producer_id, "producer fenced by an ExclusiveWithFencing producer");
+            self.state
+                .push_to(*conn, &wire::commands::close_producer(*producer_id, 0));
+        }
+        for ((conn, _), request_id) in &admitted.refused_waiters {
+            let e = ProducerRefused::FencedOut;
+            let refusal = wire::commands::error(*request_id, e.code(), &e.to_string());
+            self.state.push_to(*conn, &refusal);
+        }
+        Some(admitted)
+    }
+
+    /// The producer `producer_id` of this connection left its topic; a waiting producer this
+    /// made ready is told so on its connection (a second PRODUCER_SUCCESS).
+    pub(super) fn producer_gone(&mut self, topic: &Topic, producer_id: u64) {
+        if let Some(Promoted {
+            key: (conn, _),
+            request_id,
+            name,
+            epoch,
+        }) = topic.remove_producer(self.id, producer_id)
         {
+            info!(topic = %topic.name, conn, producer = %name, epoch, "waiting exclusive producer is ready");
+            let ready = producer_success(request_id, &name, -1, Vec::new(), Some(epoch), true);
+            self.state.push_to(conn, &ready);
+        }
+    }
+
+    /// A repeated PRODUCER for a producer of this connection: Pulsar answers success again
+    /// (true). A producer whose topic was deleted, or that was fenced (the broker sent
+    /// CLOSE_PRODUCER either way), is forgotten: the client is opening it again.
+    fn answered_again(&mut self, p: &CommandProducer) -> bool {
+        if self.producers.get(&p.producer_id).is_some_and(|existing| {
+            existing.topic.is_deleted() || !existing.topic.has_producer(self.id, p.producer_id)
+        }) {
             self.producers.remove(&p.producer_id);
         }
         let Some(existing) = self.producers.get(&p.producer_id) else {
             return false;
         };
-        let reply = wire::commands::producer_success(
+        let reply = producer_success(
             p.request_id,
             &existing.name,
             -1,
             existing.schema_version.clone(),
+            existing.epoch,
+            existing.gate.is_ready(),
         );
         self.send(&reply);
         true
@@ -171,6 +256,12 @@ impl Session {
             );
             return self.send(&reply);
         };
+        if !producer.gate.is_ready() {
+            return self.send(&send_error(
+                ServerError::NotAllowedError,
+                "the producer is not ready: waiting for exclusive access, or fenced",
+            ));
+        }
         let Some(payload) = payload else {
             return self.send(&send_error(
                 ServerError::UnknownError,
@@ -211,18 +302,7 @@ impl Session {
                     s.highest_sequence_id,
                     id,
                 );
-                if topic.sync_policy().is_some() {
-                    // Group commit: receipts wait until the entries of this read's frames are
-                    // written (and, with `--sync always`, fsynced) in one go.
-                    self.pending_receipts.push(PendingReceipt {
-                        topic,
-                        producer_id,
-                        sequence_id,
-                        receipt,
-                    });
-                } else {
-                    self.send(&receipt);
-                }
+                self.receipt(topic, producer_id, sequence_id, receipt);
             }
             Err(e) => {
                 warn!(topic = %topic.name, error = %e, "entry not stored");
@@ -231,6 +311,28 @@ impl Session {
                     &format!("not stored: {e}"),
                 ));
             }
+        }
+    }
+
+    /// Sends a stored entry's receipt, or, when the topic syncs, keeps it for the group commit:
+    /// receipts wait until the entries of this read's frames are written (and, with
+    /// `--sync always`, fsynced) in one go.
+    fn receipt(
+        &mut self,
+        topic: Arc<Topic>,
+        producer_id: u64,
+        sequence_id: u64,
+        receipt: BaseCommand,
+    ) {
+        if topic.sync_policy().is_some() {
+            self.pending_receipts.push(PendingReceipt {
+                topic,
+                producer_id,
+                sequence_id,
+                receipt,
+            });
+        } else {
+            self.send(&receipt);
         }
     }
 
@@ -269,7 +371,7 @@ impl Session {
             return self.send_error(0, ServerError::UnknownError, "missing body");
         };
         if let Some(p) = self.producers.remove(&c.producer_id) {
-            p.topic.remove_producer(self.id, c.producer_id);
+            self.producer_gone(&p.topic, c.producer_id);
         }
         self.send_success(c.request_id);
     }

@@ -264,6 +264,14 @@ fn every_command_gets_its_reply() {
     };
     let shared = |cid, rid| subscribe("s", cid, rid, SubType::Shared);
     let producer = |pid, rid| c::producer(T, pid, rid, Some("p"));
+    let moded = |pid: u64, rid, mode: wire::proto::ProducerAccessMode| {
+        let mut cmd = c::producer(T, pid, rid, Some(&format!("m{pid}")));
+        if let Some(p) = cmd.producer.as_mut() {
+            p.producer_access_mode = Some(mode as i32);
+        }
+        cmd
+    };
+    use wire::proto::ProducerAccessMode as Mode;
     #[rustfmt::skip]
     let cases: Vec<Case> = vec![
         ("ping", vec![], c::ping(), Type::Pong, ok),
@@ -280,6 +288,11 @@ fn every_command_gets_its_reply() {
         ("producer again", vec![producer(1, 3)], producer(1, 4), Type::ProducerSuccess, ok),
         ("producer, name taken", vec![producer(1, 3)], producer(2, 4), Type::Error, Some(ServerError::ProducerBusy)),
         ("close producer", vec![producer(1, 3)], c::close_producer(1, 5), Type::Success, ok),
+        ("producer, Exclusive beside a Shared one", vec![producer(1, 3)], moded(2, 4, Mode::Exclusive), Type::Error, Some(ServerError::ProducerFenced)),
+        ("producer, Exclusive beside an Exclusive one", vec![moded(1, 3, Mode::Exclusive)], moded(2, 4, Mode::Exclusive), Type::Error, Some(ServerError::ProducerFenced)),
+        ("producer, Shared beside an Exclusive one", vec![moded(1, 3, Mode::Exclusive)], moded(2, 4, Mode::Shared), Type::Error, Some(ServerError::ProducerBusy)),
+        ("producer, ExclusiveWithFencing beside an Exclusive one", vec![moded(1, 3, Mode::Exclusive)], moded(2, 4, Mode::ExclusiveWithFencing), Type::ProducerSuccess, ok),
+        ("producer, WaitForExclusive beside a Shared one", vec![producer(1, 3)], moded(2, 4, Mode::WaitForExclusive), Type::ProducerSuccess, ok),
         ("send, unknown producer", vec![], c::send(9, 1, 1), Type::SendError, Some(ServerError::NotAllowedError)),
         ("send, no payload", vec![producer(1, 3)], c::send(1, 1, 1), Type::SendError, Some(ServerError::UnknownError)),
         ("subscribe", vec![], shared(1, 4), Type::Success, ok),
@@ -512,5 +525,5 @@ fn a_closed_session_leaves_its_topics() {
     assert_eq!(closes, [Type::CloseProducer, Type::CloseConsumer]);
     p.session.close();
     assert!(sub.consumers.lock().unwrap().is_empty());
-    assert!(topic.producers.lock().unwrap().is_empty());
+    assert!(topic.producers.lock().unwrap().len() == 0);
 }

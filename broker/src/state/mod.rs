@@ -264,6 +264,16 @@ impl BrokerState {
         lock(&self.outboxes).get(&conn).cloned()
     }
 
+    /// Queues `cmd` on connection `conn` (a frame the broker starts: another connection's
+    /// producer fenced or made ready). A connection that is gone is skipped.
+    pub(crate) fn push_to(&self, conn: u64, cmd: &wire::proto::BaseCommand) {
+        if let Some(o) = self.outbox(conn) {
+            let mut frame = Vec::with_capacity(64);
+            wire::encode_command(cmd, &mut frame);
+            o.push(frame);
+        }
+    }
+
     /// The connection ended: frames for it are dropped from now on.
     pub(crate) fn unregister_outbox(&self, conn: u64) {
         lock(&self.outboxes).remove(&conn);

@@ -41,6 +41,8 @@ pub(crate) struct PublisherStats {
     connected_since: String,
     client_version: String,
     metadata: BTreeMap<String, String>,
+    /// Pulsar's `accessMode`: Shared, Exclusive, ExclusiveWithFencing or WaitForExclusive.
+    access_mode: &'static str,
 }
 
 #[derive(Clone, Serialize)]
@@ -242,13 +244,14 @@ pub(crate) fn topic_stats(t: &Topic) -> TopicStats {
         .filter_map(|s| Some((s.name.clone(), subscription_stats(s)?)))
         .collect();
     let publishers = lock(&t.producers)
-        .values()
+        .infos()
         .map(|p| PublisherStats {
             producer_name: p.name.clone(),
             address: p.address.clone(),
             connected_since: p.connected_since.clone(),
             client_version: p.client_version.clone(),
             metadata: p.metadata.clone(),
+            access_mode: p.access.pulsar_name(),
         })
         .collect();
     TopicStats {

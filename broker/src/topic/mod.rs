@@ -25,6 +25,7 @@ mod catalog;
 mod dedup;
 mod meta;
 mod name;
+mod producers;
 mod retention;
 mod subscription;
 
@@ -32,13 +33,17 @@ pub(crate) use backend::{Backend, FileBackend, MemoryBackend};
 use catalog::TopicCatalog;
 
 pub(crate) use name::{partition_name, TopicName, PARTITION_SUFFIX};
+pub(crate) use producers::{
+    AccessMode, Admitted, ProducerGate, ProducerKey, ProducerRefused, Producers, Promoted,
+    Request as ProducerRequest,
+};
 pub(crate) use subscription::{
     ConsumerInfo, InitialPosition, OutCounters, SubKind, SubscribeError, Subscription,
     SubscriptionDefaults,
 };
 
 /// A producer attached to a topic, as the registry knows it.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub(crate) struct ProducerInfo {
     pub name: String,
     pub address: String,
@@ -47,6 +52,8 @@ pub(crate) struct ProducerInfo {
     pub client_version: String,
     /// The producer's metadata (PRODUCER's `metadata` pairs).
     pub metadata: BTreeMap<String, String>,
+    /// Its access mode.
+    pub access: AccessMode,
 }
 
 /// A rate over the last housekeeping interval (per second).
@@ -125,8 +132,9 @@ pub(crate) struct Topic {
     /// The entries' metadata, read by every subscription's cursor (one copy per entry).
     ledger: SharedLedger,
     counters: Mutex<TopicCounters>,
-    /// Producers by (connection, producer id); their names are unique per topic.
-    pub producers: Mutex<BTreeMap<(u64, u64), ProducerInfo>>,
+    /// Producers by (connection, producer id), with their access modes; their names are
+    /// unique per topic.
+    pub producers: Mutex<Producers>,
     /// A Key_Shared subscription was created (see [`Topic::had_key_shared`]).
     key_shared: std::sync::atomic::AtomicBool,
     /// Messages and bytes in (rates).
@@ -228,7 +236,7 @@ impl Topic {
             }),
             ledger: SharedLedger::new(ledger),
             counters: Mutex::new(counters),
-            producers: Mutex::new(BTreeMap::new()),
+            producers: Mutex::new(Producers::default()),
             key_shared: std::sync::atomic::AtomicBool::new(false),
             rate_in: Mutex::new((Rate::default(), Rate::default())),
             schemas,
@@ -339,26 +347,27 @@ impl Topic {
             .map_or(-1, |s| i64::try_from(s).unwrap_or(i64::MAX))
     }
 
-    /// Registers a producer under (connection, producer id): false, and nothing registered,
-    /// when a connected producer already has its name (Pulsar answers ProducerBusy; two
-    /// producers with one name would send the same chunk uuids).
-    pub(crate) fn add_producer(&self, conn: u64, producer_id: u64, info: ProducerInfo) -> bool {
-        let mut producers = lock(&self.producers);
-        if producers.values().any(|p| p.name == info.name) {
-            return false;
-        }
-        producers.insert((conn, producer_id), info);
-        true
+    /// Registers a producer under (connection, producer id) by its access mode, or refuses it
+    /// (a name already connected: Pulsar's ProducerBusy; two producers with one name would
+    /// send the same chunk uuids). See [`Producers::admit`].
+    pub(crate) fn add_producer(&self, r: ProducerRequest) -> Result<Admitted, ProducerRefused> {
+        lock(&self.producers).admit(r)
     }
 
-    /// A producer closed: its registration and its name are gone.
-    pub(crate) fn remove_producer(&self, conn: u64, producer_id: u64) {
-        lock(&self.producers).remove(&(conn, producer_id));
+    /// A producer closed: its registration and its name are gone. Returns the waiting producer
+    /// this made ready, if any.
+    pub(crate) fn remove_producer(&self, conn: u64, producer_id: u64) -> Option<Promoted> {
+        lock(&self.producers).remove((conn, producer_id))
+    }
+
+    /// Whether the producer is registered (ready or waiting); false once fenced or removed.
+    pub(crate) fn has_producer(&self, conn: u64, producer_id: u64) -> bool {
+        lock(&self.producers).contains((conn, producer_id))
     }
 
     /// The (connection, producer id) of every connected producer.
-    pub(crate) fn producer_ids(&self) -> Vec<(u64, u64)> {
-        lock(&self.producers).keys().copied().collect()
+    pub(crate) fn producer_ids(&self) -> Vec<ProducerKey> {
+        lock(&self.producers).keys()
     }
 
     /// How many producers and consumers are connected.

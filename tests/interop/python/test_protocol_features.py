@@ -1,13 +1,11 @@
-"""Protocol features around the messages, on one broker: what works, and strict expected failures
-for what the broker does not serve yet.
+"""Protocol features around the messages, on one broker.
 
 * Pattern subscription: `subscribe(re.compile(...))` over two matching topics (and one that does
   not match) gets the messages of both; the client asks GET_TOPICS_OF_NAMESPACE.
 * Failover: of two consumers one gets everything; when it closes, the other gets its unacked
   messages in order.
-* Expected failures, each naming the missing feature. Each must fail the way described; one that
-  passes fails the script with "remove the marker" (the broker has the feature now):
-  - access modes: a second `ProducerAccessMode.Exclusive` producer is accepted.
+* Access modes: beside an Exclusive producer, a second Exclusive one is refused with
+  `ProducerFenced` and a Shared one with `ProducerBusy`; after it closes a new one is accepted.
 """
 
 import re
@@ -17,23 +15,7 @@ import pulsar
 import harness as h
 
 
-def expect_failure(feature, scenario, xfails):
-    """Runs `scenario()`, which returns None when the feature works and raises when it does not
-    (or returns a string saying what failed). A pass fails the script."""
-    try:
-        what = scenario()
-    except Exception as e:  # noqa: BLE001 - the feature's failure, whatever its type
-        what = f"{type(e).__name__}: {e}"
-    if what is None:
-        raise h.ScenarioFailure(
-            f"expected failure '{feature}' did not happen: the broker serves it now; remove the marker"
-        )
-    print(f"XFAIL({feature}): {what}", flush=True)
-    xfails.append(feature)
-
-
 def main():
-    xfails = []
     with h.Broker("broker") as b:
         cl = h.client(b.service_url)
 
@@ -84,25 +66,27 @@ def main():
         standby.close()
         p.close()
 
-        def access_modes():
-            t = h.unique_topic("exclusive")
-            first = cl.create_producer(t, access_mode=pulsar.ProducerAccessMode.Exclusive)
+        # Access modes: with an Exclusive producer connected, a second Exclusive one is fenced
+        # and a Shared one is busy; after it closes, a new Exclusive one is accepted.
+        t = h.unique_topic("exclusive")
+        first = cl.create_producer(t, access_mode=pulsar.ProducerAccessMode.Exclusive)
+        refusals = []
+        for mode, want in (
+            (pulsar.ProducerAccessMode.Exclusive, pulsar.ProducerFenced),
+            (pulsar.ProducerAccessMode.Shared, pulsar.ProducerBusy),
+        ):
             try:
-                second = cl.create_producer(t, access_mode=pulsar.ProducerAccessMode.Exclusive)
-            except pulsar.ProducerFenced:
-                return None
-            except pulsar.ProducerBusy:
-                return None
-            finally:
-                first.close()
-            second.close()
-            return "a second Exclusive producer was accepted while the first was connected"
-
-        expect_failure("access modes", access_modes, xfails)
+                cl.create_producer(t, access_mode=mode).close()
+                refusals.append(None)
+            except want as e:
+                refusals.append(type(e).__name__)
+        h.check(None not in refusals, f"access modes: beside an Exclusive producer the refusals were {refusals}")
+        first.close()
+        cl.create_producer(t, access_mode=pulsar.ProducerAccessMode.Exclusive).close()
         cl.close()
     return (
         f"protocol features: pattern subscription got {len(pattern_got)} of 2; Failover took over with {len(rest)} of 5; "
-        f"expected failures: {', '.join(xfails)}"
+        f"beside an Exclusive producer: {', '.join(refusals)}"
     )
 
 

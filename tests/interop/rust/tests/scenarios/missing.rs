@@ -257,8 +257,8 @@ async fn pattern_subscription() {
 /// Producer access mode Exclusive: while an Exclusive producer is connected, a second
 /// Exclusive producer and a Shared one are refused; after it closes, a new one is accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn xfail_exclusive_producer_access_mode() {
-    scenario::run_xfail("xfail_exclusive_producer_access_mode", "access modes", "second Exclusive producer was accepted", |ctx| async move {
+async fn exclusive_producer_access_mode() {
+    scenario::run("exclusive_producer_access_mode", |ctx| async move {
         let mut b = Broker::start(&ctx.log_dir, "broker", &[])?;
         let cl = client::client(&b.service_url).await?;
         let topic = client::unique_topic("access-mode");
