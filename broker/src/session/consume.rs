@@ -189,7 +189,7 @@ impl Session {
         let rid = s.request_id;
         let name = match TopicName::parse(&s.topic) {
             Ok(n) => n,
-            Err(e) => return self.send_error(rid, ServerError::InvalidTopicName, &e.to_string()),
+            Err(e) => return self.send_error(rid, e.code(), &e.to_string()),
         };
         if s.subscription.is_empty() {
             return self.send_error(rid, ServerError::NotAllowedError, "empty subscription name");

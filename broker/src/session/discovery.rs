@@ -43,7 +43,7 @@ impl Session {
             wire::commands::partitioned_metadata_failed(m.request_id, code, message)
         };
         let reply = match TopicName::parse(&m.topic) {
-            Err(e) => failed(ServerError::InvalidTopicName, &e.to_string()),
+            Err(e) => failed(e.code(), &e.to_string()),
             Ok(name) => {
                 let auto_create = m.metadata_auto_creation_enabled.unwrap_or(true);
                 match self.state.partitioned_metadata(&name, auto_create) {
@@ -74,11 +74,7 @@ impl Session {
                     &e.to_string(),
                 ),
             },
-            Err(e) => wire::commands::lookup_failed(
-                l.request_id,
-                ServerError::InvalidTopicName,
-                &e.to_string(),
-            ),
+            Err(e) => wire::commands::lookup_failed(l.request_id, e.code(), &e.to_string()),
         };
         self.send(&reply);
     }
@@ -135,7 +131,7 @@ impl Session {
             wire::commands::get_or_create_schema_failed(g.request_id, error, message)
         };
         let reply = match TopicName::parse(&g.topic) {
-            Err(e) => failed(ServerError::InvalidTopicName, &e.to_string()),
+            Err(e) => failed(e.code(), &e.to_string()),
             Ok(name) => match self.state.topic_for_client(&name) {
                 Err(e) => failed(super::topic_error_code(&e), &e.to_string()),
                 Ok(topic) => match topic.schema_version(&g.schema) {

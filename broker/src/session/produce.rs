@@ -57,9 +57,7 @@ impl Session {
         };
         let name = match TopicName::parse(&p.topic) {
             Ok(n) => n,
-            Err(e) => {
-                return self.send_error(p.request_id, ServerError::InvalidTopicName, &e.to_string())
-            }
+            Err(e) => return self.send_error(p.request_id, e.code(), &e.to_string()),
         };
         if self.answered_again(p) {
             return;

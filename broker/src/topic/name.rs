@@ -8,7 +8,8 @@ pub(crate) struct TopicName {
     pub local: String,
 }
 
-/// Why a topic name was refused (the message goes to the client with `InvalidTopicName`).
+/// Why a topic name was refused (the message goes to the client with
+/// [`TopicNameError::code`]).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum TopicNameError {
     /// `non-persistent://…`: not served.
@@ -20,6 +21,19 @@ pub(crate) enum TopicNameError {
     /// One of the three parts is empty.
     #[error("empty part in topic name `{0}`")]
     EmptyPart(String),
+}
+
+impl TopicNameError {
+    /// The code a client gets: `InvalidTopicName`, except for a non-persistent topic, which is
+    /// `TopicNotFound`. Every client family gives up at once on `TopicNotFound`, while the C++
+    /// client (and with it Python's) retries a PARTITIONED_METADATA or LOOKUP that failed with
+    /// `InvalidTopicName` until its operation timeout.
+    pub(crate) fn code(&self) -> wire::proto::ServerError {
+        match self {
+            TopicNameError::NonPersistent(_) => wire::proto::ServerError::TopicNotFound,
+            _ => wire::proto::ServerError::InvalidTopicName,
+        }
+    }
 }
 
 impl TopicName {

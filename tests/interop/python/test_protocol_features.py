@@ -6,9 +6,11 @@
   messages in order.
 * Access modes: beside an Exclusive producer, a second Exclusive one is refused with
   `ProducerFenced` and a Shared one with `ProducerBusy`; after it closes a new one is accepted.
+* Non-persistent topics: a producer and a consumer are refused with `TopicNotFound` in under 2 s.
 """
 
 import re
+import time
 
 import pulsar
 
@@ -83,10 +85,28 @@ def main():
         h.check(None not in refusals, f"access modes: beside an Exclusive producer the refusals were {refusals}")
         first.close()
         cl.create_producer(t, access_mode=pulsar.ProducerAccessMode.Exclusive).close()
+
+        # Non-persistent topics are not served: refused with TopicNotFound at once (the C++
+        # client retries InvalidTopicName until its operation timeout).
+        np_topic = "non-persistent://public/default/" + h.unique_topic("np").rsplit("/", 1)[1]
+        np_refusals = []
+        for what, op in (
+            ("producer", lambda: cl.create_producer(np_topic)),
+            ("consumer", lambda: cl.subscribe(np_topic, "s")),
+        ):
+            t0 = time.monotonic()
+            try:
+                op().close()
+                np_refusals.append(f"{what} accepted")
+            except pulsar.TopicNotFound:
+                ms = (time.monotonic() - t0) * 1000
+                h.check(ms < 2000, f"non-persistent {what}: refused after {ms:.0f} ms")
+                np_refusals.append(f"{what} refused in {ms:.0f} ms")
+        h.check(all("refused" in r for r in np_refusals), f"non-persistent topic: {np_refusals}")
         cl.close()
     return (
         f"protocol features: pattern subscription got {len(pattern_got)} of 2; Failover took over with {len(rest)} of 5; "
-        f"beside an Exclusive producer: {', '.join(refusals)}"
+        f"beside an Exclusive producer: {', '.join(refusals)}; non-persistent: {', '.join(np_refusals)}"
     )
 
 
