@@ -97,6 +97,9 @@ pub struct BrokerConfig {
     /// (`--broker-deduplication-enabled true|false`, Pulsar's `brokerDeduplicationEnabled`,
     /// default false).
     pub deduplication: bool,
+    /// How a new schema is checked against a topic's (`--schema-compatibility-strategy`,
+    /// Pulsar's `schemaCompatibilityStrategy`, default FULL).
+    pub schema_compatibility: crate::schema::Strategy,
 }
 
 impl Default for BrokerConfig {
@@ -121,6 +124,7 @@ impl Default for BrokerConfig {
             message_expiry_check_ms: 5 * 60 * 1000,
             backlog_quota_check_ms: 60 * 1000,
             deduplication: false,
+            schema_compatibility: crate::schema::Strategy::Full,
         }
     }
 }
@@ -196,6 +200,10 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
   --broker-deduplication-enabled true|false
                             drop a producer's resent messages (its sequence ids) on every
                             topic whose namespace does not say otherwise (default false)
+  --schema-compatibility-strategy S
+                            how a new schema is checked against a topic's: FULL (default),
+                            BACKWARD, FORWARD, their _TRANSITIVE forms, ALWAYS_COMPATIBLE or
+                            ALWAYS_INCOMPATIBLE
   --check-frames            for test suites: check every frame written as Pulsar's Java client
                             reads it (no repeated non-repeated field, every required field);
                             a frame that fails is logged at ERROR and its connection closed
@@ -224,6 +232,7 @@ const FLAGS_WITH_VALUE: &[&str] = &[
     "--message-expiry-check-interval-ms",
     "--backlog-quota-check-interval-ms",
     "--broker-deduplication-enabled",
+    "--schema-compatibility-strategy",
 ];
 
 impl BrokerConfig {
@@ -336,6 +345,11 @@ impl BrokerConfig {
             | "--message-expiry-check-interval-ms"
             | "--backlog-quota-check-interval-ms"
             | "--broker-deduplication-enabled" => self.set_namespace_flag(name, value)?,
+            "--schema-compatibility-strategy" => {
+                self.schema_compatibility = crate::schema::Strategy::parse(value).ok_or(
+                    "must be FULL, BACKWARD, FORWARD, FULL_TRANSITIVE, BACKWARD_TRANSITIVE, FORWARD_TRANSITIVE, ALWAYS_COMPATIBLE or ALWAYS_INCOMPATIBLE",
+                )?
+            }
             _ => return Err("not a flag with a value"),
         }
         Ok(())

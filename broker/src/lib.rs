@@ -22,7 +22,7 @@
 //!   use inside an existing namespace, and a partitioned topic's partitions are topics.
 //!
 //! Does not: authenticate, encrypt (no TLS), serve transactions,
-//! geo-replication or namespace policies, or check schema compatibility. Without `--data-dir`
+//! geo-replication or most namespace policies. Without `--data-dir`
 //! everything is in memory.
 //!
 //! ```no_run

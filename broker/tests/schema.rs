@@ -1,5 +1,6 @@
 //! Schemas over the wire: GET_SCHEMA, GET_OR_CREATE_SCHEMA and a producer's schema share one
-//! per-topic list of versions; PRODUCER_SUCCESS always carries `schema_version`.
+//! per-topic list of versions; PRODUCER_SUCCESS always carries `schema_version`; a schema that
+//! is not compatible with the topic's is refused with `IncompatibleSchema` (409 in the admin API).
 
 mod common;
 
@@ -121,7 +122,8 @@ fn versions_are_shared_by_producers_and_schema_requests() {
 /// delete is refused by name.
 #[test]
 fn the_admin_api_reads_and_uploads_the_same_versions() {
-    let b = start_broker(&[]);
+    // Versions only: a JSON, then an AVRO schema (incompatible under the default FULL).
+    let b = start_broker(&["--schema-compatibility-strategy", "ALWAYS_COMPATIBLE"]);
     let path = "/admin/v2/schemas/public/default/schemas";
     let (status, body) = common::http(&b, "GET", &format!("{path}/schema"), "");
     assert_eq!(status, 404, "{body}");
@@ -157,5 +159,79 @@ fn the_admin_api_reads_and_uploads_the_same_versions() {
     let (status, body) = common::http(&b, "DELETE", &format!("{path}/schema"), "");
     assert_eq!(status, 400);
     assert!(body.contains("deleting a schema"), "{body}");
+    b.shutdown(std::time::Duration::from_secs(5));
+}
+
+fn avro(fields: &str) -> Schema {
+    Schema {
+        name: "order".into(),
+        schema_data: format!(
+            r#"{{"type":"record","name":"Order","namespace":"t","fields":[{fields}]}}"#
+        )
+        .into_bytes(),
+        r#type: schema::Type::Avro as i32,
+        properties: Vec::new(),
+    }
+}
+
+/// The error a PRODUCER (or SUBSCRIBE) with `request_id` got, if any.
+fn refused(c: &mut Raw) -> ServerError {
+    c.expect(Type::Error).command.error.unwrap().error()
+}
+
+#[test]
+fn an_incompatible_schema_is_refused_by_producers_consumers_and_the_admin_api() {
+    let b = start_broker(&[]);
+    let mut c = Raw::connected(&b);
+    let v1 = avro(r#"{"name":"id","type":"int"},{"name":"item","type":"string"}"#);
+    let added = avro(
+        r#"{"name":"id","type":"int"},{"name":"item","type":"string"},{"name":"qty","type":"int","default":1}"#,
+    );
+    let needs_qty = avro(r#"{"name":"id","type":"int"},{"name":"qty","type":"int"}"#);
+    assert_eq!(
+        producer_version(&mut c, 1, Some(v1.clone())),
+        Some(vec![0; 8])
+    );
+    // FULL: a field without a default is refused; with a default it is the next version.
+    let mut p = wire::commands::producer(TOPIC, 2, 102, None);
+    p.producer.as_mut().unwrap().schema = Some(needs_qty.clone());
+    c.send(&p);
+    assert_eq!(refused(&mut c), ServerError::IncompatibleSchema);
+    c.send(&get_or_create(3, needs_qty.clone()));
+    let r = c
+        .expect(Type::GetOrCreateSchemaResponse)
+        .command
+        .get_or_create_schema_response
+        .unwrap();
+    assert_eq!(r.error_code(), ServerError::IncompatibleSchema);
+    assert_eq!(
+        producer_version(&mut c, 4, Some(added)),
+        Some(1u64.to_be_bytes().to_vec())
+    );
+    // A consumer whose schema cannot read the latest version is refused; one that can is not.
+    let sub = |cid: u64, s: Schema| {
+        let mut cmd = wire::commands::subscribe(
+            TOPIC,
+            &format!("s{cid}"),
+            cid,
+            200 + cid,
+            wire::proto::command_subscribe::SubType::Shared,
+            None,
+            wire::proto::command_subscribe::InitialPosition::Earliest,
+        );
+        cmd.subscribe.as_mut().unwrap().schema = Some(s);
+        cmd
+    };
+    let needs_price = avro(r#"{"name":"id","type":"int"},{"name":"price","type":"double"}"#);
+    c.send(&sub(1, needs_price));
+    assert_eq!(refused(&mut c), ServerError::IncompatibleSchema);
+    c.send(&sub(2, v1));
+    c.expect(Type::Success);
+    // The admin API: 409, as Pulsar answers an incompatible upload.
+    let upload = r#"{"type": "JSON", "schema": "{}"}"#;
+    let path = "/admin/v2/schemas/public/default/schemas/schema";
+    let (status, body) = common::http(&b, "POST", path, upload);
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("exists schema type AVRO"), "{body}");
     b.shutdown(std::time::Duration::from_secs(5));
 }

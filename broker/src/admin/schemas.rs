@@ -104,10 +104,14 @@ fn upload(req: &Request, state: &BrokerState, name: &TopicName) -> Response {
         Ok(t) => t,
         Err(e) => return topic_error(e),
     };
-    match topic.schema_version(&schema) {
+    match topic.schema_version(&schema, state.cfg.schema_compatibility) {
         Ok(v) => {
             let n = u64::from_be_bytes(v.try_into().unwrap_or([0; 8]));
             json(200, &serde_json::json!({ "version": { "version": n } }))
+        }
+        // As Pulsar: an incompatible schema is a conflict.
+        Err(e @ crate::schema::SchemaError::Incompatible(_)) => {
+            Response::json_error(409, &e.to_string())
         }
         Err(e) => Response::json_error(500, &e.to_string()),
     }

@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use cursor::Position;
 use dispatcher::{
-    AckHandleError, ConsumerHandle, ConsumerId, ConsumerSpec, Delivery, DeliverySink, HashRange,
-    KeySharedConfig, KeySharedMode, Refused,
+    AckHandleError, ConsumerHandle, ConsumerId, ConsumerSpec, HashRange, KeySharedConfig,
+    KeySharedMode,
 };
 use tracing::{debug, info};
 use wire::proto::{self, BaseCommand, CommandSubscribe, ServerError};
 
+use super::delivery::DeliveryRoute;
 use super::{Now, Session};
-use crate::state::{Offer, Outbox};
 use crate::sync::lock;
 use crate::topic::{
     ConsumerInfo, InitialPosition, OutCounters, SubKind, SubscribeError, Subscription, Topic,
@@ -30,91 +30,6 @@ pub(super) struct Consumer {
     non_durable: bool,
     /// The last entry this consumer acked cumulatively (Exclusive and Failover subscriptions).
     acked_through: Option<Position>,
-}
-
-/// How one consumer's deliveries become MESSAGE frames: the subscription's dispatcher thread
-/// encodes each send straight into the connection's write queue (a [`DeliverySink`]).
-pub(crate) struct DeliveryRoute {
-    /// The consumer id the client chose.
-    consumer_id: u64,
-    counters: Arc<OutCounters>,
-    topic: Arc<Topic>,
-    out: Arc<dyn Outbox>,
-    /// Set once the SUBSCRIBE's SUCCESS is in the write queue (see `Session::poll_transmit`):
-    /// no MESSAGE overtakes it.
-    ready: Arc<AtomicBool>,
-}
-
-impl DeliveryRoute {
-    /// Appends one MESSAGE frame per delivered entry to `frames`: the stored payload section
-    /// after the command, the redelivery count, and for a batch entry with acked messages the
-    /// `ack_set` (a set bit = still unacked). Returns the messages and bytes encoded.
-    fn encode(&self, batch: &[Delivery], frames: &mut Vec<u8>) -> (u64, u64) {
-        let (mut messages_out, mut bytes_out) = (0, 0);
-        for d in batch {
-            let Some(section) = self.topic.payload(d.position) else {
-                tracing::warn!(position = %d.position, "no stored payload for a delivered entry");
-                continue;
-            };
-            let messages = d.meta.messages();
-            let ack_set = (!d.acked_indexes.is_empty())
-                .then(|| wire::convert::ack_set_from_acked(&d.acked_indexes, messages));
-            let cmd = wire::commands::message(
-                self.consumer_id,
-                wire::convert::message_id(d.position),
-                d.redelivery_count,
-                ack_set,
-            );
-            wire::encode_with_section(&cmd, &section, frames);
-            let unacked = messages as usize - d.acked_indexes.len().min(messages as usize);
-            messages_out += unacked as u64;
-            bytes_out += u64::from(d.meta.size);
-        }
-        (messages_out, bytes_out)
-    }
-}
-
-impl DeliverySink for DeliveryRoute {
-    fn deliver(&mut self, batch: Vec<Delivery>) -> Result<(), Refused> {
-        if !self.ready.load(Ordering::Acquire) {
-            return Err(Refused::Full(batch));
-        }
-        let mut frames = Vec::with_capacity(batch.len() * 128);
-        let (messages, bytes) = self.encode(&batch, &mut frames);
-        if frames.is_empty() {
-            return Ok(());
-        }
-        match self.out.offer(frames) {
-            Offer::Taken => {
-                self.counters
-                    .messages
-                    .fetch_add(messages, Ordering::Relaxed);
-                self.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-                Ok(())
-            }
-            Offer::Full => Err(Refused::Full(batch)),
-            Offer::Closed => Err(Refused::Closed),
-        }
-    }
-
-    fn has_room(&self) -> bool {
-        self.ready.load(Ordering::Acquire) && self.out.drained()
-    }
-
-    /// Failover: ACTIVE_CONSUMER_CHANGE. Pushed with the session's own replies (room is kept
-    /// for them), so a full delivery queue does not lose it.
-    fn active_changed(&mut self, active: bool) {
-        debug!(
-            consumer_id = self.consumer_id,
-            active, "active consumer change"
-        );
-        let mut frame = Vec::with_capacity(32);
-        wire::encode_command(
-            &wire::commands::active_consumer_change(self.consumer_id, active),
-            &mut frame,
-        );
-        self.out.push(frame);
-    }
 }
 
 /// The subscription type a SUBSCRIBE asks for, with a STICKY consumer's hash ranges; `Err`
@@ -206,6 +121,9 @@ impl Session {
             Ok(t) => t,
             Err(e) => return self.send_error(rid, super::topic_error_code(&e), &e.to_string()),
         };
+        if let Err(e) = self.check_consumer_schema(&topic, s) {
+            return self.send_error(rid, e.code(), &e.to_string());
+        }
         let fresh = topic.get_subscription(&s.subscription).is_none();
         let sub = match topic.subscription(&s.subscription, kind, initial_position(s)) {
             Ok(sub) => sub,
@@ -230,6 +148,25 @@ impl Session {
             topic.reset(&sub, start);
         }
         self.start_consumer(now, s, topic, sub, (kind, ranges));
+    }
+
+    /// A SUBSCRIBE's schema (none, or AUTO_CONSUME: nothing to check) must read the topic's
+    /// (see [`Topic::check_consumer_schema`]).
+    fn check_consumer_schema(
+        &self,
+        topic: &Topic,
+        s: &CommandSubscribe,
+    ) -> Result<(), crate::schema::SchemaError> {
+        use wire::proto::schema::Type;
+        match &s.schema {
+            Some(schema) if !matches!(schema.r#type(), Type::None | Type::AutoConsume) => {
+                let strategy = self.state.cfg.schema_compatibility;
+                topic.check_consumer_schema(schema, strategy).inspect_err(|e| {
+                    info!(conn = self.id, topic = %topic.name, error = %e, "consumer's schema refused");
+                })
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Connects the subscribed consumer (of the type and ranges it asked for) to its

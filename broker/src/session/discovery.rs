@@ -134,10 +134,12 @@ impl Session {
             Err(e) => failed(e.code(), &e.to_string()),
             Ok(name) => match self.state.topic_for_client(&name) {
                 Err(e) => failed(super::topic_error_code(&e), &e.to_string()),
-                Ok(topic) => match topic.schema_version(&g.schema) {
-                    Ok(v) => wire::commands::get_or_create_schema_response(g.request_id, v),
-                    Err(e) => failed(ServerError::PersistenceError, &e.to_string()),
-                },
+                Ok(topic) => {
+                    match topic.schema_version(&g.schema, self.state.cfg.schema_compatibility) {
+                        Ok(v) => wire::commands::get_or_create_schema_response(g.request_id, v),
+                        Err(e) => failed(e.code(), &e.to_string()),
+                    }
+                }
             },
         };
         self.send(&reply);

@@ -28,6 +28,7 @@ use crate::metadata::MetadataError;
 use crate::state::{BrokerState, TopicError};
 
 mod consume;
+mod delivery;
 mod discovery;
 mod produce;
 #[cfg(test)]

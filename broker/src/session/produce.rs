@@ -85,16 +85,14 @@ impl Session {
             Some(a) => a,
             None => return,
         };
-        let schema_version = match p.schema.as_ref().map(|s| topic.schema_version(s)) {
+        let strategy = self.state.cfg.schema_compatibility;
+        let schema_version = match p.schema.as_ref().map(|s| topic.schema_version(s, strategy)) {
             None => Vec::new(),
             Some(Ok(v)) => v,
             Some(Err(e)) => {
                 self.producer_gone(&topic, p.producer_id);
-                return self.send_error(
-                    p.request_id,
-                    ServerError::PersistenceError,
-                    &e.to_string(),
-                );
+                info!(conn = self.id, topic = %topic.name, error = %e, "producer's schema refused");
+                return self.send_error(p.request_id, e.code(), &e.to_string());
             }
         };
         let last_sequence = topic.resume_after(&producer_name, p.user_provided_producer_name());

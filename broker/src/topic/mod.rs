@@ -398,13 +398,29 @@ impl Topic {
         self.key_shared.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The version of `schema`, recorded through the catalog first when it is new.
+    /// The version of `schema`, recorded through the catalog first when it is new (and
+    /// compatible with the topic's under `strategy`).
     pub(crate) fn schema_version(
         &self,
         schema: &wire::proto::Schema,
-    ) -> Result<Vec<u8>, StorageError> {
+        strategy: crate::schema::Strategy,
+    ) -> Result<Vec<u8>, crate::schema::SchemaError> {
         self.schemas
-            .get_or_create(schema, |all| self.catalog.record_schemas(all))
+            .get_or_create(schema, strategy, |all| self.catalog.record_schemas(all))
+    }
+
+    /// A consumer's schema (SUBSCRIBE) checked against the topic's; a topic with no schema,
+    /// no client and no entry takes it as its first version (see
+    /// [`SchemaRegistry::check_consumer`](crate::schema::SchemaRegistry::check_consumer)).
+    pub(crate) fn check_consumer_schema(
+        &self,
+        schema: &wire::proto::Schema,
+        strategy: crate::schema::Strategy,
+    ) -> Result<(), crate::schema::SchemaError> {
+        let idle = self.clients() == 0 && self.storage().0.entries == 0;
+        self.schemas.check_consumer(schema, strategy, idle, |all| {
+            self.catalog.record_schemas(all)
+        })
     }
 
     /// The stored `0e01…` section of the entry at `p`.

@@ -312,14 +312,30 @@ fn schema_versions_survive_a_restart() {
     };
     let v = |n: u8| vec![0, 0, 0, 0, 0, 0, 0, n];
     let t = Topic::open("persistent://p/d/s".into(), &file, config).unwrap();
-    assert_eq!(t.schema_version(&schema(b"{a}")).unwrap(), v(0));
-    assert_eq!(t.schema_version(&schema(b"{b}")).unwrap(), v(1));
+    assert_eq!(
+        t.schema_version(&schema(b"{a}"), crate::schema::Strategy::Full)
+            .unwrap(),
+        v(0)
+    );
+    assert_eq!(
+        t.schema_version(&schema(b"{b}"), crate::schema::Strategy::Full)
+            .unwrap(),
+        v(1)
+    );
     t.close();
     drop(t);
     let t = Topic::open("persistent://p/d/s".into(), &file, config).unwrap();
-    assert_eq!(t.schema_version(&schema(b"{b}")).unwrap(), v(1));
+    assert_eq!(
+        t.schema_version(&schema(b"{b}"), crate::schema::Strategy::Full)
+            .unwrap(),
+        v(1)
+    );
     assert_eq!(t.schemas.get(Some(&v(0))).unwrap().0, schema(b"{a}"));
-    assert_eq!(t.schema_version(&schema(b"{c}")).unwrap(), v(2));
+    assert_eq!(
+        t.schema_version(&schema(b"{c}"), crate::schema::Strategy::Full)
+            .unwrap(),
+        v(2)
+    );
     t.close();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -9,6 +9,7 @@ import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
+import org.apache.pulsar.client.api.PulsarClientException;
 import org.apache.pulsar.client.api.Schema;
 import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.apache.pulsar.client.api.schema.GenericRecord;
@@ -19,6 +20,24 @@ import org.interop.harness.Report;
 import org.interop.harness.Scenario;
 
 class SchemaTest {
+    /** {@link Order} with one more field (nullable, so it has a default: compatible under FULL). */
+    public static class Evolved {
+        public static class Order {
+            public String id;
+            public int amount;
+            public String note;
+
+            public Order() {}
+        }
+    }
+
+    /** A record with no field in common with {@link Order}. */
+    public static class Invoice {
+        public double total;
+
+        public Invoice() {}
+    }
+
     /** A JSON-schema value (public fields and a no-arg constructor, as the client's reflection wants). */
     public static class Order {
         public String id;
@@ -95,6 +114,45 @@ class SchemaTest {
             typed.close();
             generic.close();
             p.close();
+        }
+    }
+
+    /**
+     * Schema compatibility under Pulsar's default strategy (FULL): after an
+     * {@code Schema.AVRO(Order.class)} producer, an evolved {@code Order} (one more nullable
+     * field) is accepted, an {@code Invoice} producer and an {@code Invoice} consumer are
+     * refused with {@code IncompatibleSchemaException}, at once.
+     */
+    @Scenario("schema_compatibility")
+    void compatibility(Report report) throws Exception {
+        try (Broker b = Broker.start("schema-compat");
+                PulsarClient cl = Clients.client(b.serviceUrl())) {
+            String topic = Clients.topic("schema-compat");
+            Producer<Order> p1 = cl.newProducer(Schema.AVRO(Order.class)).topic(topic).create();
+            p1.send(new Order("o1", 1));
+            Producer<Evolved.Order> p2 = cl.newProducer(Schema.AVRO(Evolved.Order.class)).topic(topic).create();
+            Evolved.Order e = new Evolved.Order();
+            e.id = "o2";
+            e.note = "evolved";
+            p2.send(e);
+            report.messages(2);
+            List<String> refusals = new ArrayList<>();
+            try {
+                cl.newProducer(Schema.AVRO(Invoice.class)).topic(topic).create().close();
+                refusals.add("producer accepted");
+            } catch (PulsarClientException.IncompatibleSchemaException x) {
+                refusals.add("producer refused");
+            }
+            try {
+                cl.newConsumer(Schema.AVRO(Invoice.class)).topic(topic).subscriptionName("inv").subscribe().close();
+                refusals.add("consumer accepted");
+            } catch (PulsarClientException.IncompatibleSchemaException x) {
+                refusals.add("consumer refused");
+            }
+            check(refusals.equals(List.of("producer refused", "consumer refused")), "an Invoice schema: " + refusals);
+            report.note("evolved Order accepted; Invoice: " + refusals);
+            p1.close();
+            p2.close();
         }
     }
 }

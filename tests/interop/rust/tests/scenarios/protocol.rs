@@ -1,7 +1,6 @@
-//! Schemas, and broker features that do not exist yet, written as the crate's applications
-//! would use them. Each scenario for a missing feature is an EXPECTED FAILURE naming it
-//! (`scenario::run_xfail`): it must fail today, and when the broker gains the feature the
-//! scenario passes and the test fails, saying to remove the marker.
+//! Schemas, Failover, access modes and pattern subscriptions, written as the crate's
+//! applications would use them. A scenario for a feature the broker lacks would be an EXPECTED
+//! FAILURE naming it (`scenario::run_xfail`); none is left.
 
 use std::{
     collections::BTreeSet,
@@ -101,8 +100,8 @@ async fn schema_avro() {
 /// shares no field with the topic's schema (and has no defaults) is refused
 /// (`IncompatibleSchema`), while a second producer with the same schema is accepted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn xfail_schema_compatibility() {
-    scenario::run_xfail("xfail_schema_compatibility", "schema compatibility check", "incompatible Avro schema was accepted", |ctx| async move {
+async fn schema_compatibility() {
+    scenario::run("schema_compatibility", |ctx| async move {
         let mut b = Broker::start(&ctx.log_dir, "broker", &[])?;
         let cl = client::client(&b.service_url).await?;
         let topic = client::unique_topic("schema-compat");

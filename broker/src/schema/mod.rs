@@ -4,8 +4,9 @@
 //! Recorded through the topic's catalog (`schemas.json` under `--data-dir`) before a new version
 //! is handed out, and read back when the topic opens. A schema is identified by its type and its data:
 //! the same schema gets the same version, a new one the next version (Pulsar's
-//! `LongSchemaVersion`: an 8-byte big-endian counter from 0). Every new schema is accepted:
-//! there is no compatibility check.
+//! `LongSchemaVersion`: an 8-byte big-endian counter from 0). A new schema must be compatible
+//! with the topic's under the broker's strategy ([`compat`]); a consumer's schema must be able to
+//! read the topic's.
 
 use std::sync::Mutex;
 
@@ -13,6 +14,31 @@ use wire::proto::Schema;
 
 use crate::storage::StorageError;
 use crate::sync::lock;
+
+pub mod compat;
+
+pub use compat::Strategy;
+
+/// Why a schema got no version.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SchemaError {
+    /// Refused by the compatibility check (Pulsar's `IncompatibleSchema`).
+    #[error(transparent)]
+    Incompatible(#[from] compat::Incompatible),
+    /// The new version could not be recorded.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
+
+impl SchemaError {
+    /// The code a client gets.
+    pub(crate) fn code(&self) -> wire::proto::ServerError {
+        match self {
+            SchemaError::Incompatible(_) => wire::proto::ServerError::IncompatibleSchema,
+            SchemaError::Storage(_) => wire::proto::ServerError::PersistenceError,
+        }
+    }
+}
 
 /// The schemas of one topic, in the order they were added.
 #[derive(Debug, Default)]
@@ -34,13 +60,15 @@ impl SchemaRegistry {
     }
 
     /// The version of `schema` (type and data compared), added as the next version if the topic
-    /// has no such schema yet. A new version is handed out only after `record` took every
-    /// version (the new one last); when it fails the registry stays as it was.
+    /// has no such schema yet and it is compatible with the topic's under `strategy`. A new
+    /// version is handed out only after `record` took every version (the new one last); when it
+    /// fails the registry stays as it was.
     pub(crate) fn get_or_create(
         &self,
         schema: &Schema,
+        strategy: Strategy,
         record: impl FnOnce(&[Schema]) -> Result<(), StorageError>,
-    ) -> Result<Vec<u8>, StorageError> {
+    ) -> Result<Vec<u8>, SchemaError> {
         let mut versions = lock(&self.versions);
         if let Some(i) = versions
             .iter()
@@ -48,12 +76,39 @@ impl SchemaRegistry {
         {
             return Ok(version_bytes(i));
         }
+        compat::check_producer(&versions, schema, strategy)?;
         versions.push(schema.clone());
         if let Err(e) = record(&versions) {
             versions.pop();
-            return Err(e);
+            return Err(e.into());
         }
         Ok(version_bytes(versions.len() - 1))
+    }
+
+    /// A consumer subscribes with `schema`: it must read the topic's schema under `strategy`
+    /// ([`compat::check_consumer`]). A topic without a schema takes it as its first version
+    /// when `idle` (no producer, no consumer with a schema of its own, no entry: Pulsar's rule),
+    /// else the subscribe is refused, as Pulsar refuses it ("Topic does not have schema to
+    /// check").
+    pub(crate) fn check_consumer(
+        &self,
+        schema: &Schema,
+        strategy: Strategy,
+        idle: bool,
+        record: impl FnOnce(&[Schema]) -> Result<(), StorageError>,
+    ) -> Result<(), SchemaError> {
+        let versions = lock(&self.versions);
+        if versions.is_empty() {
+            drop(versions);
+            if !idle {
+                return Err(
+                    compat::Incompatible("Topic does not have schema to check".into()).into(),
+                );
+            }
+            return self.get_or_create(schema, strategy, record).map(|_| ());
+        }
+        compat::check_consumer(&versions, schema, strategy)?;
+        Ok(())
     }
 
     /// The schema of `version` (the latest when `None` or empty) and its version; `None` when
@@ -139,7 +194,11 @@ mod tests {
             })
         };
         assert!(r
-            .get_or_create(&schema(Type::Json, b"{b}"), failing)
+            .get_or_create(
+                &schema(Type::Json, b"{b}"),
+                Strategy::AlwaysCompatible,
+                failing
+            )
             .is_err());
         assert_eq!(
             r.get(None).map(|(_, v)| v),
@@ -148,10 +207,14 @@ mod tests {
         );
         let mut recorded = 0;
         let v = r
-            .get_or_create(&schema(Type::Json, b"{b}"), |all| {
-                recorded = all.len();
-                Ok(())
-            })
+            .get_or_create(
+                &schema(Type::Json, b"{b}"),
+                Strategy::AlwaysCompatible,
+                |all| {
+                    recorded = all.len();
+                    Ok(())
+                },
+            )
             .unwrap();
         assert_eq!((v, recorded), (vec![0, 0, 0, 0, 0, 0, 0, 1], 2));
     }
@@ -161,16 +224,26 @@ mod tests {
         let r = SchemaRegistry::default();
         assert_eq!(r.get(None), None);
         let json_a = schema(Type::Json, b"{a}");
-        assert_eq!(r.get_or_create(&json_a, ok).unwrap(), vec![0; 8]);
-        assert_eq!(r.get_or_create(&json_a, ok).unwrap(), vec![0; 8]);
+        assert_eq!(
+            r.get_or_create(&json_a, Strategy::AlwaysCompatible, ok)
+                .unwrap(),
+            vec![0; 8]
+        );
+        assert_eq!(
+            r.get_or_create(&json_a, Strategy::AlwaysCompatible, ok)
+                .unwrap(),
+            vec![0; 8]
+        );
         let json_b = schema(Type::Json, b"{b}");
         assert_eq!(
-            r.get_or_create(&json_b, ok).unwrap(),
+            r.get_or_create(&json_b, Strategy::AlwaysCompatible, ok)
+                .unwrap(),
             vec![0, 0, 0, 0, 0, 0, 0, 1]
         );
         // Same data, another type: another schema.
         assert_eq!(
-            r.get_or_create(&schema(Type::Avro, b"{a}"), ok).unwrap(),
+            r.get_or_create(&schema(Type::Avro, b"{a}"), Strategy::AlwaysCompatible, ok)
+                .unwrap(),
             vec![0, 0, 0, 0, 0, 0, 0, 2]
         );
         assert_eq!(r.get(Some(&[0; 8])), Some((json_a, vec![0; 8])));
