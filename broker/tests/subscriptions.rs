@@ -1,5 +1,6 @@
 //! Subscriptions that exist before their consumers: a producer's initial subscription, and a
-//! subscription that changes type while no consumer is connected (both as Pulsar does).
+//! subscription that changes type while no consumer is connected (both as Pulsar does); and a
+//! consumer's figures over CONSUMER_STATS.
 
 mod common;
 
@@ -129,4 +130,36 @@ fn an_idle_subscription_changes_type_and_keeps_its_cursor() {
         b.shutdown(Duration::from_secs(5));
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// CONSUMER_STATS answers the consumer's permits, unacked messages, type and the backlog.
+#[test]
+fn consumer_stats_answers_the_consumers_figures() {
+    let b = start_broker(&[]);
+    let topic = "persistent://public/default/consumer-stats";
+    let mut c = subscribe(&b, topic, "sub", SubType::Shared, InitialPosition::Earliest);
+    produce(&b, topic, 3, None);
+    assert_eq!(receive(&mut c, 3).len(), 3);
+    let ask = wire::proto::BaseCommand {
+        r#type: Type::ConsumerStats as i32,
+        consumer_stats: Some(Box::new(wire::proto::CommandConsumerStats {
+            request_id: 42,
+            consumer_id: 1,
+        })),
+        ..Default::default()
+    };
+    c.send(&ask);
+    let r = c
+        .expect(Type::ConsumerStatsResponse)
+        .command
+        .consumer_stats_response
+        .unwrap();
+    assert_eq!(r.request_id, 42);
+    assert_eq!(r.error_code, None);
+    assert_eq!(r.available_permits, Some(97));
+    assert_eq!(r.unacked_messages, Some(3));
+    assert_eq!(r.msg_backlog, Some(3));
+    assert_eq!(r.r#type.as_deref(), Some("Shared"));
+    assert!(r.consumer_name.is_some_and(|n| !n.is_empty()));
+    b.shutdown(Duration::from_secs(5));
 }

@@ -378,6 +378,19 @@ impl Session {
         self.send_success(c.request_id);
     }
 
+    /// CONSUMER_STATS: the consumer's figures, or `ConsumerNotFound` in the response.
+    pub(super) fn on_consumer_stats(&mut self, cmd: &BaseCommand) {
+        let Some(q) = &cmd.consumer_stats else {
+            return self.send_error(0, ServerError::UnknownError, "missing body");
+        };
+        let target = self
+            .consumers
+            .get(&q.consumer_id)
+            .map(|c| (c.sub.as_ref(), c.global));
+        let reply = crate::stats::consumer_stats_response(q.request_id, target);
+        self.send(&reply);
+    }
+
     pub(super) fn on_unsubscribe(&mut self, cmd: &BaseCommand) {
         let Some(u) = &cmd.unsubscribe else {
             return self.send_error(0, ServerError::UnknownError, "missing body");

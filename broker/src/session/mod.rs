@@ -276,6 +276,7 @@ impl Session {
             Type::GetSchema => self.on_get_schema(&cmd),
             Type::GetTopicsOfNamespace => self.on_get_topics_of_namespace(&cmd),
             Type::GetOrCreateSchema => self.on_get_or_create_schema(&cmd),
+            Type::ConsumerStats => self.on_consumer_stats(&cmd),
             other => {
                 debug!(conn = self.id, command = ?other, "unsupported command");
                 let message = format!(

@@ -195,6 +195,10 @@ fn error_of(c: &BaseCommand) -> Option<ServerError> {
         }
         Type::AckResponse => c.ack_response.as_ref().and_then(|r| r.error),
         Type::GetSchemaResponse => c.get_schema_response.as_ref().and_then(|r| r.error_code),
+        Type::ConsumerStatsResponse => c
+            .consumer_stats_response
+            .as_ref()
+            .and_then(|r| r.error_code),
         Type::SendError => c.send_error.as_ref().map(|e| e.error),
         _ => None,
     };
@@ -263,6 +267,14 @@ fn every_command_gets_its_reply() {
         ..Default::default()
     };
     let shared = |cid, rid| subscribe("s", cid, rid, SubType::Shared);
+    let consumer_stats = |cid, rid| BaseCommand {
+        r#type: Type::ConsumerStats as i32,
+        consumer_stats: Some(Box::new(wire::proto::CommandConsumerStats {
+            request_id: rid,
+            consumer_id: cid,
+        })),
+        ..Default::default()
+    };
     let producer = |pid, rid| c::producer(T, pid, rid, Some("p"));
     let moded = |pid: u64, rid, mode: wire::proto::ProducerAccessMode| {
         let mut cmd = c::producer(T, pid, rid, Some(&format!("m{pid}")));
@@ -308,6 +320,8 @@ fn every_command_gets_its_reply() {
         ("subscribe, other type while connected", vec![shared(1, 4)], subscribe("s", 2, 5, SubType::KeyShared), Type::Error, Some(ServerError::ConsumerBusy)),
         ("ack, unknown consumer", vec![], ack_unknown, Type::AckResponse, unknown_consumer),
         ("cumulative ack on Shared", vec![shared(1, 4)], cumulative, Type::AckResponse, Some(ServerError::UnknownError)),
+        ("consumer stats", vec![shared(1, 4)], consumer_stats(1, 9), Type::ConsumerStatsResponse, ok),
+        ("consumer stats, unknown", vec![], consumer_stats(1, 9), Type::ConsumerStatsResponse, unknown_consumer),
         ("close consumer", vec![shared(1, 4)], c::close_consumer(1, 6), Type::Success, ok),
         ("close consumer, unknown", vec![], c::close_consumer(1, 6), Type::Success, ok),
         ("unsubscribe", vec![shared(1, 4)], c::unsubscribe(1, 7), Type::Success, ok),

@@ -16,6 +16,9 @@ use crate::state::BrokerState;
 use crate::sync::lock;
 use crate::topic::{SubKind, Subscription, Topic};
 
+mod consumer;
+pub(crate) use consumer::consumer_stats_response;
+
 /// `ms` since the epoch as RFC 3339 (UTC, millisecond precision), as Pulsar's stats show times.
 /// Times after the year 9999 (which RFC 3339 cannot write) show as its last millisecond.
 pub(crate) fn rfc3339(ms: u64) -> String {
