@@ -58,7 +58,8 @@ fn publish_samples(topic: &crate::topic::Topic) {
         let section: Arc<[u8]> = wire::encode_section(&md, body.as_bytes()).into();
         topic
             .publish(info.meta, section)
-            .expect("an in-memory publish");
+            .expect("an in-memory publish")
+            .expect("a topic that is not terminated");
     }
 }
 

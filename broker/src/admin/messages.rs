@@ -166,7 +166,7 @@ pub(super) fn examine(t: &Topic, latest: bool, n: u64) -> Response {
 }
 
 /// A position as Pulsar's `MessageIdImpl` JSON.
-fn message_id(p: Position) -> serde_json::Value {
+pub(super) fn message_id(p: Position) -> serde_json::Value {
     serde_json::json!({
         "ledgerId": p.ledger_id as i64,
         "entryId": if p.entry_id == u64::MAX { -1 } else { p.entry_id as i64 },

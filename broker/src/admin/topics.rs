@@ -65,6 +65,10 @@ fn topic_route(req: &Request, state: &BrokerState, name: &TopicName, rest: &[&st
         ["subscription", sub] if m == "PUT" || m == "DELETE" => {
             super::subscriptions::create_or_delete(req, state, name, sub)
         }
+        ["terminate", "partitions"] if m == "POST" => terminate_partitions(state, name),
+        ["terminate"] if m == "POST" && matches!(state.partition_count(name), Ok(n) if n > 0) => {
+            Response::json_error(405, "Termination of a partitioned topic is not allowed")
+        }
         // No bundles move here: unloading is a no-op, answered as Pulsar answers it.
         ["unload"] if m == "PUT" => match state.partition_count(name) {
             Ok(_) => no_content(),
@@ -77,6 +81,29 @@ fn topic_route(req: &Request, state: &BrokerState, name: &TopicName, rest: &[&st
             existing_topic_route(req, state, &t, rest)
         }
     }
+}
+
+/// `POST …/{topic}/terminate/partitions`: terminates every partition; answers each one's last
+/// message id by partition index.
+fn terminate_partitions(state: &BrokerState, name: &TopicName) -> Response {
+    let n = match state.partition_count(name) {
+        Ok(n) if n > 0 => n,
+        Ok(_) => return Response::json_error(405, "Topic is not partitioned"),
+        Err(e) => return topic_error(e),
+    };
+    let mut out = serde_json::Map::new();
+    for i in 0..n {
+        let Some(t) = state.existing_topic(&name.partition(i)) else {
+            continue;
+        };
+        match state.terminate_topic(&t) {
+            Ok(last) => {
+                out.insert(i.to_string(), super::messages::message_id(last));
+            }
+            Err(e) => return Response::json_error(500, &e.to_string()),
+        }
+    }
+    json(200, &out)
 }
 
 /// `…/{topic}/partitions`: GET the count, PUT creates, POST grows, DELETE deletes.
@@ -189,6 +216,10 @@ fn existing_topic_route(req: &Request, state: &BrokerState, t: &Topic, rest: &[&
                 Err(r) => r,
             }
         }
+        ["terminate"] if req.method == "POST" => match state.terminate_topic(t) {
+            Ok(last) => json(200, &super::messages::message_id(last)),
+            Err(e) => Response::json_error(500, &e.to_string()),
+        },
         ["subscriptions"] if get => {
             let names: Vec<String> = t.subscriptions().iter().map(|s| s.name.clone()).collect();
             json(200, &names)
@@ -207,7 +238,7 @@ fn existing_topic_route(req: &Request, state: &BrokerState, t: &Topic, rest: &[&
             "topic compaction is not supported by this broker (readCompacted reads the whole topic)",
         ),
         // Topic policies (`…/{topic}/retention`, `messageTTL`, `maxProducers`, …) and the
-        // operations not served (`terminate`, …): refused by name, never ignored.
+        // operations not served (`truncate`, …): refused by name, never ignored.
         [what] => Response::json_error(
             400,
             &format!("`{what}` on a topic (a topic policy or operation) is not supported by this broker"),

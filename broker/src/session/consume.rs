@@ -234,6 +234,7 @@ impl Session {
                     .map(|kv| (kv.key.clone(), kv.value.clone()))
                     .collect(),
                 out: counters.clone(),
+                reached_end: Arc::default(),
             },
         );
         info!(conn = self.id, topic = %topic.name, subscription = %sub.name, consumer = %consumer_name, id = %global, "consumer subscribed");

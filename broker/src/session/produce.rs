@@ -68,6 +68,13 @@ impl Session {
                 return self.send_error(p.request_id, super::topic_error_code(&e), &e.to_string())
             }
         };
+        if topic.is_terminated() {
+            return self.send_error(
+                p.request_id,
+                ServerError::TopicTerminatedError,
+                "Topic was already terminated",
+            );
+        }
         if let Err(e) = self.create_initial_subscription(&topic, p) {
             let message = format!("could not create the initial subscription: {e}");
             return self.send_error(p.request_id, ServerError::PersistenceError, &message);
@@ -282,11 +289,17 @@ impl Session {
         }
         let topic = producer.topic.clone();
         match topic.publish_once(meta, Arc::from(payload.section)) {
+            Ok(Published::Terminated) => {
+                self.send(&send_error(
+                    ServerError::TopicTerminatedError,
+                    "Topic was already terminated",
+                ));
+            }
             Ok(published) => {
                 // A duplicate is receipted as Pulsar does, with the id -1:-1.
                 let id = match published {
                     Published::Stored(pos) => wire::convert::message_id(pos),
-                    Published::Duplicate => wire::proto::MessageIdData {
+                    Published::Duplicate | Published::Terminated => wire::proto::MessageIdData {
                         ledger_id: u64::MAX,
                         entry_id: u64::MAX,
                         ..Default::default()

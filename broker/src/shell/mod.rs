@@ -202,6 +202,8 @@ const RETENTION_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How often the rate meters are fed.
 const RATES_INTERVAL: Duration = Duration::from_secs(1);
+/// How often consumers of terminated topics are checked for REACHED_END_OF_TOPIC.
+const END_OF_TOPIC_INTERVAL: Duration = Duration::from_millis(100);
 
 /// When `every` has passed since `*last`: restarts the period and returns the seconds it
 /// lasted.
@@ -216,7 +218,8 @@ fn due(last: &mut Instant, every: Duration) -> Option<f64> {
 fn housekeeping_loop(state: Arc<BrokerState>) {
     let (mut last_sync, mut last_trim, mut last_rates) =
         (Instant::now(), Instant::now(), Instant::now());
-    let (mut last_expiry, mut last_quota) = (Instant::now(), Instant::now());
+    let (mut last_expiry, mut last_quota, mut last_end) =
+        (Instant::now(), Instant::now(), Instant::now());
     let expiry = Duration::from_millis(state.cfg.message_expiry_check_ms);
     let quota = Duration::from_millis(state.cfg.backlog_quota_check_ms);
     while !state.closing.load(Ordering::SeqCst) {
@@ -236,6 +239,9 @@ fn housekeeping_loop(state: Arc<BrokerState>) {
         }
         if due(&mut last_quota, quota).is_some() {
             state.enforce_backlog_quotas(wall_ms());
+        }
+        if due(&mut last_end, END_OF_TOPIC_INTERVAL).is_some() {
+            state.notify_end_of_topics();
         }
     }
 }

@@ -10,6 +10,7 @@ use crate::metadata::MetadataError;
 use crate::storage::StorageError;
 use crate::sync::lock;
 use crate::topic::{partition_name, Topic, TopicName};
+use cursor::Position;
 
 /// Why a client cannot use a topic.
 #[derive(Debug, thiserror::Error)]
@@ -274,18 +275,58 @@ impl BrokerState {
         Ok(())
     }
 
+    /// Sends CLOSE_PRODUCER to every producer of `topic` (its client reconnects, and meets
+    /// what changed: a deleted topic, a terminated one).
+    fn close_producers(&self, topic: &Topic) {
+        for (conn, producer_id) in topic.producer_ids() {
+            self.push_to(conn, &wire::commands::close_producer(producer_id, 0));
+        }
+    }
+
+    /// Terminates `topic` (the admin API's `terminate`): no entry is appended any more, its
+    /// producers are closed (reconnecting, they are refused with `TopicTerminatedError`), and
+    /// consumers that acknowledged everything hear REACHED_END_OF_TOPIC
+    /// ([`notify_end_of_topics`](Self::notify_end_of_topics)). Returns the last entry's position.
+    pub(crate) fn terminate_topic(&self, topic: &Topic) -> Result<Position, StorageError> {
+        let last = topic.terminate()?;
+        self.close_producers(topic);
+        info!(topic = %topic.name, last = %last, "topic terminated");
+        Ok(last)
+    }
+
+    /// Tells every consumer of a terminated topic whose subscription acknowledged everything
+    /// that it reached the end of the topic (REACHED_END_OF_TOPIC, once per consumer), as
+    /// Pulsar does when such a consumer's read finds nothing more. Not sent to the Go client,
+    /// which closes its connection on a command it does not handle (v0.21), and with it its
+    /// other producers and consumers. Run by the housekeeping thread.
+    pub(crate) fn notify_end_of_topics(&self) {
+        let terminated: Vec<Arc<Topic>> = lock(&self.topics)
+            .values()
+            .filter(|t| t.is_terminated())
+            .cloned()
+            .collect();
+        for t in terminated {
+            for sub in t.subscriptions() {
+                if sub.runtime.cursor_view().backlog.messages > 0 {
+                    continue;
+                }
+                for c in lock(&sub.consumers).values() {
+                    if c.client_version.starts_with("Pulsar-Go")
+                        || c.reached_end
+                            .swap(true, std::sync::atomic::Ordering::SeqCst)
+                    {
+                        continue;
+                    }
+                    self.push_to(c.conn, &wire::commands::reached_end_of_topic(c.client_id));
+                }
+            }
+        }
+    }
+
     fn remove_topic(&self, topic: &Arc<Topic>) -> Result<(), DeleteError> {
         lock(&self.topics).remove(&topic.name);
         topic.mark_deleted();
-        let outboxes = lock(&self.outboxes);
-        for (conn, producer_id) in topic.producer_ids() {
-            if let Some(o) = outboxes.get(&conn) {
-                let mut out = Vec::new();
-                wire::encode_command(&wire::commands::close_producer(producer_id, 0), &mut out);
-                o.push(out);
-            }
-        }
-        drop(outboxes);
+        self.close_producers(topic);
         for sub in topic.subscriptions() {
             self.kick_subscription(&sub);
         }

@@ -47,6 +47,12 @@ pub(crate) trait TopicCatalog: Send + Sync + std::fmt::Debug {
     /// Records the topic's schemas, all of them in version order, before a new version is
     /// handed out.
     fn record_schemas(&self, all: &[Schema]) -> Result<(), StorageError>;
+
+    /// Whether the topic was terminated (no entry is appended any more).
+    fn terminated(&self) -> bool;
+
+    /// Records that the topic is terminated, before the termination takes effect.
+    fn record_terminated(&self) -> Result<(), StorageError>;
 }
 
 /// A subscription's cursor store: in memory, or a file under `--data-dir`.
@@ -114,6 +120,14 @@ impl TopicCatalog for MemoryCatalog {
     fn record_schemas(&self, _: &[Schema]) -> Result<(), StorageError> {
         Ok(())
     }
+
+    fn terminated(&self) -> bool {
+        false
+    }
+
+    fn record_terminated(&self) -> Result<(), StorageError> {
+        Ok(())
+    }
 }
 
 /// Subscriptions as files in a topic's `subscriptions/` directory.
@@ -123,6 +137,8 @@ pub(crate) struct FileCatalog {
     dir: PathBuf,
     /// The topic's `schemas.json`.
     schemas: PathBuf,
+    /// The topic's `terminated` marker (present once the topic is terminated).
+    terminated: PathBuf,
 }
 
 /// One schema version in `schemas.json`.
@@ -142,6 +158,7 @@ impl FileCatalog {
         FileCatalog {
             dir: topic_dir.join("subscriptions"),
             schemas: topic_dir.join("schemas.json"),
+            terminated: topic_dir.join("terminated"),
         }
     }
 
@@ -259,6 +276,14 @@ impl TopicCatalog for FileCatalog {
             .collect();
         let body = serde_json::to_vec(&files).unwrap_or_default();
         crate::storage::write_durably(&self.schemas, &body)
+    }
+
+    fn terminated(&self) -> bool {
+        self.terminated.exists()
+    }
+
+    fn record_terminated(&self) -> Result<(), StorageError> {
+        crate::storage::write_durably(&self.terminated, b"terminated\n")
     }
 }
 

@@ -28,6 +28,7 @@ mod name;
 mod producers;
 mod retention;
 mod subscription;
+mod terminate;
 
 pub(crate) use backend::{Backend, FileBackend, MemoryBackend};
 use catalog::TopicCatalog;
@@ -79,6 +80,8 @@ struct TopicState {
     subs: BTreeMap<String, Arc<Subscription>>,
     /// The highest sequence id stored per producer (deduplication).
     sequences: dedup::Sequences,
+    /// Terminated (the admin API's `terminate`): nothing is appended any more.
+    terminated: bool,
 }
 
 /// What [`Topic::publish_once`] did with an entry.
@@ -88,6 +91,8 @@ pub(crate) enum Published {
     Stored(Position),
     /// Not stored: deduplication found its producer's sequence id stored already.
     Duplicate,
+    /// Not stored: the topic is terminated.
+    Terminated,
 }
 
 /// What a durable topic is opened with.
@@ -223,6 +228,7 @@ impl Topic {
         ledger.roll_over();
         source.opened(entries.clone());
         let schemas = crate::schema::SchemaRegistry::restored(catalog.schemas()?);
+        let terminated = catalog.terminated();
         let topic = Topic {
             name,
             catalog,
@@ -233,6 +239,7 @@ impl Topic {
                 chunks,
                 subs: BTreeMap::new(),
                 sequences,
+                terminated,
             }),
             ledger: SharedLedger::new(ledger),
             counters: Mutex::new(counters),
@@ -266,14 +273,16 @@ impl Topic {
     /// Appends one entry with its stored payload section; every subscription sees it. With
     /// `--data-dir` the entry is written to the topic's log first (durable once
     /// [`Topic::sync`] returned, or at the next interval sync).
+    /// `None`: the topic is terminated, nothing was stored.
     pub(crate) fn publish(
         &self,
         meta: EntryMeta,
         section: Arc<[u8]>,
-    ) -> Result<Position, StorageError> {
+    ) -> Result<Option<Position>, StorageError> {
         match self.store(meta, section, false)? {
-            Published::Stored(p) => Ok(p),
+            Published::Stored(p) => Ok(Some(p)),
             Published::Duplicate => unreachable!("no duplicate without deduplication"),
+            Published::Terminated => Ok(None),
         }
     }
 
@@ -294,6 +303,9 @@ impl Topic {
         deduplicate: bool,
     ) -> Result<Published, StorageError> {
         let mut st = lock(&self.state);
+        if st.terminated {
+            return Ok(Published::Terminated);
+        }
         if deduplicate && st.sequences.is_duplicate(&meta) {
             return Ok(Published::Duplicate);
         }

@@ -121,6 +121,8 @@ pub(crate) struct ConsumerInfo {
     pub metadata: std::collections::BTreeMap<String, String>,
     /// Messages and bytes sent to it (its delivery sink counts what the write queue took).
     pub out: Arc<OutCounters>,
+    /// REACHED_END_OF_TOPIC was sent to it (a terminated topic, everything acknowledged).
+    pub reached_end: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Messages and bytes sent to one consumer.

@@ -41,7 +41,11 @@ fn retention_trims_ledgers_below_the_slowest_mark_delete() {
         .subscription("slow", SubKind::Shared, InitialPosition::Earliest)
         .unwrap();
     let ps: Vec<_> = (0..5)
-        .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()).unwrap())
+        .map(|i| {
+            t.publish(EntryMeta::simple(i, 1), section.clone())
+                .unwrap()
+                .unwrap()
+        })
         .collect();
     let drain = |s: &Subscription, n: usize| {
         let (c, got) = receive(s, 5);
@@ -89,7 +93,11 @@ fn earliest_and_latest_message_ids_resolve_to_the_ends() {
     );
     let section: Arc<[u8]> = Arc::from(&b"x"[..]);
     let ps: Vec<_> = (0..4)
-        .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()).unwrap())
+        .map(|i| {
+            t.publish(EntryMeta::simple(i, 1), section.clone())
+                .unwrap()
+                .unwrap()
+        })
         .collect();
     assert_eq!(t.resolve_message_id(u64::MAX, u64::MAX), ps[0]);
     let latest = i64::MAX as u64;
@@ -112,17 +120,27 @@ fn earliest_and_latest_message_ids_resolve_to_the_ends() {
 fn a_late_subscription_sees_the_same_positions() {
     let t = Topic::new("persistent://p/d/t".into(), 3);
     let section: Arc<[u8]> = Arc::from(&b"x"[..]);
-    let p0 = t.publish(EntryMeta::simple(1, 1), section.clone()).unwrap();
+    let p0 = t
+        .publish(EntryMeta::simple(1, 1), section.clone())
+        .unwrap()
+        .unwrap();
     let early = t
         .subscription("early", SubKind::Shared, InitialPosition::Earliest)
         .unwrap();
     let ps: Vec<_> = (0..4)
-        .map(|i| t.publish(EntryMeta::simple(i, 1), section.clone()).unwrap())
+        .map(|i| {
+            t.publish(EntryMeta::simple(i, 1), section.clone())
+                .unwrap()
+                .unwrap()
+        })
         .collect();
     let late = t
         .subscription("late", SubKind::Shared, InitialPosition::Earliest)
         .unwrap();
-    let p5 = t.publish(EntryMeta::simple(9, 1), section).unwrap();
+    let p5 = t
+        .publish(EntryMeta::simple(9, 1), section)
+        .unwrap()
+        .unwrap();
     assert_eq!(p0, Position::new(1, 0));
     assert_eq!(ps[2], Position::new(2, 0));
     assert_eq!(p5, Position::new(2, 2));
@@ -156,6 +174,7 @@ fn a_topic_without_subscriptions_drops_closed_ledgers_after_ten_minutes() {
         .map(|m| {
             t.publish(EntryMeta::simple(m * minute, 1), section.clone())
                 .unwrap()
+                .unwrap()
         })
         .collect();
     t.trim(9 * minute, None);
@@ -186,6 +205,7 @@ fn a_retention_policy_keeps_consumed_ledgers_for_its_time_and_up_to_its_size() {
         .iter()
         .map(|m| {
             t.publish(EntryMeta::simple(m * minute, 1), section.clone())
+                .unwrap()
                 .unwrap()
         })
         .collect();
@@ -255,7 +275,7 @@ fn metadata_beyond_the_kept_window_is_read_back_from_the_stored_entries() {
         let ps: Vec<Position> = (0..40u64)
             .map(|i| {
                 let (m, s) = stored(&format!("k{i}"), 1_000 + i);
-                t.publish(m, s).unwrap()
+                t.publish(m, s).unwrap().unwrap()
             })
             .collect();
         t.sync().unwrap();
