@@ -7,6 +7,8 @@
 * Access modes: beside an Exclusive producer, a second Exclusive one is refused with
   `ProducerFenced` and a Shared one with `ProducerBusy`; after it closes a new one is accepted.
 * Non-persistent topics: a producer and a consumer are refused with `TopicNotFound` in under 2 s.
+* A terminated topic (admin `terminate`): the open producer's send and a new producer are refused
+  with `TopicTerminated`; the consumer still gets what was published before.
 """
 
 import re
@@ -15,6 +17,7 @@ import time
 import pulsar
 
 import harness as h
+import restartable as r
 
 
 def main():
@@ -103,10 +106,32 @@ def main():
                 h.check(ms < 2000, f"non-persistent {what}: refused after {ms:.0f} ms")
                 np_refusals.append(f"{what} refused in {ms:.0f} ms")
         h.check(all("refused" in r for r in np_refusals), f"non-persistent topic: {np_refusals}")
+
+        # A terminated topic: the open producer's send and a new producer are refused
+        # (TopicTerminated); the consumer still gets what was published before.
+        t = h.unique_topic("terminated")
+        tc = cl.subscribe(t, "s", initial_position=pulsar.InitialPosition.Earliest)
+        tp = cl.create_producer(t, batching_enabled=False)
+        tp.send(b"before")
+        status, text = r.http("POST", r.topic_path(b.admin_url, t) + "/terminate")
+        h.check(status == 200 and "entryId" in text, f"terminate: {status} {text}")
+        terminated = []
+        for what, op in (("send", lambda: tp.send(b"after")), ("producer", lambda: cl.create_producer(t).close())):
+            try:
+                op()
+                terminated.append(f"{what} accepted")
+            except pulsar.TopicTerminated:
+                terminated.append(f"{what} refused")
+        h.check(terminated == ["send refused", "producer refused"], f"terminated topic: {terminated}")
+        m = h.receive_or_none(tc, 3000)
+        h.check(m is not None and m.data() == b"before", "the consumer lost the message before termination")
+        tc.acknowledge(m)
+        tc.close()
         cl.close()
     return (
         f"protocol features: pattern subscription got {len(pattern_got)} of 2; Failover took over with {len(rest)} of 5; "
-        f"beside an Exclusive producer: {', '.join(refusals)}; non-persistent: {', '.join(np_refusals)}"
+        f"beside an Exclusive producer: {', '.join(refusals)}; non-persistent: {', '.join(np_refusals)}; "
+        f"terminated topic: {', '.join(terminated)}"
     )
 
 
