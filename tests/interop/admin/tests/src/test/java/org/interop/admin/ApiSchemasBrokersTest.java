@@ -46,13 +46,25 @@ class ApiSchemasBrokersTest {
         }
     }
 
-    /** A second version: one more field. */
-    public static final class OrderV2 {
-        public String id;
-        public int qty;
-        public String note;
+    /**
+     * A second version of {@link Order}: one more (nullable) field, and the same record name,
+     * so it is compatible under the broker's default strategy, FULL.
+     */
+    public static final class V2 {
+        public static final class Order {
+            public String id;
+            public int qty;
+            public String note;
 
-        public OrderV2() {}
+            public Order() {}
+        }
+    }
+
+    /** A record with no field in common with {@link Order}: incompatible. */
+    public static final class Invoice {
+        public double total;
+
+        public Invoice() {}
     }
 
     private static long version(byte[] v) {
@@ -77,21 +89,23 @@ class ApiSchemasBrokersTest {
             SchemaInfoWithVersion wv = r.ok("getSchemaInfoWithVersion", () -> s.getSchemaInfoWithVersion(topic));
             check(wv.getVersion() == 0, "getSchemaInfoWithVersion after the first producer: version " + wv.getVersion());
 
-            SchemaInfo v2 = Schema.JSON(OrderV2.class).getSchemaInfo();
+            SchemaInfo v2 = Schema.JSON(V2.Order.class).getSchemaInfo();
             r.ok("createSchema(v2)", () -> s.createSchema(topic, v2));
             wv = r.ok("getSchemaInfoWithVersion", () -> s.getSchemaInfoWithVersion(topic));
             check(wv.getVersion() == 1 && wv.getSchemaInfo().getType() == SchemaType.JSON
                     && Arrays.equals(wv.getSchemaInfo().getSchema(), v2.getSchema()),
                     "getSchemaInfoWithVersion after createSchema(v2): " + wv);
             r.ok("createSchema(v2) again", () -> s.createSchema(topic, v2));
+            r.refused("createSchema(an incompatible schema)", PulsarAdminException.ConflictException.class, 409,
+                    "Incompatible schema", () -> s.createSchema(topic, Schema.JSON(Invoice.class).getSchemaInfo()));
             List<SchemaInfo> all = r.ok("getAllSchemas", () -> s.getAllSchemas(topic));
             check(all.size() == 2, "getAllSchemas after createSchema(v2) twice: " + all.size() + " versions");
             SchemaInfo first = r.ok("getSchemaInfo(topic, 0)", () -> s.getSchemaInfo(topic, 0));
             check(Arrays.equals(first.getSchema(), v1.getSchemaInfo().getSchema()), "getSchemaInfo(version 0): " + first);
 
             // A producer of the uploaded schema uses its version: its message carries version 1.
-            try (Producer<OrderV2> p = r.client().newProducer(Schema.JSON(OrderV2.class)).topic(topic).create()) {
-                OrderV2 o = new OrderV2();
+            try (Producer<V2.Order> p = r.client().newProducer(Schema.JSON(V2.Order.class)).topic(topic).create()) {
+                V2.Order o = new V2.Order();
                 o.id = "b";
                 p.send(o);
             }
