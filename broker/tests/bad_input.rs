@@ -114,15 +114,18 @@ fn broken_frames_and_misuse_are_refused_per_connection() {
 
     // A supported command type the broker does not serve gets ERROR and the connection lives.
     let mut c = Raw::connected(&b);
-    let stats = wire::proto::BaseCommand {
-        r#type: Type::ConsumerStats as i32,
-        consumer_stats: Some(Box::new(wire::proto::CommandConsumerStats {
+    let watch = wire::proto::BaseCommand {
+        r#type: Type::WatchTopicList as i32,
+        watch_topic_list: Some(Box::new(wire::proto::CommandWatchTopicList {
             request_id: 7,
-            consumer_id: 1,
+            watcher_id: 1,
+            namespace: "public/default".into(),
+            topics_pattern: ".*".into(),
+            topics_hash: None,
         })),
         ..Default::default()
     };
-    c.send(&stats);
+    c.send(&watch);
     let e = c.expect(Type::Error);
     assert_eq!(e.command.error.unwrap().request_id, 7);
     c.send(&wire::commands::ping());

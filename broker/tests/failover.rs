@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{http, message_positions, produce, start_broker, Raw};
+use common::{message_positions, produce, start_broker, Raw};
 use cursor::Position;
 use wire::proto::base_command::Type;
 use wire::proto::command_ack::AckType;
@@ -60,14 +60,7 @@ fn ack(c: &mut Raw, p: Position, kind: AckType) {
 }
 
 fn stats(b: &broker::Broker, topic: &str) -> serde_json::Value {
-    let path = format!(
-        "/admin/v2/persistent/{}/stats",
-        topic.trim_start_matches("persistent://")
-    );
-    let (status, body) = http(b, "GET", &path, "");
-    assert_eq!(status, 200, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    v["subscriptions"]["fo"].clone()
+    common::topic_stats(b, topic)["subscriptions"]["fo"].clone()
 }
 
 #[test]

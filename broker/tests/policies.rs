@@ -13,14 +13,9 @@ use wire::proto::command_subscribe::{InitialPosition, SubType};
 const NS: &str = "/admin/v2/namespaces/public/default";
 
 fn backlog(b: &broker::Broker, topic: &str) -> u64 {
-    let path = format!(
-        "/admin/v2/persistent/{}/stats",
-        topic.trim_start_matches("persistent://")
-    );
-    let (status, body) = http(b, "GET", &path, "");
-    assert_eq!(status, 200, "{body}");
-    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
-    v["subscriptions"]["sub"]["msgBacklog"].as_u64().unwrap()
+    common::topic_stats(b, topic)["subscriptions"]["sub"]["msgBacklog"]
+        .as_u64()
+        .unwrap()
 }
 
 /// A subscription with `n` messages of backlog (its consumer sends no FLOW).

@@ -194,6 +194,18 @@ pub fn http(broker: &Broker, method: &str, path: &str, body: &str) -> (u16, Stri
     (status, body)
 }
 
+/// `GET …/{topic}/stats` as JSON (the answer must be 200).
+#[allow(dead_code)]
+pub fn topic_stats(broker: &Broker, topic: &str) -> serde_json::Value {
+    let path = format!(
+        "/admin/v2/persistent/{}/stats",
+        topic.trim_start_matches("persistent://")
+    );
+    let (status, body) = http(broker, "GET", &path, "");
+    assert_eq!(status, 200, "{body}");
+    serde_json::from_str(&body).unwrap()
+}
+
 /// Subscribes consumer 1 of `c` to `topic` as subscription `sub` (Shared, from the earliest
 /// entry) and waits for the SUCCESS.
 pub fn subscribe_shared(c: &mut Raw, topic: &str, sub: &str) {

@@ -3,9 +3,7 @@ package org.interop;
 import static org.interop.harness.Check.check;
 
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.ProducerAccessMode;
 import org.apache.pulsar.client.api.PulsarClient;
@@ -81,18 +79,7 @@ class AccessModeTest {
                     .accessMode(ProducerAccessMode.ExclusiveWithFencing).create();
             fencing.send(Clients.bytes("from the fencing producer"));
             report.messages(3);
-            Throwable fenced = null;
-            long until = System.currentTimeMillis() + 5_000;
-            while (fenced == null && System.currentTimeMillis() < until) {
-                try {
-                    old.sendAsync(Clients.bytes("from the fenced producer")).get(2, TimeUnit.SECONDS);
-                    Thread.sleep(100);
-                } catch (ExecutionException e) {
-                    fenced = e.getCause();
-                } catch (TimeoutException e) {
-                    // still reconnecting
-                }
-            }
+            Throwable fenced = Clients.firstSendFailure(old, "from the fenced producer", 5_000);
             check(fenced instanceof PulsarClientException.ProducerFencedException,
                     "the fenced producer's send: " + fenced);
             report.note("old producer: " + fenced.getClass().getSimpleName());

@@ -3,9 +3,6 @@ package org.interop;
 import static org.interop.harness.Check.check;
 
 import java.util.List;
-import java.util.concurrent.ExecutionException;
-import java.util.concurrent.TimeUnit;
-import java.util.concurrent.TimeoutException;
 import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.Producer;
@@ -39,18 +36,7 @@ class TerminateTest {
             }
             Admin.Response r = b.admin().request("POST", Admin.topicPath(topic) + "/terminate", "");
             check(r.status() == 200 && r.body().contains("entryId"), "terminate: " + r.status() + " " + r.body());
-            Throwable sendFailure = null;
-            long until = System.currentTimeMillis() + 5_000;
-            while (sendFailure == null && System.currentTimeMillis() < until) {
-                try {
-                    p.sendAsync(Clients.bytes("late")).get(2, TimeUnit.SECONDS);
-                    Thread.sleep(100);
-                } catch (ExecutionException e) {
-                    sendFailure = e.getCause();
-                } catch (TimeoutException e) {
-                    // reconnecting
-                }
-            }
+            Throwable sendFailure = Clients.firstSendFailure(p, "late", 5_000);
             check(sendFailure instanceof PulsarClientException.TopicTerminatedException,
                     "the open producer's send after terminate: " + sendFailure);
             PulsarClientException created = null;
@@ -67,7 +53,7 @@ class TerminateTest {
             for (Message<byte[]> m : got) {
                 c.acknowledge(m);
             }
-            until = System.currentTimeMillis() + 5_000;
+            long until = System.currentTimeMillis() + 5_000;
             while (!c.hasReachedEndOfTopic() && System.currentTimeMillis() < until) {
                 Thread.sleep(50);
             }

@@ -6,6 +6,7 @@ import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.ThreadLocalRandom;
 import java.util.concurrent.TimeoutException;
 import java.util.concurrent.TimeUnit;
@@ -13,6 +14,7 @@ import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.MessageId;
 import org.apache.pulsar.client.api.MessageIdAdv;
+import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.PulsarClientException;
 import org.apache.pulsar.client.api.Reader;
@@ -151,5 +153,25 @@ public final class Clients {
             out.add(text(m));
         }
         return out;
+    }
+
+    /**
+     * Sends {@code text} on {@code p} until a send fails (they may succeed, or wait, while the
+     * client reconnects after the broker closed the producer); returns that failure's cause,
+     * or null when none failed within {@code withinMs}.
+     */
+    public static Throwable firstSendFailure(Producer<byte[]> p, String text, long withinMs) throws InterruptedException {
+        long until = System.currentTimeMillis() + withinMs;
+        while (System.currentTimeMillis() < until) {
+            try {
+                p.sendAsync(bytes(text)).get(2, TimeUnit.SECONDS);
+                Thread.sleep(100);
+            } catch (ExecutionException e) {
+                return e.getCause();
+            } catch (TimeoutException e) {
+                // still reconnecting
+            }
+        }
+        return null;
     }
 }
