@@ -3,13 +3,16 @@ package org.interop.admin;
 import static org.interop.harness.Check.check;
 
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
 import org.apache.pulsar.client.admin.PulsarAdminException;
 import org.apache.pulsar.client.admin.PulsarAdminException.ConflictException;
+import org.apache.pulsar.client.admin.PulsarAdminException.NotAllowedException;
 import org.apache.pulsar.client.admin.PulsarAdminException.NotFoundException;
 import org.apache.pulsar.client.admin.PulsarAdminException.PreconditionFailedException;
 import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
+import org.apache.pulsar.client.api.MessageId;
 import org.apache.pulsar.client.api.MessageRoutingMode;
 import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.SubscriptionType;
@@ -26,7 +29,8 @@ import org.interop.harness.Scenario;
 /**
  * Topics through the Java admin API: partitioned topics (create, grow, metadata, list, stats,
  * internal stats, delete), non-partitioned topics (create, list, delete), a topic's stats,
- * internal stats and subscriptions; the stock client sees what the admin calls made.
+ * internal stats and subscriptions, termination; the stock client sees what the admin calls
+ * made.
  */
 class ApiTopicsTest {
     @Scenario("api_partitioned_topic")
@@ -178,6 +182,36 @@ class ApiTopicsTest {
             p.closeAsync();
             list = r.ok("getList after force delete", () -> t.getList(Fixtures.NS));
             check(!list.contains(forced), "getList after delete(force) still has " + forced + ": " + list);
+            report.messages(3);
+        }
+    }
+
+    /**
+     * {@code terminateTopic} answers the last message id and the topic takes no producer any
+     * more; a partitioned topic is refused (405) and {@code terminatePartitionedTopic} answers
+     * one id per partition.
+     */
+    @Scenario("api_terminate")
+    void terminate(Report report) throws Exception {
+        try (Rig r = Rig.start("api-terminate")) {
+            var t = r.admin.topics();
+            String topic = Fixtures.topic("term");
+            MessageId sent;
+            try (Producer<byte[]> p = Fixtures.producer(r, topic)) {
+                Fixtures.send(p, "m", 2);
+                sent = p.send("last".getBytes());
+            }
+            MessageId last = r.ok("terminateTopic", () -> t.terminateTopic(topic));
+            check(last.equals(sent), "terminateTopic answered " + last + ", the last message sent was " + sent);
+            Check.check(failsToProduce(r, topic), "a producer on the terminated topic was created");
+            r.ok("terminateTopic again", () -> t.terminateTopic(topic));
+            String part = Fixtures.topic("term-part");
+            r.ok("createPartitionedTopic(2)", () -> t.createPartitionedTopic(part, 2));
+            r.refused("terminateTopic (partitioned)", NotAllowedException.class, 405, "partitioned",
+                    () -> t.terminateTopic(part));
+            Map<Integer, MessageId> ids = r.ok("terminatePartitionedTopic", () -> t.terminatePartitionedTopic(part));
+            check(ids.keySet().equals(java.util.Set.of(0, 1)), "terminatePartitionedTopic answered " + ids);
+            Check.check(failsToProduce(r, part + "-partition-1"), "a producer on a terminated partition was created");
             report.messages(3);
         }
     }

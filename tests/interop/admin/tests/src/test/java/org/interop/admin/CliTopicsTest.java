@@ -81,6 +81,7 @@ class CliTopicsTest {
                 check(r.ok("getList", () -> r.admin.topics().getList(Fixtures.NS)).contains(topic),
                         "a refused `topics delete` deleted " + topic);
             }
+            cli.run("topics", "terminate", topic).prints("successfully terminated");
             cli.run("topics", "delete", topic).ok();
             check(!r.ok("getList", () -> r.admin.topics().getList(Fixtures.NS)).contains(topic),
                     "`topics delete` left " + topic);
