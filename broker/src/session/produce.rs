@@ -295,11 +295,11 @@ impl Session {
                     "Topic was already terminated",
                 ));
             }
-            Ok(published) => {
+            Ok(stored @ (Published::Stored(_) | Published::Duplicate)) => {
                 // A duplicate is receipted as Pulsar does, with the id -1:-1.
-                let id = match published {
+                let id = match stored {
                     Published::Stored(pos) => wire::convert::message_id(pos),
-                    Published::Duplicate | Published::Terminated => wire::proto::MessageIdData {
+                    _ => wire::proto::MessageIdData {
                         ledger_id: u64::MAX,
                         entry_id: u64::MAX,
                         ..Default::default()

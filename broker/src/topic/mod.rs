@@ -80,8 +80,6 @@ struct TopicState {
     subs: BTreeMap<String, Arc<Subscription>>,
     /// The highest sequence id stored per producer (deduplication).
     sequences: dedup::Sequences,
-    /// Terminated (the admin API's `terminate`): nothing is appended any more.
-    terminated: bool,
 }
 
 /// What [`Topic::publish_once`] did with an entry.
@@ -150,6 +148,9 @@ pub(crate) struct Topic {
     deleted: std::sync::atomic::AtomicBool,
     /// Deduplication is on (the broker's flag or the namespace's policy).
     deduplicating: std::sync::atomic::AtomicBool,
+    /// Terminated (the admin API's `terminate`): nothing is appended any more. Set only while
+    /// the state lock is held, so no append passes it; read without the lock.
+    terminated: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Topic {
@@ -239,8 +240,8 @@ impl Topic {
                 chunks,
                 subs: BTreeMap::new(),
                 sequences,
-                terminated,
             }),
+            terminated: std::sync::atomic::AtomicBool::new(terminated),
             ledger: SharedLedger::new(ledger),
             counters: Mutex::new(counters),
             producers: Mutex::new(Producers::default()),
@@ -303,7 +304,7 @@ impl Topic {
         deduplicate: bool,
     ) -> Result<Published, StorageError> {
         let mut st = lock(&self.state);
-        if st.terminated {
+        if self.is_terminated() {
             return Ok(Published::Terminated);
         }
         if deduplicate && st.sequences.is_duplicate(&meta) {

@@ -1,6 +1,8 @@
 //! Terminated topics (Pulsar's `terminate`): once terminated, nothing is appended any more; a
 //! subscription that has acknowledged everything has reached the end of the topic.
 
+use std::sync::atomic::Ordering;
+
 use cursor::Position;
 
 use super::Topic;
@@ -13,17 +15,18 @@ impl Topic {
     /// before the first when the topic is empty), as Pulsar answers it. Terminating again is
     /// harmless.
     pub(crate) fn terminate(&self) -> Result<Position, StorageError> {
-        let mut st = lock(&self.state);
-        if !st.terminated {
+        let st = lock(&self.state);
+        if !self.is_terminated() {
             self.catalog.record_terminated()?;
-            st.terminated = true;
+            self.terminated.store(true, Ordering::Release);
         }
         drop(st);
         Ok(self.last_position())
     }
 
-    /// Whether the topic is terminated.
+    /// Whether the topic is terminated (one atomic load: asked per PRODUCER, per append and
+    /// by the housekeeping thread).
     pub(crate) fn is_terminated(&self) -> bool {
-        lock(&self.state).terminated
+        self.terminated.load(Ordering::Acquire)
     }
 }

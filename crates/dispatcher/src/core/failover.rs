@@ -42,6 +42,17 @@ pub(crate) fn pick_active<'a>(
     Some(candidates[index].0)
 }
 
+/// THE Failover permit rule: `c`'s usable permits, none while another consumer is active
+/// (`active` is `None` on Shared and Key_Shared). Every permit count the core reads goes
+/// through it.
+#[inline]
+pub(super) fn usable_permits(c: &Consumer, active: Option<ConsumerId>) -> i64 {
+    if active.is_some_and(|a| a != c.id) {
+        return 0;
+    }
+    c.available_permits()
+}
+
 impl Dispatcher {
     /// Failover: the consumer that gets every entry now (`None` without consumers, and always
     /// on Shared and Key_Shared).
@@ -59,12 +70,6 @@ impl Dispatcher {
     /// Whether the subscription is Failover.
     pub(super) fn is_failover(&self) -> bool {
         self.failover().is_some()
-    }
-
-    /// Failover only: whether `id` may be sent to (it is the active consumer).
-    #[inline]
-    pub(super) fn standing_by(&self, id: ConsumerId) -> bool {
-        self.active.is_some_and(|a| a != id)
     }
 
     /// Failover: picks the active consumer after a join (`joined`) or a leave. On a change the

@@ -1,5 +1,6 @@
 //! Sending: Shared dispatch, the send step, permit and unacked accounting.
 
+use super::failover::usable_permits;
 use super::gate::send_gate;
 use super::*;
 
@@ -19,10 +20,7 @@ impl AssignEntry for AssignedEntry {
 impl Dispatcher {
     /// Permits usable now; none for a Failover consumer standing by.
     pub(super) fn available_permits(&self, c: &Consumer) -> i64 {
-        if self.standing_by(c.id) {
-            return 0;
-        }
-        c.available_permits()
+        usable_permits(c, self.active)
     }
 
     pub(super) fn recheck_unacked_blocks(&mut self) {
@@ -206,10 +204,7 @@ impl Dispatcher {
         slots.clear();
         slots.extend(self.consumers.iter().map(|c| ConsumerSlot {
             id: c.id,
-            permits: match active.is_none_or(|a| a == c.id) {
-                true => c.available_permits(),
-                false => 0,
-            },
+            permits: usable_permits(c, active),
             priority: c.priority,
         }));
         if entries.iter().any(|e| e.meta.chunk.is_some()) {
@@ -266,9 +261,10 @@ impl Dispatcher {
             };
             let consumers = &self.consumers;
             let active = self.active;
-            let Some(i) = routing.assignor.next_consumer(slots, |i| {
-                active.is_none_or(|a| a == consumers[i].id) && consumers[i].available_permits() > 0
-            }) else {
+            let Some(i) = routing
+                .assignor
+                .next_consumer(slots, |i| usable_permits(&consumers[i], active) > 0)
+            else {
                 break;
             };
             let avail = self.consumers[i].available_permits();
