@@ -8,6 +8,7 @@ import org.interop.harness.Cli;
 import org.interop.harness.Report;
 import org.interop.harness.Rig;
 import org.interop.harness.Scenario;
+import org.junit.jupiter.api.Timeout;
 
 /**
  * {@code pulsar-admin topics skip|clear-backlog|reset-cursor|expire-messages}: each checked by the
@@ -15,6 +16,7 @@ import org.interop.harness.Scenario;
  */
 class CliCursorTest {
     @Scenario("cli_cursor")
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void cursor(Report report) throws Exception {
         try (Rig r = Rig.start("cli-cursor")) {
             Cli cli = r.cli();

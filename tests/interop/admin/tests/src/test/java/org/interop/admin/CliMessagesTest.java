@@ -18,6 +18,7 @@ import org.interop.harness.Cli;
 import org.interop.harness.Report;
 import org.interop.harness.Rig;
 import org.interop.harness.Scenario;
+import org.junit.jupiter.api.Timeout;
 
 /**
  * {@code pulsar-admin topics} on a topic's subscriptions and messages: {@code create-subscription},
@@ -29,6 +30,7 @@ import org.interop.harness.Scenario;
  */
 class CliMessagesTest {
     @Scenario("cli_subscriptions")
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void subscriptions(Report report) throws Exception {
         try (Rig r = Rig.start("cli-subscriptions")) {
             Cli cli = r.cli();
@@ -67,6 +69,8 @@ class CliMessagesTest {
     }
 
     @Scenario("cli_messages")
+
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void messages(Report report) throws Exception {
         try (Rig r = Rig.start("cli-messages")) {
             Cli cli = r.cli();
@@ -119,6 +123,8 @@ class CliMessagesTest {
     }
 
     @Scenario("cli_topic_policy_compaction_refused")
+
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void topicPolicyRefused(Report report) {
         try (Rig r = Rig.start("cli-topic-policy")) {
             Cli cli = r.cli();

@@ -13,6 +13,7 @@ import org.interop.harness.Cli;
 import org.interop.harness.Report;
 import org.interop.harness.Rig;
 import org.interop.harness.Scenario;
+import org.junit.jupiter.api.Timeout;
 
 /**
  * {@code pulsar-admin namespaces} message TTL, backlog quota, retention, deduplication and
@@ -21,6 +22,7 @@ import org.interop.harness.Scenario;
  */
 class CliNamespacePoliciesTest {
     @Scenario("cli_message_ttl")
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void messageTtl(Report report) {
         try (Rig r = Rig.start("cli-ttl")) {
             Cli cli = r.cli();
@@ -40,6 +42,8 @@ class CliNamespacePoliciesTest {
     }
 
     @Scenario("cli_backlog_quota")
+
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void backlogQuota(Report report) {
         try (Rig r = Rig.start("cli-quota")) {
             Cli cli = r.cli();
@@ -70,6 +74,8 @@ class CliNamespacePoliciesTest {
     }
 
     @Scenario("cli_retention")
+
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void retention(Report report) {
         try (Rig r = Rig.start("cli-retention")) {
             Cli cli = r.cli();
@@ -94,6 +100,8 @@ class CliNamespacePoliciesTest {
     }
 
     @Scenario("cli_deduplication")
+
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void deduplication(Report report) throws Exception {
         try (Rig r = Rig.start("cli-dedup")) {
             Cli cli = r.cli();
@@ -131,6 +139,8 @@ class CliNamespacePoliciesTest {
     }
 
     @Scenario("cli_producer_consumer_limits")
+
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void limits(Report report) throws Exception {
         try (Rig r = Rig.start("cli-limits")) {
             Cli cli = r.cli();

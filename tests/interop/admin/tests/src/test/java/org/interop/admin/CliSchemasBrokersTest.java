@@ -13,6 +13,7 @@ import org.interop.harness.Env;
 import org.interop.harness.Report;
 import org.interop.harness.Rig;
 import org.interop.harness.Scenario;
+import org.junit.jupiter.api.Timeout;
 
 /**
  * {@code pulsar-admin schemas upload|get|delete} (what the upload made is read back with the Java
@@ -24,6 +25,8 @@ class CliSchemasBrokersTest {
             + "{\"name\":\"id\",\"type\":[\"null\",\"string\"]},{\"name\":\"qty\",\"type\":\"int\"}]}";
 
     @Scenario("cli_schemas")
+
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void schemas(Report report) throws Exception {
         try (Rig r = Rig.start("cli-schemas")) {
             Cli cli = r.cli();
@@ -47,6 +50,8 @@ class CliSchemasBrokersTest {
     }
 
     @Scenario("cli_brokers")
+
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void brokers(Report report) {
         try (Rig r = Rig.start("cli-brokers", "--entries-per-ledger", "1234")) {
             Cli cli = r.cli();

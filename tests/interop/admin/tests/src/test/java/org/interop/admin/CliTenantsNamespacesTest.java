@@ -9,6 +9,7 @@ import org.interop.harness.Cli;
 import org.interop.harness.Report;
 import org.interop.harness.Rig;
 import org.interop.harness.Scenario;
+import org.junit.jupiter.api.Timeout;
 
 /**
  * The {@code pulsar-admin} CLI (pulsar-client-tools, one JVM per command): {@code clusters},
@@ -17,6 +18,7 @@ import org.interop.harness.Scenario;
  */
 class CliTenantsNamespacesTest {
     @Scenario("cli_clusters")
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void clusters(Report report) {
         try (Rig r = Rig.start("cli-clusters")) {
             Cli cli = r.cli();
@@ -29,6 +31,8 @@ class CliTenantsNamespacesTest {
     }
 
     @Scenario("cli_tenants")
+
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void tenants(Report report) {
         try (Rig r = Rig.start("cli-tenants")) {
             Cli cli = r.cli();
@@ -59,6 +63,8 @@ class CliTenantsNamespacesTest {
     }
 
     @Scenario("cli_namespaces")
+
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void namespaces(Report report) {
         try (Rig r = Rig.start("cli-namespaces")) {
             Cli cli = r.cli();

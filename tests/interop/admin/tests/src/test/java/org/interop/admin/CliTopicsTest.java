@@ -11,6 +11,7 @@ import org.interop.harness.Cli;
 import org.interop.harness.Report;
 import org.interop.harness.Rig;
 import org.interop.harness.Scenario;
+import org.junit.jupiter.api.Timeout;
 
 /**
  * {@code pulsar-admin topics}: partitioned and non-partitioned topics, stats, internal stats and
@@ -18,6 +19,7 @@ import org.interop.harness.Scenario;
  */
 class CliTopicsTest {
     @Scenario("cli_partitioned_topic")
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void partitioned(Report report) throws Exception {
         try (Rig r = Rig.start("cli-partitioned")) {
             Cli cli = r.cli();
@@ -45,6 +47,8 @@ class CliTopicsTest {
     }
 
     @Scenario("cli_list_partitioned_topics")
+
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void listPartitioned(Report report) {
         try (Rig r = Rig.start("cli-partitioned-list")) {
             String topic = Fixtures.topic("part");
@@ -55,6 +59,8 @@ class CliTopicsTest {
     }
 
     @Scenario("cli_topics")
+
+    @Timeout(Cli.SCENARIO_TIMEOUT_S)
     void topics(Report report) throws Exception {
         // Auto-creation off: `topics create` makes the topic.
         try (Rig r = Rig.start("cli-topics", "--allow-auto-topic-creation", "false")) {
