@@ -7,7 +7,8 @@
 
 use crate::cmd::{cargo, sh};
 
-/// Packages with loom models, and the feature that turns them on.
+/// Packages with loom models (their directory names; the published crates' package names carry
+/// the `key-ordered-` prefix, see [`package_name`]), and the feature that turns them on.
 const LOOM_PACKAGES: &[&str] = &["pending-acks", "draining-hashes", "dispatcher", "tests"];
 
 pub(crate) fn run_with(package: Option<&str>, preemptions: u32) -> anyhow::Result<()> {
@@ -46,7 +47,7 @@ pub(crate) fn run_with(package: Option<&str>, preemptions: u32) -> anyhow::Resul
             "test",
             "--release",
             "--package",
-            p,
+            &package_name(p),
             "--features",
             "loom",
             "--test",
@@ -58,6 +59,15 @@ pub(crate) fn run_with(package: Option<&str>, preemptions: u32) -> anyhow::Resul
         sh(c)?;
     }
     Ok(())
+}
+
+/// The cargo package name of the crate in `crates/<dir>` (or of the `tests` harness).
+fn package_name(dir: &str) -> String {
+    if dir == "tests" {
+        dir.to_string()
+    } else {
+        format!("key-ordered-{dir}")
+    }
 }
 
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {

@@ -1,7 +1,7 @@
 //! Loom models of the ack path (on a consumer thread) racing the dispatcher core.
 //!
 //! Run: `cargo xtask loom dispatcher` (or
-//! `LOOM_MAX_PREEMPTIONS=2 cargo test --release -p dispatcher --features loom --test loom_ack_join`).
+//! `LOOM_MAX_PREEMPTIONS=2 cargo test --release -p key-ordered-dispatcher --features loom --test loom_ack_join`).
 //! The `loom` feature switches the core's shared state, pending-acks and draining-hashes to
 //! loom's primitives.
 #![cfg(feature = "loom")]

@@ -174,7 +174,7 @@ fn run(seed: u64, steps: usize) -> Result<(), String> {
         let fail = |what: String, ops: &[Op]| {
             let start = ops.len().saturating_sub(15);
             format!(
-                "seed {seed} ({profile:?}) step {step}: {what}\nlast ops: {:#?}\nreproduce: PA_SEED={seed} cargo test -p pending-acks --test model",
+                "seed {seed} ({profile:?}) step {step}: {what}\nlast ops: {:#?}\nreproduce: PA_SEED={seed} cargo test -p key-ordered-pending-acks --test model",
                 &ops[start..]
             )
         };
@@ -348,7 +348,7 @@ fn check_seed(seed: u64, steps: usize) {
         Ok(Ok(())) => {}
         Ok(Err(e)) => panic!("{e}"),
         Err(_) => panic!(
-            "seed {seed} panicked inside the map\nreproduce: PA_SEED={seed} cargo test -p pending-acks --test model"
+            "seed {seed} panicked inside the map\nreproduce: PA_SEED={seed} cargo test -p key-ordered-pending-acks --test model"
         ),
     }
 }

@@ -4,7 +4,7 @@
 //! `decode_frame` on a whole frame.
 //!
 //! 1,000,000 cases by default (seeded, deterministic). Longer runs:
-//! `WIRE_FUZZ_CASES=50000000 WIRE_FUZZ_SEED=7 cargo test -p wire --release --test fuzz`.
+//! `WIRE_FUZZ_CASES=50000000 WIRE_FUZZ_SEED=7 cargo test -p key-ordered-wire --release --test fuzz`.
 //! A failure prints the seed, the case number and the input in hex.
 
 mod common;
