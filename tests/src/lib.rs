@@ -4,8 +4,6 @@
 //!   (warm-up, rounds, medians) run by `cargo xtask bench`.
 //! * [`loadgen`]: a load generator for the broker on the `wire` codec (the B rows of the bench).
 //! * [`sim`]: the deterministic simulator run by `cargo xtask sim` (`docs/SIMULATOR.md`).
-//! * `tests/loom_*.rs`: loom models that cross `pending-acks` and `draining-hashes`
-//!   (`cargo xtask loom`).
 //!
 //! Does not: ship anything a broker would link; it only drives the product crates.
 

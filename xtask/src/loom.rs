@@ -1,15 +1,21 @@
 //! `cargo xtask loom [crate] [--preemptions N]`: loom models in release mode with their own target
 //! dir, so a loom build never invalidates the normal one.
 //!
-//! Models live in `tests/tests/loom_*.rs` (cross-crate: pending-acks + draining-hashes) and in a
-//! crate's own `tests/loom_*.rs`. Both concurrent crates switch to loom through their `loom`
-//! feature, never through a global `--cfg loom`, so third-party crates build as usual.
+//! Models live in `tests/loom/tests/loom_*.rs` (cross-crate: pending-acks + draining-hashes, the
+//! `loom-models` package) and in a crate's own `tests/loom_*.rs`. Both concurrent crates switch
+//! to loom through their `loom` feature, never through a global `--cfg loom`, so third-party
+//! crates build as usual.
 
 use crate::cmd::{cargo, sh};
 
 /// Packages with loom models (their directory names; the published crates' package names carry
 /// the `key-ordered-` prefix, see [`package_name`]), and the feature that turns them on.
-const LOOM_PACKAGES: &[&str] = &["pending-acks", "draining-hashes", "dispatcher", "tests"];
+const LOOM_PACKAGES: &[&str] = &[
+    "pending-acks",
+    "draining-hashes",
+    "dispatcher",
+    "loom-models",
+];
 
 pub(crate) fn run_with(package: Option<&str>, preemptions: u32) -> anyhow::Result<()> {
     let packages: Vec<&str> = match package {
@@ -24,8 +30,8 @@ pub(crate) fn run_with(package: Option<&str>, preemptions: u32) -> anyhow::Resul
         None => LOOM_PACKAGES.to_vec(),
     };
     for p in packages {
-        let dir = if p == "tests" {
-            "tests/tests".to_string()
+        let dir = if p == "loom-models" {
+            "tests/loom/tests".to_string()
         } else {
             format!("crates/{p}/tests")
         };
@@ -61,9 +67,9 @@ pub(crate) fn run_with(package: Option<&str>, preemptions: u32) -> anyhow::Resul
     Ok(())
 }
 
-/// The cargo package name of the crate in `crates/<dir>` (or of the `tests` harness).
+/// The cargo package name of the crate in `crates/<dir>` (or of the cross-crate models).
 fn package_name(dir: &str) -> String {
-    if dir == "tests" {
+    if dir == "loom-models" {
         dir.to_string()
     } else {
         format!("key-ordered-{dir}")

@@ -1,5 +1,5 @@
 //! Loom models of the tracker alone (`cargo xtask loom draining-hashes`). The cross-crate races
-//! (with pending acks) are in the workspace's `tests/tests/loom_*.rs`.
+//! (with pending acks) are in the workspace's `tests/loom/tests/loom_*.rs`.
 #![cfg(feature = "loom")]
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};

@@ -1,5 +1,5 @@
 //! Loom models of the map's own races (the cross-crate ones, with draining-hashes, live in
-//! `tests/tests/loom_*.rs`). Each model asserts the invariant at the end.
+//! `tests/loom/tests/loom_*.rs`). Each model asserts the invariant at the end.
 //!
 //! Run: `CARGO_TARGET_DIR=target/loom LOOM_MAX_PREEMPTIONS=2 cargo test --release -p key-ordered-pending-acks
 //! --features loom --test loom_map` (or `cargo xtask loom pending-acks`).

@@ -14,7 +14,6 @@
 
 use super::Workload;
 
-#[cfg(not(feature = "loom"))]
 mod imp {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::time::Instant;
@@ -145,15 +144,7 @@ mod imp {
     }
 }
 
-/// W5a, W5b and W5c. Empty in a loom build (the tracker's primitives are loom's there, which only
-/// run inside a loom model).
+/// W5a, W5b and W5c.
 pub fn workloads() -> Vec<Workload> {
-    #[cfg(not(feature = "loom"))]
-    {
-        imp::workloads()
-    }
-    #[cfg(feature = "loom")]
-    {
-        Vec::new()
-    }
+    imp::workloads()
 }

@@ -15,7 +15,6 @@
 
 use super::Workload;
 
-#[cfg(not(feature = "loom"))]
 mod imp {
     use std::time::Instant;
 
@@ -124,15 +123,7 @@ mod imp {
     }
 }
 
-/// W1, W2, W3 and W4. Empty in a loom build (the map's lock is loom's there, which only runs
-/// inside a loom model).
+/// W1, W2, W3 and W4.
 pub fn workloads() -> Vec<Workload> {
-    #[cfg(not(feature = "loom"))]
-    {
-        imp::workloads()
-    }
-    #[cfg(feature = "loom")]
-    {
-        Vec::new()
-    }
+    imp::workloads()
 }

@@ -1,5 +1,5 @@
 //! Glue a Key_Shared dispatcher puts between `pending-acks` and `draining-hashes`, shared by the
-//! cross-crate loom models (`tests/tests/loom_*.rs`).
+//! cross-crate loom models (`tests/loom/tests/loom_*.rs`).
 //!
 //! * [`Gate`]: the pending-acks add handler. It asks the tracker's atomic
 //!   [`DrainingHashes::check_send`]: a hash draining on another consumer is refused and recorded
