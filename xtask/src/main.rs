@@ -11,11 +11,18 @@
 //! * `fuzz [TARGET…] [--time S] [--list] [--ci]`: coverage-guided fuzzing of the byte parsers
 //!   (fuzz/).
 //!
+//! * `deps`: the dependency policy of `deny.toml` (licences, one version of each crate, banned
+//!   crates, versioned dependencies of published crates).
+//! * `crates`: each published crate packaged and verified (`cargo package`), and its docs built
+//!   with warnings denied.
+//!
 //! Every subcommand prints each command it runs.
 
 mod bench;
 mod ci;
 mod cmd;
+mod crates;
+mod deps;
 mod fuzz;
 mod interop;
 mod loom;
@@ -35,8 +42,10 @@ fn main() -> anyhow::Result<()> {
         "tidy" => tidy::run(),
         "interop" => interop::run(&rest),
         "fuzz" => fuzz::run(&rest),
+        "deps" => deps::run(),
+        "crates" => crates::run(),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] [--return-memory] | sim [args…] | tidy | interop [--suite NAME[,NAME…]] [--keep-logs] [python scenario…] | fuzz [TARGET…] [--time S] [--list] [--ci]>");
+            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] [--return-memory] | sim [args…] | tidy | interop [--suite NAME[,NAME…]] [--keep-logs] [python scenario…] | fuzz [TARGET…] [--time S] [--list] [--ci] | deps | crates>");
             Ok(())
         }
         other => anyhow::bail!("unknown xtask subcommand `{other}` (try `cargo xtask help`)"),

@@ -14,10 +14,14 @@
 //!   `Result<_, String>`; no circle among its modules;
 //! * every repository path a doc names exists, and `docs/BROKER.md` says what the broker does
 //!   with every command of `PulsarApi.proto`;
-//! * every crate has a top doc, and the README and `.ci/run` keep the two set-up commands.
+//! * every crate's top doc is its README (`#![doc = include_str!("../README.md")]`, with a
+//!   ```` ```rust ```` example), and the README and `.ci/run` keep the two set-up commands.
 
 use std::fs;
 use std::path::{Path, PathBuf};
+
+/// How a published crate's `lib.rs` starts: its README is the crate documentation.
+const README_DOC: &str = "#![doc = include_str!(\"../README.md\")]";
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(rd) = fs::read_dir(dir) else { return };
@@ -158,12 +162,20 @@ fn check(root: &Path) -> anyhow::Result<(usize, Vec<String>)> {
         }
     }
 
-    // Every crate has a top doc.
+    // Every crate's top doc is its README (shipped in the package, shown on crates.io), and the
+    // README has an example, which the include makes a doctest.
     for e in fs::read_dir(root.join("crates"))?.flatten() {
         let lib = e.path().join("src/lib.rs");
         if let Ok(text) = fs::read_to_string(&lib) {
-            if !text.trim_start().starts_with("//!") {
-                problems.push(format!("{}: missing crate-level `//!` doc", rel(&lib)));
+            if !text.trim_start().starts_with(README_DOC) {
+                problems.push(format!(
+                    "{}: the crate doc must be the README: start with `{README_DOC}`",
+                    rel(&lib)
+                ));
+            }
+            let readme = fs::read_to_string(e.path().join("README.md")).unwrap_or_default();
+            if !readme.contains("```rust") {
+                problems.push(format!("{}/README.md: no ```rust example", rel(&e.path())));
             }
         }
     }

@@ -1,4 +1,3 @@
-//! <!-- The crate documentation is README.md, included below (tidy asks for a `//!` line first). -->
 #![doc = include_str!("../README.md")]
 
 mod encode;
