@@ -1,14 +1,15 @@
 //! `cargo xtask ci`: what CI runs on a clean clone (2 cores; keep it well under 30 minutes).
 //!
-//! 1. `cargo fmt --check`
+//! 1. `cargo fmt --check`, and the dependency policy of `deny.toml` (`cargo xtask deps`)
 //! 2. `cargo clippy` on every target with warnings denied
 //! 3. `cargo test` for the workspace (unit, integration and doc tests) with insta updates off
-//! 4. a quick loom run (preemption bound 2)
-//! 5. the simulator (release): a smoke seed range, the six legacy detections, a determinism check,
+//! 4. the published crates: `cargo package` verified, `cargo doc` with warnings denied
+//! 5. a quick loom run (preemption bound 2)
+//! 6. the simulator (release): a smoke seed range, the six legacy detections, a determinism check,
 //!    the threaded runtime
-//! 6. the interop suites (every stock client against the broker)
-//! 7. every fuzz target (a debug build) on its stored corpus, then 5 s of fuzzing
-//! 8. tidy checks
+//! 7. the interop suites (every stock client against the broker)
+//! 8. every fuzz target (a debug build) on its stored corpus, then 5 s of fuzzing
+//! 9. tidy checks
 //!
 //! Before any of it, the run checks that the disk holding `target/` has room for what is still to
 //! be built, and stops with a message that says how much it needs if not.
@@ -31,6 +32,7 @@ pub(crate) fn run_all(_args: &[String]) -> anyhow::Result<()> {
     let mut fmt = cargo();
     fmt.args(["fmt", "--all", "--", "--check"]);
     sh(fmt)?;
+    crate::deps::run()?;
 
     let mut clippy = cargo();
     clippy.args([
@@ -50,6 +52,8 @@ pub(crate) fn run_all(_args: &[String]) -> anyhow::Result<()> {
         .env("INSTA_FORCE_PASS", "0")
         .env("CI", "true");
     sh(test)?;
+
+    crate::crates::run()?;
 
     crate::loom::run_with(None, 2)?;
 
