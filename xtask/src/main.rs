@@ -13,6 +13,8 @@
 //!
 //! * `deps`: the dependency policy of `deny.toml` (licences, one version of each crate, banned
 //!   crates, versioned dependencies of published crates).
+//! * `versus-pulsar [--pulsar 5.0.1|4.0.7] [--only seeds]`: Apache Pulsar standalone and our
+//!   broker side by side, the same Java programs against both (tests/versus); not in `ci`.
 //! * `crates`: each published crate packaged and verified (`cargo package`), and its docs built
 //!   with warnings denied.
 //!
@@ -28,6 +30,7 @@ mod interop;
 mod loom;
 mod sim;
 mod tidy;
+mod versus;
 
 fn main() -> anyhow::Result<()> {
     let mut args = std::env::args().skip(1);
@@ -44,8 +47,9 @@ fn main() -> anyhow::Result<()> {
         "fuzz" => fuzz::run(&rest),
         "deps" => deps::run(),
         "crates" => crates::run(),
+        "versus-pulsar" => versus::run(&rest),
         "help" | "--help" | "-h" => {
-            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] [--return-memory] | sim [args…] | tidy | interop [--suite NAME[,NAME…]] [--keep-logs] [python scenario…] | fuzz [TARGET…] [--time S] [--list] [--ci] | deps | crates>");
+            println!("usage: cargo xtask <ci | loom [crate] [--preemptions N] | bench [ids…] [--quick] [--return-memory] | sim [args…] | tidy | interop [--suite NAME[,NAME…]] [--keep-logs] [python scenario…] | fuzz [TARGET…] [--time S] [--list] [--ci] | deps | crates | versus-pulsar [--pulsar VERSION] [--only seeds]>");
             Ok(())
         }
         other => anyhow::bail!("unknown xtask subcommand `{other}` (try `cargo xtask help`)"),
