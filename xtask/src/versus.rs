@@ -1,4 +1,4 @@
-//! `cargo xtask versus-pulsar [--pulsar 5.0.1|4.0.7] [--only seeds]`: Apache Pulsar standalone
+//! `cargo xtask versus-pulsar [--pulsar 5.0.1|4.0.7] [--only seeds|load]`: Apache Pulsar standalone
 //! and our broker side by side, on loopback, running the same Java programs
 //! (`tests/versus/`, see its README).
 //!
@@ -9,12 +9,14 @@
 //!    ready when its admin API lists `public/default`.
 //! 3. Each incident program runs against Pulsar, then against ours (a fresh broker per incident
 //!    with `--data-dir`; restarted on the program's request); each prints its violations.
-//! 4. The table, and `target/versus/results.json`.
+//! 4. The load rows (`load.rs`): pulsar-perf against a fresh Pulsar standalone, then against ours.
+//! 5. The tables, and `target/versus/results.json`.
 //!
 //! Every process runs in its own process group and is killed when the run ends, whatever the
 //! outcome. Not part of `cargo xtask ci` (it downloads about 220 MiB of Pulsar per version and
 //! takes minutes).
 
+mod load;
 mod procs;
 
 use std::fs;
@@ -41,11 +43,12 @@ struct Options {
     version: &'static str,
     java_min: u32,
     seeds: bool,
+    load: bool,
 }
 
 fn options(args: &[String]) -> anyhow::Result<Options> {
     let mut version = VERSIONS[0];
-    let mut seeds = true;
+    let (mut seeds, mut load) = (true, true);
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
@@ -60,18 +63,18 @@ fn options(args: &[String]) -> anyhow::Result<Options> {
                 })?;
             }
             "--only" => match it.next().map(String::as_str) {
-                Some("seeds") => seeds = true,
-                other => {
-                    anyhow::bail!("--only {other:?}: `seeds` is what this command runs so far")
-                }
+                Some("seeds") => load = false,
+                Some("load") => seeds = false,
+                other => anyhow::bail!("--only {other:?}: seeds or load"),
             },
-            other => anyhow::bail!("unknown flag {other} (--pulsar VERSION, --only seeds)"),
+            other => anyhow::bail!("unknown flag {other} (--pulsar VERSION, --only seeds|load)"),
         }
     }
     Ok(Options {
         version: version.0,
         java_min: version.1,
         seeds,
+        load,
     })
 }
 
@@ -94,6 +97,19 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let mut out = json!({ "pulsar": opts.version, "machine_cores": cores() });
     if opts.seeds {
         out["seeds"] = seeds(&ctx, &pulsar_cp, opts.version)?;
+    }
+    if opts.load {
+        let perf_file = root.join("target/versus/perf.classpath");
+        if !perf_file.exists() {
+            println!("versus: resolving pulsar-perf 4.0.8 with Maven");
+            mvn(&root, "tests/versus/perf/pom.xml", "4.0.7", &[], &perf_file)?;
+        }
+        let perf = load::Perf {
+            java: ctx.java.clone(),
+            cp: fs::read_to_string(&perf_file)?.trim().to_owned(),
+            dir: dir.clone(),
+        };
+        out["load"] = load_rows(&ctx, &perf, &pulsar_cp, opts.version)?;
     }
     let path = root.join("target/versus/results.json");
     fs::write(&path, serde_json::to_string_pretty(&out)? + "\n")?;
@@ -217,6 +233,8 @@ struct Ours {
     broker_port: u16,
     admin_port: u16,
     group: Option<Group>,
+    /// From exec to the admin API answering, on the last start.
+    ready: Duration,
 }
 
 impl Ours {
@@ -232,6 +250,7 @@ impl Ours {
             broker_port: procs::free_port()?,
             admin_port: procs::free_port()?,
             group: None,
+            ready: Duration::ZERO,
         };
         ours.start()?;
         Ok(ours)
@@ -246,7 +265,7 @@ impl Ours {
             .args(&self.flags);
         let mut g = Group::spawn(c, "our broker", &self.log)?;
         let port = self.admin_port;
-        procs::wait_ready(&mut g, Duration::from_secs(30), &self.log, || {
+        self.ready = procs::wait_ready(&mut g, Duration::from_secs(30), &self.log, || {
             procs::http_get(port, "/admin/v2/clusters").is_some_and(|(s, _)| s == 200)
         })?;
         self.group = Some(g);
@@ -408,6 +427,111 @@ fn seeds(ctx: &Ctx, pulsar_cp: &str, version: &str) -> anyhow::Result<Value> {
     Ok(
         json!({ "pulsar_ready_s": pulsar.ready.as_secs_f64(), "pulsar_rss_mib_after": pulsar_rss, "rows": rows }),
     )
+}
+
+/// The load rows against a fresh Pulsar, then against ours (`--data-dir`, `--sync always`: both
+/// brokers sync to disk before they acknowledge a publish).
+fn load_rows(
+    ctx: &Ctx,
+    perf: &load::Perf,
+    pulsar_cp: &str,
+    version: &str,
+) -> anyhow::Result<Value> {
+    let mut pulsar = start_pulsar(ctx, pulsar_cp)?;
+    let theirs = load::rows(
+        perf,
+        &load::Subject {
+            name: "pulsar",
+            broker_port: pulsar.broker_port,
+            admin_port: pulsar.web_port,
+            pid: pulsar.group.pid(),
+        },
+    )?;
+    pulsar.group.stop();
+    let ours = Ours::new(ctx, "load", &["--sync", "always"])?;
+    let pid = ours.group.as_ref().map_or(0, Group::pid);
+    let mine = load::rows(
+        perf,
+        &load::Subject {
+            name: "ours",
+            broker_port: ours.broker_port,
+            admin_port: ours.admin_port,
+            pid,
+        },
+    )?;
+    let out = json!({
+        "pulsar": theirs, "ours": mine,
+        "pulsar_ready_s": pulsar.ready.as_secs_f64(), "ours_ready_s": ours.ready.as_secs_f64(),
+    });
+    print_load(&out, version);
+    Ok(out)
+}
+
+fn print_load(out: &Value, version: &str) {
+    println!("\nLoad, pulsar-perf 4.0.8 against each broker in turn (100-byte messages):\n");
+    println!("| row | Apache Pulsar {version} | ours | ours / Pulsar |");
+    println!("|---|---|---|---|");
+    let rows: &[(&str, &[&str])] = &[
+        ("ready after start, s", &["ready_s"]),
+        ("idle RSS, MiB", &["idle_rss_mib"]),
+        ("unbatched publish, msg/s", &["unbatched", "msg_per_s"]),
+        ("batched publish, msg/s", &["batched", "msg_per_s"]),
+        (
+            "broker CPU s per million, unbatched",
+            &["unbatched", "broker_cpu_s_per_million"],
+        ),
+        (
+            "broker CPU s per million, batched",
+            &["batched", "broker_cpu_s_per_million"],
+        ),
+        ("RSS after the batched run, MiB", &["rss_after_load_mib"]),
+        (
+            "publish p50 at half max, ms",
+            &["latency_at_half", "publish_p50_ms"],
+        ),
+        (
+            "publish p99 at half max, ms",
+            &["latency_at_half", "publish_p99_ms"],
+        ),
+        (
+            "end-to-end p50 at half max, ms",
+            &["latency_at_half", "e2e_p50_ms"],
+        ),
+        (
+            "end-to-end p99 at half max, ms",
+            &["latency_at_half", "e2e_p99_ms"],
+        ),
+        (
+            "Key_Shared 4 consumers, received msg/s (20k offered)",
+            &["key_shared_4_consumers", "received_msg_per_s"],
+        ),
+        (
+            "Key_Shared end-to-end p99, ms",
+            &["key_shared_4_consumers", "e2e_p99_ms"],
+        ),
+        (
+            "RSS with a 1M-message backlog, MiB",
+            &["rss_with_backlog_mib"],
+        ),
+    ];
+    for (label, path) in rows {
+        let get = |who: &str| -> Option<f64> {
+            if path[0] == "ready_s" {
+                return out[format!("{who}_ready_s")].as_f64();
+            }
+            path.iter().fold(&out[who], |v, k| &v[*k]).as_f64()
+        };
+        let (t, o) = (get("pulsar"), get("ours"));
+        let f = |x: Option<f64>| x.map_or("?".to_owned(), |x| format!("{x:.2}"));
+        let ratio = match (t, o) {
+            (Some(t), Some(o)) if t != 0.0 => format!("{:.2}", o / t),
+            _ => "?".to_owned(),
+        };
+        println!("| {label} | {} | {} | {ratio} |", f(t), f(o));
+    }
+    println!(
+        "\nThe client's own CPU per run is in target/versus/results.json (client_cpu_s, wall_s)."
+    );
 }
 
 fn print_seeds(rows: &[Value], version: &str) {

@@ -1,0 +1,319 @@
+//! The load rows of `cargo xtask versus-pulsar`: Pulsar's own load generator, pulsar-perf
+//! (`tests/versus/perf/pom.xml`), against each broker in turn, one run on one machine.
+//!
+//! Per broker: the publish rate at full speed, unbatched and batched (100-byte messages, the
+//! producer's rate cap far above what either reaches); publish and end-to-end latency at half of
+//! that broker's own unbatched maximum, with a consumer; Key_Shared with 4 consumers and random
+//! keys at a fixed offered rate; broker CPU seconds per million messages (from `/proc`); resident
+//! memory idle, right after the batched run, and with a backlog of a million messages. Each
+//! pulsar-perf run is timed by `/usr/bin/time`, so the client's own CPU is in the results: on a
+//! 2-core machine the client is often the bottleneck, and broker CPU per message is the figure
+//! the client does not bound.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::{json, Value};
+
+use super::procs;
+
+/// Where pulsar-perf runs and what it connects to.
+pub(crate) struct Perf {
+    pub(crate) java: PathBuf,
+    pub(crate) cp: String,
+    pub(crate) dir: PathBuf,
+}
+
+/// One broker under load: its URLs' ports and its process (for CPU and memory).
+pub(crate) struct Subject<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) broker_port: u16,
+    pub(crate) admin_port: u16,
+    pub(crate) pid: u32,
+}
+
+/// What one pulsar-perf run printed, and the CPU it and the broker used.
+#[derive(Debug, Default)]
+struct Run {
+    /// Per-interval rates (msg/s), the first (warm-up) interval dropped.
+    rates: Vec<f64>,
+    /// The aggregated latency line: median and 99th percentile, ms.
+    med_ms: f64,
+    p99_ms: f64,
+    records: f64,
+    client_cpu_s: f64,
+    wall_s: f64,
+}
+
+impl Run {
+    fn rate(&self) -> f64 {
+        if self.rates.is_empty() {
+            0.0
+        } else {
+            self.rates.iter().sum::<f64>() / self.rates.len() as f64
+        }
+    }
+}
+
+/// Utime + stime of `pid` in seconds (clock ticks of 100 Hz, Linux's `USER_HZ`).
+fn cpu_s(pid: u32) -> f64 {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = rest
+        .split_whitespace()
+        .map(|x| x.parse().unwrap_or(0.0))
+        .collect();
+    // utime and stime are fields 14 and 15 of the line; 12 and 13 after the name.
+    (f.get(11).unwrap_or(&0.0) + f.get(12).unwrap_or(&0.0)) / 100.0
+}
+
+impl Perf {
+    /// Starts `pulsar-perf <sub> <args…>` against `s`, timed by /usr/bin/time, output in `log`.
+    fn spawn(
+        &self,
+        s: &Subject<'_>,
+        sub: &str,
+        args: &[String],
+        log: &Path,
+    ) -> anyhow::Result<Child> {
+        let conf = self.dir.join(format!("perf-{}.conf", s.name));
+        fs::write(
+            &conf,
+            format!(
+                "webServiceUrl=http://127.0.0.1:{}/\nbrokerServiceUrl=pulsar://127.0.0.1:{}/\n",
+                s.admin_port, s.broker_port
+            ),
+        )?;
+        let mut c = Command::new("/usr/bin/time");
+        c.args(["-f", "versus-cpu %U %S %e"])
+            .arg(&self.java)
+            .args([
+                "-Xmx1g",
+                "-cp",
+                &self.cp,
+                "org.apache.pulsar.testclient.PulsarPerfTestTool",
+            ])
+            .arg(&conf)
+            .arg(sub)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(fs::File::create(log)?)
+            .stderr(fs::File::options().append(true).open(log)?);
+        c.spawn()
+            .context("starting pulsar-perf (is /usr/bin/time installed?)")
+    }
+
+    /// Runs pulsar-perf to its end (at most `limit`) and parses its output.
+    fn run(
+        &self,
+        s: &Subject<'_>,
+        sub: &str,
+        args: &[String],
+        tag: &str,
+        limit: Duration,
+    ) -> anyhow::Result<Run> {
+        let log = self.dir.join(format!("perf-{}-{tag}.log", s.name));
+        let child = self.spawn(s, sub, args, &log)?;
+        finish(child, &log, limit)
+    }
+}
+
+/// Waits for a pulsar-perf run and parses its log.
+fn finish(mut child: Child, log: &Path, limit: Duration) -> anyhow::Result<Run> {
+    let t0 = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            anyhow::bail!(
+                "pulsar-perf did not end in {limit:?}; see {}",
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let text = fs::read_to_string(log)?;
+    let run = parse(&text);
+    anyhow::ensure!(
+        run.records > 0.0,
+        "pulsar-perf moved no message; see {}",
+        log.display()
+    );
+    Ok(run)
+}
+
+/// The number right after `key` in `line` (`"--- 123.4 msg/s"`: key `"---"`, …).
+fn number_after(line: &str, key: &str) -> Option<f64> {
+    let rest = &line[line.find(key)? + key.len()..];
+    rest.split_whitespace()
+        .next()?
+        .trim_end_matches(',')
+        .parse()
+        .ok()
+}
+
+fn parse(text: &str) -> Run {
+    let mut run = Run::default();
+    let mut intervals = Vec::new();
+    for line in text.lines() {
+        if line.contains("Throughput produced:") || line.contains("Throughput received:") {
+            // "Throughput produced: 19,999 msg --- 20000.0 msg/s --- …"
+            if let Some(r) = line
+                .split("---")
+                .nth(1)
+                .and_then(|p| p.split_whitespace().next())
+            {
+                intervals.push(r.replace(',', "").parse().unwrap_or(0.0));
+            }
+        } else if line.contains("Aggregated throughput stats") {
+            run.records = line
+                .split("---")
+                .nth(1)
+                .and_then(|p| p.split_whitespace().next())
+                .map_or(0.0, |r| r.replace(',', "").parse().unwrap_or(0.0));
+        } else if line.contains("Aggregated latency stats") {
+            run.med_ms = number_after(line, "med:").unwrap_or(f64::NAN);
+            run.p99_ms = number_after(line, "99pct:").unwrap_or(f64::NAN);
+        } else if let Some(t) = line.strip_prefix("versus-cpu ") {
+            let v: Vec<f64> = t
+                .split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            if v.len() == 3 {
+                run.client_cpu_s = v[0] + v[1];
+                run.wall_s = v[2];
+            }
+        }
+    }
+    // The first interval warms up; the last is cut short by the end of the run.
+    if intervals.len() > 2 {
+        intervals.remove(0);
+        intervals.pop();
+    }
+    run.rates = intervals;
+    run
+}
+
+fn topic(tag: &str) -> String {
+    format!(
+        "persistent://public/default/versus-{tag}-{}",
+        std::process::id()
+    )
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// The load rows for one broker, as JSON.
+pub(crate) fn rows(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
+    let secs = Duration::from_secs(120);
+    let idle_rss = procs::rss_mib(s.pid);
+    let row = |tag: &str, extra: &[&str]| -> anyhow::Result<(Run, f64)> {
+        let mut args = strings(&["-s", "100", "-time", "12", "-i", "1", "-r", "2000000"]);
+        args.extend(strings(extra));
+        args.push(topic(tag));
+        let before = cpu_s(s.pid);
+        let r = p.run(s, "produce", &args, tag, secs)?;
+        let per_million = (cpu_s(s.pid) - before) / (r.records / 1e6);
+        println!(
+            "versus: {} {tag}: {:.0} msg/s, client CPU {:.1} s in {:.1} s, broker CPU {:.2} s per million",
+            s.name,
+            r.rate(),
+            r.client_cpu_s,
+            r.wall_s,
+            per_million
+        );
+        Ok((r, per_million))
+    };
+    let (unbatched, unbatched_cpu) = row("unbatched", &["-db"])?;
+    let (batched, batched_cpu) = row("batched", &[])?;
+    let load_rss = procs::rss_mib(s.pid);
+    let half = (unbatched.rate() / 2.0).max(1000.0).round();
+    let latency = consumed(p, s, "latency", &[], &["-db", "-r", &format!("{half}")])?;
+    let key_shared = consumed(
+        p,
+        s,
+        "keyshared",
+        &["-st", "Key_Shared", "-n", "4"],
+        &["-db", "-r", "20000", "-mk", "random"],
+    )?;
+    let backlog_rss = backlog(p, s)?;
+    Ok(json!({
+        "idle_rss_mib": idle_rss,
+        "unbatched": { "msg_per_s": unbatched.rate(), "broker_cpu_s_per_million": unbatched_cpu,
+                       "client_cpu_s": unbatched.client_cpu_s, "wall_s": unbatched.wall_s },
+        "batched": { "msg_per_s": batched.rate(), "broker_cpu_s_per_million": batched_cpu,
+                     "client_cpu_s": batched.client_cpu_s, "wall_s": batched.wall_s },
+        "rss_after_load_mib": load_rss,
+        "latency_at_half": { "offered_msg_per_s": half, "publish_p50_ms": latency.0.med_ms,
+                             "publish_p99_ms": latency.0.p99_ms, "e2e_p50_ms": latency.1.med_ms,
+                             "e2e_p99_ms": latency.1.p99_ms, "received_msg_per_s": latency.1.rate() },
+        "key_shared_4_consumers": { "offered_msg_per_s": 20000, "received_msg_per_s": key_shared.1.rate(),
+                                    "e2e_p50_ms": key_shared.1.med_ms, "e2e_p99_ms": key_shared.1.p99_ms },
+        "rss_with_backlog_mib": backlog_rss,
+    }))
+}
+
+/// A consumer (pulsar-perf consume) started first, then a producer at a fixed rate for 12 s:
+/// (producer run, consumer run).
+fn consumed(
+    p: &Perf,
+    s: &Subject<'_>,
+    tag: &str,
+    consumer: &[&str],
+    producer: &[&str],
+) -> anyhow::Result<(Run, Run)> {
+    let t = topic(tag);
+    let mut cargs = strings(&["-s", "versus", "-time", "22", "-i", "1"]);
+    cargs.extend(strings(consumer));
+    cargs.push(t.clone());
+    let clog = p.dir.join(format!("perf-{}-{tag}-consume.log", s.name));
+    let cons = p.spawn(s, "consume", &cargs, &clog)?;
+    std::thread::sleep(Duration::from_secs(6)); // the consumer's JVM starts and subscribes
+    let mut pargs = strings(&["-s", "100", "-time", "12", "-i", "1"]);
+    pargs.extend(strings(producer));
+    pargs.push(t);
+    let prod = p.run(
+        s,
+        "produce",
+        &pargs,
+        &format!("{tag}-produce"),
+        Duration::from_secs(120),
+    )?;
+    let cons = finish(cons, &clog, Duration::from_secs(120))?;
+    println!(
+        "versus: {} {tag}: produced {:.0} msg/s (publish p50 {:.2} ms, p99 {:.2} ms), received {:.0} msg/s (end to end p50 {:.2} ms, p99 {:.2} ms)",
+        s.name,
+        prod.rate(),
+        prod.med_ms,
+        prod.p99_ms,
+        cons.rate(),
+        cons.med_ms,
+        cons.p99_ms
+    );
+    Ok((prod, cons))
+}
+
+/// Resident memory after a million batched messages wait for a subscription nobody reads.
+fn backlog(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Option<f64>> {
+    let t = topic("backlog");
+    let sub = strings(&["-s", "backlog", "-time", "3", "-i", "1", &t]);
+    let clog = p.dir.join(format!("perf-{}-backlog-subscribe.log", s.name));
+    let c = p.spawn(s, "consume", &sub, &clog)?;
+    // The subscription exists once the consumer ran; it received nothing, so that is fine.
+    let _ = finish(c, &clog, Duration::from_secs(60));
+    let args = strings(&["-s", "100", "-m", "1000000", "-r", "2000000", "-i", "1", &t]);
+    p.run(s, "produce", &args, "backlog", Duration::from_secs(180))?;
+    std::thread::sleep(Duration::from_secs(2));
+    let rss = procs::rss_mib(s.pid);
+    println!(
+        "versus: {} with a backlog of 1,000,000 messages: RSS {:?} MiB",
+        s.name, rss
+    );
+    Ok(rss)
+}
