@@ -21,7 +21,11 @@ use crate::sync::lock;
 /// by `(ledger, entry)` the same way.
 pub(crate) trait EntryStore: Send + Sync + std::fmt::Debug {
     /// Stores the entry at `p`: readable at once, durable once [`commit`](Self::commit)ted.
-    fn append(&self, p: Position, section: Arc<[u8]>) -> Result<(), StorageError>;
+    /// `cache`: whether the file store keeps the section in the read cache too. Pass `false`
+    /// while the topic has no subscription (as Pulsar caches an added entry only for active
+    /// cursors): nobody reads it soon, and a topic written at full speed without readers would
+    /// otherwise hold the whole shared budget, so that every other topic's reads go to the disk.
+    fn append(&self, p: Position, section: Arc<[u8]>, cache: bool) -> Result<(), StorageError>;
 
     /// Makes what was appended as durable as `policy` promises (a no-op in memory).
     fn commit(&self, policy: SyncPolicy) -> Result<(), StorageError>;
@@ -52,7 +56,7 @@ fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 }
 
 impl EntryStore for MemoryEntries {
-    fn append(&self, p: Position, section: Arc<[u8]>) -> Result<(), StorageError> {
+    fn append(&self, p: Position, section: Arc<[u8]>, _cache: bool) -> Result<(), StorageError> {
         write(&self.map).insert(p, section);
         Ok(())
     }
@@ -341,10 +345,12 @@ fn index_entry(ledgers: &mut BTreeMap<u64, LedgerIndex>, dir: &Path, p: Position
 }
 
 impl EntryStore for FileEntries {
-    fn append(&self, p: Position, section: Arc<[u8]>) -> Result<(), StorageError> {
+    fn append(&self, p: Position, section: Arc<[u8]>, cache: bool) -> Result<(), StorageError> {
         let offset = lock(&self.log).append(p, &section)?;
         index_entry(&mut write(&self.ledgers), &self.dir, p, offset);
-        self.cache.insert(p, section);
+        if cache {
+            self.cache.insert(p, section);
+        }
         Ok(())
     }
 
@@ -359,6 +365,16 @@ impl EntryStore for FileEntries {
     fn read(&self, p: Position) -> Option<Arc<[u8]>> {
         if let Some(s) = self.cache.get(p) {
             return Some(s);
+        }
+        {
+            // An entry of the ledger being written may still sit in the log's write buffer
+            // (appended without caching and not committed yet): it goes to the file first.
+            let mut log = lock(&self.log);
+            if log.current_ledger() == Some(p.ledger_id) {
+                if let Err(e) = log.flush() {
+                    error!(position = %p, error = %e, "the log could not be flushed for a read");
+                }
+            }
         }
         match self.read_from_disk(p) {
             Ok(Some(s)) => {
@@ -433,6 +449,38 @@ mod tests {
     }
 
     #[test]
+    fn a_topic_without_readers_leaves_the_cache_to_the_others() {
+        let budget = 4 * (12 + ENTRY_OVERHEAD);
+        let cache = Arc::new(ReadCache::new(budget));
+        let quiet = FileEntries::open(&scratch("quiet"), cache.clone(), |_, _| Ok(())).unwrap();
+        let read =
+            FileEntries::open(&scratch("read-by-some"), cache.clone(), |_, _| Ok(())).unwrap();
+        for i in 0..100 {
+            quiet
+                .append(Position::new(1, i), section(i), false)
+                .unwrap();
+        }
+        assert_eq!(cache.bytes(), 0, "appends nobody will read are not cached");
+        for i in 0..4 {
+            read.append(Position::new(1, i), section(i), true).unwrap();
+        }
+        assert_eq!(
+            cache.bytes(),
+            budget,
+            "the whole budget went to the topic with readers"
+        );
+        assert_eq!(
+            read.cache.get(Position::new(1, 0)).as_deref(),
+            Some(&*section(0))
+        );
+        // Uncommitted and uncached: read back through the file all the same.
+        assert_eq!(
+            quiet.read(Position::new(1, 7)).as_deref(),
+            Some(&*section(7))
+        );
+    }
+
+    #[test]
     fn entries_read_back_from_cache_and_disk() {
         let dir = scratch("read");
         // A cache of three entries.
@@ -442,7 +490,7 @@ mod tests {
         {
             let store = FileEntries::open(&dir, cache.clone(), |_, _| Ok(())).unwrap();
             for (i, p) in ps.iter().enumerate() {
-                store.append(*p, section(i as u64)).unwrap();
+                store.append(*p, section(i as u64), true).unwrap();
             }
             assert_eq!(cache.bytes(), budget, "the cache keeps to its budget");
             for (i, p) in ps.iter().enumerate().rev() {

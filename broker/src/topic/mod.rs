@@ -318,8 +318,9 @@ impl Topic {
             let mut ledger = self.ledger.write();
             // Stored first: an entry that is not in the store is never dispatched, and its
             // payload is in place before any subscription can read the entry.
+            let readers = !st.subs.is_empty();
             self.entries
-                .append(ledger.next_append_position(), section)?;
+                .append(ledger.next_append_position(), section, readers)?;
             ledger.append(meta)
         };
         if let Some(uuid) = chunk_uuid {
