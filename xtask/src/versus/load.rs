@@ -35,11 +35,12 @@ pub(crate) struct Subject<'a> {
     pub(crate) pid: u32,
 }
 
+/// How long each producer runs (pulsar-perf `-time`), and so the window rates are taken over.
+const SECS: f64 = 12.0;
+
 /// What one pulsar-perf run printed, and the CPU it and the broker used.
 #[derive(Debug, Default)]
 struct Run {
-    /// Per-interval rates (msg/s), the first (warm-up) interval dropped.
-    rates: Vec<f64>,
     /// The aggregated latency line: median and 99th percentile, ms.
     med_ms: f64,
     p99_ms: f64,
@@ -49,12 +50,10 @@ struct Run {
 }
 
 impl Run {
+    /// Messages per second over the producer's window: pulsar-perf's own aggregate rate divides
+    /// by the time to its shutdown too, which is seconds longer.
     fn rate(&self) -> f64 {
-        if self.rates.is_empty() {
-            0.0
-        } else {
-            self.rates.iter().sum::<f64>() / self.rates.len() as f64
-        }
+        self.records / SECS
     }
 }
 
@@ -189,12 +188,6 @@ fn parse(text: &str) -> Run {
             }
         }
     }
-    // The first interval warms up; the last is cut short by the end of the run.
-    if intervals.len() > 2 {
-        intervals.remove(0);
-        intervals.pop();
-    }
-    run.rates = intervals;
     run
 }
 
@@ -214,7 +207,7 @@ pub(crate) fn rows(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
     let secs = Duration::from_secs(120);
     let idle_rss = procs::rss_mib(s.pid);
     let row = |tag: &str, extra: &[&str]| -> anyhow::Result<(Run, f64)> {
-        let mut args = strings(&["-s", "100", "-time", "12", "-i", "1", "-r", "2000000"]);
+        let mut args = strings(&["-s", "100", "-time", "12", "-r", "2000000"]);
         args.extend(strings(extra));
         args.push(topic(tag));
         let before = cpu_s(s.pid);
@@ -252,9 +245,14 @@ pub(crate) fn rows(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
         "rss_after_load_mib": load_rss,
         "latency_at_half": { "offered_msg_per_s": half, "publish_p50_ms": latency.0.med_ms,
                              "publish_p99_ms": latency.0.p99_ms, "e2e_p50_ms": latency.1.med_ms,
-                             "e2e_p99_ms": latency.1.p99_ms, "received_msg_per_s": latency.1.rate() },
-        "key_shared_4_consumers": { "offered_msg_per_s": 20000, "received_msg_per_s": key_shared.1.rate(),
-                                    "e2e_p50_ms": key_shared.1.med_ms, "e2e_p99_ms": key_shared.1.p99_ms },
+                             "e2e_p99_ms": latency.1.p99_ms, "sent": latency.0.records,
+                             "received": latency.1.records,
+                             "received_fraction": latency.1.records / latency.0.records.max(1.0), "producer_cpu_s": latency.0.client_cpu_s,
+                             "consumer_cpu_s": latency.1.client_cpu_s },
+        "key_shared_4_consumers": { "offered_msg_per_s": 20000, "sent": key_shared.0.records,
+                                    "received": key_shared.1.records,
+                                    "received_fraction": key_shared.1.records / key_shared.0.records.max(1.0), "e2e_p50_ms": key_shared.1.med_ms,
+                                    "e2e_p99_ms": key_shared.1.p99_ms, "consumer_cpu_s": key_shared.1.client_cpu_s },
         "rss_with_backlog_mib": backlog_rss,
     }))
 }
@@ -269,13 +267,13 @@ fn consumed(
     producer: &[&str],
 ) -> anyhow::Result<(Run, Run)> {
     let t = topic(tag);
-    let mut cargs = strings(&["-s", "versus", "-time", "22", "-i", "1"]);
+    let mut cargs = strings(&["-ss", "versus", "-time", "22"]);
     cargs.extend(strings(consumer));
     cargs.push(t.clone());
     let clog = p.dir.join(format!("perf-{}-{tag}-consume.log", s.name));
     let cons = p.spawn(s, "consume", &cargs, &clog)?;
     std::thread::sleep(Duration::from_secs(6)); // the consumer's JVM starts and subscribes
-    let mut pargs = strings(&["-s", "100", "-time", "12", "-i", "1"]);
+    let mut pargs = strings(&["-s", "100", "-time", "12"]);
     pargs.extend(strings(producer));
     pargs.push(t);
     let prod = p.run(
@@ -287,14 +285,17 @@ fn consumed(
     )?;
     let cons = finish(cons, &clog, Duration::from_secs(120))?;
     println!(
-        "versus: {} {tag}: produced {:.0} msg/s (publish p50 {:.2} ms, p99 {:.2} ms), received {:.0} msg/s (end to end p50 {:.2} ms, p99 {:.2} ms)",
+        "versus: {} {tag}: produced {:.0} msg/s (publish p50 {:.2} ms, p99 {:.2} ms), received {} of {} (end to end p50 {:.2} ms, p99 {:.2} ms); client CPU {:.1} s + {:.1} s",
         s.name,
         prod.rate(),
         prod.med_ms,
         prod.p99_ms,
-        cons.rate(),
+        cons.records,
+        prod.records,
         cons.med_ms,
-        cons.p99_ms
+        cons.p99_ms,
+        prod.client_cpu_s,
+        cons.client_cpu_s
     );
     Ok((prod, cons))
 }
@@ -302,12 +303,12 @@ fn consumed(
 /// Resident memory after a million batched messages wait for a subscription nobody reads.
 fn backlog(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Option<f64>> {
     let t = topic("backlog");
-    let sub = strings(&["-s", "backlog", "-time", "3", "-i", "1", &t]);
+    let sub = strings(&["-ss", "backlog", "-time", "3", &t]);
     let clog = p.dir.join(format!("perf-{}-backlog-subscribe.log", s.name));
     let c = p.spawn(s, "consume", &sub, &clog)?;
     // The subscription exists once the consumer ran; it received nothing, so that is fine.
     let _ = finish(c, &clog, Duration::from_secs(60));
-    let args = strings(&["-s", "100", "-m", "1000000", "-r", "2000000", "-i", "1", &t]);
+    let args = strings(&["-s", "100", "-m", "1000000", "-r", "2000000", &t]);
     p.run(s, "produce", &args, "backlog", Duration::from_secs(180))?;
     std::thread::sleep(Duration::from_secs(2));
     let rss = procs::rss_mib(s.pid);
