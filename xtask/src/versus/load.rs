@@ -207,7 +207,9 @@ pub(crate) fn rows(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
     let secs = Duration::from_secs(120);
     let idle_rss = procs::rss_mib(s.pid);
     let row = |tag: &str, extra: &[&str]| -> anyhow::Result<(Run, f64)> {
-        let mut args = strings(&["-s", "100", "-time", "12", "-r", "2000000"]);
+        // At most 50,000 messages in flight: without a bound the client once held 600,000
+        // unreceipted messages, lost its connection and ran out of heap re-sending them.
+        let mut args = strings(&["-s", "100", "-time", "12", "-r", "2000000", "-o", "50000"]);
         args.extend(strings(extra));
         args.push(topic(tag));
         let before = cpu_s(s.pid);
@@ -308,7 +310,9 @@ fn backlog(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Option<f64>> {
     let c = p.spawn(s, "consume", &sub, &clog)?;
     // The subscription exists once the consumer ran; it received nothing, so that is fine.
     let _ = finish(c, &clog, Duration::from_secs(60));
-    let args = strings(&["-s", "100", "-m", "1000000", "-r", "2000000", &t]);
+    let args = strings(&[
+        "-s", "100", "-m", "1000000", "-r", "2000000", "-o", "50000", &t,
+    ]);
     p.run(s, "produce", &args, "backlog", Duration::from_secs(180))?;
     std::thread::sleep(Duration::from_secs(2));
     let rss = procs::rss_mib(s.pid);
