@@ -438,7 +438,7 @@ fn load_rows(
     version: &str,
 ) -> anyhow::Result<Value> {
     let mut pulsar = start_pulsar(ctx, pulsar_cp)?;
-    let theirs = load::rows(
+    let mut theirs = load::rows(
         perf,
         &load::Subject {
             name: "pulsar",
@@ -447,10 +447,18 @@ fn load_rows(
             pid: pulsar.group.pid(),
         },
     )?;
+    theirs["key_shared_1000_keys"] = key_shared_load(
+        ctx,
+        Target {
+            broker_port: pulsar.broker_port,
+            admin_port: pulsar.web_port,
+            ours: None,
+        },
+    )?;
     pulsar.group.stop();
-    let ours = Ours::new(ctx, "load", &["--sync", "always"])?;
+    let mut ours = Ours::new(ctx, "load", &["--sync", "always"])?;
     let pid = ours.group.as_ref().map_or(0, Group::pid);
-    let mine = load::rows(
+    let mut mine = load::rows(
         perf,
         &load::Subject {
             name: "ours",
@@ -459,11 +467,35 @@ fn load_rows(
             pid,
         },
     )?;
+    let (bp, ap) = (ours.broker_port, ours.admin_port);
+    mine["key_shared_1000_keys"] = key_shared_load(
+        ctx,
+        Target {
+            broker_port: bp,
+            admin_port: ap,
+            ours: Some(&mut ours),
+        },
+    )?;
     let out = json!({
         "pulsar": theirs, "ours": mine,
         "pulsar_ready_s": pulsar.ready.as_secs_f64(), "ours_ready_s": ours.ready.as_secs_f64(),
     });
     print_load(&out, version);
+    Ok(out)
+}
+
+/// The Key_Shared row with a fixed key count, which pulsar-perf cannot offer: the programs'
+/// `KeySharedLoad` (Java client, 4 consumers, 1,000 keys, 20,000 msg/s for 12 s).
+fn key_shared_load(ctx: &Ctx, target: Target<'_>) -> anyhow::Result<Value> {
+    let r = program(ctx, "keyshared-load", &[], target)?;
+    let v = r.into_iter().next().unwrap_or(Value::Null);
+    let share = v["received"].as_f64().unwrap_or(0.0) / v["sent"].as_f64().unwrap_or(1.0).max(1.0);
+    let mut out = v;
+    out["received_fraction"] = json!(share);
+    println!(
+        "versus: Key_Shared with 1,000 keys: {}",
+        out["detail"].as_str().unwrap_or("")
+    );
     Ok(out)
 }
 
@@ -512,6 +544,22 @@ fn print_load(out: &Value, version: &str) {
         (
             "Key_Shared end-to-end p50, ms",
             &["key_shared_4_consumers", "e2e_p50_ms"],
+        ),
+        (
+            "Key_Shared 1,000 keys (Java client, 20k msg/s), share received",
+            &["key_shared_1000_keys", "received_fraction"],
+        ),
+        (
+            "Key_Shared 1,000 keys, end-to-end p50, ms",
+            &["key_shared_1000_keys", "e2e_p50_ms"],
+        ),
+        (
+            "Key_Shared 1,000 keys, end-to-end p99, ms",
+            &["key_shared_1000_keys", "e2e_p99_ms"],
+        ),
+        (
+            "Key_Shared 1,000 keys, per-key order breaks",
+            &["key_shared_1000_keys", "violations"],
         ),
         (
             "Key_Shared end-to-end p99, ms",

@@ -12,13 +12,13 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use super::procs;
+use super::procs::{self, Group};
 
 /// Where pulsar-perf runs and what it connects to.
 pub(crate) struct Perf {
@@ -71,14 +71,15 @@ fn cpu_s(pid: u32) -> f64 {
 }
 
 impl Perf {
-    /// Starts `pulsar-perf <sub> <args…>` against `s`, timed by /usr/bin/time, output in `log`.
+    /// Starts `pulsar-perf <sub> <args…>` against `s`, timed by /usr/bin/time, output in `log`;
+    /// a process group of its own, so the JVM under `time` goes when the group is dropped.
     fn spawn(
         &self,
         s: &Subject<'_>,
         sub: &str,
         args: &[String],
         log: &Path,
-    ) -> anyhow::Result<Child> {
+    ) -> anyhow::Result<Group> {
         let conf = self.dir.join(format!("perf-{}.conf", s.name));
         fs::write(
             &conf,
@@ -98,11 +99,9 @@ impl Perf {
             ])
             .arg(&conf)
             .arg(sub)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(fs::File::create(log)?)
-            .stderr(fs::File::options().append(true).open(log)?);
-        c.spawn()
+            .args(args);
+        let _ = fs::remove_file(log);
+        Group::spawn(c, "pulsar-perf", log)
             .context("starting pulsar-perf (is /usr/bin/time installed?)")
     }
 
@@ -116,25 +115,18 @@ impl Perf {
         limit: Duration,
     ) -> anyhow::Result<Run> {
         let log = self.dir.join(format!("perf-{}-{tag}.log", s.name));
-        let child = self.spawn(s, sub, args, &log)?;
-        finish(child, &log, limit)
+        let group = self.spawn(s, sub, args, &log)?;
+        finish(group, &log, limit)
     }
 }
 
-/// Waits for a pulsar-perf run and parses its log.
-fn finish(mut child: Child, log: &Path, limit: Duration) -> anyhow::Result<Run> {
-    let t0 = std::time::Instant::now();
-    while child.try_wait()?.is_none() {
-        if t0.elapsed() > limit {
-            let _ = child.kill();
-            let _ = child.wait();
-            anyhow::bail!(
-                "pulsar-perf did not end in {limit:?}; see {}",
-                log.display()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+/// Waits for a pulsar-perf run and parses its log; the group is killed when this returns.
+fn finish(mut group: Group, log: &Path, limit: Duration) -> anyhow::Result<Run> {
+    anyhow::ensure!(
+        group.wait(limit),
+        "pulsar-perf did not end in {limit:?}; see {}",
+        log.display()
+    );
     let text = fs::read_to_string(log)?;
     let run = parse(&text);
     anyhow::ensure!(

@@ -47,6 +47,19 @@ impl Group {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Waits up to `limit` for the leader to exit: whether it did. (Dropping the group kills
+    /// what it left behind either way.)
+    pub(crate) fn wait(&mut self, limit: Duration) -> bool {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if !self.alive() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        false
+    }
+
     /// SIGTERM to the group, up to 10 s for the leader to exit, then SIGKILL to the group.
     pub(crate) fn stop(&mut self) {
         signal_group(self.child.id(), "-TERM");

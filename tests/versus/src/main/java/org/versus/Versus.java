@@ -21,7 +21,8 @@ import org.apache.pulsar.client.api.PulsarClient;
  *
  * INCIDENT is {@code seed000} (Key_Shared, a mark-delete move without acks: skip, expire,
  * clear-backlog, TTL, backlog-quota eviction), {@code seed001} (Shared, a chunked message whose
- * first chunk is acked, then the topic is reloaded) or {@code seed002} (Key_Shared, a nack). Each
+ * first chunk is acked, then the topic is reloaded) or {@code seed002} (Key_Shared, a nack); or the
+ * load row {@code keyshared-load} ({@link KeySharedLoad}). Each
  * result is one line {@code result {json}} with the number of violations. {@code --broker} only
  * says how to reload a topic in seed001: Pulsar unloads it through the admin API; ours has one
  * broker and no bundles, so the program prints {@code versus: reload} and waits for a line on
@@ -55,6 +56,7 @@ public final class Versus {
             case "seed000" -> Seed000.run(v, flags.getOrDefault("--variants", String.join(",", Seed000.VARIANTS)));
             case "seed001" -> Seed001.run(v);
             case "seed002" -> Seed002.run(v);
+            case "keyshared-load" -> KeySharedLoad.run(v);
             default -> usage("unknown incident " + args[0]);
         }
         System.exit(0); // the client libraries leave non-daemon threads behind
@@ -69,7 +71,7 @@ public final class Versus {
     }
 
     static void usage(String why) {
-        System.err.println("versus: " + why + "\nusage: Versus seed000|seed001|seed002 --service-url U --admin-url U"
+        System.err.println("versus: " + why + "\nusage: Versus seed000|seed001|seed002|keyshared-load --service-url U --admin-url U"
                 + " --broker pulsar|ours [--variants a,b]");
         System.exit(2);
     }
