@@ -9,8 +9,15 @@
 * Non-persistent topics: a producer and a consumer are refused with `TopicNotFound` in under 2 s.
 * A terminated topic (admin `terminate`): the open producer's send and a new producer are refused
   with `TopicTerminated`; the consumer still gets what was published before.
+* A dead-letter policy with `initial_subscription_name`: the client's dead-letter producer asks
+  for that subscription with the producer, so the dead letter is kept for a consumer that
+  subscribes afterwards at the default position (latest).
+* A subscription's type: while a Shared consumer is connected, an Exclusive subscribe to it is
+  refused with `ConsumerBusy`; once it closed, the Exclusive subscribe is accepted and gets only
+  the unacked messages (the cursor is kept).
 """
 
+import json
 import re
 import time
 
@@ -127,11 +134,71 @@ def main():
         h.check(m is not None and m.data() == b"before", "the consumer lost the message before termination")
         tc.acknowledge(m)
         tc.close()
+
+        # A dead letter kept for the dead-letter policy's initial subscription.
+        t = h.unique_topic("dlq-init")
+        dc = cl.subscribe(t, "sub", consumer_type=pulsar.ConsumerType.Shared,
+                          negative_ack_redelivery_delay_ms=100,
+                          dead_letter_policy=pulsar.ConsumerDeadLetterPolicy(
+                              max_redeliver_count=1, dead_letter_topic=t + "-dlq",
+                              initial_subscription_name="init"))
+        dp = cl.create_producer(t, batching_enabled=False)
+        dp.send(b"poison")
+        deliveries = 0
+        d = h.Deadline(10)
+        while deliveries < 2 and not d.expired():
+            m = h.receive_or_none(dc, 500)
+            if m is not None:
+                deliveries += 1
+                dc.negative_acknowledge(m)
+        h.check(deliveries == 2, f"dead letter: the message was delivered {deliveries} times, expected 2")
+
+        def dead_letter_written():
+            status, text = r.http("GET", r.topic_path(b.admin_url, t + "-dlq") + "/stats")
+            return status == 200 and json.loads(text).get("msgInCounter", 0) >= 1
+
+        h.wait_until(dead_letter_written, 10, "the dead letter on " + t + "-dlq")
+        status, text = r.http("GET", r.topic_path(b.admin_url, t + "-dlq") + "/subscriptions")
+        h.check(status == 200 and "init" in json.loads(text),
+                f"the dead-letter producer's initial subscription was not created: {status} {text}")
+        init = cl.subscribe(t + "-dlq", "init", consumer_type=pulsar.ConsumerType.Shared)
+        m = h.receive_or_none(init, 3000)
+        h.check(m is not None and m.data() == b"poison",
+                f"the initial subscription did not get the dead letter: {m and m.data()!r}")
+        init.acknowledge(m)
+        for c in (init, dc, dp):
+            c.close()
+
+        # A subscription changes type once no consumer is connected, keeping its cursor.
+        t = h.unique_topic("retype")
+        sc = cl.subscribe(t, "s", consumer_type=pulsar.ConsumerType.Shared,
+                          initial_position=pulsar.InitialPosition.Earliest)
+        sp = cl.create_producer(t, batching_enabled=False)
+        for i in range(4):
+            sp.send(f"m{i}".encode())
+        got = h.receive_n(sc, 4)
+        h.check(len(got) == 4, f"subscription type: the Shared consumer got {len(got)} of 4")
+        sc.acknowledge(got[0])
+        sc.acknowledge(got[1])
+        try:
+            cl.subscribe(t, "s", consumer_type=pulsar.ConsumerType.Exclusive).close()
+            busy = "accepted"
+        except pulsar.ConsumerBusy:
+            busy = "ConsumerBusy"
+        h.check(busy == "ConsumerBusy", f"subscription type: an Exclusive subscribe beside a Shared consumer was {busy}")
+        sc.close()  # flushes the acks
+        xc = cl.subscribe(t, "s", consumer_type=pulsar.ConsumerType.Exclusive)
+        again = [m.data().decode() for m in h.drain(xc, 500, deadline_s=5)]
+        want = [m.data().decode() for m in got[2:]]
+        h.check(again == want, f"subscription type: after the change the Exclusive consumer got {again}, expected {want}")
+        xc.close()
+        sp.close()
         cl.close()
     return (
         f"protocol features: pattern subscription got {len(pattern_got)} of 2; Failover took over with {len(rest)} of 5; "
         f"beside an Exclusive producer: {', '.join(refusals)}; non-persistent: {', '.join(np_refusals)}; "
-        f"terminated topic: {', '.join(terminated)}"
+        f"terminated topic: {', '.join(terminated)}; dead letter kept for the initial subscription; "
+        f"subscription type change refused while connected ({busy}), then Exclusive got {again}"
     )
 
 

@@ -15,9 +15,11 @@ import org.apache.pulsar.client.api.Producer;
 import org.apache.pulsar.client.api.PulsarClient;
 import org.apache.pulsar.client.api.SubscriptionInitialPosition;
 import org.apache.pulsar.client.api.SubscriptionType;
+import org.interop.harness.Admin;
 import org.interop.harness.Broker;
 import org.interop.harness.Check;
 import org.interop.harness.Clients;
+import org.interop.harness.Json;
 import org.interop.harness.Report;
 import org.interop.harness.Scenario;
 
@@ -86,6 +88,59 @@ class DeadLetterTest {
             report.messages(counts.values().stream().mapToInt(List::size).sum() + dead_.size());
             report.note("counts " + counts + ", DLQ got " + deadInfo.keySet() + " (REAL_TOPIC set: "
                     + deadInfo.values().stream().allMatch(v -> v != null) + ")");
+        }
+    }
+
+    /**
+     * {@code deadLetterPolicy(…, initialSubscriptionName "init")}: nobody subscribes to the
+     * dead-letter topic before the dead letter is written; the client's dead-letter producer asks
+     * for the subscription with the producer (PRODUCER's {@code initial_subscription_name}), so the
+     * topic has "init" and a consumer of it (at the default position, latest) still gets the dead
+     * letter. Without the initial subscription the dead letter would be dropped from a topic with
+     * no subscription, and the consumer at latest would get nothing.
+     */
+    @Scenario("dead_letter_initial_subscription")
+    void deadLetterInitialSubscription(Report report) throws Exception {
+        try (Broker b = Broker.start("dead-letter-init");
+                PulsarClient cl = Clients.client(b.serviceUrl())) {
+            String topic = Clients.topic("dlq-init");
+            String dlq = topic + "-DLQ";
+            Consumer<byte[]> c = cl.newConsumer().topic(topic).subscriptionName("sub")
+                    .subscriptionType(SubscriptionType.Shared)
+                    .negativeAckRedeliveryDelay(100, TimeUnit.MILLISECONDS)
+                    .deadLetterPolicy(DeadLetterPolicy.builder().maxRedeliverCount(1).deadLetterTopic(dlq)
+                            .initialSubscriptionName("init").build())
+                    .subscribe();
+            Producer<byte[]> p = cl.newProducer().topic(topic).enableBatching(false).create();
+            p.send(Clients.bytes("poison"));
+            int deliveries = 0;
+            Check.Deadline d = new Check.Deadline(10);
+            while (!d.expired() && deliveries < 2) {
+                Message<byte[]> m = Clients.receive(c, 200);
+                if (m != null) {
+                    deliveries++;
+                    c.negativeAcknowledge(m);
+                }
+            }
+            check(deliveries == 2, "the message was delivered " + deliveries + " times, expected 2 before the DLQ");
+            Check.waitUntil(() -> {
+                Admin.Response r = b.admin().request("GET", Admin.topicPath(dlq) + "/stats", null);
+                return r.ok() && Json.num(Json.parse(r.body()), "msgInCounter") >= 1;
+            }, 10, "the dead letter on " + dlq);
+            Object subs = b.admin().getJson(Admin.topicPath(dlq) + "/subscriptions");
+            check(subs instanceof List<?> l && l.contains("init"),
+                    "the dead-letter producer's initial subscription \"init\" was not created: " + subs);
+            Consumer<byte[]> init = cl.newConsumer().topic(dlq).subscriptionName("init")
+                    .subscriptionType(SubscriptionType.Shared).subscribe();
+            Message<byte[]> dead = Clients.receive(init, 3000);
+            check(dead != null && Clients.text(dead).equals("poison"),
+                    "the initial subscription did not get the dead letter: " + (dead == null ? null : Clients.text(dead)));
+            init.acknowledge(dead);
+            init.close();
+            c.close();
+            p.close();
+            report.messages(deliveries + 1);
+            report.note("subscriptions of the dead-letter topic " + subs);
         }
     }
 
