@@ -15,6 +15,10 @@
 * A subscription's type: while a Shared consumer is connected, an Exclusive subscribe to it is
   refused with `ConsumerBusy`; once it closed, the Exclusive subscribe is accepted and gets only
   the unacked messages (the cursor is kept).
+* Deduplication, turned on by a namespace policy (`POST …/namespaces/public/dedup/deduplication`):
+  a named producer sends sequence ids 0..4 and closes; the same name again is told
+  `last_sequence_id()` 4; its re-send of sequence id 3 is not stored; the consumer gets m0..m5
+  once each.
 """
 
 import json
@@ -193,12 +197,35 @@ def main():
         h.check(again == want, f"subscription type: after the change the Exclusive consumer got {again}, expected {want}")
         xc.close()
         sp.close()
+
+        # Deduplication by producer name and sequence id, on by the namespace's policy.
+        ns = b.admin_url + "/admin/v2/namespaces/public/dedup"
+        status, text = r.http("PUT", ns, "{}")
+        h.check(status in (200, 204), f"create namespace public/dedup: {status} {text}")
+        status, text = r.http("POST", ns + "/deduplication", "true")
+        h.check(status in (200, 204), f"deduplication policy: {status} {text}")
+        t = h.unique_topic("dedup").replace("/public/default/", "/public/dedup/")
+        uc = cl.subscribe(t, "s", initial_position=pulsar.InitialPosition.Earliest)
+        up = cl.create_producer(t, producer_name="dedup-p", batching_enabled=False)
+        for i in range(5):
+            up.send(f"m{i}".encode(), sequence_id=i)
+        up.close()
+        up = cl.create_producer(t, producer_name="dedup-p", batching_enabled=False)
+        last = up.last_sequence_id()
+        h.check(last == 4, f"deduplication: the producer was told last sequence id {last}, expected 4")
+        up.send(b"m3", sequence_id=3)
+        up.send(b"m5", sequence_id=5)
+        deduped = [m.data().decode() for m in h.drain(uc, 500, deadline_s=5)]
+        h.check(deduped == [f"m{i}" for i in range(6)], f"deduplication: the consumer got {deduped}")
+        up.close()
+        uc.close()
         cl.close()
     return (
         f"protocol features: pattern subscription got {len(pattern_got)} of 2; Failover took over with {len(rest)} of 5; "
         f"beside an Exclusive producer: {', '.join(refusals)}; non-persistent: {', '.join(np_refusals)}; "
         f"terminated topic: {', '.join(terminated)}; dead letter kept for the initial subscription; "
-        f"subscription type change refused while connected ({busy}), then Exclusive got {again}"
+        f"subscription type change refused while connected ({busy}), then Exclusive got {again}; "
+        f"deduplication: last sequence id {last}, the consumer got {len(deduped)} of 6"
     )
 
 
