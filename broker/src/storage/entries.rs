@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 
 use cursor::Position;
 use tracing::error;
@@ -87,16 +87,41 @@ impl EntryStore for MemoryEntries {
 /// Bytes counted per cached entry besides its section (the map's node, the `Arc`).
 const ENTRY_OVERHEAD: u64 = 96;
 
-/// The broker's read cache budget for the file stores (`--read-cache-mb`, as Pulsar's
-/// `managedLedgerCacheSizeMB`), shared by every topic: each topic caches its recently appended
-/// or read sections and, while the broker is over budget, evicts its own earliest arrivals (a
-/// topic with nothing cached does not cache while others hold the whole budget; retention and
-/// deletion give the bytes back).
+/// The broker's read cache for the file stores (`--read-cache-mb`, as Pulsar's
+/// `managedLedgerCacheSizeMB`), shared by every topic. Each topic keeps its cached sections in a
+/// map of its own; the cache keeps one queue of every section's arrival over all topics, and
+/// while the broker is over budget it evicts the oldest arrival, whichever topic holds it (as
+/// Pulsar's cache manager evicts by insertion order). So a topic that appends fast, or whose
+/// subscription nobody reads, cannot keep the other topics' recent entries out.
+///
+/// Bytes are counted when a section enters a topic's map and given back by whoever takes it out
+/// (eviction, retention, the topic's end), under that map's lock: each exactly once.
+/// Lock order: the arrival queue, then one topic's map at a time; a topic's map is never held
+/// while the queue is taken.
 #[derive(Debug)]
 pub(crate) struct ReadCache {
     budget: u64,
     used: AtomicU64,
+    /// Sections in the topics' maps.
+    entries: AtomicU64,
+    /// Every cached section's arrival, oldest first. An arrival whose section retention or the
+    /// topic's end took out already is stale: skipped when it comes to the front, and dropped
+    /// when the stale ones outnumber the live ones (see [`ReadCache::admit`]).
+    arrivals: Mutex<VecDeque<Arrival>>,
 }
+
+/// One section's arrival in a topic's map.
+#[derive(Debug)]
+struct Arrival {
+    owner: Weak<RwLock<CacheMap>>,
+    p: Position,
+}
+
+/// A topic's cached sections by position.
+type CacheMap = BTreeMap<Position, Arc<[u8]>>;
+
+/// Stale arrivals tolerated beyond the live ones before the queue is compacted.
+const STALE_SLACK: usize = 1024;
 
 impl ReadCache {
     /// A budget of `budget` bytes, none used.
@@ -104,6 +129,8 @@ impl ReadCache {
         ReadCache {
             budget,
             used: AtomicU64::new(0),
+            entries: AtomicU64::new(0),
+            arrivals: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -115,34 +142,63 @@ impl ReadCache {
     pub(crate) fn bytes(&self) -> u64 {
         self.used.load(Ordering::Relaxed)
     }
+
+    /// `owner` took in a section at `p` (already counted): queues its arrival, then evicts the
+    /// oldest arrivals over all topics until the broker is within budget.
+    fn admit(&self, owner: Weak<RwLock<CacheMap>>, p: Position) {
+        let mut evicted = Vec::new();
+        let mut q = lock(&self.arrivals);
+        q.push_back(Arrival { owner, p });
+        while self.used.load(Ordering::Relaxed) > self.budget {
+            let Some(oldest) = q.pop_front() else {
+                break;
+            };
+            let Some(map) = oldest.owner.upgrade() else {
+                continue; // the topic is gone, and gave its bytes back
+            };
+            let removed = write(&map).remove(&oldest.p);
+            if let Some(s) = removed {
+                self.forget(&s);
+                evicted.push(s);
+            }
+        }
+        let live = usize::try_from(self.entries.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        if q.len() > live.saturating_mul(2).saturating_add(STALE_SLACK) {
+            q.retain(|a| {
+                a.owner
+                    .upgrade()
+                    .is_some_and(|m| read(&m).contains_key(&a.p))
+            });
+        }
+        drop(q);
+        // Freed after the locks: other topics' inserts do not wait for the deallocation.
+        drop(evicted);
+    }
+
+    /// Gives back what one section taken out of a topic's map held.
+    fn forget(&self, section: &[u8]) {
+        self.used.fetch_sub(Self::cost(section), Ordering::Relaxed);
+        self.entries.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
-/// One topic's cached sections, under the broker-wide budget.
+/// One topic's cached sections, under the broker-wide [`ReadCache`].
 #[derive(Debug)]
 struct TopicCache {
     budget: Arc<ReadCache>,
-    inner: RwLock<CacheMap>,
-}
-
-/// The cached sections by position, and their positions in the order they came in: the
-/// oldest arrival is evicted first. (Evicting the lowest position instead would throw out a
-/// block just read back for a consumer far behind, since it is older than everything else.)
-#[derive(Debug, Default)]
-struct CacheMap {
-    map: BTreeMap<Position, Arc<[u8]>>,
-    arrivals: VecDeque<Position>,
+    map: Arc<RwLock<CacheMap>>,
 }
 
 impl TopicCache {
     fn new(budget: Arc<ReadCache>) -> TopicCache {
         TopicCache {
             budget,
-            inner: RwLock::new(CacheMap::default()),
+            map: Arc::new(RwLock::new(BTreeMap::new())),
         }
     }
 
     fn get(&self, p: Position) -> Option<Arc<[u8]>> {
-        read(&self.inner).map.get(&p).cloned()
+        read(&self.map).get(&p).cloned()
     }
 
     fn insert(&self, p: Position, section: Arc<[u8]>) {
@@ -150,48 +206,38 @@ impl TopicCache {
         if cost > self.budget.budget {
             return;
         }
-        let mut c = write(&self.inner);
-        if c.map.insert(p, section).is_some() {
-            return;
-        }
-        c.arrivals.push_back(p);
-        let used = self.budget.used.fetch_add(cost, Ordering::Relaxed) + cost;
-        let mut over = used.saturating_sub(self.budget.budget);
-        let mut freed = 0;
-        while over > 0 {
-            let Some(oldest) = c.arrivals.pop_front() else {
-                break;
-            };
-            // Gone already when retention dropped it.
-            if let Some(s) = c.map.remove(&oldest) {
-                let cost = ReadCache::cost(&s);
-                freed += cost;
-                over = over.saturating_sub(cost);
+        {
+            let mut map = write(&self.map);
+            if map.insert(p, section).is_some() {
+                return; // cached already, and its arrival queued
             }
+            // Counted under the lock, so that whoever takes it out gives back after this.
+            self.budget.used.fetch_add(cost, Ordering::Relaxed);
+            self.budget.entries.fetch_add(1, Ordering::Relaxed);
         }
-        self.budget.used.fetch_sub(freed, Ordering::Relaxed);
+        self.budget.admit(Arc::downgrade(&self.map), p);
     }
 
     fn remove_below(&self, below: Position) {
         let old = {
-            let mut c = write(&self.inner);
-            let keep = c.map.split_off(&below);
-            c.arrivals.retain(|p| *p >= below);
-            std::mem::replace(&mut c.map, keep)
+            let mut map = write(&self.map);
+            let keep = map.split_off(&below);
+            std::mem::replace(&mut *map, keep)
         };
-        let freed: u64 = old.values().map(|s| ReadCache::cost(s)).sum();
-        self.budget.used.fetch_sub(freed, Ordering::Relaxed);
+        for s in old.values() {
+            self.budget.forget(s);
+        }
     }
 }
 
 impl Drop for TopicCache {
     fn drop(&mut self) {
-        let held: u64 = read(&self.inner)
-            .map
-            .values()
-            .map(|s| ReadCache::cost(s))
-            .sum();
-        self.budget.used.fetch_sub(held, Ordering::Relaxed);
+        // Taken out under the lock: an eviction that upgraded this map just now finds nothing
+        // left to give back twice.
+        let held = std::mem::take(&mut *write(&self.map));
+        for s in held.values() {
+            self.budget.forget(s);
+        }
     }
 }
 
@@ -253,6 +299,9 @@ impl LedgerIndex {
 pub(crate) struct FileEntries {
     dir: PathBuf,
     log: Mutex<TopicLog>,
+    /// The ledger of the last append (`u64::MAX` before the first): only a read in it may need
+    /// the log's write buffer flushed, so other reads never take the log's lock.
+    writing: AtomicU64,
     ledgers: RwLock<BTreeMap<u64, LedgerIndex>>,
     cache: TopicCache,
 }
@@ -273,6 +322,7 @@ impl FileEntries {
         })?;
         Ok(FileEntries {
             dir: dir.to_path_buf(),
+            writing: AtomicU64::new(log.current_ledger().unwrap_or(u64::MAX)),
             log: Mutex::new(log),
             ledgers: RwLock::new(ledgers),
             cache: TopicCache::new(cache),
@@ -282,8 +332,9 @@ impl FileEntries {
     /// Reads the entry at `p` from its file: the records of its block, each checked; the others
     /// go to the cache.
     fn read_from_disk(&self, p: Position) -> Result<Option<Arc<[u8]>>, StorageError> {
-        {
-            // The ledger being written may still have the entry in its write buffer.
+        if self.writing.load(Ordering::Acquire) == p.ledger_id {
+            // The ledger being written may still have the entry in its write buffer (appended
+            // without caching and not committed yet): it goes to the file first.
             let mut log = lock(&self.log);
             if log.current_ledger() == Some(p.ledger_id) {
                 log.flush()?;
@@ -346,7 +397,13 @@ fn index_entry(ledgers: &mut BTreeMap<u64, LedgerIndex>, dir: &Path, p: Position
 
 impl EntryStore for FileEntries {
     fn append(&self, p: Position, section: Arc<[u8]>, cache: bool) -> Result<(), StorageError> {
-        let offset = lock(&self.log).append(p, &section)?;
+        let offset = {
+            let mut log = lock(&self.log);
+            let offset = log.append(p, &section)?;
+            // Before the entry is indexed: a reader that finds it sees its ledger here.
+            self.writing.store(p.ledger_id, Ordering::Release);
+            offset
+        };
         index_entry(&mut write(&self.ledgers), &self.dir, p, offset);
         if cache {
             self.cache.insert(p, section);
@@ -365,16 +422,6 @@ impl EntryStore for FileEntries {
     fn read(&self, p: Position) -> Option<Arc<[u8]>> {
         if let Some(s) = self.cache.get(p) {
             return Some(s);
-        }
-        {
-            // An entry of the ledger being written may still sit in the log's write buffer
-            // (appended without caching and not committed yet): it goes to the file first.
-            let mut log = lock(&self.log);
-            if log.current_ledger() == Some(p.ledger_id) {
-                if let Err(e) = log.flush() {
-                    error!(position = %p, error = %e, "the log could not be flushed for a read");
-                }
-            }
         }
         match self.read_from_disk(p) {
             Ok(Some(s)) => {
@@ -518,8 +565,9 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_evicts_the_oldest_first_within_the_broker_budget() {
-        let budget = Arc::new(ReadCache::new(2 * (12 + ENTRY_OVERHEAD)));
+    fn the_cache_evicts_the_oldest_arrival_over_all_topics() {
+        let one = 12 + ENTRY_OVERHEAD;
+        let budget = Arc::new(ReadCache::new(2 * one));
         let cache = |budget: &Arc<ReadCache>| TopicCache::new(budget.clone());
         let (a, b) = (cache(&budget), cache(&budget));
         for i in 0..3 {
@@ -530,7 +578,7 @@ mod tests {
             "the oldest went first"
         );
         assert!(a.get(Position::new(1, 2)).is_some());
-        assert_eq!(budget.bytes(), 2 * (12 + ENTRY_OVERHEAD));
+        assert_eq!(budget.bytes(), 2 * one);
         // Oldest by arrival, not by position: an old entry read back (a consumer far behind)
         // stays, and the earliest arrival goes.
         a.insert(Position::new(0, 5), section(5));
@@ -540,23 +588,113 @@ mod tests {
             "the earliest arrival went"
         );
         assert!(a.get(Position::new(1, 2)).is_some());
-        // Over the shared budget, a topic makes room from its own entries: b has none to
-        // give, so its new entry is not kept; once a's are gone, b caches again.
+        // Another topic's new entry evicts the oldest arrival over all topics: a's.
         b.insert(Position::new(1, 0), section(0));
-        assert!(b.get(Position::new(1, 0)).is_none());
-        a.remove_below(Position::new(2, 0));
-        assert_eq!(budget.bytes(), 0);
-        b.insert(Position::new(1, 0), section(0));
+        assert!(b.get(Position::new(1, 0)).is_some(), "b's entry is kept");
+        assert!(a.get(Position::new(1, 2)).is_none(), "a's oldest went");
+        assert!(a.get(Position::new(0, 5)).is_some());
         assert!(
-            b.get(Position::new(1, 0)).is_some(),
+            a.get(Position::new(1, 0)).is_none(),
             "topics are told apart"
         );
-        assert!(a.get(Position::new(1, 0)).is_none());
-        assert_eq!(budget.bytes(), 12 + ENTRY_OVERHEAD);
+        assert_eq!(budget.bytes(), 2 * one);
+        a.remove_below(Position::new(2, 0));
+        assert_eq!(budget.bytes(), one, "retention gives a's bytes back");
         drop(b);
         assert_eq!(budget.bytes(), 0, "a dropped topic gives its bytes back");
         let none = cache(&Arc::new(ReadCache::new(0)));
         none.insert(Position::new(1, 0), section(0));
         assert_eq!(none.budget.bytes(), 0, "a zero budget caches nothing");
+    }
+
+    /// A topic written fast whose subscription nobody reads holds the whole budget; a second
+    /// topic's new entries still stay cached (each evicts the first topic's oldest), where
+    /// self-eviction within a topic left the second one nothing. The test fails with a cache
+    /// that makes room only from the inserting topic's own entries.
+    #[test]
+    fn a_topic_nobody_reads_cannot_keep_the_others_out() {
+        let one = 12 + ENTRY_OVERHEAD;
+        let budget = Arc::new(ReadCache::new(100 * one));
+        let idle = TopicCache::new(budget.clone());
+        let busy = TopicCache::new(budget.clone());
+        for i in 0..1_000 {
+            idle.insert(Position::new(1, i), section(i));
+        }
+        assert_eq!(budget.bytes(), 100 * one, "the idle topic fills the budget");
+        for i in 0..50 {
+            busy.insert(Position::new(1, i), section(i));
+        }
+        let kept = (0..50)
+            .filter(|i| busy.get(Position::new(1, *i)).is_some())
+            .count();
+        assert_eq!(kept, 50, "every new entry of the read topic is cached");
+        let idle_kept = (0..1_000)
+            .filter(|i| idle.get(Position::new(1, *i)).is_some())
+            .count();
+        assert_eq!(idle_kept, 50, "the idle topic kept its 50 newest");
+        assert!(idle.get(Position::new(1, 999)).is_some());
+        assert_eq!(budget.bytes(), 100 * one);
+    }
+
+    /// Arrivals of sections that retention took out do not pile up in the queue while the cache
+    /// stays under budget (a topic read and trimmed as fast as it is written).
+    #[test]
+    fn stale_arrivals_are_dropped_from_the_queue() {
+        let budget = Arc::new(ReadCache::new(1 << 30));
+        let t = TopicCache::new(budget.clone());
+        for i in 0..100_000u64 {
+            t.insert(Position::new(1, i), section(i));
+            t.remove_below(Position::new(1, i + 1));
+        }
+        assert_eq!(budget.bytes(), 0);
+        let queued = lock(&budget.arrivals).len();
+        assert!(queued <= STALE_SLACK + 1, "{queued} arrivals queued");
+    }
+
+    /// Topics inserting, trimming and going away on several threads at once: the count of
+    /// bytes held stays what the maps hold, and the budget holds once the threads are done.
+    #[test]
+    fn concurrent_topics_keep_the_count_true() {
+        let one = 12 + ENTRY_OVERHEAD;
+        let budget = Arc::new(ReadCache::new(64 * one));
+        let threads: Vec<_> = (0..4u64)
+            .map(|t| {
+                let budget = budget.clone();
+                std::thread::spawn(move || {
+                    let mut kept = Vec::new();
+                    for round in 0..20u64 {
+                        let c = TopicCache::new(budget.clone());
+                        for i in 0..200u64 {
+                            c.insert(Position::new(round, i), section(i));
+                            if i % 50 == 49 {
+                                c.remove_below(Position::new(round, i - 10));
+                            }
+                        }
+                        if round % 2 == t % 2 {
+                            kept.push(c);
+                        }
+                    }
+                    kept
+                })
+            })
+            .collect();
+        let kept: Vec<TopicCache> = threads
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        let held: u64 = kept
+            .iter()
+            .flat_map(|c| {
+                read(&c.map)
+                    .values()
+                    .map(|s| ReadCache::cost(s))
+                    .collect::<Vec<_>>()
+            })
+            .sum();
+        assert_eq!(budget.bytes(), held);
+        assert!(held <= 64 * one, "{held} bytes held");
+        drop(kept);
+        assert_eq!(budget.bytes(), 0);
+        assert_eq!(budget.entries.load(Ordering::Relaxed), 0);
     }
 }
