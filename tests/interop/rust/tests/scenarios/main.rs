@@ -6,6 +6,7 @@
 
 mod batches;
 mod client_features;
+mod consumer_stats;
 mod delayed;
 mod dlq;
 mod key_shared;

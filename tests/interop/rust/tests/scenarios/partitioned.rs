@@ -31,16 +31,27 @@ async fn partitioned_shared() {
         let (status, body) = admin::http("PUT", &format!("{tp}/partitions"), Some("3")).await?;
         ensure!(status == 204, "PUT {tp}/partitions 3: HTTP {status} {body}");
         let meta = admin::get(&format!("{tp}/partitions")).await?;
-        ensure!(meta["partitions"].as_i64() == Some(3), "partitions metadata {meta}");
+        ensure!(
+            meta["partitions"].as_i64() == Some(3),
+            "partitions metadata {meta}"
+        );
         let cl = client::client(&b.service_url).await?;
-        let mut c = Sub::new(SubType::Shared, "c").subscribe(&cl, &topic, "sub").await?;
+        let mut c = Sub::new(SubType::Shared, "c")
+            .subscribe(&cl, &topic, "sub")
+            .await?;
         let mut p = client::producer(&cl, &topic).await?;
         let parts = p.partitions().unwrap_or_default();
         ensure!(parts.len() == 3, "the producer sees partitions {parts:?}");
         for i in 0..30 {
             client::send(&mut p, format!("m{i}"), Some(&format!("k{i}"))).await?;
         }
-        let got = recv_n(&mut c, 30, Duration::from_secs(8), Duration::from_millis(300)).await?;
+        let got = recv_n(
+            &mut c,
+            30,
+            Duration::from_secs(8),
+            Duration::from_millis(300),
+        )
+        .await?;
         ctx.count(got.len() as u64);
         let distinct: BTreeSet<String> = got.iter().map(text).collect();
         ensure!(
@@ -50,7 +61,10 @@ async fn partitioned_shared() {
             distinct.len()
         );
         let from: BTreeSet<String> = got.iter().map(|m| m.topic.clone()).collect();
-        ensure!(from.len() == 3, "messages came from {from:?}, expected all 3 partitions");
+        ensure!(
+            from.len() == 3,
+            "messages came from {from:?}, expected all 3 partitions"
+        );
         close(c).await?;
         b.stop()?;
         Ok("30 messages over 3 partitions, all received".to_owned())
@@ -144,7 +158,9 @@ async fn namespace_must_exist() {
         let refused = client::producer(&cl, topic).await;
         let took = t0.elapsed();
         let Err(e) = refused else {
-            return Err(anyhow::anyhow!("a producer in a namespace that does not exist was created"));
+            return Err(anyhow::anyhow!(
+                "a producer in a namespace that does not exist was created"
+            ));
         };
         ensure!(took < Duration::from_secs(4), "the refusal took {took:?}");
         let ns = format!("{}/admin/v2/namespaces/public/no-such-ns", b.admin_url);
@@ -154,7 +170,10 @@ async fn namespace_must_exist() {
         client::send(&mut p, "after", None).await?;
         ctx.count(1);
         b.stop()?;
-        Ok(format!("refused in {} ms ({e:#}), created once the namespace exists", took.as_millis()))
+        Ok(format!(
+            "refused in {} ms ({e:#}), created once the namespace exists",
+            took.as_millis()
+        ))
     })
     .await;
 }

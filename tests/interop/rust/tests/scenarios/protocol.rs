@@ -137,74 +137,71 @@ async fn schema_compatibility() {
 /// takes over and gets the next messages in order.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover() {
-    scenario::run(
-        "failover",
-        |ctx| async move {
-            let mut b = Broker::start(&ctx.log_dir, "broker", &[])?;
-            let cl = client::client(&b.service_url).await?;
-            let topic = client::unique_topic("failover");
-            let mut a = Sub::new(SubType::Failover, "a")
-                .subscribe(&cl, &topic, "fo")
-                .await?;
-            let mut z = Sub::new(SubType::Failover, "z")
-                .subscribe(&cl, &topic, "fo")
-                .await?;
-            let mut p = client::producer(&cl, &topic).await?;
-            for i in 0..10 {
-                client::send(&mut p, format!("m{i}"), None).await?;
-            }
-            let ga = drain(
-                &mut a,
-                Duration::from_millis(700),
-                Duration::from_secs(5),
-                100,
-            )
+    scenario::run("failover", |ctx| async move {
+        let mut b = Broker::start(&ctx.log_dir, "broker", &[])?;
+        let cl = client::client(&b.service_url).await?;
+        let topic = client::unique_topic("failover");
+        let mut a = Sub::new(SubType::Failover, "a")
+            .subscribe(&cl, &topic, "fo")
             .await?;
-            let gz = drain(
-                &mut z,
-                Duration::from_millis(300),
-                Duration::from_secs(5),
-                100,
-            )
+        let mut z = Sub::new(SubType::Failover, "z")
+            .subscribe(&cl, &topic, "fo")
             .await?;
-            ctx.count((ga.len() + gz.len()) as u64);
-            ensure!(
-                (ga.len(), gz.len()) == (10, 0) || (ga.len(), gz.len()) == (0, 10),
-                "not one active consumer: a got {}, z got {}",
-                ga.len(),
-                gz.len()
-            );
-            let (mut active, mut standby, got) = if ga.len() == 10 {
-                (a, z, ga)
-            } else {
-                (z, a, gz)
-            };
-            for m in &got {
-                ack(&mut active, m).await?;
-            }
-            close(active).await?;
-            for i in 10..15 {
-                client::send(&mut p, format!("m{i}"), None).await?;
-            }
-            let rest = recv_n(
-                &mut standby,
-                5,
-                Duration::from_secs(5),
-                Duration::from_millis(300),
-            )
-            .await?;
-            ctx.count(rest.len() as u64);
-            let texts: Vec<String> = rest.iter().map(text).collect();
-            let want: Vec<String> = (10..15).map(|i| format!("m{i}")).collect();
-            ensure!(
-                texts == want,
-                "after the active one closed the standby got {texts:?}, expected m10..m14 in order"
-            );
-            close(standby).await?;
-            b.stop()?;
-            Ok("one active consumer got 10, the standby took over with 5".to_owned())
-        },
-    )
+        let mut p = client::producer(&cl, &topic).await?;
+        for i in 0..10 {
+            client::send(&mut p, format!("m{i}"), None).await?;
+        }
+        let ga = drain(
+            &mut a,
+            Duration::from_millis(700),
+            Duration::from_secs(5),
+            100,
+        )
+        .await?;
+        let gz = drain(
+            &mut z,
+            Duration::from_millis(300),
+            Duration::from_secs(5),
+            100,
+        )
+        .await?;
+        ctx.count((ga.len() + gz.len()) as u64);
+        ensure!(
+            (ga.len(), gz.len()) == (10, 0) || (ga.len(), gz.len()) == (0, 10),
+            "not one active consumer: a got {}, z got {}",
+            ga.len(),
+            gz.len()
+        );
+        let (mut active, mut standby, got) = if ga.len() == 10 {
+            (a, z, ga)
+        } else {
+            (z, a, gz)
+        };
+        for m in &got {
+            ack(&mut active, m).await?;
+        }
+        close(active).await?;
+        for i in 10..15 {
+            client::send(&mut p, format!("m{i}"), None).await?;
+        }
+        let rest = recv_n(
+            &mut standby,
+            5,
+            Duration::from_secs(5),
+            Duration::from_millis(300),
+        )
+        .await?;
+        ctx.count(rest.len() as u64);
+        let texts: Vec<String> = rest.iter().map(text).collect();
+        let want: Vec<String> = (10..15).map(|i| format!("m{i}")).collect();
+        ensure!(
+            texts == want,
+            "after the active one closed the standby got {texts:?}, expected m10..m14 in order"
+        );
+        close(standby).await?;
+        b.stop()?;
+        Ok("one active consumer got 10, the standby took over with 5".to_owned())
+    })
     .await;
 }
 
