@@ -476,10 +476,9 @@ fn load_rows(
             ours: Some(&mut ours),
         },
     )?;
-    let out = json!({
-        "pulsar": theirs, "ours": mine,
-        "pulsar_ready_s": pulsar.ready.as_secs_f64(), "ours_ready_s": ours.ready.as_secs_f64(),
-    });
+    theirs["ready_s"] = json!(pulsar.ready.as_secs_f64());
+    mine["ready_s"] = json!(ours.ready.as_secs_f64());
+    let out = json!({ "pulsar": theirs, "ours": mine });
     print_load(&out, version);
     Ok(out)
 }
@@ -489,7 +488,10 @@ fn load_rows(
 fn key_shared_load(ctx: &Ctx, target: Target<'_>) -> anyhow::Result<Value> {
     let r = program(ctx, "keyshared-load", &[], target)?;
     let v = r.into_iter().next().unwrap_or(Value::Null);
-    let share = v["received"].as_f64().unwrap_or(0.0) / v["sent"].as_f64().unwrap_or(1.0).max(1.0);
+    let share = load::share(
+        v["received"].as_f64().unwrap_or(0.0),
+        v["sent"].as_f64().unwrap_or(0.0),
+    );
     let mut out = v;
     out["received_fraction"] = json!(share);
     println!(
@@ -546,6 +548,10 @@ fn print_load(out: &Value, version: &str) {
             &["key_shared_4_consumers", "e2e_p50_ms"],
         ),
         (
+            "Key_Shared end-to-end p99, ms",
+            &["key_shared_4_consumers", "e2e_p99_ms"],
+        ),
+        (
             "Key_Shared 1,000 keys (Java client, 20k msg/s), share received",
             &["key_shared_1000_keys", "received_fraction"],
         ),
@@ -562,21 +568,13 @@ fn print_load(out: &Value, version: &str) {
             &["key_shared_1000_keys", "violations"],
         ),
         (
-            "Key_Shared end-to-end p99, ms",
-            &["key_shared_4_consumers", "e2e_p99_ms"],
-        ),
-        (
             "RSS with a 1M-message backlog, MiB",
             &["rss_with_backlog_mib"],
         ),
     ];
     for (label, path) in rows {
-        let get = |who: &str| -> Option<f64> {
-            if path[0] == "ready_s" {
-                return out[format!("{who}_ready_s")].as_f64();
-            }
-            path.iter().fold(&out[who], |v, k| &v[*k]).as_f64()
-        };
+        let get =
+            |who: &str| -> Option<f64> { path.iter().fold(&out[who], |v, k| &v[*k]).as_f64() };
         let (t, o) = (get("pulsar"), get("ours"));
         let f = |x: Option<f64>| x.map_or("?".to_owned(), |x| format!("{x:.2}"));
         let ratio = match (t, o) {

@@ -147,25 +147,14 @@ fn number_after(line: &str, key: &str) -> Option<f64> {
         .ok()
 }
 
+/// The figures of one pulsar-perf log: the aggregated records and latency lines (pulsar-perf
+/// 4.0.8's wording) and the `versus-cpu` line that `/usr/bin/time` appends.
 fn parse(text: &str) -> Run {
     let mut run = Run::default();
-    let mut intervals = Vec::new();
     for line in text.lines() {
-        if line.contains("Throughput produced:") || line.contains("Throughput received:") {
-            // "Throughput produced: 19,999 msg --- 20000.0 msg/s --- …"
-            if let Some(r) = line
-                .split("---")
-                .nth(1)
-                .and_then(|p| p.split_whitespace().next())
-            {
-                intervals.push(r.replace(',', "").parse().unwrap_or(0.0));
-            }
-        } else if line.contains("Aggregated throughput stats") {
-            run.records = line
-                .split("---")
-                .nth(1)
-                .and_then(|p| p.split_whitespace().next())
-                .map_or(0.0, |r| r.replace(',', "").parse().unwrap_or(0.0));
+        if line.contains("Aggregated throughput stats") {
+            // "Aggregated throughput stats --- 835814 records sent --- 41201.450 msg/s …"
+            run.records = number_after(line, "stats ---").unwrap_or(0.0);
         } else if line.contains("Aggregated latency stats") {
             run.med_ms = number_after(line, "med:").unwrap_or(f64::NAN);
             run.p99_ms = number_after(line, "99pct:").unwrap_or(f64::NAN);
@@ -181,6 +170,15 @@ fn parse(text: &str) -> Run {
         }
     }
     run
+}
+
+/// The share of the `sent` messages that were `received` (0 when nothing was sent).
+pub(crate) fn share(received: f64, sent: f64) -> f64 {
+    if sent > 0.0 {
+        received / sent
+    } else {
+        0.0
+    }
 }
 
 fn topic(tag: &str) -> String {
@@ -241,11 +239,11 @@ pub(crate) fn rows(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
                              "publish_p99_ms": latency.0.p99_ms, "e2e_p50_ms": latency.1.med_ms,
                              "e2e_p99_ms": latency.1.p99_ms, "sent": latency.0.records,
                              "received": latency.1.records,
-                             "received_fraction": latency.1.records / latency.0.records.max(1.0), "producer_cpu_s": latency.0.client_cpu_s,
+                             "received_fraction": share(latency.1.records, latency.0.records), "producer_cpu_s": latency.0.client_cpu_s,
                              "consumer_cpu_s": latency.1.client_cpu_s },
         "key_shared_4_consumers": { "offered_msg_per_s": 20000, "sent": key_shared.0.records,
                                     "received": key_shared.1.records,
-                                    "received_fraction": key_shared.1.records / key_shared.0.records.max(1.0), "e2e_p50_ms": key_shared.1.med_ms,
+                                    "received_fraction": share(key_shared.1.records, key_shared.0.records), "e2e_p50_ms": key_shared.1.med_ms,
                                     "e2e_p99_ms": key_shared.1.p99_ms, "consumer_cpu_s": key_shared.1.client_cpu_s },
         "rss_with_backlog_mib": backlog_rss,
     }))
@@ -313,4 +311,60 @@ fn backlog(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Option<f64>> {
         s.name, rss
     );
     Ok(rss)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Lines as pulsar-perf 4.0.8 printed them in a run against the broker (the interval lines
+    /// are ignored: pulsar-perf prints them every 10 s, whatever `-i` says).
+    const PRODUCE: &str = "\
+2026-12-03T11:41:42,755 - INFO  - [main:PerformanceProducer@392] - Throughput produced:  534249 msg ---  53419.9 msg/s ---     40.8 Mbit/s  --- failure      0.0 msg/s --- Latency: mean: 874.084 ms - med: 1168.023 - 95pct: 1587.023 - 99pct: 1620.199 - 99.9pct: 1633.871 - 99.99pct: 1637.199 - Max: 1637.199
+2026-12-03T11:41:52,790 - INFO  - [perf-client-shutdown:PerformanceProducer@774] - Aggregated throughput stats --- 835814 records sent --- 41201.450 msg/s --- 31.434 Mbit/s
+2026-12-03T11:41:52,824 - INFO  - [perf-client-shutdown:PerformanceProducer@784] - Aggregated latency stats --- Latency: mean: 860.787 ms - med: 967.727 - 95pct: 1572.207 - 99pct: 1619.023 - 99.9pct: 1630.359 - 99.99pct: 1637.191 - 99.999pct: 1637.199 - Max: 1637.199
+versus-cpu 15.01 1.51 22.30
+";
+
+    const CONSUME: &str = "\
+2026-12-03T11:42:21,073 - INFO  - [main:PerformanceConsumer@484] - Throughput received:  240239 msg --- 13724.216  msg/s --- 10.471 Mbit/s  --- Latency: mean: 2.011 ms - med: 1 - 95pct: 8 - 99pct: 17 - 99.9pct: 27 - 99.99pct: 32 - Max: 33
+2026-12-03T11:42:31,107 - INFO  - [perf-client-shutdown:PerformanceConsumer@562] - Aggregated throughput stats --- 240239 records received --- 7981.227 msg/s --- 6.089 Mbit/s --- AckRate: 7981.227259414586  msg/s --- ack failed 0 msg
+2026-12-03T11:42:31,118 - INFO  - [perf-client-shutdown:PerformanceConsumer@575] - Aggregated latency stats --- Latency: mean: 16.752 ms - med: 3 - 95pct: 90 - 99pct: 130 - 99.9pct: 149 - 99.99pct: 159 - 99.999pct: 161 - Max: 161
+versus-cpu 9.96 1.76 33.46
+";
+
+    #[test]
+    fn a_producer_log_gives_records_latency_and_cpu() {
+        let r = parse(PRODUCE);
+        assert_eq!(r.records, 835_814.0, "the aggregate, not the interval line");
+        assert_eq!((r.med_ms, r.p99_ms), (967.727, 1619.023));
+        assert!((r.client_cpu_s - 16.52).abs() < 1e-9);
+        assert_eq!(r.wall_s, 22.30);
+        assert!((r.rate() - 835_814.0 / SECS).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_consumer_log_gives_records_and_end_to_end_latency() {
+        let r = parse(CONSUME);
+        assert_eq!(r.records, 240_239.0);
+        assert_eq!((r.med_ms, r.p99_ms), (3.0, 130.0));
+    }
+
+    #[test]
+    fn a_log_without_the_aggregates_gives_nothing_and_no_panic() {
+        let r = parse("Throughput produced:  12 msg --- 1.0 msg/s\nversus-cpu 1 2\n");
+        assert_eq!(r.records, 0.0);
+        assert!(r.med_ms.is_nan() || r.med_ms == 0.0);
+        assert_eq!(r.client_cpu_s, 0.0, "a short cpu line is not read");
+        assert_eq!(number_after("med: x", "med:"), None);
+        assert_eq!(number_after("nothing", "med:"), None);
+        assert_eq!(number_after("a --- 1,5", "---"), None);
+        assert_eq!(number_after("99pct: 17, ", "99pct:"), Some(17.0));
+    }
+
+    #[test]
+    fn the_share_received_of_nothing_sent_is_zero() {
+        assert_eq!(share(5.0, 10.0), 0.5);
+        assert_eq!(share(0.0, 0.0), 0.0);
+    }
 }
