@@ -167,16 +167,8 @@ fn check(root: &Path) -> anyhow::Result<(usize, Vec<String>)> {
     for e in fs::read_dir(root.join("crates"))?.flatten() {
         let lib = e.path().join("src/lib.rs");
         if let Ok(text) = fs::read_to_string(&lib) {
-            if !text.trim_start().starts_with(README_DOC) {
-                problems.push(format!(
-                    "{}: the crate doc must be the README: start with `{README_DOC}`",
-                    rel(&lib)
-                ));
-            }
             let readme = fs::read_to_string(e.path().join("README.md")).unwrap_or_default();
-            if !readme.contains("```rust") {
-                problems.push(format!("{}/README.md: no ```rust example", rel(&e.path())));
-            }
+            problems.extend(crate_doc(&rel(&e.path()), &text, &readme));
         }
     }
 
@@ -533,6 +525,21 @@ fn find_cycle(edges: &[(String, String)]) -> Option<Vec<String>> {
     None
 }
 
+/// A published crate's documentation is its README, with a Rust example: the problems of the
+/// crate at `dir` whose `lib.rs` and README read `lib` and `readme`.
+fn crate_doc(dir: &str, lib: &str, readme: &str) -> Vec<String> {
+    let mut problems = Vec::new();
+    if !lib.trim_start().starts_with(README_DOC) {
+        problems.push(format!(
+            "{dir}/src/lib.rs: the crate doc must be the README: start with `{README_DOC}`"
+        ));
+    }
+    if !readme.contains("```rust") {
+        problems.push(format!("{dir}/README.md: no ```rust example"));
+    }
+    problems
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -613,6 +620,19 @@ mod tests {
         let found = super::long_functions("f.rs", &lines);
         assert_eq!(found.len(), 1);
         assert!(found[0].contains("`long`"), "{found:?}");
+    }
+
+    #[test]
+    fn a_crate_doc_that_is_not_its_readme_is_found() {
+        let readme = "# x\n\n```rust\nlet a = 1;\n```\n";
+        let good = format!("{}\n\npub mod a;\n", super::README_DOC);
+        assert!(super::crate_doc("crates/x", &good, readme).is_empty());
+        let own_doc = "//! The x crate.\n\npub mod a;\n";
+        let found = super::crate_doc("crates/x", own_doc, readme);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].starts_with("crates/x/src/lib.rs"), "{found:?}");
+        let found = super::crate_doc("crates/x", &good, "# x\n\nNo example.\n");
+        assert_eq!(found, ["crates/x/README.md: no ```rust example"]);
     }
 
     /// `cargo test` runs tidy (rust-analyzer's way): a hygiene problem fails the test suite.

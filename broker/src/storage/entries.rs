@@ -1,18 +1,19 @@
 //! Entry stores: where a topic's entries (their payload sections, as the producer sent them)
 //! live once the topic has assigned them a position.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use cursor::Position;
 use tracing::error;
 
+use super::cache::{ReadCache, TopicCache};
 use super::log::{ledger_path, read_record, Record, TopicLog};
 use super::{StorageError, SyncPolicy};
-use crate::sync::lock;
+use crate::sync::{lock, read, write};
 
 /// A topic's entries by position. Appends come in position order from one writer at a time;
 /// reads come from any thread (the subscriptions' dispatcher threads).
@@ -47,14 +48,6 @@ pub(crate) struct MemoryEntries {
     map: RwLock<BTreeMap<Position, Arc<[u8]>>>,
 }
 
-fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
-    l.write().unwrap_or_else(|p| p.into_inner())
-}
-
-fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
-    l.read().unwrap_or_else(|p| p.into_inner())
-}
-
 impl EntryStore for MemoryEntries {
     fn append(&self, p: Position, section: Arc<[u8]>, _cache: bool) -> Result<(), StorageError> {
         write(&self.map).insert(p, section);
@@ -81,163 +74,6 @@ impl EntryStore for MemoryEntries {
 
     fn durable(&self) -> bool {
         false
-    }
-}
-
-/// Bytes counted per cached entry besides its section (the map's node, the `Arc`).
-const ENTRY_OVERHEAD: u64 = 96;
-
-/// The broker's read cache for the file stores (`--read-cache-mb`, as Pulsar's
-/// `managedLedgerCacheSizeMB`), shared by every topic. Each topic keeps its cached sections in a
-/// map of its own; the cache keeps one queue of every section's arrival over all topics, and
-/// while the broker is over budget it evicts the oldest arrival, whichever topic holds it (as
-/// Pulsar's cache manager evicts by insertion order). So a topic that appends fast, or whose
-/// subscription nobody reads, cannot keep the other topics' recent entries out.
-///
-/// Bytes are counted when a section enters a topic's map and given back by whoever takes it out
-/// (eviction, retention, the topic's end), under that map's lock: each exactly once.
-/// Lock order: the arrival queue, then one topic's map at a time; a topic's map is never held
-/// while the queue is taken.
-#[derive(Debug)]
-pub(crate) struct ReadCache {
-    budget: u64,
-    used: AtomicU64,
-    /// Sections in the topics' maps.
-    entries: AtomicU64,
-    /// Every cached section's arrival, oldest first. An arrival whose section retention or the
-    /// topic's end took out already is stale: skipped when it comes to the front, and dropped
-    /// when the stale ones outnumber the live ones (see [`ReadCache::admit`]).
-    arrivals: Mutex<VecDeque<Arrival>>,
-}
-
-/// One section's arrival in a topic's map.
-#[derive(Debug)]
-struct Arrival {
-    owner: Weak<RwLock<CacheMap>>,
-    p: Position,
-}
-
-/// A topic's cached sections by position.
-type CacheMap = BTreeMap<Position, Arc<[u8]>>;
-
-/// Stale arrivals tolerated beyond the live ones before the queue is compacted.
-const STALE_SLACK: usize = 1024;
-
-impl ReadCache {
-    /// A budget of `budget` bytes, none used.
-    pub(crate) fn new(budget: u64) -> ReadCache {
-        ReadCache {
-            budget,
-            used: AtomicU64::new(0),
-            entries: AtomicU64::new(0),
-            arrivals: Mutex::new(VecDeque::new()),
-        }
-    }
-
-    fn cost(section: &[u8]) -> u64 {
-        section.len() as u64 + ENTRY_OVERHEAD
-    }
-
-    /// Bytes held (sections and their overhead), over every topic.
-    pub(crate) fn bytes(&self) -> u64 {
-        self.used.load(Ordering::Relaxed)
-    }
-
-    /// `owner` took in a section at `p` (already counted): queues its arrival, then evicts the
-    /// oldest arrivals over all topics until the broker is within budget.
-    fn admit(&self, owner: Weak<RwLock<CacheMap>>, p: Position) {
-        let mut evicted = Vec::new();
-        let mut q = lock(&self.arrivals);
-        q.push_back(Arrival { owner, p });
-        while self.used.load(Ordering::Relaxed) > self.budget {
-            let Some(oldest) = q.pop_front() else {
-                break;
-            };
-            let Some(map) = oldest.owner.upgrade() else {
-                continue; // the topic is gone, and gave its bytes back
-            };
-            let removed = write(&map).remove(&oldest.p);
-            if let Some(s) = removed {
-                self.forget(&s);
-                evicted.push(s);
-            }
-        }
-        let live = usize::try_from(self.entries.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
-        if q.len() > live.saturating_mul(2).saturating_add(STALE_SLACK) {
-            q.retain(|a| {
-                a.owner
-                    .upgrade()
-                    .is_some_and(|m| read(&m).contains_key(&a.p))
-            });
-        }
-        drop(q);
-        // Freed after the locks: other topics' inserts do not wait for the deallocation.
-        drop(evicted);
-    }
-
-    /// Gives back what one section taken out of a topic's map held.
-    fn forget(&self, section: &[u8]) {
-        self.used.fetch_sub(Self::cost(section), Ordering::Relaxed);
-        self.entries.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// One topic's cached sections, under the broker-wide [`ReadCache`].
-#[derive(Debug)]
-struct TopicCache {
-    budget: Arc<ReadCache>,
-    map: Arc<RwLock<CacheMap>>,
-}
-
-impl TopicCache {
-    fn new(budget: Arc<ReadCache>) -> TopicCache {
-        TopicCache {
-            budget,
-            map: Arc::new(RwLock::new(BTreeMap::new())),
-        }
-    }
-
-    fn get(&self, p: Position) -> Option<Arc<[u8]>> {
-        read(&self.map).get(&p).cloned()
-    }
-
-    fn insert(&self, p: Position, section: Arc<[u8]>) {
-        let cost = ReadCache::cost(&section);
-        if cost > self.budget.budget {
-            return;
-        }
-        {
-            let mut map = write(&self.map);
-            if map.insert(p, section).is_some() {
-                return; // cached already, and its arrival queued
-            }
-            // Counted under the lock, so that whoever takes it out gives back after this.
-            self.budget.used.fetch_add(cost, Ordering::Relaxed);
-            self.budget.entries.fetch_add(1, Ordering::Relaxed);
-        }
-        self.budget.admit(Arc::downgrade(&self.map), p);
-    }
-
-    fn remove_below(&self, below: Position) {
-        let old = {
-            let mut map = write(&self.map);
-            let keep = map.split_off(&below);
-            std::mem::replace(&mut *map, keep)
-        };
-        for s in old.values() {
-            self.budget.forget(s);
-        }
-    }
-}
-
-impl Drop for TopicCache {
-    fn drop(&mut self) {
-        // Taken out under the lock: an eviction that upgraded this map just now finds nothing
-        // left to give back twice.
-        let held = std::mem::take(&mut *write(&self.map));
-        for s in held.values() {
-            self.budget.forget(s);
-        }
     }
 }
 
@@ -463,6 +299,7 @@ impl EntryStore for FileEntries {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::cache::ENTRY_OVERHEAD;
 
     fn scratch(name: &str) -> PathBuf {
         let d = std::env::temp_dir().join(format!("broker-entries-{}-{name}", std::process::id()));
@@ -562,139 +399,5 @@ mod tests {
             "no cache: from disk"
         );
         let _ = std::fs::remove_dir_all(&dir);
-    }
-
-    #[test]
-    fn the_cache_evicts_the_oldest_arrival_over_all_topics() {
-        let one = 12 + ENTRY_OVERHEAD;
-        let budget = Arc::new(ReadCache::new(2 * one));
-        let cache = |budget: &Arc<ReadCache>| TopicCache::new(budget.clone());
-        let (a, b) = (cache(&budget), cache(&budget));
-        for i in 0..3 {
-            a.insert(Position::new(1, i), section(i));
-        }
-        assert!(
-            a.get(Position::new(1, 0)).is_none(),
-            "the oldest went first"
-        );
-        assert!(a.get(Position::new(1, 2)).is_some());
-        assert_eq!(budget.bytes(), 2 * one);
-        // Oldest by arrival, not by position: an old entry read back (a consumer far behind)
-        // stays, and the earliest arrival goes.
-        a.insert(Position::new(0, 5), section(5));
-        assert!(a.get(Position::new(0, 5)).is_some(), "just read back: kept");
-        assert!(
-            a.get(Position::new(1, 1)).is_none(),
-            "the earliest arrival went"
-        );
-        assert!(a.get(Position::new(1, 2)).is_some());
-        // Another topic's new entry evicts the oldest arrival over all topics: a's.
-        b.insert(Position::new(1, 0), section(0));
-        assert!(b.get(Position::new(1, 0)).is_some(), "b's entry is kept");
-        assert!(a.get(Position::new(1, 2)).is_none(), "a's oldest went");
-        assert!(a.get(Position::new(0, 5)).is_some());
-        assert!(
-            a.get(Position::new(1, 0)).is_none(),
-            "topics are told apart"
-        );
-        assert_eq!(budget.bytes(), 2 * one);
-        a.remove_below(Position::new(2, 0));
-        assert_eq!(budget.bytes(), one, "retention gives a's bytes back");
-        drop(b);
-        assert_eq!(budget.bytes(), 0, "a dropped topic gives its bytes back");
-        let none = cache(&Arc::new(ReadCache::new(0)));
-        none.insert(Position::new(1, 0), section(0));
-        assert_eq!(none.budget.bytes(), 0, "a zero budget caches nothing");
-    }
-
-    /// A topic written fast whose subscription nobody reads holds the whole budget; a second
-    /// topic's new entries still stay cached (each evicts the first topic's oldest), where
-    /// self-eviction within a topic left the second one nothing. The test fails with a cache
-    /// that makes room only from the inserting topic's own entries.
-    #[test]
-    fn a_topic_nobody_reads_cannot_keep_the_others_out() {
-        let one = 12 + ENTRY_OVERHEAD;
-        let budget = Arc::new(ReadCache::new(100 * one));
-        let idle = TopicCache::new(budget.clone());
-        let busy = TopicCache::new(budget.clone());
-        for i in 0..1_000 {
-            idle.insert(Position::new(1, i), section(i));
-        }
-        assert_eq!(budget.bytes(), 100 * one, "the idle topic fills the budget");
-        for i in 0..50 {
-            busy.insert(Position::new(1, i), section(i));
-        }
-        let kept = (0..50)
-            .filter(|i| busy.get(Position::new(1, *i)).is_some())
-            .count();
-        assert_eq!(kept, 50, "every new entry of the read topic is cached");
-        let idle_kept = (0..1_000)
-            .filter(|i| idle.get(Position::new(1, *i)).is_some())
-            .count();
-        assert_eq!(idle_kept, 50, "the idle topic kept its 50 newest");
-        assert!(idle.get(Position::new(1, 999)).is_some());
-        assert_eq!(budget.bytes(), 100 * one);
-    }
-
-    /// Arrivals of sections that retention took out do not pile up in the queue while the cache
-    /// stays under budget (a topic read and trimmed as fast as it is written).
-    #[test]
-    fn stale_arrivals_are_dropped_from_the_queue() {
-        let budget = Arc::new(ReadCache::new(1 << 30));
-        let t = TopicCache::new(budget.clone());
-        for i in 0..100_000u64 {
-            t.insert(Position::new(1, i), section(i));
-            t.remove_below(Position::new(1, i + 1));
-        }
-        assert_eq!(budget.bytes(), 0);
-        let queued = lock(&budget.arrivals).len();
-        assert!(queued <= STALE_SLACK + 1, "{queued} arrivals queued");
-    }
-
-    /// Topics inserting, trimming and going away on several threads at once: the count of
-    /// bytes held stays what the maps hold, and the budget holds once the threads are done.
-    #[test]
-    fn concurrent_topics_keep_the_count_true() {
-        let one = 12 + ENTRY_OVERHEAD;
-        let budget = Arc::new(ReadCache::new(64 * one));
-        let threads: Vec<_> = (0..4u64)
-            .map(|t| {
-                let budget = budget.clone();
-                std::thread::spawn(move || {
-                    let mut kept = Vec::new();
-                    for round in 0..20u64 {
-                        let c = TopicCache::new(budget.clone());
-                        for i in 0..200u64 {
-                            c.insert(Position::new(round, i), section(i));
-                            if i % 50 == 49 {
-                                c.remove_below(Position::new(round, i - 10));
-                            }
-                        }
-                        if round % 2 == t % 2 {
-                            kept.push(c);
-                        }
-                    }
-                    kept
-                })
-            })
-            .collect();
-        let kept: Vec<TopicCache> = threads
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect();
-        let held: u64 = kept
-            .iter()
-            .flat_map(|c| {
-                read(&c.map)
-                    .values()
-                    .map(|s| ReadCache::cost(s))
-                    .collect::<Vec<_>>()
-            })
-            .sum();
-        assert_eq!(budget.bytes(), held);
-        assert!(held <= 64 * one, "{held} bytes held");
-        drop(kept);
-        assert_eq!(budget.bytes(), 0);
-        assert_eq!(budget.entries.load(Ordering::Relaxed), 0);
     }
 }

@@ -27,10 +27,12 @@ use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
+mod cache;
 mod entries;
 mod log;
 
-pub(crate) use entries::{EntryStore, FileEntries, MemoryEntries, ReadCache};
+pub(crate) use cache::ReadCache;
+pub(crate) use entries::{EntryStore, FileEntries, MemoryEntries};
 
 /// When an appended entry is flushed to the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
