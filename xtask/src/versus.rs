@@ -511,6 +511,14 @@ fn print_load(out: &Value, version: &str) {
         ("unbatched publish, msg/s", &["unbatched", "msg_per_s"]),
         ("batched publish, msg/s", &["batched", "msg_per_s"]),
         (
+            "unbatched publish, two producer processes, msg/s (sum)",
+            &["unbatched_two_producers", "msg_per_s"],
+        ),
+        (
+            "broker CPU s per million, two unbatched producers",
+            &["unbatched_two_producers", "broker_cpu_s_per_million"],
+        ),
+        (
             "broker CPU s per million, unbatched",
             &["unbatched", "broker_cpu_s_per_million"],
         ),

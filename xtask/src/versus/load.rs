@@ -5,7 +5,8 @@
 //! producer's rate cap far above what either reaches); publish and end-to-end latency at half of
 //! that broker's own unbatched maximum, with a consumer; Key_Shared with 4 consumers and random
 //! keys at a fixed offered rate; broker CPU seconds per million messages (from `/proc`); resident
-//! memory idle, right after the batched run, and with a backlog of a million messages. Each
+//! memory idle, right after the batched run, and with a backlog of a million messages; and the
+//! unbatched row with two producer processes at once, to see whether one client was the bound. Each
 //! pulsar-perf run is timed by `/usr/bin/time`, so the client's own CPU is in the results: on a
 //! 2-core machine the client is often the bottleneck, and broker CPU per message is the figure
 //! the client does not bound.
@@ -217,6 +218,7 @@ pub(crate) fn rows(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
     };
     let (unbatched, unbatched_cpu) = row("unbatched", &["-db"])?;
     let (batched, batched_cpu) = row("batched", &[])?;
+    let two = two_producers(p, s)?;
     let load_rss = procs::rss_mib(s.pid);
     let half = (unbatched.rate() / 2.0).max(1000.0).round();
     let latency = consumed(p, s, "latency", &[], &["-db", "-r", &format!("{half}")])?;
@@ -234,6 +236,7 @@ pub(crate) fn rows(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
                        "client_cpu_s": unbatched.client_cpu_s, "wall_s": unbatched.wall_s },
         "batched": { "msg_per_s": batched.rate(), "broker_cpu_s_per_million": batched_cpu,
                      "client_cpu_s": batched.client_cpu_s, "wall_s": batched.wall_s },
+        "unbatched_two_producers": two,
         "rss_after_load_mib": load_rss,
         "latency_at_half": { "offered_msg_per_s": half, "publish_p50_ms": latency.0.med_ms,
                              "publish_p99_ms": latency.0.p99_ms, "e2e_p50_ms": latency.1.med_ms,
@@ -246,6 +249,45 @@ pub(crate) fn rows(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
                                     "received_fraction": share(key_shared.1.records, key_shared.0.records), "e2e_p50_ms": key_shared.1.med_ms,
                                     "e2e_p99_ms": key_shared.1.p99_ms, "consumer_cpu_s": key_shared.1.client_cpu_s },
         "rss_with_backlog_mib": backlog_rss,
+    }))
+}
+
+/// The client-bottleneck check: the unbatched row again with two pulsar-perf processes at once,
+/// each on a topic of its own, both started together. If their summed rate is well above one
+/// process's, one client process was the bound, not the broker (on 2 cores the two JVMs also
+/// take CPU from the broker, so a sum no higher does not prove the broker is the bound).
+fn two_producers(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
+    let args = |tag: &str| {
+        let mut a = strings(&[
+            "-s", "100", "-time", "12", "-r", "2000000", "-o", "50000", "-db",
+        ]);
+        a.push(topic(tag));
+        a
+    };
+    let before = cpu_s(s.pid);
+    let logs: Vec<PathBuf> = ["two-a", "two-b"]
+        .iter()
+        .map(|t| p.dir.join(format!("perf-{}-{t}.log", s.name)))
+        .collect();
+    let a = p.spawn(s, "produce", &args("two-a"), &logs[0])?;
+    let b = p.spawn(s, "produce", &args("two-b"), &logs[1])?;
+    let limit = Duration::from_secs(120);
+    let (ra, rb) = (finish(a, &logs[0], limit)?, finish(b, &logs[1], limit)?);
+    let records = ra.records + rb.records;
+    let per_million = (cpu_s(s.pid) - before) / (records / 1e6);
+    println!(
+        "versus: {} two unbatched producers: {:.0} + {:.0} msg/s, client CPU {:.1} s + {:.1} s, broker CPU {:.2} s per million",
+        s.name,
+        ra.rate(),
+        rb.rate(),
+        ra.client_cpu_s,
+        rb.client_cpu_s,
+        per_million
+    );
+    Ok(json!({
+        "msg_per_s": ra.rate() + rb.rate(), "each_msg_per_s": [ra.rate(), rb.rate()],
+        "broker_cpu_s_per_million": per_million,
+        "client_cpu_s": [ra.client_cpu_s, rb.client_cpu_s],
     }))
 }
 
