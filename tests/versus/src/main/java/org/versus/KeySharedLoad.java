@@ -7,6 +7,7 @@ import java.util.List;
 import java.util.Locale;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
 import org.apache.pulsar.client.api.Consumer;
 import org.apache.pulsar.client.api.Message;
 import org.apache.pulsar.client.api.MessageListener;
@@ -79,9 +80,12 @@ final class KeySharedLoad {
             long total = (long) RATE * SECONDS;
             long t0 = System.nanoTime();
             for (long i = 0; i < total; i++) {
+                // Paced by sleeping, not spinning: a spin loop would take a whole core of the two
+                // from the consumers and the broker. Messages due by now go out together.
                 long due = t0 + i * 1_000_000_000L / RATE;
-                while (System.nanoTime() < due) {
-                    Thread.onSpinWait();
+                long ahead = due - System.nanoTime();
+                if (ahead > 0) {
+                    LockSupport.parkNanos(ahead);
                 }
                 int key = (int) (i % KEYS);
                 ByteBuffer b = ByteBuffer.allocate(SIZE);
