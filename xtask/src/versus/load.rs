@@ -6,7 +6,8 @@
 //! that broker's own unbatched maximum, with a consumer; Key_Shared with 4 consumers and random
 //! keys at a fixed offered rate; broker CPU seconds per million messages (from `/proc`); resident
 //! memory idle, right after the batched run, and with a backlog of a million messages; and the
-//! unbatched row with two producer processes at once, to see whether one client was the bound. Each
+//! unbatched row with two producer processes at once, to see whether one client was the bound.
+//! Each broker first gets an 8 s unbatched warm-up run that is not a row (Pulsar's JIT). Each
 //! pulsar-perf run is timed by `/usr/bin/time`, so the client's own CPU is in the results: on a
 //! 2-core machine the client is often the bottleneck, and broker CPU per message is the figure
 //! the client does not bound.
@@ -216,6 +217,24 @@ pub(crate) fn rows(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
         );
         Ok((r, per_million))
     };
+    // A warm-up, not measured: in Pulsar's first run under load its JIT compiles the hot paths
+    // (its broker took about 115 s of CPU per million messages in a first unbatched run, 30-40 s
+    // in a later one), so without it the first row would measure the compiler.
+    let warm = strings(&[
+        "-s", "100", "-time", "8", "-r", "2000000", "-o", "50000", "-db",
+    ]);
+    let w = p.run(
+        s,
+        "produce",
+        &[warm, vec![topic("warmup")]].concat(),
+        "warmup",
+        secs,
+    )?;
+    println!(
+        "versus: {} warm-up: {:.0} msg/s (not a row)",
+        s.name,
+        w.rate()
+    );
     let (unbatched, unbatched_cpu) = row("unbatched", &["-db"])?;
     let (batched, batched_cpu) = row("batched", &[])?;
     let two = two_producers(p, s)?;
