@@ -15,6 +15,7 @@
 //! be built, and stops with a message that says how much it needs if not.
 
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use crate::cmd::{cargo, project_root, sh};
 
@@ -26,47 +27,77 @@ use crate::cmd::{cargo, project_root, sh};
 const CLEAN_RUN_NEEDS_MIB: u64 = 5_120;
 
 pub(crate) fn run_all(_args: &[String]) -> anyhow::Result<()> {
-    let started = std::time::Instant::now();
+    let started = Instant::now();
     check_disk()?;
+    let mut steps = Steps::default();
 
-    let mut fmt = cargo();
-    fmt.args(["fmt", "--all", "--", "--check"]);
-    sh(fmt)?;
-    crate::deps::run()?;
+    steps.time("fmt and deps", || {
+        let mut fmt = cargo();
+        fmt.args(["fmt", "--all", "--", "--check"]);
+        sh(fmt)?;
+        crate::deps::run()
+    })?;
+    steps.time("clippy", || {
+        let mut clippy = cargo();
+        clippy.args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--locked",
+            "--",
+            "-D",
+            "warnings",
+        ]);
+        sh(clippy)
+    })?;
+    steps.time("test", || {
+        let mut test = cargo();
+        test.args(["test", "--workspace", "--locked"])
+            .env("INSTA_UPDATE", "no")
+            .env("INSTA_FORCE_PASS", "0")
+            .env("CI", "true");
+        sh(test)
+    })?;
+    steps.time("crates", crate::crates::run)?;
+    steps.time("loom", || crate::loom::run_with(None, 2))?;
+    steps.time("sim", crate::sim::ci_steps)?;
+    steps.time("interop", || crate::interop::run(&[]))?;
+    steps.time("fuzz", || crate::fuzz::run(&["--ci".to_owned()]))?;
+    steps.time("tidy", crate::tidy::run)?;
 
-    let mut clippy = cargo();
-    clippy.args([
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--locked",
-        "--",
-        "-D",
-        "warnings",
-    ]);
-    sh(clippy)?;
-
-    let mut test = cargo();
-    test.args(["test", "--workspace", "--locked"])
-        .env("INSTA_UPDATE", "no")
-        .env("INSTA_FORCE_PASS", "0")
-        .env("CI", "true");
-    sh(test)?;
-
-    crate::crates::run()?;
-
-    crate::loom::run_with(None, 2)?;
-
-    crate::sim::ci_steps()?;
-
-    crate::interop::run(&[])?;
-
-    crate::fuzz::run(&["--ci".to_owned()])?;
-
-    crate::tidy::run()?;
-
+    println!("xtask ci: {}", steps.summary());
     println!("xtask ci: all checks passed in {:.0?}", started.elapsed());
     Ok(())
+}
+
+/// How long each step of the run took, for the summary line (a slow step shows which).
+#[derive(Default)]
+struct Steps(Vec<(&'static str, Duration)>);
+
+impl Steps {
+    /// Runs `f`, recording its time under `name`; a failure prints the times so far.
+    fn time(
+        &mut self,
+        name: &'static str,
+        f: impl FnOnce() -> anyhow::Result<()>,
+    ) -> anyhow::Result<()> {
+        let t = Instant::now();
+        let r = f();
+        self.0.push((name, t.elapsed()));
+        if r.is_err() {
+            println!("xtask ci: {} (failed)", self.summary());
+        }
+        r
+    }
+
+    fn summary(&self) -> String {
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .map(|(n, d)| format!("{n} {:.0} s", d.as_secs_f64()))
+            .collect();
+        parts.join(", ")
+    }
 }
 
 /// Fails the run early, with the figures, when the disk cannot hold what is still to be built:
