@@ -44,16 +44,17 @@ class CliCursorTest {
             Fixtures.awaitBacklog(r, topic, "s", 17, 3, "`topics reset-cursor -m " + Fixtures.ledgerEntry(ids.get(3)) + "`");
             cli.run("topics", "skip", topic, "-s", "nope", "-n", "1").refused();
 
-            // The old ten are at least 12 s old when the tool starts, the new ten as old as the
-            // tool's start (1 to 4 s on 2 busy cores): `-t 8` expires the old ones only.
-            long waitMs = 12_000 - (System.nanoTime() - oldSent) / 1_000_000;
+            // The old ten are at least 40 s old when the tool starts, the new ten as old as the
+            // tool's start: 2 s idle, up to 9 s seen on 2 busy cores (a CI run once took over 8 s,
+            // when this said `-t 8`). `-t 20` expires the old ones only.
+            long waitMs = 40_000 - (System.nanoTime() - oldSent) / 1_000_000;
             if (waitMs > 0) {
                 Check.sleepMs(waitMs);
             }
             Fixtures.send(agedProducer, "new", 10);
             agedProducer.close();
-            cli.run("topics", "expire-messages", aged, "-s", "s", "-t", "8").ok();
-            Fixtures.awaitBacklog(r, aged, "s", 10, 3, "`topics expire-messages -t 8`");
+            cli.run("topics", "expire-messages", aged, "-s", "s", "-t", "20").ok();
+            Fixtures.awaitBacklog(r, aged, "s", 10, 3, "`topics expire-messages -t 20`");
             Cli.Result excl = cli.run("topics", "reset-cursor", topic, "-s", "s", "-m",
                     Fixtures.ledgerEntry(ids.get(3)), "-e").ok();
             Fixtures.awaitBacklog(r, topic, "s", 16, 3,
