@@ -1,48 +1,8 @@
 //! B1–B3: the broker binary end to end over loopback (127.0.0.1), driven by the load generator
 //! in [`crate::loadgen`] (written on the `wire` codec, so no client library sits in the path).
 //!
-//! ## Where the time goes
-//!
-//! perf (cpu-clock, 1999 Hz) and `perf stat` on this 2-core machine shared with other builds,
-//! load average 4.7–8.5 during the runs; broker and generator share one process, so the
-//! thread names split the samples.
-//! * **Unbatched, 230k msg/s (load 8.5)**: the process spends 7.7 µs CPU per message; the
-//!   broker takes 83% of the samples, the generator 15%. Broker: connection readers 37%
-//!   (decode, publish, receipt, acks), dispatcher 15% (1.2 µs per entry), forwarders 14%
-//!   (MESSAGE headers), writers 14% (mostly the kernel's send). 1, 2 or 4 consumers give
-//!   231k / 230k / 226k msg/s: it is CPU-bound as a whole, no single stage.
-//! * **The codec's `BaseCommand` held all its sub-commands inline: 5,752 bytes (`Frame` 6,272).**
-//!   Decoding a frame and building a receipt or MESSAGE header moved it several times:
-//!   memmove was 9–12% of all samples (dwarf call graphs: `decode_frame`'s `Result::map` /
-//!   `map_err`, `FrameReader::next_frame`, the connection's command handler (then `Conn::handle`), `commands::base` / `send_receipt`),
-//!   plus `BaseCommand::encoded_len` 2–4%. The sub-messages are boxed now (568 bytes): in
-//!   alternating pairs of the bench binary B2 went from about 300k to about 385k msg/s.
-//!   (The generator splits frames itself for this reason: while it decoded `Frame`s, memmove
-//!   was 30% of the process's samples, two thirds of that in the generator's readers.)
-//! * **Batched (B1, 1.7M msg/s, load 6.5)**: 1.1 µs per message, 11 µs per 10-message entry;
-//!   the same split across threads.
-//! * **Latency at half of B2's rate was set by retention, once a second.** Each subscription's
-//!   replica held its own copy of every entry's metadata, and its trim freed 50,000 of them per
-//!   ledger on the dispatcher thread: 16–18 ms with no delivery, four ledgers at a time at
-//!   200k msg/s. B2-p99 was 35–64 ms; with retention switched off (experiment) it was
-//!   2.8–4.2 ms. Then the topic and its subscriptions' replicas shared each entry's metadata
-//!   (a replica's trim only dropped references, 0.6–1.3 ms per ledger on the dispatcher
-//!   thread); now they share one ledger, whose trim takes whole ledgers out under the lock in
-//!   O(ledgers) and frees them on the housekeeping thread, and
-//!   retention looks every 100 ms, so a pass has one ledger: B2-p99 8–14 ms in alternating
-//!   pairs. What is left: freeing a ledger's metadata and payloads costs the housekeeping
-//!   thread 30–60 ms of CPU (each a cold allocation by then) on a machine whose two cores the
-//!   process already keeps 90% busy. Freeing it in slices of 4,096 entries per 20 ms
-//!   (experiment) did not move the p99 beyond the noise (5.5–11.8 against 5.0–13.0 ms).
-//! * **Every hop wakes a thread at that rate.** At 100k–200k msg/s with little to batch per
-//!   wakeup every hop (reader → dispatcher → forwarder → writer, each a channel) woke a
-//!   thread: 1.5 context switches per message against 0.15 at full speed, 54% system time.
-//!   The forwarder is gone since: the dispatcher thread encodes into the writer's queue.
-//! * **Disk, `--sync always`**: 496 `fdatasync` for 200k messages (group commit works, ~400
-//!   per sync) but 200,012 `write(2)`: one unbuffered write per entry, under the topic's state
-//!   lock; readers are 50% of the samples, 22% in the kernel (load 6.0). That was measured
-//!   before the log got its write buffer: it now writes once per commit (a batch of frames
-//!   read from one connection); not measured again since.
+//! Where the time went in earlier profiles (dated, with their figures) is in `CHANGELOG.md`;
+//! the figures themselves come from `cargo xtask bench`.
 //!
 //! Rows (each round a fresh topic on the workload's own broker, started on first use; the
 //! in-memory rows use `Broker::start` in process, B3 execs `target/release/broker`):
