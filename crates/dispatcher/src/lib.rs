@@ -37,6 +37,6 @@ pub use crate::driver::{AdminOp, DeliveryExtras, Driver, FlagWaker, Output, Pers
 pub use crate::error::{AckHandleError, AddConsumerError};
 pub use crate::runtime::{
     ConsumerHandle, CursorView, Deliveries, Delivery, DeliverySink, Destination, Event, Refused,
-    Runtime, RuntimeOptions, WhyBlockedQuery,
+    Runtime, RuntimeOptions, StepClock, WhyBlockedQuery,
 };
 pub use crate::shared::{NoopWaker, Waker};

@@ -75,7 +75,9 @@ use crate::error::{AckHandleError, AddConsumerError};
 use crate::shared::Waker;
 
 mod sink;
+mod stepped;
 pub use sink::{DeliverySink, Destination, Refused};
+pub use stepped::StepClock;
 
 /// One entry handed to a consumer, with what a wire protocol sends beside it.
 ///
@@ -168,8 +170,8 @@ fn wall_clock_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// How often the dispatcher thread looks at a paused consumer's channel.
-const DRAIN_CHECK: Duration = Duration::from_millis(5);
+/// How often (ms) the dispatcher loop looks at a paused consumer's channel.
+const DRAIN_CHECK_MS: u64 = 5;
 
 type ViewFn = dyn Fn() -> CursorView + Send + Sync;
 type RangesFn = dyn Fn() -> Vec<(Position, Position)> + Send + Sync;
@@ -284,6 +286,8 @@ pub struct Runtime {
     view: StdArc<ViewFn>,
     ranges: StdArc<RangesFn>,
     thread: Option<JoinHandle<()>>,
+    /// A stepped runtime's loop ([`Runtime::start_stepped`]); `None` for a threaded one.
+    stepped: Option<stepped::SteppedLoop>,
     delivery_queue: usize,
 }
 
@@ -391,6 +395,33 @@ impl Runtime {
         S: CursorStore + Send + 'static,
         L: Ledger + Send + 'static,
     {
+        let real = LoopClock::Real {
+            start: Instant::now(),
+            start_wall: wall_clock_ms(),
+        };
+        let (mut rt, lp, rx) = Self::assemble(cfg, cursor, ledger, options, real);
+        rt.thread = std::thread::Builder::new()
+            .name("dispatcher".into())
+            .spawn(move || lp.run(rx))
+            .ok();
+        if rt.thread.is_none() {
+            warn!("could not spawn the dispatcher thread");
+        }
+        rt
+    }
+
+    /// The runtime's handles and its loop, not yet running.
+    fn assemble<S, L>(
+        cfg: DispatcherConfig,
+        cursor: ManagedCursor<S>,
+        ledger: L,
+        options: RuntimeOptions,
+        clock: LoopClock,
+    ) -> (Runtime, Loop<S, L>, Receiver<Event>)
+    where
+        S: CursorStore + Send + 'static,
+        L: Ledger + Send + 'static,
+    {
         let (tx, rx) = unbounded::<Event>();
         let waker = StdArc::new(ChannelWaker {
             events: tx.clone(),
@@ -414,47 +445,41 @@ impl Runtime {
             StdArc::new(move || CursorCell::lock(&cell).cursor.acked_set().ranges())
         };
         let core = Dispatcher::new(cfg, waker.clone());
-        let loop_waker = waker.clone();
         let ack = core.ack_handle(cell.clone());
-        let thread = std::thread::Builder::new()
-            .name("dispatcher".into())
-            .spawn(move || {
-                let persist_ms = options
-                    .persist_every
-                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
-                let mut driver = Driver::new();
-                if let Some(ms) = persist_ms {
-                    driver = driver.with_persist_every(ms);
-                }
-                let idle_ms = options
-                    .consumer_idle_timeout
-                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
-                Loop {
-                    idle_ms,
-                    core,
-                    driver,
-                    persist_ms,
-                    cell,
-                    waker: loop_waker,
-                    consumers: Vec::new(),
-                    start: Instant::now(),
-                    start_wall: wall_clock_ms(),
-                }
-                .run(rx)
-            })
-            .ok();
-        if thread.is_none() {
-            warn!("could not spawn the dispatcher thread");
+        let persist_ms = options
+            .persist_every
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
+        let mut driver = Driver::new();
+        if let Some(ms) = persist_ms {
+            driver = driver.with_persist_every(ms);
         }
-        Runtime {
+        let idle_ms = options
+            .consumer_idle_timeout
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
+        let mut lp = Loop {
+            idle_ms,
+            core,
+            driver,
+            persist_ms,
+            cell,
+            waker: waker.clone(),
+            consumers: Vec::new(),
+            clock,
+            next_persist: None,
+            next_idle_check: None,
+        };
+        lp.next_persist = persist_ms.map(|ms| lp.now().saturating_add(ms));
+        let rt = Runtime {
             events: tx,
             waker,
             ack,
             view,
             ranges,
-            thread,
+            thread: None,
+            stepped: None,
             delivery_queue: options.delivery_queue.max(1),
-        }
+        };
+        (rt, lp, rx)
     }
 
     /// Connects a consumer; waits for the dispatcher thread's answer.
@@ -488,16 +513,16 @@ impl Runtime {
             deliveries: target,
             reply: rtx,
         });
-        match rrx.recv() {
-            Ok(Ok(())) => Ok(ConsumerHandle {
+        match self.answer(rrx) {
+            Some(Ok(())) => Ok(ConsumerHandle {
                 id,
                 deliveries: drx,
                 ack: self.ack.clone(),
                 fast: self.ack.for_consumer(id),
                 events: self.events.clone(),
             }),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(AddConsumerError::DispatcherStopped),
+            Some(Err(e)) => Err(e),
+            None => Err(AddConsumerError::DispatcherStopped),
         }
     }
 
@@ -526,7 +551,7 @@ impl Runtime {
     pub fn publish_wait(&self, entries: Vec<EntryMeta>) -> Vec<Position> {
         let (tx, rx) = unbounded();
         let _ = self.events.send(Event::PublishWait(entries, tx));
-        rx.recv().unwrap_or_default()
+        self.answer(rx).unwrap_or_default()
     }
 
     /// Runs an admin operation on the cursor and returns the mark-delete move it caused (with
@@ -535,14 +560,14 @@ impl Runtime {
     pub fn admin(&self, op: AdminOp) -> Option<MarkDeleteMove> {
         let (tx, rx) = unbounded();
         let _ = self.events.send(Event::Admin(op, tx));
-        rx.recv().ok().flatten()
+        self.answer(rx).flatten()
     }
 
     /// The core's stats, read on the dispatcher thread.
     pub fn stats(&self) -> Option<(DispatcherStats, Vec<ConsumerStats>)> {
         let (tx, rx) = unbounded();
         let _ = self.events.send(Event::Stats(tx));
-        rx.recv().ok()
+        self.answer(rx)
     }
 
     /// The cursor's mark-delete and read positions and the backlog, now, from any thread
@@ -564,7 +589,7 @@ impl Runtime {
         let _ = self
             .events
             .send(Event::WhyBlocked(WhyBlockedQuery::Hash(hash), tx));
-        rx.recv().ok()
+        self.answer(rx)
     }
 
     /// [`Runtime::why_blocked`] for a key (hashed as the subscription's selector hashes it).
@@ -573,7 +598,7 @@ impl Runtime {
         let _ = self
             .events
             .send(Event::WhyBlocked(WhyBlockedQuery::Key(key.to_vec()), tx));
-        rx.recv().ok()
+        self.answer(rx)
     }
 
     /// A clone of the event sender, for custom producers of events.
@@ -587,9 +612,24 @@ impl Runtime {
     }
 
     fn stop(&mut self) {
+        if self.stepped.is_some() && self.stepped_stopped() {
+            return;
+        }
         let _ = self.events.send(Event::Shutdown);
+        self.pump();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+    }
+
+    /// The dispatcher loop's answer: waited for from a threaded runtime; a stepped one runs
+    /// its loop first, so the answer is there unless the loop has ended.
+    fn answer<T>(&self, rx: Receiver<T>) -> Option<T> {
+        if self.stepped.is_some() {
+            self.pump();
+            rx.try_recv().ok()
+        } else {
+            rx.recv().ok()
         }
     }
 }
@@ -610,10 +650,20 @@ struct Loop<S: CursorStore, L: Ledger> {
     cell: StdArc<StdMutex<CursorCell<S, L>>>,
     waker: StdArc<ChannelWaker>,
     consumers: Vec<Outlet>,
-    start: Instant,
-    /// [`wall_clock_ms`] at `start`: the core's `now` is wall-clock milliseconds that never go
-    /// back (deliver-at times are wall-clock milliseconds), counted on the monotonic clock.
-    start_wall: u64,
+    clock: LoopClock,
+    /// When the cursor is persisted next (if it changed).
+    next_persist: Option<u64>,
+    /// When idle consumers are looked for next ([`RuntimeOptions::consumer_idle_timeout`]).
+    next_idle_check: Option<u64>,
+}
+
+/// Where the loop's `now` comes from: wall-clock milliseconds that never go back (deliver-at
+/// and publish times are wall-clock milliseconds).
+enum LoopClock {
+    /// The threaded runtime: [`wall_clock_ms`] at `start`, counted on the monotonic clock.
+    Real { start: Instant, start_wall: u64 },
+    /// A stepped runtime: the caller's clock ([`StepClock`]).
+    Stepped(StepClock),
 }
 
 /// One consumer's destination, as the dispatcher thread sees it.
@@ -630,32 +680,80 @@ struct Outlet {
 
 impl<S: CursorStore, L: Ledger> Loop<S, L> {
     fn now(&self) -> u64 {
-        let elapsed = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
-        self.start_wall.saturating_add(elapsed)
+        match &self.clock {
+            LoopClock::Real { start, start_wall } => {
+                let elapsed = u64::try_from(start.elapsed().as_millis()).unwrap_or(u64::MAX);
+                start_wall.saturating_add(elapsed)
+            }
+            LoopClock::Stepped(c) => c.now(),
+        }
+    }
+
+    /// The wall clock (publish times are wall-clock ms): the system's for a threaded runtime,
+    /// the caller's for a stepped one.
+    fn wall_ms(&self) -> u64 {
+        match &self.clock {
+            LoopClock::Real { .. } => wall_clock_ms(),
+            LoopClock::Stepped(c) => c.now(),
+        }
+    }
+
+    /// The earliest time something is due without an event: the core's timer, the next
+    /// persist, the next idle check, or (while a consumer is paused) a look at its channel.
+    fn next_deadline(&mut self, now: u64) -> Option<u64> {
+        self.next_idle_check = match self.idle_ms {
+            Some(ms) if !self.consumers.is_empty() => Some(
+                self.next_idle_check
+                    .unwrap_or_else(|| now.saturating_add((ms / 4).max(1))),
+            ),
+            _ => None,
+        };
+        // A paused consumer drains its channel without telling anyone: look again soon.
+        let drain = self
+            .consumers
+            .iter()
+            .any(|o| o.paused)
+            .then(|| now.saturating_add(DRAIN_CHECK_MS));
+        [
+            self.core.poll_timeout(),
+            self.next_persist,
+            self.next_idle_check,
+            drain,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+
+    /// Runs what is due at `now` (see [`Loop::next_deadline`]); the caller then executes the
+    /// core's commands.
+    fn on_due(&mut self, now: u64) {
+        if self.core.poll_timeout().is_some_and(|at| at <= now) {
+            self.core.handle_timeout(now);
+        }
+        if self.next_idle_check.is_some_and(|at| at <= now) {
+            self.disconnect_idle(now);
+            self.next_idle_check = self.idle_ms.map(|ms| now.saturating_add((ms / 4).max(1)));
+        }
+        if self.next_persist.is_some_and(|at| at <= now) {
+            match self.driver.maybe_persist(now, &self.cell) {
+                Persist::Failed(e) => warn!(error = %e, "cursor persist failed; will retry"),
+                Persist::NotBefore { due } => self.next_persist = Some(due),
+                Persist::Clean | Persist::Persisted => {}
+            }
+            if !matches!(self.next_persist, Some(due) if due > now) {
+                self.next_persist = self.persist_ms.map(|ms| now.saturating_add(ms));
+            }
+        }
     }
 
     fn run(mut self, rx: Receiver<Event>) {
         debug!("dispatcher thread started");
-        let mut next_persist = self.persist_ms.map(|ms| self.now().saturating_add(ms));
         loop {
-            let timer = match self.core.poll_timeout() {
-                Some(at) => after(Duration::from_millis(at.saturating_sub(self.now()))),
+            let now = self.now();
+            let wake = match self.next_deadline(now) {
+                Some(at) => after(Duration::from_millis(at.saturating_sub(now))),
                 None => never(),
-            };
-            let persist_timer = match next_persist {
-                Some(at) => after(Duration::from_millis(at.saturating_sub(self.now()))),
-                None => never(),
-            };
-            // A paused consumer drains its channel without telling anyone: look again soon.
-            let drain_tick = match self.consumers.iter().any(|o| o.paused) {
-                true => after(DRAIN_CHECK),
-                false => never(),
-            };
-            let idle_tick = match self.idle_ms {
-                Some(ms) if !self.consumers.is_empty() => {
-                    after(Duration::from_millis((ms / 4).max(1)))
-                }
-                _ => never(),
             };
             select! {
                 recv(rx) -> ev => {
@@ -664,37 +762,25 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                         break;
                     }
                 }
-                recv(timer) -> _ => {
+                recv(wake) -> _ => {
                     let now = self.now();
-                    self.core.handle_timeout(now);
-                }
-                recv(drain_tick) -> _ => {}
-                recv(idle_tick) -> _ => {
-                    let now = self.now();
-                    self.disconnect_idle(now);
-                }
-                recv(persist_timer) -> _ => {
-                    let now = self.now();
-                    match self.driver.maybe_persist(now, &self.cell) {
-                        Persist::Failed(e) => warn!(error = %e, "cursor persist failed; will retry"),
-                        Persist::NotBefore { due } => next_persist = Some(due),
-                        Persist::Clean | Persist::Persisted => {}
-                    }
-                    if !matches!(next_persist, Some(due) if due > now) {
-                        next_persist = self.persist_ms.map(|ms| now.saturating_add(ms));
-                    }
+                    self.on_due(now);
                 }
             }
             self.execute();
         }
-        // Shutdown (or every sender gone): whatever changed since the last save is saved.
+        self.finish();
+    }
+
+    /// Shutdown (or every sender gone): whatever changed since the last save is saved.
+    fn finish(&mut self) {
         if CursorCell::lock(&self.cell).cursor.is_dirty() {
             let now = self.now();
             if let Err(e) = self.driver.persist_now(now, &self.cell) {
                 warn!(error = %e, "cursor persist at shutdown failed");
             }
         }
-        debug!("dispatcher thread stopped");
+        debug!("dispatcher loop stopped");
     }
 
     fn on_event(&mut self, ev: Event) -> bool {
@@ -763,7 +849,7 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 // Publish times are wall-clock ms; the loop's `now` is not.
                 let op = match op {
                     AdminOp::ExpireOlderThan { age_ms } => {
-                        AdminOp::Expire(wall_clock_ms().saturating_sub(age_ms))
+                        AdminOp::Expire(self.wall_ms().saturating_sub(age_ms))
                     }
                     op => op,
                 };

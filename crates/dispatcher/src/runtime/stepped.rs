@@ -1,0 +1,192 @@
+//! A runtime without a thread: the caller runs the dispatcher loop by calling
+//! [`Runtime::step`] with a clock it sets, so a deterministic simulator (or a test) can drive a
+//! program written against [`Runtime`] — a broker — with no thread, channel wait or real time
+//! in between.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crossbeam_channel::Receiver;
+use cursor::{CursorStore, Ledger, ManagedCursor};
+
+use super::{Event, Loop, LoopClock, Runtime, RuntimeOptions};
+use crate::config::DispatcherConfig;
+
+/// The clock of stepped runtimes: wall-clock milliseconds (publish and deliver-at times are
+/// wall-clock milliseconds) that the caller sets and that must never go back. Clones share
+/// one time.
+#[derive(Clone, Debug, Default)]
+pub struct StepClock(Arc<AtomicU64>);
+
+impl StepClock {
+    /// A clock that reads `now_ms`.
+    pub fn new(now_ms: u64) -> StepClock {
+        StepClock(Arc::new(AtomicU64::new(now_ms)))
+    }
+
+    /// The time now, ms.
+    pub fn now(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// Moves the clock to `now_ms` (never back: an earlier time is ignored).
+    pub fn set(&self, now_ms: u64) {
+        self.0.fetch_max(now_ms, Ordering::SeqCst);
+    }
+}
+
+/// What a stepped runtime keeps in place of its thread: the loop (its cursor and ledger types
+/// erased) and the end of its event channel.
+pub(super) struct SteppedLoop {
+    inner: Arc<Mutex<Box<dyn Step + Send>>>,
+}
+
+/// A [`Loop`] over any cursor store and ledger.
+trait Step {
+    /// Handles every queued event and whatever is due now; whether anything happened.
+    fn step(&mut self) -> bool;
+    /// When something is due without an event.
+    fn deadline(&mut self) -> Option<u64>;
+    /// Whether the loop ended (a shutdown was handled).
+    fn stopped(&self) -> bool;
+}
+
+struct Stepper<S: CursorStore, L: Ledger> {
+    lp: Loop<S, L>,
+    rx: Receiver<Event>,
+    stopped: bool,
+}
+
+impl<S: CursorStore, L: Ledger> Step for Stepper<S, L> {
+    fn step(&mut self) -> bool {
+        if self.stopped {
+            return false;
+        }
+        let mut did = false;
+        while let Ok(ev) = self.rx.try_recv() {
+            did = true;
+            if !self.lp.on_event(ev) {
+                self.stopped = true;
+                self.lp.finish();
+                return true;
+            }
+            self.lp.execute();
+        }
+        let now = self.lp.now();
+        if self.lp.next_deadline(now).is_some_and(|at| at <= now) {
+            self.lp.on_due(now);
+            self.lp.execute();
+            did = true;
+        }
+        did
+    }
+
+    fn deadline(&mut self) -> Option<u64> {
+        if self.stopped {
+            return None;
+        }
+        let now = self.lp.now();
+        self.lp.next_deadline(now)
+    }
+
+    fn stopped(&self) -> bool {
+        self.stopped
+    }
+}
+
+impl SteppedLoop {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Box<dyn Step + Send>> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Runtime {
+    /// Starts a runtime whose dispatcher loop runs only when the caller calls
+    /// [`step`](Runtime::step), at the time `clock` reads. Every other method works as on a
+    /// threaded runtime; those that wait for an answer (adding a consumer, an admin operation,
+    /// stats) run the loop once themselves first. A consumer's deliveries are made during a
+    /// step, on the caller's thread (to a channel or a [`DeliverySink`](super::DeliverySink),
+    /// which must not call back into this runtime).
+    ///
+    /// ```
+    /// use cursor::{EntryMeta, InMemoryLedger, ManagedCursor, MemoryStore};
+    /// use dispatcher::{ConsumerSpec, DispatcherConfig, Runtime, RuntimeOptions, StepClock};
+    ///
+    /// let clock = StepClock::new(1_000);
+    /// let ledger = InMemoryLedger::new(10_000);
+    /// let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    /// let rt = Runtime::start_stepped(
+    ///     DispatcherConfig::shared(),
+    ///     cursor,
+    ///     ledger,
+    ///     RuntimeOptions::default(),
+    ///     clock.clone(),
+    /// );
+    /// let c = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
+    /// c.flow(10);
+    /// rt.publish(vec![EntryMeta::simple(1_000, 16)]);
+    /// assert!(c.deliveries.try_recv().is_err(), "nothing runs between steps");
+    /// while rt.step() {}
+    /// assert_eq!(c.deliveries.try_recv().unwrap().len(), 1);
+    ///
+    /// // The cursor is persisted every second of the caller's clock.
+    /// clock.set(2_500);
+    /// assert!(rt.next_deadline().is_some_and(|at| at <= 2_500));
+    /// rt.step();
+    /// ```
+    pub fn start_stepped<S, L>(
+        cfg: DispatcherConfig,
+        cursor: ManagedCursor<S>,
+        ledger: L,
+        options: RuntimeOptions,
+        clock: StepClock,
+    ) -> Runtime
+    where
+        S: CursorStore + Send + 'static,
+        L: Ledger + Send + 'static,
+    {
+        let (mut rt, lp, rx) =
+            Self::assemble(cfg, cursor, ledger, options, LoopClock::Stepped(clock));
+        let stepper: Box<dyn Step + Send> = Box::new(Stepper {
+            lp,
+            rx,
+            stopped: false,
+        });
+        rt.stepped = Some(SteppedLoop {
+            inner: Arc::new(Mutex::new(stepper)),
+        });
+        rt
+    }
+
+    /// A stepped runtime: handles every event queued so far and whatever is due at its clock's
+    /// time, then returns whether it did anything (call it until it returns `false` to reach a
+    /// quiet state). A threaded runtime: does nothing and returns `false`.
+    pub fn step(&self) -> bool {
+        self.stepped.as_ref().is_some_and(|s| s.lock().step())
+    }
+
+    /// A stepped runtime: the earliest clock time at which [`step`](Runtime::step) has
+    /// something to do without a new event (the core's timer, a cursor persist, an idle
+    /// check); `None` when nothing is scheduled, and always for a threaded runtime.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.stepped.as_ref().and_then(|s| s.lock().deadline())
+    }
+
+    /// Whether this runtime is stepped ([`Runtime::start_stepped`]).
+    pub fn is_stepped(&self) -> bool {
+        self.stepped.is_some()
+    }
+
+    /// Before waiting for an answer: a stepped runtime runs its loop so the answer is there.
+    pub(super) fn pump(&self) {
+        if let Some(s) = &self.stepped {
+            let mut g = s.lock();
+            while g.step() {}
+        }
+    }
+
+    /// Whether a stepped runtime's loop has ended.
+    pub(super) fn stepped_stopped(&self) -> bool {
+        self.stepped.as_ref().is_some_and(|s| s.lock().stopped())
+    }
+}

@@ -1,0 +1,166 @@
+//! The stepped runtime: the same `Runtime` API with no thread, run by the caller's `step` at the
+//! caller's clock. Nothing happens between steps; timers fire only when the clock reaches them;
+//! the methods that wait for an answer run the loop themselves.
+
+use std::time::Duration;
+
+use cursor::{EntryMeta, InMemoryLedger, ManagedCursor, MemoryStore, Position};
+use dispatcher::{AdminOp, ConsumerSpec, DispatcherConfig, Runtime, RuntimeOptions, StepClock};
+
+const T0: u64 = 1_764_000_000_000;
+
+fn meta(key: &str) -> EntryMeta {
+    let mut m = EntryMeta::simple(T0, 10);
+    m.ordering_key = Some(key.as_bytes().to_vec());
+    m
+}
+
+fn stepped(cfg: DispatcherConfig, options: RuntimeOptions) -> (Runtime, StepClock) {
+    let clock = StepClock::new(T0);
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start_stepped(cfg, cursor, ledger, options, clock.clone());
+    (rt, clock)
+}
+
+fn received(c: &dispatcher::ConsumerHandle) -> Vec<Position> {
+    let mut out = Vec::new();
+    while let Ok(batch) = c.deliveries.try_recv() {
+        out.extend(batch.iter().map(|d| d.position));
+    }
+    out
+}
+
+#[test]
+fn nothing_runs_between_steps_and_a_step_delivers_everything_due() {
+    let (rt, _clock) = stepped(DispatcherConfig::key_shared(), RuntimeOptions::default());
+    assert!(rt.is_stepped());
+    let c = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
+    c.flow(100);
+    rt.publish((0..5).map(|i| meta(&format!("k{i}"))).collect());
+    assert!(
+        received(&c).is_empty(),
+        "published, not stepped: nothing sent"
+    );
+    assert!(rt.step(), "the step handled the flow and the publish");
+    assert_eq!(received(&c).len(), 5);
+    assert!(!rt.step(), "a second step finds nothing to do");
+}
+
+#[test]
+fn request_and_reply_methods_run_the_loop_themselves() {
+    let (rt, _clock) = stepped(DispatcherConfig::shared(), RuntimeOptions::default());
+    let positions = rt.publish_wait((0..4).map(|_| meta("k")).collect());
+    assert_eq!(positions.len(), 4);
+    let mv = rt
+        .admin(AdminOp::Skip(2))
+        .expect("the skip moved mark-delete");
+    assert_eq!(mv.dropped, positions[..2].to_vec());
+    let (stats, consumers) = rt.stats().expect("stats");
+    assert_eq!(stats.consumers, 0);
+    assert!(consumers.is_empty());
+    assert_eq!(rt.cursor_view().backlog.entries, 2);
+}
+
+/// A nack's delay is the caller's clock: the entry comes back only once the clock passes it,
+/// and `next_deadline` says when that is.
+#[test]
+fn a_nack_delay_fires_when_the_callers_clock_reaches_it() {
+    let (rt, clock) = stepped(DispatcherConfig::shared(), RuntimeOptions::default());
+    let c = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
+    c.flow(100);
+    let ps = rt.publish_wait(vec![meta("k")]);
+    while rt.step() {}
+    assert_eq!(received(&c), ps);
+    c.nack(ps.clone(), Some(300));
+    while rt.step() {}
+    assert!(received(&c).is_empty(), "not before its delay");
+    let due = rt.next_deadline().expect("the nack's timer");
+    assert!(due > T0 && due <= T0 + 1_000, "due at {due}");
+    clock.set(T0 + 299);
+    while rt.step() {}
+    assert!(received(&c).is_empty(), "one ms early");
+    clock.set(due.max(T0 + 300) + 50);
+    while rt.step() {}
+    assert_eq!(
+        received(&c),
+        ps,
+        "redelivered once the clock passed the delay"
+    );
+}
+
+/// The idle-consumer check runs on its own deadline, however busy the loop is with events
+/// (each event used to restart the idle tick, so a subscription that never went quiet never
+/// disconnected an idle consumer).
+#[test]
+fn an_idle_consumer_is_disconnected_by_the_clock_even_while_events_keep_coming() {
+    let options = RuntimeOptions {
+        consumer_idle_timeout: Some(Duration::from_millis(1_000)),
+        ..RuntimeOptions::default()
+    };
+    let (rt, clock) = stepped(DispatcherConfig::key_shared(), options);
+    let idle = rt.add_consumer(ConsumerSpec::new(1, "idle")).unwrap();
+    idle.flow(10);
+    let ps = rt.publish_wait(vec![meta("k")]);
+    while rt.step() {}
+    assert_eq!(received(&idle), ps, "the idle consumer holds the entry");
+    let busy = rt.add_consumer(ConsumerSpec::new(2, "busy")).unwrap();
+    // An event every 100 ms of clock (the busy consumer's flow); the idle one says nothing.
+    for step in 1..=30 {
+        clock.set(T0 + step * 100);
+        busy.flow(1);
+        while rt.step() {}
+    }
+    assert_eq!(
+        received(&busy),
+        ps,
+        "the idle consumer was disconnected and its entry went to the other"
+    );
+}
+
+#[test]
+fn shutdown_persists_and_ends_the_loop() {
+    let dir = std::env::temp_dir().join(format!("dispatcher-stepped-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sub.cursor");
+    let clock = StepClock::new(T0);
+    // The runtime appends to its own copy of the ledger: the entries go in before it starts.
+    let mut ledger = InMemoryLedger::new(10_000);
+    let ps: Vec<Position> = (0..3)
+        .map(|_| cursor::Ledger::append(&mut ledger, meta("k")))
+        .collect();
+    let cursor = ManagedCursor::new("sub", &ledger, cursor::FileStore::open(&path).unwrap());
+    let options = RuntimeOptions {
+        persist_every: None,
+        ..RuntimeOptions::default()
+    };
+    let rt = Runtime::start_stepped(
+        DispatcherConfig::shared(),
+        cursor,
+        ledger.clone(),
+        options,
+        clock,
+    );
+    let c = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
+    c.flow(10);
+    while rt.step() {}
+    for p in received(&c) {
+        c.ack(p).unwrap();
+    }
+    rt.shutdown();
+    let back = ManagedCursor::recover(&ledger, cursor::FileStore::open(&path).unwrap()).unwrap();
+    assert_eq!(back.mark_delete_position(), ps[2]);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_threaded_runtime_does_not_step() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start(DispatcherConfig::shared(), cursor, ledger);
+    assert!(!rt.is_stepped());
+    assert!(!rt.step());
+    assert_eq!(rt.next_deadline(), None);
+    rt.shutdown();
+}
