@@ -785,6 +785,43 @@ fn an_idle_consumer_holding_entries_is_disconnected() {
     rt.shutdown();
 }
 
+/// The idle check keeps its own deadline while other consumers' events keep the dispatcher
+/// thread busy (an event every 20 ms, the check every 100 ms): the idle consumer is still
+/// disconnected. Each event used to restart the check's tick, so it never came.
+#[test]
+fn an_idle_consumer_is_disconnected_while_others_keep_the_thread_busy() {
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let rt = Runtime::start_with(
+        DispatcherConfig::shared(),
+        cursor,
+        ledger,
+        dispatcher::RuntimeOptions {
+            consumer_idle_timeout: Some(Duration::from_millis(400)),
+            ..Default::default()
+        },
+    );
+    let idle = rt.add_consumer(ConsumerSpec::new(1, "idle")).unwrap();
+    idle.flow(1);
+    let held = rt.publish_wait(vec![meta("x")]);
+    let first = idle
+        .deliveries
+        .recv_timeout(Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(first[0].position, held[0]);
+    let busy = rt.add_consumer(ConsumerSpec::new(2, "busy")).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let mut moved = false;
+    while !moved && Instant::now() < deadline {
+        busy.flow(1);
+        if let Ok(b) = busy.deliveries.recv_timeout(Duration::from_millis(20)) {
+            moved = b.iter().any(|d| d.position == held[0]);
+        }
+    }
+    assert!(moved, "the idle consumer's entry moved to the busy one");
+    rt.shutdown();
+}
+
 /// Key-serial dispatch (`max_unacked_per_key = 1`) on real threads: a key never has two
 /// entries out at once; a redelivered entry comes back before the next entry of its key, and
 /// another key is not held back by it.
