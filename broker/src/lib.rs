@@ -45,6 +45,7 @@ mod session;
 mod shell;
 mod state;
 mod stats;
+pub mod stepped;
 mod storage;
 mod sync;
 mod topic;

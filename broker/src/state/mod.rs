@@ -17,7 +17,7 @@ mod policies;
 mod topics;
 
 use crate::topic::{
-    Backend, FileBackend, MemoryBackend, Subscription, Topic, TopicConfig, TopicName,
+    Backend, FileBackend, MemoryBackend, Runtimes, Subscription, Topic, TopicConfig, TopicName,
 };
 pub(crate) use topics::{DeleteError, TopicError};
 
@@ -71,6 +71,8 @@ pub(crate) struct BrokerState {
     metadata: Mutex<Metadata>,
     /// Where the metadata is kept.
     metadata_store: Box<dyn MetadataStore>,
+    /// Threaded dispatchers, or stepped ones ([`BrokerState::new_stepped`]).
+    runtimes: Runtimes,
 }
 
 impl BrokerState {
@@ -101,8 +103,58 @@ impl BrokerState {
             backend,
             metadata: Mutex::new(Metadata::default()),
             metadata_store,
+            runtimes: Runtimes::Threads,
             cfg,
         }
+    }
+
+    /// A broker state whose subscriptions' dispatchers have no thread: they run when
+    /// [`step`](BrokerState::step) is called, at the time `clock` reads. With in-memory
+    /// storage, nothing in this state then runs unless its caller calls it: what a
+    /// deterministic simulator needs.
+    pub(crate) fn new_stepped(
+        cfg: BrokerConfig,
+        service_url: String,
+        clock: dispatcher::StepClock,
+    ) -> BrokerState {
+        let mut s = BrokerState::new(cfg, service_url);
+        s.runtimes = Runtimes::Stepped(clock);
+        s
+    }
+
+    /// A stepped state ([`new_stepped`](BrokerState::new_stepped)): runs every subscription's
+    /// dispatcher loop (topics by name, subscriptions by name) until none has anything left to
+    /// do at the clock's time; whether anything ran. A threaded state: nothing, `false`.
+    pub(crate) fn step(&self) -> bool {
+        if matches!(self.runtimes, Runtimes::Threads) {
+            return false;
+        }
+        let mut topics = self.topics();
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        let mut any = false;
+        loop {
+            let mut did = false;
+            for t in &topics {
+                for s in t.subscriptions() {
+                    did |= s.runtime.step();
+                }
+            }
+            if !did {
+                return any;
+            }
+            any = true;
+        }
+    }
+
+    /// A stepped state: the earliest clock time at which [`step`](BrokerState::step) has
+    /// something to do without a new command (a nack's delay, a deliver-at time, a cursor
+    /// persist); `None` when nothing is scheduled, and always for a threaded state.
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
+        self.topics()
+            .iter()
+            .flat_map(|t| t.subscriptions())
+            .filter_map(|s| s.runtime.next_deadline())
+            .min()
     }
 
     /// The same state with the admin API at `url` (the shell knows the bound port).
@@ -151,6 +203,7 @@ impl BrokerState {
             sync: self.cfg.sync,
             defaults,
             kept_metas: crate::topic::KEPT_METAS,
+            runtimes: self.runtimes.clone(),
         };
         let t = Topic::open(full.clone(), &*self.backend, config)?;
         t.set_deduplicating(deduplicate);

@@ -93,8 +93,19 @@ pub(crate) enum Published {
     Terminated,
 }
 
+/// How a topic's subscriptions run their dispatchers.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Runtimes {
+    /// One dispatcher thread each (the broker).
+    #[default]
+    Threads,
+    /// No thread: whoever drives the broker steps them at the time this clock reads
+    /// ([`BrokerState::step`](crate::state::BrokerState::step)), as the simulator does.
+    Stepped(dispatcher::StepClock),
+}
+
 /// What a durable topic is opened with.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct TopicConfig {
     /// Entries per ledger (`--entries-per-ledger`).
     pub entries_per_ledger: u64,
@@ -105,6 +116,8 @@ pub(crate) struct TopicConfig {
     /// How many of the newest entries keep their decoded metadata in memory
     /// ([`KEPT_METAS`]).
     pub kept_metas: usize,
+    /// Threaded or stepped dispatchers.
+    pub runtimes: Runtimes,
 }
 
 pub(crate) use meta::KEPT_METAS;
@@ -129,6 +142,8 @@ pub(crate) struct Topic {
     sync: SyncPolicy,
     /// The settings of new subscriptions' dispatchers.
     pub defaults: SubscriptionDefaults,
+    /// Threaded or stepped dispatchers.
+    runtimes: Runtimes,
     /// Guards the subscriptions and the chunk index; taken before `ledger`'s write lock, and
     /// held while an append, a trim or a reset runs, so they happen one at a time.
     state: Mutex<TopicState>,
@@ -170,6 +185,7 @@ impl Topic {
             sync: SyncPolicy::Always,
             defaults: SubscriptionDefaults::default(),
             kept_metas: KEPT_METAS,
+            runtimes: Runtimes::Threads,
         };
         match Topic::open(name, &MemoryBackend, config) {
             Ok(t) => t,
@@ -190,6 +206,7 @@ impl Topic {
             sync,
             defaults,
             kept_metas,
+            runtimes,
         } = config;
         let source = Arc::new(meta::StoredMeta::new(name.clone()));
         let mut ledger =
@@ -236,6 +253,7 @@ impl Topic {
             entries,
             sync,
             defaults,
+            runtimes,
             state: Mutex::new(TopicState {
                 chunks,
                 subs: BTreeMap::new(),

@@ -300,11 +300,17 @@ impl Topic {
                 c
             }
         };
-        let runtime = Runtime::start(
-            kind.dispatcher_config(&self.defaults, &self.name),
-            cursor,
-            ledger,
-        );
+        let cfg = kind.dispatcher_config(&self.defaults, &self.name);
+        let runtime = match &self.runtimes {
+            super::Runtimes::Threads => Runtime::start(cfg, cursor, ledger),
+            super::Runtimes::Stepped(clock) => Runtime::start_stepped(
+                cfg,
+                cursor,
+                ledger,
+                dispatcher::RuntimeOptions::default(),
+                clock.clone(),
+            ),
+        };
         info!(topic = %self.name, subscription = name, kind = kind.pulsar_name(), recovered = recover, "subscription started");
         Ok(Arc::new(Subscription {
             name: name.to_owned(),

@@ -265,13 +265,14 @@ fn metadata_beyond_the_kept_window_is_read_back_from_the_stored_entries() {
         entries_per_ledger: 7,
         sync: SyncPolicy::Always,
         defaults: SubscriptionDefaults::default(),
+        runtimes: Runtimes::Threads,
         kept_metas: 4,
     };
     let cache = Arc::new(crate::storage::ReadCache::new(1 << 20));
     let file = FileBackend::new(dir.clone(), cache);
     let backends: [(&str, &dyn Backend); 2] = [("memory", &MemoryBackend), ("file", &file)];
     for (name, backend) in backends {
-        let t = Topic::open("persistent://p/d/m".into(), backend, config).unwrap();
+        let t = Topic::open("persistent://p/d/m".into(), backend, config.clone()).unwrap();
         let ps: Vec<Position> = (0..40u64)
             .map(|i| {
                 let (m, s) = stored(&format!("k{i}"), 1_000 + i);
@@ -298,7 +299,7 @@ fn metadata_beyond_the_kept_window_is_read_back_from_the_stored_entries() {
         check(&t);
         t.close();
         if name == "file" {
-            let t = Topic::open("persistent://p/d/m".into(), backend, config).unwrap();
+            let t = Topic::open("persistent://p/d/m".into(), backend, config.clone()).unwrap();
             assert!(
                 t.ledger.read().kept_metas() <= 4,
                 "recovery keeps the window"
@@ -322,6 +323,7 @@ fn schema_versions_survive_a_restart() {
         entries_per_ledger: 10,
         sync: SyncPolicy::Always,
         defaults: SubscriptionDefaults::default(),
+        runtimes: Runtimes::Threads,
         kept_metas: KEPT_METAS,
     };
     let schema = |data: &[u8]| wire::proto::Schema {
@@ -331,7 +333,7 @@ fn schema_versions_survive_a_restart() {
         properties: Vec::new(),
     };
     let v = |n: u8| vec![0, 0, 0, 0, 0, 0, 0, n];
-    let t = Topic::open("persistent://p/d/s".into(), &file, config).unwrap();
+    let t = Topic::open("persistent://p/d/s".into(), &file, config.clone()).unwrap();
     assert_eq!(
         t.schema_version(&schema(b"{a}"), crate::schema::Strategy::Full)
             .unwrap(),

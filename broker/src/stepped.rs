@@ -1,0 +1,251 @@
+//! The broker's sans-IO core driven by its caller: no socket, no thread, no clock.
+//!
+//! [`SteppedBroker`] is the state the TCP and admin shells share (topics, subscriptions,
+//! producers, the metadata) with every subscription's dispatcher loop stepped by the caller
+//! instead of running on a thread; [`Connection`] is one client connection's protocol
+//! ([`Connection::handle_bytes`] in, [`Connection::poll_transmit`] out), the same session the
+//! TCP shell runs. The caller owns the time ([`SteppedBroker::set_time`]) and decides when the
+//! dispatchers run ([`SteppedBroker::step`]) and when the housekeeping jobs run
+//! ([`SteppedBroker::housekeeping`]). Storage is in memory (a `data_dir` in the configuration
+//! is ignored). A deterministic simulator drives the broker through this; so can a test.
+//!
+//! ```
+//! use broker::stepped::SteppedBroker;
+//!
+//! let mut b = SteppedBroker::new(broker::BrokerConfig::default(), 1_764_000_000_000);
+//! let mut c = b.connect("client-1");
+//! let mut connect = Vec::new();
+//! wire::encode_command(&wire::commands::connect("doc", 21), &mut connect);
+//! c.handle_bytes(&connect).unwrap();
+//! let reply = c.poll_transmit().unwrap();
+//! let frame = wire::decode_frame(&reply).unwrap();
+//! assert_eq!(frame.command.r#type(), wire::proto::base_command::Type::Connected);
+//! b.set_time(1_764_000_001_000);
+//! while b.step() {}
+//! ```
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+
+use dispatcher::StepClock;
+
+use crate::config::BrokerConfig;
+use crate::session::{Close, Now, Session};
+use crate::state::{BrokerState, Offer, Outbox};
+use crate::sync::lock;
+
+#[cfg(test)]
+mod tests;
+
+/// Frames a connection's queue holds before it refuses a consumer's deliveries (they wait in
+/// the dispatcher until the caller took some), as the TCP shell's write queue does.
+const QUEUE_LIMIT: usize = 768;
+
+/// The broker's state with stepped dispatchers and the caller's clock (see the module doc).
+pub struct SteppedBroker {
+    state: Arc<BrokerState>,
+    clock: StepClock,
+    next_conn: u64,
+}
+
+impl std::fmt::Debug for SteppedBroker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SteppedBroker")
+            .field("now", &self.clock.now())
+            .finish_non_exhaustive()
+    }
+}
+
+impl SteppedBroker {
+    /// A broker with `cfg`'s settings (its listeners and `data_dir` are not used) whose clock
+    /// reads `now_ms`: wall-clock milliseconds, as publish times are.
+    pub fn new(mut cfg: BrokerConfig, now_ms: u64) -> SteppedBroker {
+        cfg.data_dir = None;
+        let clock = StepClock::new(now_ms);
+        let url = format!("pulsar://{}", cfg.listen);
+        SteppedBroker {
+            state: Arc::new(BrokerState::new_stepped(cfg, url, clock.clone())),
+            clock,
+            next_conn: 0,
+        }
+    }
+
+    /// Moves the clock to `now_ms` (an earlier time is ignored: the clock never goes back).
+    pub fn set_time(&self, now_ms: u64) {
+        self.clock.set(now_ms);
+    }
+
+    /// The clock's time, ms.
+    pub fn now(&self) -> u64 {
+        self.clock.now()
+    }
+
+    /// A new client connection (its id is the next number from 1).
+    pub fn connect(&mut self, peer: &str) -> Connection {
+        self.next_conn += 1;
+        let id = self.next_conn;
+        let queue = Arc::new(Queue::default());
+        self.state.register_outbox(id, queue.clone());
+        let session = Session::new(
+            self.state.clone(),
+            id,
+            peer.to_owned(),
+            self.state.service_url.clone(),
+            self.time(),
+        );
+        Connection {
+            state: self.state.clone(),
+            clock: self.clock.clone(),
+            id,
+            session,
+            queue,
+        }
+    }
+
+    /// Runs every subscription's dispatcher until none has anything left to do at the
+    /// clock's time (deliveries land in the connections' queues); whether anything ran.
+    pub fn step(&self) -> bool {
+        self.state.step()
+    }
+
+    /// The earliest clock time at which [`step`](Self::step) has something to do without a
+    /// new command (a nack's delay, a deliver-at time, a cursor persist); `None` if nothing
+    /// is scheduled.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.state.next_deadline()
+    }
+
+    /// The housekeeping thread's jobs, once, at the clock's time: retention, message expiry
+    /// by the namespaces' TTLs, backlog quotas, REACHED_END_OF_TOPIC for terminated topics.
+    pub fn housekeeping(&self) {
+        let now = self.clock.now();
+        self.state.trim_topics(now);
+        self.state.expire_by_ttl(now);
+        self.state.enforce_backlog_quotas(now);
+        self.state.notify_end_of_topics();
+    }
+
+    /// One admin REST request (`bytes`: a whole HTTP/1.1 request) answered at the clock's
+    /// time: the status and the body.
+    pub fn admin(&self, bytes: &[u8]) -> (u16, Vec<u8>) {
+        let r = crate::admin::respond(bytes, &self.state, self.clock.now());
+        (r.status, r.body)
+    }
+
+    fn time(&self) -> Now {
+        let ms = self.clock.now();
+        Now { ms, wall_ms: ms }
+    }
+}
+
+/// Why a [`Connection`] wants to be closed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Closed {
+    /// The client broke the protocol (the queued ERROR should still be delivered).
+    Protocol,
+    /// No frame for two keep-alive intervals.
+    Idle,
+}
+
+impl From<Close> for Closed {
+    fn from(c: Close) -> Closed {
+        match c {
+            Close::Protocol => Closed::Protocol,
+            Close::Idle => Closed::Idle,
+        }
+    }
+}
+
+/// One client connection to a [`SteppedBroker`]. Dropping it is the connection's loss: its
+/// consumers leave their subscriptions (their unacked entries go to the others) and its
+/// producers their topics.
+pub struct Connection {
+    state: Arc<BrokerState>,
+    clock: StepClock,
+    id: u64,
+    session: Session,
+    queue: Arc<Queue>,
+}
+
+impl std::fmt::Debug for Connection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Connection")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Connection {
+    /// The connection's id (the broker's numbering).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Bytes from the client, at the broker's clock: every whole frame runs; the replies are
+    /// queued for [`poll_transmit`](Self::poll_transmit). `Err`: the connection must close
+    /// (after the queued frames are delivered).
+    pub fn handle_bytes(&mut self, bytes: &[u8]) -> Result<(), Closed> {
+        let r = self.session.handle_bytes(self.now(), bytes);
+        self.take_replies();
+        r.map_err(Closed::from)
+    }
+
+    /// Time passed without input: a keep-alive PING, or `Err` after two intervals.
+    pub fn handle_timeout(&mut self) -> Result<(), Closed> {
+        let r = self.session.handle_timeout(self.now());
+        self.take_replies();
+        r.map_err(Closed::from)
+    }
+
+    /// The next bytes for the client (one or more whole frames), in order: the session's
+    /// replies and, after them, MESSAGE frames the dispatchers delivered during a step.
+    pub fn poll_transmit(&mut self) -> Option<Vec<u8>> {
+        self.take_replies();
+        lock(&self.queue.frames).pop_front()
+    }
+
+    /// The session's replies move into the queue, as the TCP shell moves them into its write
+    /// queue; once the session has none left its new consumers' deliveries may start.
+    fn take_replies(&mut self) {
+        while let Some(f) = self.session.poll_transmit() {
+            lock(&self.queue.frames).push_back(f);
+        }
+    }
+
+    fn now(&self) -> Now {
+        let ms = self.clock.now();
+        Now { ms, wall_ms: ms }
+    }
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        self.session.close();
+        self.state.unregister_outbox(self.id);
+    }
+}
+
+/// A connection's frames waiting for the caller (the TCP shell's write queue).
+#[derive(Default)]
+struct Queue {
+    frames: Mutex<VecDeque<Vec<u8>>>,
+}
+
+impl Outbox for Queue {
+    fn push(&self, frame: Vec<u8>) {
+        lock(&self.frames).push_back(frame);
+    }
+
+    fn offer(&self, frames: Vec<u8>) -> Offer {
+        let mut q = lock(&self.frames);
+        if q.len() >= QUEUE_LIMIT {
+            return Offer::Full;
+        }
+        q.push_back(frames);
+        Offer::Taken
+    }
+
+    fn drained(&self) -> bool {
+        lock(&self.frames).len() <= QUEUE_LIMIT / 2
+    }
+}

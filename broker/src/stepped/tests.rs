@@ -1,0 +1,153 @@
+//! The stepped broker: a producer and a consumer connection driven by bytes and the caller's
+//! clock, with no thread anywhere: nothing is delivered until the caller steps, a nack's delay
+//! is the caller's clock, and the admin API works on the same state.
+
+use cursor::Position;
+use wire::proto::{
+    base_command::Type, command_subscribe::InitialPosition, command_subscribe::SubType,
+    BaseCommand, MessageMetadata,
+};
+
+use super::*;
+
+const T0: u64 = 1_764_000_000_000;
+const TOPIC: &str = "persistent://public/default/stepped";
+
+fn frames(buf: &[u8]) -> Vec<wire::Frame> {
+    wire::strict::frames(buf)
+        .map(|f| {
+            let f = f.expect("a whole frame");
+            wire::strict::check_frame(f).expect("a frame a strict client reads");
+            wire::decode_frame(f).expect("a decodable frame")
+        })
+        .collect()
+}
+
+fn drain(c: &mut Connection) -> Vec<wire::Frame> {
+    let mut out = Vec::new();
+    while let Some(buf) = c.poll_transmit() {
+        out.extend(frames(&buf));
+    }
+    out
+}
+
+fn call(c: &mut Connection, cmd: &BaseCommand) -> Vec<Type> {
+    let mut bytes = Vec::new();
+    wire::encode_command(cmd, &mut bytes);
+    c.handle_bytes(&bytes).expect("an open connection");
+    drain(c).iter().map(|f| f.command.r#type()).collect()
+}
+
+/// Message positions of the MESSAGE frames among `fs`.
+fn messages(fs: &[wire::Frame]) -> Vec<Position> {
+    fs.iter()
+        .filter_map(|f| f.command.message.as_ref())
+        .map(|m| Position::new(m.message_id.ledger_id, m.message_id.entry_id))
+        .collect()
+}
+
+fn publish(p: &mut Connection, seq: u64, key: &str) {
+    let meta = MessageMetadata {
+        producer_name: "p".into(),
+        sequence_id: seq,
+        publish_time: T0,
+        partition_key: Some(key.into()),
+        ..Default::default()
+    };
+    let mut bytes = Vec::new();
+    wire::encode_with_payload(&wire::commands::send(1, seq, 1), &meta, b"m", &mut bytes);
+    p.handle_bytes(&bytes).expect("an open connection");
+    let kinds: Vec<Type> = drain(p).iter().map(|f| f.command.r#type()).collect();
+    assert_eq!(kinds, [Type::SendReceipt]);
+}
+
+fn setup() -> (SteppedBroker, Connection, Connection) {
+    let mut b = SteppedBroker::new(BrokerConfig::default(), T0);
+    let mut p = b.connect("producer");
+    let mut c = b.connect("consumer");
+    for conn in [&mut p, &mut c] {
+        assert_eq!(
+            call(conn, &wire::commands::connect("t", 21)),
+            [Type::Connected]
+        );
+    }
+    let producer = wire::commands::producer(TOPIC, 1, 1, None);
+    assert_eq!(call(&mut p, &producer), [Type::ProducerSuccess]);
+    let sub = wire::commands::subscribe(
+        TOPIC,
+        "s",
+        7,
+        2,
+        SubType::Shared,
+        None,
+        InitialPosition::Earliest,
+    );
+    assert_eq!(call(&mut c, &sub), [Type::Success]);
+    (b, p, c)
+}
+
+#[test]
+fn deliveries_wait_for_a_step() {
+    let (b, mut p, mut c) = setup();
+    assert!(call(&mut c, &wire::commands::flow(7, 100)).is_empty());
+    for seq in 0..3 {
+        publish(&mut p, seq, "k");
+    }
+    assert!(messages(&drain(&mut c)).is_empty(), "nothing before a step");
+    assert!(b.step());
+    let got = messages(&drain(&mut c));
+    assert_eq!(got.len(), 3);
+    assert!(!b.step(), "quiet after the step");
+}
+
+#[test]
+fn a_redelivery_after_a_connection_is_lost_and_an_admin_skip() {
+    let (mut b, mut p, mut c) = setup();
+    call(&mut c, &wire::commands::flow(7, 100));
+    for seq in 0..4 {
+        publish(&mut p, seq, "k");
+    }
+    while b.step() {}
+    let first = messages(&drain(&mut c));
+    assert_eq!(first.len(), 4);
+    // The consumer's connection is lost: its four unacked entries go to the next consumer.
+    drop(c);
+    let mut c2 = b.connect("consumer-2");
+    call(&mut c2, &wire::commands::connect("t", 21));
+    let sub = wire::commands::subscribe(
+        TOPIC,
+        "s",
+        8,
+        3,
+        SubType::Shared,
+        None,
+        InitialPosition::Earliest,
+    );
+    assert_eq!(call(&mut c2, &sub), [Type::Success]);
+    let skip = format!(
+        "POST /admin/v2/persistent/public/default/stepped/subscription/s/skip/2 HTTP/1.1\r\n\
+         Host: b\r\nContent-Length: 0\r\n\r\n"
+    );
+    let (status, body) = b.admin(skip.as_bytes());
+    assert_eq!(status, 204, "{}", String::from_utf8_lossy(&body));
+    call(&mut c2, &wire::commands::flow(8, 100));
+    while b.step() {}
+    assert_eq!(
+        messages(&drain(&mut c2)),
+        first[2..].to_vec(),
+        "the two skipped entries are not redelivered"
+    );
+}
+
+#[test]
+fn the_keep_alive_follows_the_callers_clock() {
+    let (b, _p, mut c) = setup();
+    let keep_alive = BrokerConfig::default().keep_alive_ms;
+    b.set_time(T0 + keep_alive);
+    c.handle_timeout()
+        .expect("one interval: a PING, not a close");
+    let kinds: Vec<Type> = drain(&mut c).iter().map(|f| f.command.r#type()).collect();
+    assert_eq!(kinds, [Type::Ping]);
+    b.set_time(T0 + 2 * keep_alive);
+    assert_eq!(c.handle_timeout(), Err(Closed::Idle));
+}
