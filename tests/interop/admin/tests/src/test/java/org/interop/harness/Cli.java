@@ -2,46 +2,65 @@ package org.interop.harness;
 
 import static org.interop.harness.Check.check;
 
+import java.io.BufferedInputStream;
+import java.io.BufferedOutputStream;
+import java.io.DataInputStream;
+import java.io.DataOutputStream;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
+import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Deque;
 import java.util.List;
 import java.util.Locale;
+import java.util.concurrent.Executors;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 
 /**
- * The {@code pulsar-admin} CLI: {@code java -cp <pulsar-client-tools' classpath>
- * org.apache.pulsar.admin.cli.PulsarAdminTool <client.conf> <command…>}, one JVM per command (the
- * tool ends with {@code System.exit}). The classpath is the one {@code ../pulsar-admin-cli} wrote
- * (pulsar-client-tools and its own pulsar-client-admin, never the test JVM's), the client
- * configuration file holds {@code webServiceUrl} (the broker's admin URL, through its
- * {@link HttpRecorder}).
+ * The {@code pulsar-admin} CLI: {@code org.apache.pulsar.admin.cli.PulsarAdminTool} from
+ * pulsar-client-tools, on the classpath the {@code ../pulsar-admin-cli} module wrote (the tool and
+ * its own pulsar-client-admin, never the test JVM's), given a client configuration file that holds
+ * {@code webServiceUrl} (the broker's admin URL, through its {@link HttpRecorder}).
+ *
+ * <p>The tool's {@code main} runs one command and ends the JVM; a JVM start costs 2 s on an idle
+ * 2-core machine and 5-7 s while other scenarios run beside it, and the suite runs about 90
+ * commands. So the commands run in {@code org.interop.cli.CommandServer} (in that module), a JVM
+ * on the tool's classpath that does for each command what {@code main} does: a new
+ * {@code PulsarAdminTool} from the configuration file, its {@code run(args)}, exit code 0 or 1,
+ * stdout and stderr captured. At most {@link #SERVERS} servers, kept for the run (a command waits
+ * for a free one); a server that dies (a command ended its JVM) is replaced and the command
+ * reports exit code -2.
  *
  * <p>Each command's stdout, stderr, exit code and HTTP exchanges are appended to
- * {@code pulsar-admin.log} in the log dir. To start faster (about 1.1 s a command instead of
- * 2.5 s), the JVMs run with C1 only and a class-data-sharing archive of the tool's classes, made
- * by the first command of the run (keyed by the classpath and the JDK, kept under
- * {@code target/pulsar-admin-cli/}).
+ * {@code pulsar-admin.log} in the log dir.
  */
 public final class Cli {
-    public static final String MAIN = "org.apache.pulsar.admin.cli.PulsarAdminTool";
+    public static final String MAIN = "org.interop.cli.CommandServer";
     /**
-     * A CLI scenario's time limit, in seconds, in place of a scenario's usual 60 s: each command is
-     * a JVM start, 2 s on an idle 2-core machine and 5–7 s while other scenarios run beside it, and
-     * a scenario runs up to 22 of them.
+     * A CLI scenario's time limit, in seconds, in place of a scenario's usual 60 s: a scenario
+     * runs up to 22 commands, waits for a free server for each, and the first commands of a run
+     * start the servers (10-30 s each on a loaded machine); one scenario also waits 40 s.
      */
-    public static final long SCENARIO_TIMEOUT_S = 240;
+    public static final long SCENARIO_TIMEOUT_S = 180;
     private static final long TIMEOUT_S = 30;
+    /** A new server's first command also starts its JVM and loads the tool. */
+    private static final long FIRST_TIMEOUT_S = 90;
+    /**
+     * At most this many servers: JUnit runs two scenario classes at a time but lends its pool
+     * more threads while one waits, and each new server is a JVM start (10-30 s on a loaded
+     * machine); a command waits for a free server instead (most take under a second).
+     */
+    private static final int SERVERS = 2;
+    private static final Semaphore servers = new Semaphore(SERVERS, true);
     private static List<String> classpath;
-    private static Path archive;
-    private static boolean archiveBeingMade;
-    private static boolean archiveFailed;
+    /** Servers not running a command now. */
+    private static final Deque<Server> idle = new ArrayDeque<>();
 
     private final Path conf;
     private final HttpRecorder http;
@@ -102,68 +121,131 @@ public final class Cli {
 
     /** Runs {@code pulsar-admin <args>}; never throws for a non-zero exit (see {@link Result}). */
     public Result run(String... args) {
-        List<String> cmd = new ArrayList<>();
-        cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
-        cmd.addAll(List.of("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss1m",
-                // JVM warnings to stderr, so stdout is only what the tool prints.
-                "-Xlog:disable", "-Xlog:all=warning:stderr",
-                "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
-                "-Dorg.slf4j.simpleLogger.logFile=System.err"));
-        Path making = archiveFlags(cmd);
-        cmd.add("-cp");
-        cmd.add(String.join(":", classpath()));
-        cmd.add(MAIN);
-        cmd.add(conf.toString());
-        cmd.addAll(Arrays.asList(args));
         String command = String.join(" ", args);
         int mark = http.mark();
         long t0 = System.nanoTime();
-        Path outFile;
-        Path errFile;
-        int exit;
+        List<String> request = new ArrayList<>();
+        request.add(conf.toString());
+        request.addAll(Arrays.asList(args));
+        Server.Reply reply;
+        servers.acquireUninterruptibly();
         try {
-            outFile = Files.createTempFile(workDir(), "out", ".txt");
-            errFile = Files.createTempFile(workDir(), "err", ".txt");
-            Process p = new ProcessBuilder(cmd)
-                    .redirectInput(ProcessBuilder.Redirect.from(new java.io.File("/dev/null")))
-                    .redirectOutput(outFile.toFile())
-                    .redirectError(errFile.toFile())
-                    .start();
-            if (!p.waitFor(TIMEOUT_S, TimeUnit.SECONDS)) {
-                p.destroyForcibly();
-                p.waitFor(5, TimeUnit.SECONDS);
-                exit = -1;
-            } else {
-                exit = p.exitValue();
+            Server server = take();
+            try {
+                reply = server.call(request);
+            } finally {
+                give(server);
             }
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new Check.ScenarioFailure("interrupted while running pulsar-admin " + command);
         } finally {
-            if (making != null) {
-                archiveMade(making);
-            }
+            servers.release();
         }
         double secs = (System.nanoTime() - t0) / 1e9;
-        String out;
-        String err;
-        try {
-            out = Files.readString(outFile, StandardCharsets.UTF_8);
-            err = Files.readString(errFile, StandardCharsets.UTF_8);
-            Files.deleteIfExists(outFile);
-            Files.deleteIfExists(errFile);
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        }
-        if (exit == -1) {
-            err += "\n(killed: no exit within " + TIMEOUT_S + " s)";
-        }
         // Only the tool's own requests (the scenario's Java admin API is another version).
-        Result r = new Result(command, exit, out, err, secs, http.describe(mark, userAgent()));
+        Result r = new Result(command, reply.exit(), reply.out(), reply.err(), secs, http.describe(mark, userAgent()));
         log(r);
         return r;
+    }
+
+    private static Server take() {
+        synchronized (idle) {
+            Server s = idle.pollFirst();
+            if (s != null) {
+                return s;
+            }
+        }
+        return new Server();
+    }
+
+    private static void give(Server s) {
+        if (s.alive()) {
+            synchronized (idle) {
+                idle.addFirst(s);
+            }
+        }
+    }
+
+    /** One {@code CommandServer} JVM and its protocol (see that class). */
+    private static final class Server {
+        record Reply(int exit, String out, String err) {}
+
+        private final Process process;
+        private final DataOutputStream requests;
+        private final DataInputStream replies;
+        private final Path stderr;
+        /** No command has run yet (the first also starts the JVM). */
+        private boolean fresh = true;
+
+        Server() {
+            List<String> cmd = new ArrayList<>();
+            cmd.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
+            cmd.addAll(List.of("-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-Xss1m", "-Xmx256m",
+                    "-Xlog:disable", "-Xlog:all=warning:stderr",
+                    "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn",
+                    "-Dorg.slf4j.simpleLogger.logFile=System.err"));
+            cmd.add("-cp");
+            List<String> cp = new ArrayList<>();
+            cp.add(classesDir().toString());
+            cp.addAll(classpath());
+            cmd.add(String.join(":", cp));
+            cmd.add(MAIN);
+            try {
+                stderr = Files.createTempFile(workDir(), "server", ".err");
+                process = new ProcessBuilder(cmd)
+                        .redirectError(stderr.toFile())
+                        .start();
+            } catch (IOException e) {
+                throw new UncheckedIOException(e);
+            }
+            requests = new DataOutputStream(new BufferedOutputStream(process.getOutputStream()));
+            replies = new DataInputStream(new BufferedInputStream(process.getInputStream()));
+        }
+
+        boolean alive() {
+            return process.isAlive();
+        }
+
+        /** Runs one command; a server that does not answer within the limit is killed. */
+        Reply call(List<String> request) {
+            var timer = Executors.newSingleThreadScheduledExecutor();
+            long limit = fresh ? FIRST_TIMEOUT_S : TIMEOUT_S;
+            fresh = false;
+            var kill = timer.schedule(() -> {
+                process.destroyForcibly();
+            }, limit, TimeUnit.SECONDS);
+            try {
+                requests.writeInt(request.size());
+                for (String a : request) {
+                    requests.writeUTF(a);
+                }
+                requests.flush();
+                int exit = replies.readInt();
+                String out = read();
+                String err = read();
+                return new Reply(exit, out, err);
+            } catch (IOException e) {
+                process.destroyForcibly();
+                String why = kill.isDone() ? "(killed: no answer within " + limit + " s)"
+                        : "(the command server's JVM ended: " + e + ")";
+                return new Reply(-2, "", serverLog() + "\n" + why);
+            } finally {
+                kill.cancel(false);
+                timer.shutdownNow();
+            }
+        }
+
+        private String read() throws IOException {
+            byte[] b = new byte[replies.readInt()];
+            replies.readFully(b);
+            return new String(b, StandardCharsets.UTF_8);
+        }
+
+        private String serverLog() {
+            try {
+                return Files.readString(stderr, StandardCharsets.UTF_8);
+            } catch (IOException e) {
+                return "";
+            }
+        }
     }
 
     private static synchronized void log(Result r) {
@@ -175,6 +257,14 @@ public final class Cli {
         } catch (IOException ignored) {
             // the failure message has it
         }
+    }
+
+    /** {@code CommandServer}'s classes: beside the classpath file, in the module's target/classes. */
+    private static Path classesDir() {
+        Path d = Path.of(System.getProperty("interop.cli.classpath.file")).resolveSibling("classes");
+        check(Files.isDirectory(d.resolve("org/interop/cli")), "no CommandServer class under " + d
+                + ": run `mvn -B test` (or `mvn -B test-compile`) from tests/interop/admin");
+        return d;
     }
 
     /** The tool's classpath, from the file the pulsar-admin-cli module wrote. */
@@ -214,58 +304,5 @@ public final class Cli {
                 System.getProperty("java.io.tmpdir") + "/pulsar-admin-cli"));
         Files.createDirectories(d);
         return d;
-    }
-
-    /**
-     * Adds the class-data-sharing flags: use the archive if it is there; else the first caller
-     * makes it (into a temporary name, returned, renamed when its JVM exited) while the others
-     * run without one.
-     */
-    private static synchronized Path archiveFlags(List<String> cmd) {
-        if (archiveFailed) {
-            return null;
-        }
-        try {
-            if (archive == null) {
-                String key = String.join(":", classpath()) + "|" + System.getProperty("java.home") + "|"
-                        + System.getProperty("java.vm.version");
-                archive = workDir().resolve("pulsar-admin-" + Integer.toHexString(key.hashCode()) + ".jsa");
-            }
-        } catch (IOException e) {
-            archiveFailed = true;
-            return null;
-        }
-        if (Files.isRegularFile(archive)) {
-            cmd.add("-XX:SharedArchiveFile=" + archive);
-            return null;
-        }
-        if (archiveBeingMade) {
-            return null;
-        }
-        archiveBeingMade = true;
-        // Archives for another classpath or JDK are of no use any more (33 MiB each).
-        try (var old = Files.newDirectoryStream(archive.getParent(), "pulsar-admin-*.jsa*")) {
-            for (Path p : old) {
-                Files.deleteIfExists(p);
-            }
-        } catch (IOException ignored) {
-            // a stale archive only takes room
-        }
-        Path tmp = archive.resolveSibling(archive.getFileName() + ".part");
-        cmd.add("-XX:ArchiveClassesAtExit=" + tmp);
-        return tmp;
-    }
-
-    private static synchronized void archiveMade(Path tmp) {
-        archiveBeingMade = false;
-        try {
-            if (Files.isRegularFile(tmp) && Files.size(tmp) > 0) {
-                Files.move(tmp, archive, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
-            } else {
-                archiveFailed = true;
-            }
-        } catch (IOException e) {
-            archiveFailed = true;
-        }
     }
 }
