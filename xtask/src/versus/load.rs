@@ -194,16 +194,37 @@ fn strings(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| (*s).to_owned()).collect()
 }
 
+/// How a producer row runs: for `secs` seconds, or until `messages` are sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Length {
+    Secs(u32),
+    Messages(u64),
+}
+
+/// pulsar-perf's `produce` arguments for a flat-out producer of 100-byte messages on `topic`
+/// (`batched`: the client's default batching, else `-db`). At most 50,000 messages in flight:
+/// without a bound the client once held 600,000 unreceipted messages, lost its connection and
+/// ran out of heap re-sending them.
+fn producer_args(length: Length, batched: bool, topic: String) -> Vec<String> {
+    let mut a = strings(&["-s", "100"]);
+    match length {
+        Length::Secs(s) => a.extend(["-time".to_owned(), s.to_string()]),
+        Length::Messages(m) => a.extend(["-m".to_owned(), m.to_string()]),
+    }
+    a.extend(strings(&["-r", "2000000", "-o", "50000"]));
+    if !batched {
+        a.push("-db".to_owned());
+    }
+    a.push(topic);
+    a
+}
+
 /// The load rows for one broker, as JSON.
 pub(crate) fn rows(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
     let secs = Duration::from_secs(120);
     let idle_rss = procs::rss_mib(s.pid);
-    let row = |tag: &str, extra: &[&str]| -> anyhow::Result<(Run, f64)> {
-        // At most 50,000 messages in flight: without a bound the client once held 600,000
-        // unreceipted messages, lost its connection and ran out of heap re-sending them.
-        let mut args = strings(&["-s", "100", "-time", "12", "-r", "2000000", "-o", "50000"]);
-        args.extend(strings(extra));
-        args.push(topic(tag));
+    let row = |tag: &str, batched: bool| -> anyhow::Result<(Run, f64)> {
+        let args = producer_args(Length::Secs(12), batched, topic(tag));
         let before = cpu_s(s.pid);
         let r = p.run(s, "produce", &args, tag, secs)?;
         let per_million = (cpu_s(s.pid) - before) / (r.records / 1e6);
@@ -220,23 +241,15 @@ pub(crate) fn rows(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
     // A warm-up, not measured: in Pulsar's first run under load its JIT compiles the hot paths
     // (its broker took about 115 s of CPU per million messages in a first unbatched run, 30-40 s
     // in a later one), so without it the first row would measure the compiler.
-    let warm = strings(&[
-        "-s", "100", "-time", "8", "-r", "2000000", "-o", "50000", "-db",
-    ]);
-    let w = p.run(
-        s,
-        "produce",
-        &[warm, vec![topic("warmup")]].concat(),
-        "warmup",
-        secs,
-    )?;
+    let warm = producer_args(Length::Secs(8), false, topic("warmup"));
+    let w = p.run(s, "produce", &warm, "warmup", secs)?;
     println!(
         "versus: {} warm-up: {:.0} msg/s (not a row)",
         s.name,
         w.rate()
     );
-    let (unbatched, unbatched_cpu) = row("unbatched", &["-db"])?;
-    let (batched, batched_cpu) = row("batched", &[])?;
+    let (unbatched, unbatched_cpu) = row("unbatched", false)?;
+    let (batched, batched_cpu) = row("batched", true)?;
     let two = two_producers(p, s)?;
     let load_rss = procs::rss_mib(s.pid);
     let half = (unbatched.rate() / 2.0).max(1000.0).round();
@@ -276,13 +289,7 @@ pub(crate) fn rows(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
 /// process's, one client process was the bound, not the broker (on 2 cores the two JVMs also
 /// take CPU from the broker, so a sum no higher does not prove the broker is the bound).
 fn two_producers(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Value> {
-    let args = |tag: &str| {
-        let mut a = strings(&[
-            "-s", "100", "-time", "12", "-r", "2000000", "-o", "50000", "-db",
-        ]);
-        a.push(topic(tag));
-        a
-    };
+    let args = |tag: &str| producer_args(Length::Secs(12), false, topic(tag));
     let before = cpu_s(s.pid);
     let logs: Vec<PathBuf> = ["two-a", "two-b"]
         .iter()
@@ -361,9 +368,7 @@ fn backlog(p: &Perf, s: &Subject<'_>) -> anyhow::Result<Option<f64>> {
     let c = p.spawn(s, "consume", &sub, &clog)?;
     // The subscription exists once the consumer ran; it received nothing, so that is fine.
     let _ = finish(c, &clog, Duration::from_secs(60));
-    let args = strings(&[
-        "-s", "100", "-m", "1000000", "-r", "2000000", "-o", "50000", &t,
-    ]);
+    let args = producer_args(Length::Messages(1_000_000), true, t);
     p.run(s, "produce", &args, "backlog", Duration::from_secs(180))?;
     std::thread::sleep(Duration::from_secs(2));
     let rss = procs::rss_mib(s.pid);
@@ -421,6 +426,22 @@ versus-cpu 9.96 1.76 33.46
         assert_eq!(number_after("nothing", "med:"), None);
         assert_eq!(number_after("a --- 1,5", "---"), None);
         assert_eq!(number_after("99pct: 17, ", "99pct:"), Some(17.0));
+    }
+
+    #[test]
+    fn producer_rows_differ_only_in_length_batching_and_topic() {
+        let unbatched = producer_args(Length::Secs(12), false, "t1".into());
+        assert_eq!(
+            unbatched.join(" "),
+            "-s 100 -time 12 -r 2000000 -o 50000 -db t1"
+        );
+        let backlog = producer_args(Length::Messages(1_000_000), true, "t2".into());
+        assert_eq!(
+            backlog.join(" "),
+            "-s 100 -m 1000000 -r 2000000 -o 50000 t2"
+        );
+        // pulsar-perf takes the topic last, after every flag.
+        assert_eq!(unbatched.last().map(String::as_str), Some("t1"));
     }
 
     #[test]
