@@ -2,9 +2,14 @@
 //!
 //! ```text
 //! sim [--seed S] [--seeds N] [--scenario NAME|FILE]... [--legacy NAME] [--expect-violation]
-//!     [--check-determinism] [--runtime sim|threads] [--log FILE] [--json FILE]
+//!     [--check-determinism] [--runtime sim|threads|broker] [--log FILE] [--json FILE]
 //!     [--all-violations] [--timeline FILE.svg] [--timeline-keys N] [--list] [--help]
 //! ```
+//!
+//! Runtimes: `sim` (default) is the deterministic world; `threads` runs the workload on the
+//! dispatcher's threaded runtime (not reproducible by seed); `broker` drives the same workload
+//! through the broker's stepped sans-IO core in Pulsar's binary protocol, deterministically
+//! (see `tests::sim::run_broker`), printing what it skipped or approximated per scenario.
 //!
 //! Output: the summary table (with the invariants each scenario's runs checked), then the
 //! violations grouped (the first in full, one line per further kind), then where the reports
@@ -18,9 +23,9 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use tests::sim::{
-    default_mix, describe_skipped, json_report, load, repro_command, repro_line, run_scenario,
-    run_threaded_with, summary_table, timeline_svg, violation_report, Legacy, ReportStyle,
-    RunOptions, RunResult, Scenario, Skipped, Summary, TimelineOptions,
+    broker_cannot_run, default_mix, describe_skipped, json_report, load, repro_command, repro_line,
+    run_broker, run_scenario, run_threaded_with, summary_table, timeline_svg, violation_report,
+    Legacy, ReportStyle, RunOptions, RunResult, Scenario, Skipped, Summary, TimelineOptions,
 };
 
 const DEFAULT_SEED: u64 = 1;
@@ -34,6 +39,8 @@ struct Args {
     expect_violation: bool,
     check_determinism: bool,
     runtime_threads: bool,
+    /// `--runtime broker`: through the broker's stepped core (deterministic).
+    runtime_broker: bool,
     log: Option<String>,
     json: String,
     list: bool,
@@ -50,8 +57,12 @@ enum ArgError {
 
 fn usage() -> &'static str {
     "usage: cargo xtask sim [--seed S] [--seeds N] [--scenario NAME|FILE]... [--legacy NAME] \
-     [--expect-violation] [--check-determinism] [--runtime sim|threads] [--log FILE] \
+     [--expect-violation] [--check-determinism] [--runtime sim|threads|broker] [--log FILE] \
      [--json FILE] [--all-violations] [--timeline FILE.svg] [--timeline-keys N] [--list]\n\
+     runtimes: sim (the deterministic world), threads (the dispatcher's threaded runtime, not \
+     reproducible), broker (the broker's stepped core in Pulsar's binary protocol, \
+     deterministic; legacy switches: mark-delete-cleanup, orphan-chunk-replay, unordered-nack, \
+     no-delayed-delivery)\n\
      legacy switches: mark-delete-cleanup (expects an order violation), orphan-chunk-replay \
      (expects a stall), unordered-nack (Pulsar-mode nack on Key_Shared; expects an order violation),\n\
      no-batch-ack-set (redelivered batches without their acked indexes; expects acked-redelivered),\n\
@@ -71,6 +82,7 @@ fn parse_args() -> Result<Args, ArgError> {
         expect_violation: false,
         check_determinism: false,
         runtime_threads: false,
+        runtime_broker: false,
         log: None,
         json: "target/sim/report.json".into(),
         list: false,
@@ -113,9 +125,14 @@ fn parse_args() -> Result<Args, ArgError> {
             "--expect-violation" => a.expect_violation = true,
             "--check-determinism" => a.check_determinism = true,
             "--runtime" => match val("--runtime")?.as_str() {
-                "sim" => a.runtime_threads = false,
-                "threads" => a.runtime_threads = true,
-                other => return Err(bad(format!("unknown runtime `{other}` (sim or threads)"))),
+                "sim" => (a.runtime_threads, a.runtime_broker) = (false, false),
+                "threads" => (a.runtime_threads, a.runtime_broker) = (true, false),
+                "broker" => (a.runtime_threads, a.runtime_broker) = (false, true),
+                other => {
+                    return Err(bad(format!(
+                        "unknown runtime `{other}` (sim, threads or broker)"
+                    )))
+                }
             },
             "--log" => a.log = Some(val("--log")?),
             "--json" => a.json = val("--json")?,
@@ -179,7 +196,8 @@ fn write_file(what: &str, path: &str, text: &str) -> Result<(), String> {
 
 /// What one job produced.
 enum Outcome {
-    Ran(RunResult, f64),
+    /// The result, its wall time and (`--runtime broker`) what it skipped or approximated.
+    Ran(RunResult, f64, Skipped),
     NonDeterministic(String),
     Error(String),
 }
@@ -190,30 +208,38 @@ fn run_one(s: &Scenario, seed: u64, args: &Args, keep_log: bool) -> Outcome {
         legacy: args.legacy,
         keep_log,
     };
+    let run = |opts: &RunOptions| {
+        if args.runtime_broker {
+            run_broker(s, opts)
+        } else {
+            run_scenario(s, opts).map(|r| (r, Skipped::new()))
+        }
+    };
     let t = Instant::now();
-    let r = match run_scenario(s, &opts) {
+    let (r, skipped) = match run(&opts) {
         Ok(r) => r,
         Err(e) => return Outcome::Error(format!("{}: {e}", s.name)),
     };
     let wall = t.elapsed().as_secs_f64();
     if args.check_determinism {
-        let again = match run_scenario(s, &opts) {
+        let (again, _) = match run(&opts) {
             Ok(r) => r,
             Err(e) => return Outcome::Error(format!("{}: {e}", s.name)),
         };
         if again.log_hash != r.log_hash || again.log_lines != r.log_lines {
             return Outcome::NonDeterministic(format!(
-                "NON-DETERMINISTIC [{} seed={seed}] event-log hash {:016x} ({} lines) then {:016x} ({} lines)\n  reproduce: {} --check-determinism",
+                "NON-DETERMINISTIC [{} seed={seed}] event-log hash {:016x} ({} lines) then {:016x} ({} lines)\n  reproduce: {}{} --check-determinism",
                 s.name,
                 r.log_hash,
                 r.log_lines,
                 again.log_hash,
                 again.log_lines,
-                repro_command(&s.name, seed, args.legacy)
+                repro_command(&s.name, seed, args.legacy),
+                runtime_flag(args)
             ));
         }
     }
-    Outcome::Ran(r, wall)
+    Outcome::Ran(r, wall, skipped)
 }
 
 /// Progress on stderr, at most every 3 s, for long runs.
@@ -250,7 +276,8 @@ struct Finish<'a> {
     results: Vec<RunResult>,
     walls: Vec<f64>,
     started: Instant,
-    /// Threaded runs: steps skipped per scenario (in run order), and over how many seeds.
+    /// Threaded and broker runs: steps skipped (or approximated) per scenario, in run order,
+    /// and over how many seeds.
     skipped: Vec<(String, Skipped, u64)>,
 }
 
@@ -259,10 +286,16 @@ impl Finish<'_> {
         let args = self.args;
         let threads = args.runtime_threads;
         let mut rows = Summary::group(&self.results, &self.walls);
-        Summary::annotate(&mut rows, self.scenarios, threads);
+        // A broker run checks what a threaded one does, plus acked-redelivered and early.
+        Summary::annotate(&mut rows, self.scenarios, threads || args.runtime_broker);
         print!("{}", summary_table(&rows, true));
-        for (name, sk, seeds) in &self.skipped {
-            if !sk.is_empty() {
+        for (name, sk, seeds) in self.skipped.iter().filter(|s| !s.1.is_empty()) {
+            if args.runtime_broker {
+                println!(
+                    "broker: {name}: skipped or approximated {} over {seeds} seed(s)",
+                    describe_skipped(sk)
+                );
+            } else {
                 println!(
                     "threads: {name}: skipped {} over {seeds} seed(s) (they need the deterministic world)",
                     describe_skipped(sk)
@@ -274,10 +307,8 @@ impl Finish<'_> {
             all: args.all_violations,
             threads,
         };
-        print!(
-            "{}",
-            violation_report(&self.results, self.scenarios, &style)
-        );
+        let report = violation_report(&self.results, self.scenarios, &style);
+        print!("{}", with_runtime(&report, args));
         if args.check_determinism {
             println!("determinism: every run repeated with an identical event-log hash");
         }
@@ -329,7 +360,7 @@ impl Finish<'_> {
             &self.results,
             &self.walls,
             args.legacy.map(Legacy::as_str),
-            |r| repro_line(r, &style),
+            |r| format!("{}{}", repro_line(r, &style), runtime_flag(args)),
         );
         match write_file("the JSON report", &args.json, &json) {
             Ok(()) => println!("report: {}", args.json),
@@ -342,7 +373,11 @@ impl Finish<'_> {
         println!(
             "{} {}runs in {:.1?}, {violations} violation(s)",
             self.results.len(),
-            if threads { "threaded " } else { "" },
+            match (threads, args.runtime_broker) {
+                (true, _) => "threaded ",
+                (_, true) => "broker ",
+                _ => "",
+            },
             self.started.elapsed()
         );
         let code = verdict(&self.results, args.legacy, args.expect_violation);
@@ -351,6 +386,58 @@ impl Finish<'_> {
         }
         code
     }
+}
+
+/// ` --runtime broker` when the runs went through the broker, for reproduce lines.
+fn runtime_flag(args: &Args) -> &'static str {
+    if args.runtime_broker {
+        " --runtime broker"
+    } else {
+        ""
+    }
+}
+
+/// The violation report with the runtime flag on its reproduce lines.
+fn with_runtime(report: &str, args: &Args) -> String {
+    let flag = runtime_flag(args);
+    report
+        .lines()
+        .map(|l| {
+            let repro = l.trim_start().starts_with("reproduce: ");
+            let line = if repro && !flag.is_empty() {
+                match l.find("   (") {
+                    Some(i) => format!("{}{flag}{}", &l[..i], &l[i..]),
+                    None => format!("{l}{flag}"),
+                }
+            } else {
+                l.to_string()
+            };
+            line + "\n"
+        })
+        .collect()
+}
+
+/// `--runtime broker` without `--scenario`: the shipped scenarios the broker can honour (a
+/// scenario whose `expect` lines need a step the broker skips is left out, with a note).
+fn broker_scenarios(args: &Args, scenarios: Vec<Scenario>) -> Vec<Scenario> {
+    if !args.scenarios.is_empty() {
+        return scenarios;
+    }
+    scenarios
+        .into_iter()
+        .filter(|s| {
+            let cannot = broker_cannot_run(s);
+            let keep = s.expects.is_empty() || cannot.is_empty();
+            if !keep {
+                println!(
+                    "broker: {} left out: its expect lines need {}, which the broker cannot do",
+                    s.name,
+                    describe_skipped(&cannot)
+                );
+            }
+            keep
+        })
+        .collect()
 }
 
 /// `--runtime threads`: the randomised scenarios (or the given ones) on the dispatcher's
@@ -498,6 +585,11 @@ fn main() -> ExitCode {
     if args.runtime_threads {
         return run_threads(&args, scenarios);
     }
+    let scenarios = if args.runtime_broker {
+        broker_scenarios(&args, scenarios)
+    } else {
+        scenarios
+    };
     let keep_log = args.log.is_some() || args.timeline.is_some();
     let started = Instant::now();
     let jobs: Vec<(usize, u64)> = (0..scenarios.len())
@@ -536,6 +628,7 @@ fn main() -> ExitCode {
     });
     let mut results = Vec::new();
     let mut walls = Vec::new();
+    let mut skipped: Vec<(String, Skipped, u64)> = Vec::new();
     for slot in slots {
         match slot.into_inner().ok().flatten() {
             None => {}
@@ -547,7 +640,16 @@ fn main() -> ExitCode {
                 println!("{msg}");
                 return ExitCode::from(1);
             }
-            Some(Outcome::Ran(r, wall)) => {
+            Some(Outcome::Ran(r, wall, sk)) => {
+                if skipped.last().is_none_or(|(n, _, _)| *n != r.scenario) {
+                    skipped.push((r.scenario.clone(), Skipped::new(), 0));
+                }
+                if let Some((_, all, seeds)) = skipped.last_mut() {
+                    *seeds += 1;
+                    for (k, n) in sk {
+                        *all.entry(k).or_insert(0) += n;
+                    }
+                }
                 results.push(r);
                 walls.push(wall);
             }
@@ -559,7 +661,7 @@ fn main() -> ExitCode {
         results,
         walls,
         started,
-        skipped: Vec::new(),
+        skipped,
     }
     .report()
 }

@@ -17,7 +17,9 @@
 //!
 //! Does not: re-implement any product crate (it drives them), or read the clock — except
 //! [`run_threaded`], which runs the same workload on the dispatcher's threaded runtime with real
-//! consumer threads and is checked afterwards from its event log.
+//! consumer threads and is checked afterwards from its event log. [`run_broker`] runs the same
+//! workloads through the broker's stepped sans-IO core in Pulsar's binary protocol, as
+//! deterministically as the world.
 //!
 //! ```
 //! use tests::sim::{builtin, run_scenario, RunOptions};
@@ -28,6 +30,7 @@
 //! assert!(r.messages > 0);
 //! ```
 
+mod broker_run;
 mod check;
 mod library;
 mod report;
@@ -37,6 +40,7 @@ mod threads;
 mod timeline;
 mod world;
 
+pub use broker_run::{broker_cannot_run, run_broker};
 pub use check::{Violation, ViolationKind};
 pub use library::{builtin, builtin_names, default_mix, load};
 pub use report::{
