@@ -6,8 +6,10 @@
 //! ([`Connection::handle_bytes`] in, [`Connection::poll_transmit`] out), the same session the
 //! TCP shell runs. The caller owns the time ([`SteppedBroker::set_time`]) and decides when the
 //! dispatchers run ([`SteppedBroker::step`]) and when the housekeeping jobs run
-//! ([`SteppedBroker::housekeeping`]). Storage is in memory (a `data_dir` in the configuration
-//! is ignored). A deterministic simulator drives the broker through this; so can a test.
+//! ([`SteppedBroker::housekeeping`]). Storage is in memory ([`SteppedBroker::new`]) or under
+//! the configuration's `data_dir` ([`SteppedBroker::open`], which reads back what is stored, as
+//! the TCP broker does at start: a restart). A deterministic simulator drives the broker through
+//! this; so can a test.
 //!
 //! ```
 //! use broker::stepped::SteppedBroker;
@@ -32,6 +34,7 @@ use dispatcher::StepClock;
 use crate::config::BrokerConfig;
 use crate::session::{Close, Now, Session};
 use crate::state::{BrokerState, Offer, Outbox};
+use crate::storage::StorageError;
 use crate::sync::lock;
 
 #[cfg(test)]
@@ -57,16 +60,41 @@ impl std::fmt::Debug for SteppedBroker {
 }
 
 impl SteppedBroker {
-    /// A broker with `cfg`'s settings (its listeners and `data_dir` are not used) whose clock
-    /// reads `now_ms`: wall-clock milliseconds, as publish times are.
+    /// An in-memory broker with `cfg`'s settings (its listeners and `data_dir` are not used)
+    /// whose clock reads `now_ms`: wall-clock milliseconds, as publish times are.
     pub fn new(mut cfg: BrokerConfig, now_ms: u64) -> SteppedBroker {
         cfg.data_dir = None;
+        Self::build(cfg, now_ms)
+    }
+
+    /// A broker over `cfg.data_dir` (in memory without one): the topics, subscriptions,
+    /// cursors and metadata stored there are read back first, as the TCP broker does at start.
+    /// A restart is [`crash`](Self::crash) (or a drop), then `open` on the same directory.
+    pub fn open(cfg: BrokerConfig, now_ms: u64) -> Result<SteppedBroker, StorageError> {
+        let b = Self::build(cfg, now_ms);
+        b.state.recover_topics()?;
+        Ok(b)
+    }
+
+    fn build(cfg: BrokerConfig, now_ms: u64) -> SteppedBroker {
         let clock = StepClock::new(now_ms);
         let url = format!("pulsar://{}", cfg.listen);
         SteppedBroker {
             state: Arc::new(BrokerState::new_stepped(cfg, url, clock.clone())),
             clock,
             next_conn: 0,
+        }
+    }
+
+    /// Ends this broker as a killed process ends: no dispatcher runs again, so no cursor is
+    /// persisted beyond what its cadence already wrote (dropping the broker instead shuts the
+    /// dispatchers down, which persists every cursor). Drop the connections too; then
+    /// [`open`](Self::open) the same `data_dir` to restart.
+    pub fn crash(self) {
+        for t in self.state.topics() {
+            for s in t.subscriptions() {
+                s.runtime.abandon();
+            }
         }
     }
 
@@ -115,10 +143,14 @@ impl SteppedBroker {
         self.state.next_deadline()
     }
 
-    /// The housekeeping thread's jobs, once, at the clock's time: retention, message expiry
-    /// by the namespaces' TTLs, backlog quotas, REACHED_END_OF_TOPIC for terminated topics.
+    /// The housekeeping thread's jobs, once, at the clock's time: the logs' sync (with a
+    /// `data_dir`), retention, message expiry by the namespaces' TTLs, backlog quotas,
+    /// REACHED_END_OF_TOPIC for terminated topics.
     pub fn housekeeping(&self) {
         let now = self.clock.now();
+        if self.state.cfg.data_dir.is_some() {
+            self.state.sync_topics();
+        }
         self.state.trim_topics(now);
         self.state.expire_by_ttl(now);
         self.state.enforce_backlog_quotas(now);

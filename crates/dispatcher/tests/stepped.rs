@@ -154,6 +154,51 @@ fn shutdown_persists_and_ends_the_loop() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// An abandoned runtime (a simulated crash) does not persist on drop: the store keeps what was
+/// persisted before.
+#[test]
+fn an_abandoned_runtime_keeps_only_what_was_persisted() {
+    let dir = std::env::temp_dir().join(format!("dispatcher-abandon-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("sub.cursor");
+    let mut ledger = InMemoryLedger::new(10_000);
+    for _ in 0..3 {
+        cursor::Ledger::append(&mut ledger, meta("k"));
+    }
+    let cursor = ManagedCursor::new("sub", &ledger, cursor::FileStore::open(&path).unwrap());
+    let options = RuntimeOptions {
+        persist_every: None,
+        ..RuntimeOptions::default()
+    };
+    let clock = StepClock::new(T0);
+    let rt = Runtime::start_stepped(
+        DispatcherConfig::shared(),
+        cursor,
+        ledger.clone(),
+        options,
+        clock,
+    );
+    let c = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
+    c.flow(10);
+    while rt.step() {}
+    for p in received(&c) {
+        c.ack(p).unwrap();
+    }
+    rt.abandon();
+    assert!(!rt.step(), "an abandoned loop does not run");
+    drop(c);
+    drop(rt);
+    let back = ManagedCursor::recover(&ledger, cursor::FileStore::open(&path).unwrap());
+    let md = back.map(|c| c.mark_delete_position()).ok();
+    assert_ne!(
+        md,
+        Some(Position::new(1, 2)),
+        "the acks were never persisted"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_threaded_runtime_does_not_step() {
     let ledger = InMemoryLedger::new(10_000);

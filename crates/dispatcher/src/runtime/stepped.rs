@@ -39,6 +39,8 @@ impl StepClock {
 /// erased) and the end of its event channel.
 pub(super) struct SteppedLoop {
     inner: Arc<Mutex<Box<dyn Step + Send>>>,
+    /// [`Runtime::abandon`] was called: the loop never runs again, not even to shut down.
+    abandoned: std::sync::atomic::AtomicBool,
 }
 
 /// A [`Loop`] over any cursor store and ledger.
@@ -95,6 +97,10 @@ impl<S: CursorStore, L: Ledger> Step for Stepper<S, L> {
 }
 
 impl SteppedLoop {
+    fn is_abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::SeqCst)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Box<dyn Step + Send>> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -154,6 +160,7 @@ impl Runtime {
         });
         rt.stepped = Some(SteppedLoop {
             inner: Arc::new(Mutex::new(stepper)),
+            abandoned: std::sync::atomic::AtomicBool::new(false),
         });
         rt
     }
@@ -162,7 +169,18 @@ impl Runtime {
     /// time, then returns whether it did anything (call it until it returns `false` to reach a
     /// quiet state). A threaded runtime: does nothing and returns `false`.
     pub fn step(&self) -> bool {
-        self.stepped.as_ref().is_some_and(|s| s.lock().step())
+        self.stepped
+            .as_ref()
+            .is_some_and(|s| !s.is_abandoned() && s.lock().step())
+    }
+
+    /// A stepped runtime: its loop never runs again, not even the shutdown that persists the
+    /// cursor, as if its process had been killed (a simulated crash: the cursor's store keeps
+    /// what was persisted before). A threaded runtime: nothing.
+    pub fn abandon(&self) {
+        if let Some(s) = &self.stepped {
+            s.abandoned.store(true, Ordering::SeqCst);
+        }
     }
 
     /// A stepped runtime: the earliest clock time at which [`step`](Runtime::step) has
@@ -179,7 +197,7 @@ impl Runtime {
 
     /// Before waiting for an answer: a stepped runtime runs its loop so the answer is there.
     pub(super) fn pump(&self) {
-        if let Some(s) = &self.stepped {
+        if let Some(s) = self.stepped.as_ref().filter(|s| !s.is_abandoned()) {
             let mut g = s.lock();
             while g.step() {}
         }
@@ -187,6 +205,8 @@ impl Runtime {
 
     /// Whether a stepped runtime's loop has ended.
     pub(super) fn stepped_stopped(&self) -> bool {
-        self.stepped.as_ref().is_some_and(|s| s.lock().stopped())
+        self.stepped
+            .as_ref()
+            .is_some_and(|s| s.is_abandoned() || s.lock().stopped())
     }
 }
