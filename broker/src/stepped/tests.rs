@@ -124,10 +124,9 @@ fn a_redelivery_after_a_connection_is_lost_and_an_admin_skip() {
         InitialPosition::Earliest,
     );
     assert_eq!(call(&mut c2, &sub), [Type::Success]);
-    let skip = format!(
+    let skip =
         "POST /admin/v2/persistent/public/default/stepped/subscription/s/skip/2 HTTP/1.1\r\n\
-         Host: b\r\nContent-Length: 0\r\n\r\n"
-    );
+         Host: b\r\nContent-Length: 0\r\n\r\n";
     let (status, body) = b.admin(skip.as_bytes());
     assert_eq!(status, 204, "{}", String::from_utf8_lossy(&body));
     call(&mut c2, &wire::commands::flow(8, 100));
