@@ -138,5 +138,41 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
         "2",
         "--json",
         "target/sim/ci-threads.json",
-    ]))
+    ]))?;
+    broker_steps()
+}
+
+/// The same mixes through the broker's sans-IO core (`--runtime broker`), each run twice for
+/// determinism, and the legacy switches the broker has, each caught there too.
+fn broker_steps() -> anyhow::Result<()> {
+    sh(sim(&[
+        "--runtime",
+        "broker",
+        "--check-determinism",
+        "--seeds",
+        "10",
+        "--json",
+        "target/sim/ci-broker.json",
+    ]))?;
+    for (legacy, scenario) in [
+        ("mark-delete-cleanup", "seed-000-draining-skip"),
+        ("unordered-nack", "seed-002-nack"),
+        ("no-delayed-delivery", "mix-key-shared-delayed"),
+    ] {
+        let json = format!("target/sim/ci-broker-legacy-{legacy}.json");
+        sh(sim(&[
+            "--runtime",
+            "broker",
+            "--legacy",
+            legacy,
+            "--expect-violation",
+            "--seeds",
+            "4",
+            "--scenario",
+            scenario,
+            "--json",
+            &json,
+        ]))?;
+    }
+    Ok(())
 }
