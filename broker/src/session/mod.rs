@@ -32,7 +32,7 @@ mod delivery;
 mod discovery;
 mod produce;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 use consume::Consumer;
 use produce::{PendingReceipt, Producer};

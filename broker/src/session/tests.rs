@@ -45,7 +45,7 @@ impl crate::state::Outbox for TestOutbox {
 }
 
 /// Every frame in `buf`, each checked as the strictest client reads it.
-fn decode_all(buf: &[u8]) -> Vec<wire::Frame> {
+pub(crate) fn decode_all(buf: &[u8]) -> Vec<wire::Frame> {
     wire::strict::frames(buf)
         .map(|f| {
             let f = f.expect("a whole frame");

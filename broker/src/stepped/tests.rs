@@ -13,20 +13,23 @@ use super::*;
 const T0: u64 = 1_764_000_000_000;
 const TOPIC: &str = "persistent://public/default/stepped";
 
-fn frames(buf: &[u8]) -> Vec<wire::Frame> {
-    wire::strict::frames(buf)
-        .map(|f| {
-            let f = f.expect("a whole frame");
-            wire::strict::check_frame(f).expect("a frame a strict client reads");
-            wire::decode_frame(f).expect("a decodable frame")
-        })
-        .collect()
+/// SUBSCRIBE to the test topic's Shared subscription `s` from the earliest entry.
+fn subscribe(consumer_id: u64, request_id: u64) -> BaseCommand {
+    wire::commands::subscribe(
+        TOPIC,
+        "s",
+        consumer_id,
+        request_id,
+        SubType::Shared,
+        None,
+        InitialPosition::Earliest,
+    )
 }
 
 fn drain(c: &mut Connection) -> Vec<wire::Frame> {
     let mut out = Vec::new();
     while let Some(buf) = c.poll_transmit() {
-        out.extend(frames(&buf));
+        out.extend(crate::session::tests::decode_all(&buf));
     }
     out
 }
@@ -73,16 +76,7 @@ fn setup() -> (SteppedBroker, Connection, Connection) {
     }
     let producer = wire::commands::producer(TOPIC, 1, 1, None);
     assert_eq!(call(&mut p, &producer), [Type::ProducerSuccess]);
-    let sub = wire::commands::subscribe(
-        TOPIC,
-        "s",
-        7,
-        2,
-        SubType::Shared,
-        None,
-        InitialPosition::Earliest,
-    );
-    assert_eq!(call(&mut c, &sub), [Type::Success]);
+    assert_eq!(call(&mut c, &subscribe(7, 2)), [Type::Success]);
     (b, p, c)
 }
 
@@ -114,16 +108,7 @@ fn a_redelivery_after_a_connection_is_lost_and_an_admin_skip() {
     drop(c);
     let mut c2 = b.connect("consumer-2");
     call(&mut c2, &wire::commands::connect("t", 21));
-    let sub = wire::commands::subscribe(
-        TOPIC,
-        "s",
-        8,
-        3,
-        SubType::Shared,
-        None,
-        InitialPosition::Earliest,
-    );
-    assert_eq!(call(&mut c2, &sub), [Type::Success]);
+    assert_eq!(call(&mut c2, &subscribe(8, 3)), [Type::Success]);
     let skip =
         "POST /admin/v2/persistent/public/default/stepped/subscription/s/skip/2 HTTP/1.1\r\n\
          Host: b\r\nContent-Length: 0\r\n\r\n";
@@ -168,18 +153,7 @@ fn a_crash_and_open_on_the_same_data_dir_recovers_the_backlog() {
         call(conn, &wire::commands::connect("t", 21));
     }
     call(&mut p, &wire::commands::producer(TOPIC, 1, 1, None));
-    let sub = |id| {
-        wire::commands::subscribe(
-            TOPIC,
-            "s",
-            id,
-            2,
-            SubType::Shared,
-            None,
-            InitialPosition::Earliest,
-        )
-    };
-    assert_eq!(call(&mut c, &sub(7)), [Type::Success]);
+    assert_eq!(call(&mut c, &subscribe(7, 2)), [Type::Success]);
     call(&mut c, &wire::commands::flow(7, 100));
     for seq in 0..4 {
         publish(&mut p, seq, "k");
@@ -202,7 +176,7 @@ fn a_crash_and_open_on_the_same_data_dir_recovers_the_backlog() {
     let mut b = SteppedBroker::open(cfg, T0 + 2_000).unwrap();
     let mut c = b.connect("consumer");
     call(&mut c, &wire::commands::connect("t", 21));
-    assert_eq!(call(&mut c, &sub(8)), [Type::Success]);
+    assert_eq!(call(&mut c, &subscribe(8, 2)), [Type::Success]);
     call(&mut c, &wire::commands::flow(8, 100));
     while b.step() {}
     assert_eq!(messages(&drain(&mut c)), got[1..].to_vec());
