@@ -2,6 +2,7 @@
 //! caller's clock. Nothing happens between steps; timers fire only when the clock reaches them;
 //! the methods that wait for an answer run the loop themselves.
 
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cursor::{EntryMeta, InMemoryLedger, ManagedCursor, MemoryStore, Position};
@@ -118,13 +119,14 @@ fn an_idle_consumer_is_disconnected_by_the_clock_even_while_events_keep_coming()
     );
 }
 
-#[test]
-fn shutdown_persists_and_ends_the_loop() {
-    let dir = std::env::temp_dir().join(format!("dispatcher-stepped-{}", std::process::id()));
+/// A stepped Shared runtime over three stored entries, its cursor in a file under a fresh
+/// directory and persisted only on shutdown; a consumer received and acked all three.
+/// Returns the runtime, the ledger, the entries, the cursor file and the directory.
+fn three_acked_in_a_file(name: &str) -> (Runtime, InMemoryLedger, Vec<Position>, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("dispatcher-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("sub.cursor");
-    let clock = StepClock::new(T0);
     // The runtime appends to its own copy of the ledger: the entries go in before it starts.
     let mut ledger = InMemoryLedger::new(10_000);
     let ps: Vec<Position> = (0..3)
@@ -140,7 +142,7 @@ fn shutdown_persists_and_ends_the_loop() {
         cursor,
         ledger.clone(),
         options,
-        clock,
+        StepClock::new(T0),
     );
     let c = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
     c.flow(10);
@@ -148,55 +150,39 @@ fn shutdown_persists_and_ends_the_loop() {
     for p in received(&c) {
         c.ack(p).unwrap();
     }
+    (rt, ledger, ps, path)
+}
+
+/// The mark-delete position read back from the cursor file (`None`: nothing readable).
+fn recovered(ledger: &InMemoryLedger, path: &Path) -> Option<Position> {
+    let store = cursor::FileStore::open(path).ok()?;
+    ManagedCursor::recover(ledger, store)
+        .ok()
+        .map(|c| c.mark_delete_position())
+}
+
+#[test]
+fn shutdown_persists_and_ends_the_loop() {
+    let (rt, ledger, ps, path) = three_acked_in_a_file("shutdown");
     rt.shutdown();
-    let back = ManagedCursor::recover(&ledger, cursor::FileStore::open(&path).unwrap()).unwrap();
-    assert_eq!(back.mark_delete_position(), ps[2]);
-    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(recovered(&ledger, &path), Some(ps[2]));
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
 
 /// An abandoned runtime (a simulated crash) does not persist on drop: the store keeps what was
 /// persisted before.
 #[test]
 fn an_abandoned_runtime_keeps_only_what_was_persisted() {
-    let dir = std::env::temp_dir().join(format!("dispatcher-abandon-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("sub.cursor");
-    let mut ledger = InMemoryLedger::new(10_000);
-    for _ in 0..3 {
-        cursor::Ledger::append(&mut ledger, meta("k"));
-    }
-    let cursor = ManagedCursor::new("sub", &ledger, cursor::FileStore::open(&path).unwrap());
-    let options = RuntimeOptions {
-        persist_every: None,
-        ..RuntimeOptions::default()
-    };
-    let clock = StepClock::new(T0);
-    let rt = Runtime::start_stepped(
-        DispatcherConfig::shared(),
-        cursor,
-        ledger.clone(),
-        options,
-        clock,
-    );
-    let c = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
-    c.flow(10);
-    while rt.step() {}
-    for p in received(&c) {
-        c.ack(p).unwrap();
-    }
+    let (rt, ledger, ps, path) = three_acked_in_a_file("abandon");
     rt.abandon();
     assert!(!rt.step(), "an abandoned loop does not run");
-    drop(c);
     drop(rt);
-    let back = ManagedCursor::recover(&ledger, cursor::FileStore::open(&path).unwrap());
-    let md = back.map(|c| c.mark_delete_position()).ok();
     assert_ne!(
-        md,
-        Some(Position::new(1, 2)),
+        recovered(&ledger, &path),
+        Some(ps[2]),
         "the acks were never persisted"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
 
 #[test]
