@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 
 use cursor::Position;
 use tracing::error;
@@ -135,6 +135,8 @@ impl LedgerIndex {
 pub(crate) struct FileEntries {
     dir: PathBuf,
     log: Mutex<TopicLog>,
+    /// An `fsync` of the log runs now (without the log's lock), and its end is signalled.
+    syncing: (Mutex<bool>, Condvar),
     /// The ledger of the last append (`u64::MAX` before the first): only a read in it may need
     /// the log's write buffer flushed, so other reads never take the log's lock.
     writing: AtomicU64,
@@ -143,6 +145,45 @@ pub(crate) struct FileEntries {
 }
 
 impl FileEntries {
+    /// Makes every entry appended so far durable, with group commit: one `fsync` at a time
+    /// runs without the log's lock (other connections keep appending meanwhile), and a commit
+    /// whose bytes an `fsync` already covered (or one that ran while it waited) returns
+    /// without its own. The log's lock and `syncing` are never held together.
+    fn group_sync(&self) -> Result<(), StorageError> {
+        let target = {
+            let mut log = lock(&self.log);
+            log.flush()?;
+            log.flushed()
+        };
+        let (busy, done) = &self.syncing;
+        loop {
+            if lock(&self.log).synced() >= target {
+                return Ok(());
+            }
+            let mut running = lock(busy);
+            if *running {
+                drop(done.wait(running).unwrap_or_else(|p| p.into_inner()));
+                continue;
+            }
+            *running = true;
+            drop(running);
+            let result = self.sync_once();
+            *lock(busy) = false;
+            done.notify_all();
+            return result;
+        }
+    }
+
+    /// One `fsync` of everything handed to the OS so far, outside the log's lock.
+    fn sync_once(&self) -> Result<(), StorageError> {
+        let t = lock(&self.log).sync_target()?;
+        if let Some((f, path)) = &t.file {
+            f.sync_data().map_err(super::io_err("sync", path))?;
+        }
+        lock(&self.log).synced_upto(t.upto);
+        Ok(())
+    }
+
     /// Opens the log in `dir` (creating it), handing every stored entry to `visit` in order;
     /// its cache counts against the broker's `cache` budget.
     pub(crate) fn open(
@@ -160,6 +201,7 @@ impl FileEntries {
             dir: dir.to_path_buf(),
             writing: AtomicU64::new(log.current_ledger().unwrap_or(u64::MAX)),
             log: Mutex::new(log),
+            syncing: (Mutex::new(false), Condvar::new()),
             ledgers: RwLock::new(ledgers),
             cache: TopicCache::new(cache),
         })
@@ -248,10 +290,9 @@ impl EntryStore for FileEntries {
     }
 
     fn commit(&self, policy: SyncPolicy) -> Result<(), StorageError> {
-        let mut log = lock(&self.log);
         match policy {
-            SyncPolicy::Always => log.sync(),
-            SyncPolicy::Interval => log.flush(),
+            SyncPolicy::Always => self.group_sync(),
+            SyncPolicy::Interval => lock(&self.log).flush(),
         }
     }
 
@@ -361,6 +402,48 @@ mod tests {
         assert_eq!(
             quiet.read(Position::new(1, 7)).as_deref(),
             Some(&*section(7))
+        );
+    }
+
+    /// Group commit: threads append and commit at once; every commit returns only once the
+    /// bytes handed to the OS before it began are on the disk, and no commit waits for ever.
+    #[test]
+    fn concurrent_commits_each_return_after_their_bytes_are_synced() {
+        let dir = scratch("group");
+        let cache = Arc::new(ReadCache::new(0));
+        let store = Arc::new(FileEntries::open(&dir, cache, |_, _| Ok(())).unwrap());
+        // Appends in position order, one at a time, as the topic's state lock makes them.
+        let next = Arc::new(Mutex::new(0u64));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (store, next) = (store.clone(), next.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..50 {
+                        let target = {
+                            let mut n = lock(&next);
+                            // 30 entries a ledger: roll-overs happen between the commits.
+                            let p = Position::new(1 + *n / 30, *n % 30);
+                            store.append(p, section(*n), false).unwrap();
+                            *n += 1;
+                            let mut log = lock(&store.log);
+                            log.flush().unwrap();
+                            log.flushed()
+                        };
+                        store.commit(SyncPolicy::Always).unwrap();
+                        let synced = lock(&store.log).synced();
+                        assert!(synced >= target, "synced {synced} < {target}");
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        let log = lock(&store.log);
+        assert_eq!(
+            log.synced(),
+            log.flushed(),
+            "everything on the disk at the end"
         );
     }
 

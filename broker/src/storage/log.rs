@@ -3,6 +3,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use cursor::Position;
 use tracing::{debug, warn};
@@ -33,6 +34,25 @@ pub(crate) struct TopicLog {
     buffered: bool,
     /// Bytes were handed to the OS but not fsynced.
     dirty: bool,
+    /// Bytes appended to the write buffer and not yet handed to the OS.
+    pending: u64,
+    /// Bytes handed to the OS over the log's life (a count that only grows).
+    flushed: u64,
+    /// Of those, the bytes known to be on the disk.
+    synced: u64,
+    /// A second handle of the ledger file being written, to `fsync` it without the log's lock
+    /// ([`TopicLog::sync_target`]).
+    sync_file: Option<Arc<File>>,
+}
+
+/// What one `fsync` outside the log's lock covers ([`TopicLog::sync_target`]).
+#[derive(Debug)]
+pub(crate) struct SyncTarget {
+    /// Every byte handed to the OS up to this count.
+    pub upto: u64,
+    /// The file to `fsync` and its path (earlier ledgers' files were synced when the next one
+    /// opened).
+    pub file: Option<(Arc<File>, PathBuf)>,
 }
 
 impl TopicLog {
@@ -69,6 +89,10 @@ impl TopicLog {
                 current: None,
                 buffered: false,
                 dirty: false,
+                pending: 0,
+                flushed: 0,
+                synced: 0,
+                sync_file: None,
             },
             entries,
         ))
@@ -93,6 +117,7 @@ impl TopicLog {
                 sync_dir(&self.dir)?;
             }
             let len = f.metadata().map_err(io_err("stat", &path))?.len();
+            self.sync_file = Some(Arc::new(f.try_clone().map_err(io_err("open", &path))?));
             self.current = Some((p.ledger_id, BufWriter::with_capacity(256 * 1024, f), len));
         }
         let body_len = 16 + section.len();
@@ -109,6 +134,7 @@ impl TopicLog {
             .map_err(io_err("append", &ledger_path(&self.dir, p.ledger_id)))?;
         let offset = *len;
         *len += rec.len() as u64;
+        self.pending += rec.len() as u64;
         self.buffered = true;
         Ok(offset)
     }
@@ -130,7 +156,37 @@ impl TopicLog {
         }
         self.buffered = false;
         self.dirty = true;
+        self.flushed += std::mem::take(&mut self.pending);
         Ok(())
+    }
+
+    /// Bytes handed to the OS so far (after a [`flush`](Self::flush): every append so far).
+    pub(crate) fn flushed(&self) -> u64 {
+        self.flushed
+    }
+
+    /// Bytes known to be on the disk.
+    pub(crate) fn synced(&self) -> u64 {
+        self.synced
+    }
+
+    /// Flushes and says what an `fsync` now would make durable, to run without the log's lock
+    /// (appends go on meanwhile); [`synced_upto`](Self::synced_upto) records it when done.
+    pub(crate) fn sync_target(&mut self) -> Result<SyncTarget, StorageError> {
+        self.flush()?;
+        let path = self.current_ledger().map(|id| ledger_path(&self.dir, id));
+        Ok(SyncTarget {
+            upto: self.flushed,
+            file: self.sync_file.clone().zip(path),
+        })
+    }
+
+    /// An `fsync` begun at [`sync_target`](Self::sync_target) `upto` finished.
+    pub(crate) fn synced_upto(&mut self, upto: u64) {
+        self.synced = self.synced.max(upto);
+        if self.synced >= self.flushed && !self.buffered {
+            self.dirty = false;
+        }
     }
 
     /// Flushes, then `fsync`s what was appended since the last sync.
@@ -145,6 +201,7 @@ impl TopicLog {
                 .map_err(io_err("sync", &ledger_path(&self.dir, *id)))?;
         }
         self.dirty = false;
+        self.synced = self.flushed;
         Ok(())
     }
 
