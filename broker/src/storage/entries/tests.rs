@@ -1,0 +1,146 @@
+//! The file entry store: the sparse index, the read cache's budget, reads from cache and
+//! disk, group commit.
+
+use super::*;
+use crate::storage::cache::ENTRY_OVERHEAD;
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("broker-entries-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    d
+}
+
+fn section(i: u64) -> Arc<[u8]> {
+    Arc::from(format!("section-{i:04}").into_bytes())
+}
+
+/// Every entry reads back whether the cache holds it or not, from the file being written
+/// (still in its write buffer) and from older files, and across a reopen.
+#[test]
+fn the_sparse_index_finds_where_to_start_walking() {
+    let mut l = LedgerIndex::new(Path::new("/x"), 3, 5);
+    for i in 0..40u64 {
+        l.push(1_000 + i * 10);
+    }
+    assert_eq!(l.sparse.len(), 3, "entries 5, 21 and 37");
+    assert_eq!(l.block_of(5), Some((5, 1_000, 21)));
+    assert_eq!(l.block_of(20), Some((5, 1_000, 21)));
+    assert_eq!(l.block_of(21), Some((21, 1_160, 37)));
+    assert_eq!(
+        l.block_of(44),
+        Some((37, 1_320, 45)),
+        "the last block is short"
+    );
+    assert_eq!(l.block_of(45), None, "past the last entry");
+    assert_eq!(l.block_of(4), None, "before the first");
+}
+
+#[test]
+fn a_topic_without_readers_leaves_the_cache_to_the_others() {
+    let budget = 4 * (12 + ENTRY_OVERHEAD);
+    let cache = Arc::new(ReadCache::new(budget));
+    let quiet = FileEntries::open(&scratch("quiet"), cache.clone(), |_, _| Ok(())).unwrap();
+    let read = FileEntries::open(&scratch("read-by-some"), cache.clone(), |_, _| Ok(())).unwrap();
+    for i in 0..100 {
+        quiet
+            .append(Position::new(1, i), section(i), false)
+            .unwrap();
+    }
+    assert_eq!(cache.bytes(), 0, "appends nobody will read are not cached");
+    for i in 0..4 {
+        read.append(Position::new(1, i), section(i), true).unwrap();
+    }
+    assert_eq!(
+        cache.bytes(),
+        budget,
+        "the whole budget went to the topic with readers"
+    );
+    assert_eq!(
+        read.cache.get(Position::new(1, 0)).as_deref(),
+        Some(&*section(0))
+    );
+    // Uncommitted and uncached: read back through the file all the same.
+    assert_eq!(
+        quiet.read(Position::new(1, 7)).as_deref(),
+        Some(&*section(7))
+    );
+}
+
+/// Group commit: threads append and commit at once; every commit returns only once the
+/// bytes handed to the OS before it began are on the disk, and no commit waits for ever.
+#[test]
+fn concurrent_commits_each_return_after_their_bytes_are_synced() {
+    let dir = scratch("group");
+    let cache = Arc::new(ReadCache::new(0));
+    let store = Arc::new(FileEntries::open(&dir, cache, |_, _| Ok(())).unwrap());
+    // Appends in position order, one at a time, as the topic's state lock makes them.
+    let next = Arc::new(Mutex::new(0u64));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (store, next) = (store.clone(), next.clone());
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    let target = {
+                        let mut n = lock(&next);
+                        // 30 entries a ledger: roll-overs happen between the commits.
+                        let p = Position::new(1 + *n / 30, *n % 30);
+                        store.append(p, section(*n), false).unwrap();
+                        *n += 1;
+                        let mut log = lock(&store.log);
+                        log.flush().unwrap();
+                        log.flushed()
+                    };
+                    store.commit(SyncPolicy::Always).unwrap();
+                    let synced = lock(&store.log).synced();
+                    assert!(synced >= target, "synced {synced} < {target}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let log = lock(&store.log);
+    assert_eq!(
+        log.synced(),
+        log.flushed(),
+        "everything on the disk at the end"
+    );
+}
+
+#[test]
+fn entries_read_back_from_cache_and_disk() {
+    let dir = scratch("read");
+    // A cache of three entries.
+    let budget = 3 * (12 + ENTRY_OVERHEAD);
+    let cache = Arc::new(ReadCache::new(budget));
+    let ps: Vec<Position> = (0..10).map(|i| Position::new(1 + i / 4, i % 4)).collect();
+    {
+        let store = FileEntries::open(&dir, cache.clone(), |_, _| Ok(())).unwrap();
+        for (i, p) in ps.iter().enumerate() {
+            store.append(*p, section(i as u64), true).unwrap();
+        }
+        assert_eq!(cache.bytes(), budget, "the cache keeps to its budget");
+        for (i, p) in ps.iter().enumerate().rev() {
+            assert_eq!(store.read(*p).as_deref(), Some(&*section(i as u64)), "{p}");
+        }
+        assert_eq!(store.read(Position::new(9, 0)), None);
+        store.commit(SyncPolicy::Always).unwrap();
+        store.delete_below(Position::new(3, 0));
+        assert_eq!(store.read(ps[0]), None, "a deleted ledger");
+        assert_eq!(store.read(ps[8]).as_deref(), Some(&*section(8)));
+    }
+    let mut seen = Vec::new();
+    let store = FileEntries::open(&dir, Arc::new(ReadCache::new(0)), |p, _| {
+        seen.push(p);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen, ps[8..].to_vec(), "ledgers 1 and 2 were deleted");
+    assert_eq!(
+        store.read(ps[9]).as_deref(),
+        Some(&*section(9)),
+        "no cache: from disk"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
