@@ -25,7 +25,8 @@ use std::time::Instant;
 use tests::sim::{
     broker_cannot_run, default_mix, describe_skipped, json_report, load, repro_command, repro_line,
     run_broker, run_scenario, run_threaded_with, summary_table, timeline_svg, violation_report,
-    Legacy, ReportStyle, RunOptions, RunResult, Scenario, Skipped, Summary, TimelineOptions,
+    Legacy, ReportStyle, RunOptions, RunResult, Scenario, SimRuntime, Skipped, Summary,
+    TimelineOptions,
 };
 
 const DEFAULT_SEED: u64 = 1;
@@ -38,9 +39,8 @@ struct Args {
     legacy: Option<Legacy>,
     expect_violation: bool,
     check_determinism: bool,
-    runtime_threads: bool,
-    /// `--runtime broker`: through the broker's stepped core (deterministic).
-    runtime_broker: bool,
+    /// `--runtime`: the world, the threaded runtime or the broker's stepped core.
+    runtime: SimRuntime,
     log: Option<String>,
     json: String,
     list: bool,
@@ -81,8 +81,7 @@ fn parse_args() -> Result<Args, ArgError> {
         legacy: None,
         expect_violation: false,
         check_determinism: false,
-        runtime_threads: false,
-        runtime_broker: false,
+        runtime: SimRuntime::World,
         log: None,
         json: "target/sim/report.json".into(),
         list: false,
@@ -125,9 +124,9 @@ fn parse_args() -> Result<Args, ArgError> {
             "--expect-violation" => a.expect_violation = true,
             "--check-determinism" => a.check_determinism = true,
             "--runtime" => match val("--runtime")?.as_str() {
-                "sim" => (a.runtime_threads, a.runtime_broker) = (false, false),
-                "threads" => (a.runtime_threads, a.runtime_broker) = (true, false),
-                "broker" => (a.runtime_threads, a.runtime_broker) = (false, true),
+                "sim" => a.runtime = SimRuntime::World,
+                "threads" => a.runtime = SimRuntime::Threads,
+                "broker" => a.runtime = SimRuntime::Broker,
                 other => {
                     return Err(bad(format!(
                         "unknown runtime `{other}` (sim, threads or broker)"
@@ -154,12 +153,12 @@ fn parse_args() -> Result<Args, ArgError> {
     if a.seeds == 0 {
         return Err(bad("--seeds must be at least 1".into()));
     }
-    if a.timeline.is_some() && a.runtime_threads {
+    if a.timeline.is_some() && a.runtime == SimRuntime::Threads {
         return Err(bad(
             "--timeline draws one deterministic run; drop --runtime threads".into(),
         ));
     }
-    if a.check_determinism && a.runtime_threads {
+    if a.check_determinism && a.runtime == SimRuntime::Threads {
         return Err(bad(
             "--runtime threads is not deterministic (the threads decide the interleaving); \
              drop --check-determinism"
@@ -209,7 +208,7 @@ fn run_one(s: &Scenario, seed: u64, args: &Args, keep_log: bool) -> Outcome {
         keep_log,
     };
     let run = |opts: &RunOptions| {
-        if args.runtime_broker {
+        if args.runtime == SimRuntime::Broker {
             run_broker(s, opts)
         } else {
             run_scenario(s, opts).map(|r| (r, Skipped::new()))
@@ -235,7 +234,10 @@ fn run_one(s: &Scenario, seed: u64, args: &Args, keep_log: bool) -> Outcome {
                 again.log_hash,
                 again.log_lines,
                 repro_command(&s.name, seed, args.legacy),
-                runtime_flag(args)
+                match args.runtime {
+                    SimRuntime::World => String::new(),
+                    other => format!(" --runtime {}", other.as_str()),
+                }
             ));
         }
     }
@@ -284,13 +286,12 @@ struct Finish<'a> {
 impl Finish<'_> {
     fn report(self) -> ExitCode {
         let args = self.args;
-        let threads = args.runtime_threads;
+        let threads = args.runtime == SimRuntime::Threads;
         let mut rows = Summary::group(&self.results, &self.walls);
-        // A broker run checks what a threaded one does, plus acked-redelivered and early.
-        Summary::annotate(&mut rows, self.scenarios, threads || args.runtime_broker);
+        Summary::annotate(&mut rows, self.scenarios, args.runtime);
         print!("{}", summary_table(&rows, true));
         for (name, sk, seeds) in self.skipped.iter().filter(|s| !s.1.is_empty()) {
-            if args.runtime_broker {
+            if args.runtime == SimRuntime::Broker {
                 println!(
                     "broker: {name}: skipped or approximated {} over {seeds} seed(s)",
                     describe_skipped(sk)
@@ -305,10 +306,10 @@ impl Finish<'_> {
         let style = ReportStyle {
             legacy: args.legacy,
             all: args.all_violations,
-            threads,
+            runtime: args.runtime,
         };
         let report = violation_report(&self.results, self.scenarios, &style);
-        print!("{}", with_runtime(&report, args));
+        print!("{report}");
         if args.check_determinism {
             println!("determinism: every run repeated with an identical event-log hash");
         }
@@ -360,7 +361,7 @@ impl Finish<'_> {
             &self.results,
             &self.walls,
             args.legacy.map(Legacy::as_str),
-            |r| format!("{}{}", repro_line(r, &style), runtime_flag(args)),
+            |r| repro_line(r, &style),
         );
         match write_file("the JSON report", &args.json, &json) {
             Ok(()) => println!("report: {}", args.json),
@@ -373,10 +374,10 @@ impl Finish<'_> {
         println!(
             "{} {}runs in {:.1?}, {violations} violation(s)",
             self.results.len(),
-            match (threads, args.runtime_broker) {
-                (true, _) => "threaded ",
-                (_, true) => "broker ",
-                _ => "",
+            match args.runtime {
+                SimRuntime::Threads => "threaded ",
+                SimRuntime::Broker => "broker ",
+                SimRuntime::World => "",
             },
             self.started.elapsed()
         );
@@ -386,35 +387,6 @@ impl Finish<'_> {
         }
         code
     }
-}
-
-/// ` --runtime broker` when the runs went through the broker, for reproduce lines.
-fn runtime_flag(args: &Args) -> &'static str {
-    if args.runtime_broker {
-        " --runtime broker"
-    } else {
-        ""
-    }
-}
-
-/// The violation report with the runtime flag on its reproduce lines.
-fn with_runtime(report: &str, args: &Args) -> String {
-    let flag = runtime_flag(args);
-    report
-        .lines()
-        .map(|l| {
-            let repro = l.trim_start().starts_with("reproduce: ");
-            let line = if repro && !flag.is_empty() {
-                match l.find("   (") {
-                    Some(i) => format!("{}{flag}{}", &l[..i], &l[i..]),
-                    None => format!("{l}{flag}"),
-                }
-            } else {
-                l.to_string()
-            };
-            line + "\n"
-        })
-        .collect()
 }
 
 /// `--runtime broker` without `--scenario`: the shipped scenarios the broker can honour (a
@@ -582,10 +554,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     }
-    if args.runtime_threads {
+    if args.runtime == SimRuntime::Threads {
         return run_threads(&args, scenarios);
     }
-    let scenarios = if args.runtime_broker {
+    let scenarios = if args.runtime == SimRuntime::Broker {
         broker_scenarios(&args, scenarios)
     } else {
         scenarios

@@ -45,7 +45,7 @@ pub use check::{Violation, ViolationKind};
 pub use library::{builtin, builtin_names, default_mix, load};
 pub use report::{
     invariants_checked, json_report, repro_line, seed_ranges, summary_table, violation_report,
-    Invariant, ReportStyle, Summary,
+    Invariant, ReportStyle, SimRuntime, Summary,
 };
 pub use rng::{Purpose, Rng, Zipf};
 pub use scenario::{ParseError, Scenario};

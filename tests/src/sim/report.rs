@@ -59,20 +59,47 @@ impl Invariant {
     }
 }
 
+/// Where a run ran: what it checks and how it is reproduced depend on it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SimRuntime {
+    /// The deterministic world (`--runtime sim`, the default).
+    #[default]
+    World,
+    /// The dispatcher's threaded runtime (`--runtime threads`).
+    Threads,
+    /// The broker's core, `broker::stepped` (`--runtime broker`).
+    Broker,
+}
+
+impl SimRuntime {
+    /// The name `--runtime` takes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SimRuntime::World => "sim",
+            SimRuntime::Threads => "threads",
+            SimRuntime::Broker => "broker",
+        }
+    }
+}
+
 /// The invariants a run of `s` checks: on the deterministic world every one (per-key order on
 /// Key_Shared only; `expect` when the scenario has such lines); on the threaded runtime
-/// (`threads`) per-key order, no loss, no stall and the `expect` lines, as the threaded run
-/// checks them from its event log.
-pub fn invariants_checked(s: &Scenario, threads: bool) -> Vec<Invariant> {
+/// per-key order, no loss, no stall and the `expect` lines, as the threaded run checks them
+/// from its event log; through the broker those and, beside them, acked messages never sent
+/// again unmarked and no delayed message early (the broker's internals are not modelled: no
+/// cursor or model check).
+pub fn invariants_checked(s: &Scenario, runtime: SimRuntime) -> Vec<Invariant> {
     let mut v = Vec::new();
     if s.config.sub != SubKind::Shared {
         v.push(Invariant::Order);
     }
     v.push(Invariant::Loss);
     v.push(Invariant::Stall);
-    if !threads {
+    if runtime == SimRuntime::World {
         v.push(Invariant::Cursor);
         v.push(Invariant::Model);
+    }
+    if runtime != SimRuntime::Threads {
         v.push(Invariant::Acked);
         if s.has_delayed() {
             v.push(Invariant::Early);
@@ -133,10 +160,10 @@ impl Summary {
     }
 
     /// Fills in [`checked`](Self::checked) of every row from its scenario in `scenarios`.
-    pub fn annotate(rows: &mut [Summary], scenarios: &[Scenario], threads: bool) {
+    pub fn annotate(rows: &mut [Summary], scenarios: &[Scenario], runtime: SimRuntime) {
         for r in rows {
             if let Some(s) = scenarios.iter().find(|s| s.name == r.scenario) {
-                r.checked = invariants_checked(s, threads);
+                r.checked = invariants_checked(s, runtime);
             }
         }
     }
@@ -230,8 +257,8 @@ pub struct ReportStyle {
     pub legacy: Option<Legacy>,
     /// Print every violation in full, not only the first.
     pub all: bool,
-    /// The runs were on the threaded runtime.
-    pub threads: bool,
+    /// Where the runs ran.
+    pub runtime: SimRuntime,
 }
 
 /// `1-3 7 9-12`: sorted seeds with runs of consecutive seeds collapsed, at most `max` items.
@@ -261,13 +288,12 @@ pub fn seed_ranges(seeds: &[u64], max: usize) -> String {
     items.join(" ")
 }
 
-/// The command that reruns `r` (on the threaded runtime with `style.threads`).
+/// The command that reruns `r` (with `--runtime` when it did not run on the world).
 pub fn repro_line(r: &RunResult, style: &ReportStyle) -> String {
     let base = crate::sim::repro_command(&r.scenario, r.seed, style.legacy);
-    if style.threads {
-        format!("{base} --runtime threads")
-    } else {
-        base
+    match style.runtime {
+        SimRuntime::World => base,
+        other => format!("{base} --runtime {}", other.as_str()),
     }
 }
 
@@ -279,10 +305,9 @@ fn full_violation(
     style: &ReportStyle,
     with_tail: bool,
 ) {
-    let rt = if style.threads {
-        " runtime=threads"
-    } else {
-        ""
+    let rt = match style.runtime {
+        SimRuntime::World => String::new(),
+        other => format!(" runtime={}", other.as_str()),
     };
     let _ = writeln!(out, "VIOLATION [{} seed={}{rt}] {v}", r.scenario, r.seed);
     if v.kind == ViolationKind::Expectation {
@@ -294,7 +319,7 @@ fn full_violation(
             let _ = writeln!(out, "  failed expectation: line {n}: {text}");
         }
     }
-    let note = if style.threads {
+    let note = if style.runtime == SimRuntime::Threads {
         "   (the workload; the threads decide the interleaving)"
     } else {
         ""
