@@ -1,0 +1,142 @@
+//! The end of a broker run: whether the backlog drained, a loss (entries neither acked nor
+//! dropped with an empty backlog) or a stall (with the broker's `whyBlocked` for the key), the
+//! scenario's `expect` lines, and the [`RunResult`].
+
+use cursor::Position;
+
+use super::{Run, SUB_PATH};
+use crate::sim::check::{key_str, ViolationKind};
+use crate::sim::scenario::{Expect, Scenario};
+use crate::sim::threads::Skipped;
+use crate::sim::world::RunResult;
+
+impl Run {
+    /// After the last step: whether the run is over (drained, lost, or stalled).
+    pub(super) fn drained(&mut self, housekeeping: bool, last: u64) -> bool {
+        let done = self
+            .published
+            .keys()
+            .all(|p| self.acked.contains(p) || self.dropped.contains(p));
+        if !done && !housekeeping {
+            return self.stalled(last);
+        }
+        let Some((_, backlog)) = self.cursor() else {
+            return self.stalled(last);
+        };
+        match (done, backlog) {
+            (true, 0) => {
+                self.log("backlog drained".into());
+                true
+            }
+            (false, 0) => {
+                let lost: Vec<String> = self
+                    .published
+                    .keys()
+                    .filter(|p| !self.acked.contains(p) && !self.dropped.contains(p))
+                    .map(Position::to_string)
+                    .collect();
+                let detail = format!("{} published entries are neither acked nor dropped by a recorded operation, and the broker's backlog is empty", lost.len());
+                self.violate(
+                    ViolationKind::Loss,
+                    None,
+                    lost.into_iter().take(10).collect(),
+                    Vec::new(),
+                    detail,
+                );
+                true
+            }
+            _ => self.stalled(last),
+        }
+    }
+
+    pub(super) fn stalled(&mut self, last: u64) -> bool {
+        let quiet_since = last.max(self.last_progress);
+        let why = if self.now > last.saturating_add(self.cfg.drain_bound) {
+            "the backlog did not drain within the bound".to_string()
+        } else if self.now > quiet_since.saturating_add(self.cfg.stall_window) {
+            format!(
+                "no entry was acked or dropped for {} ms",
+                self.now - quiet_since
+            )
+        } else {
+            return false;
+        };
+        let first = self
+            .published
+            .iter()
+            .find(|(p, _)| !self.acked.contains(p) && !self.dropped.contains(p))
+            .map(|(p, k)| (*p, k.clone()));
+        let backlog = self.cursor().map_or(0, |c| c.1);
+        let mut detail = format!("{why}: the broker's backlog is {backlog} entries");
+        let mut key = None;
+        if let Some((p, k)) = first {
+            detail.push_str(&format!(
+                "; the first entry neither acked nor dropped is {p}"
+            ));
+            if let (true, Some(k)) = (self.key_shared, k) {
+                let q = format!(
+                    "GET {SUB_PATH}/whyBlocked?key={} HTTP/1.1\r\nHost: sim\r\n\r\n",
+                    key_str(&k)
+                );
+                let (_, body) = self.b.admin(q.as_bytes());
+                let why = String::from_utf8_lossy(&body);
+                let why = why.split_whitespace().collect::<Vec<_>>().join(" ");
+                detail.push_str(&format!("; whyBlocked: {why}"));
+                key = Some(key_str(&k));
+            }
+        }
+        self.violate(ViolationKind::Stall, key, Vec::new(), Vec::new(), detail);
+        true
+    }
+
+    pub(super) fn check_expectations(&mut self, expects: &[Expect]) {
+        for e in expects {
+            let failed = match e {
+                Expect::Start(n, p) => (!self.order.started_by(n, *p))
+                    .then(|| format!("expected {n} to start {p}; it never did")),
+                Expect::NoStart(n, p) => self
+                    .order
+                    .started_by(n, *p)
+                    .then(|| format!("expected {n} never to start {p}; it did")),
+                Expect::Order(a, b) => {
+                    match (self.order.last_finish(*a), self.order.first_start(*b)) {
+                        (Some(fa), Some(sb)) if fa <= sb => None,
+                        (fa, sb) => Some(format!(
+                            "expected {a} finished (t={fa:?}) before {b} first started (t={sb:?})"
+                        )),
+                    }
+                }
+            };
+            if let Some(d) = failed {
+                self.simple(ViolationKind::Expectation, d);
+            }
+        }
+    }
+
+    pub(super) fn result(mut self, scenario: &Scenario, seed: u64) -> (RunResult, Skipped) {
+        self.log(format!(
+            "end violations={} messages={} entries={} faults={}",
+            self.violations.len(),
+            self.messages,
+            self.published.len(),
+            self.faults
+        ));
+        let r = RunResult {
+            scenario: scenario.name.clone(),
+            seed,
+            messages: self.messages,
+            entries: self.published.len() as u64,
+            keys: self.keys.len() as u64,
+            faults: self.faults,
+            violations: std::mem::take(&mut self.violations),
+            log_hash: self.hash,
+            log_lines: self.lines,
+            sim_time: self.now,
+            events: self.events,
+            starts: self.order.starts,
+            log_tail: self.tail.iter().cloned().collect(),
+            log: self.full.take(),
+        };
+        (r, std::mem::take(&mut self.skipped))
+    }
+}

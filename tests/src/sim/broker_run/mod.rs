@@ -1,0 +1,287 @@
+//! `--runtime broker`: the scenario workloads of the deterministic world driven through the
+//! broker's real sans-IO core ([`broker::stepped`]) in Pulsar's binary protocol.
+//!
+//! One producer connection SENDs every entry (batch entries as real batch sections, chunked
+//! messages chunk by chunk, delayed ones with `deliver_at_time`); every consumer has its own
+//! connection (CONNECT, SUBSCRIBE earliest, then FLOW / ACK with request ids / REDELIVER /
+//! PIP-493 NEGATIVE_ACK as its `client::Consumer` asks) and an application that takes a seeded
+//! random time per message. Frames cross a network with the scenario's per-connection FIFO delay
+//! (`net=`). The clock is virtual (ms, advanced event by event), maps are ordered and every
+//! random draw comes from the seed: one seed, one byte-identical event log.
+//!
+//! Checked: per-key order on Key_Shared, no loss (every published entry acked, or dropped by
+//! an admin operation: the cursor's mark-delete move read from `internalStats`), no stall, no
+//! acked message sent again unmarked (checked on the MESSAGE frames as they leave the broker,
+//! against the ACKs it answered with success), no delayed message sent early, every frame
+//! readable by a strict client, and the scenario's `expect` lines.
+//!
+//! A broker restart is real (not approximated) when the scenario can restart (scripted `restart`
+//! steps or random restart faults) or asks for `store=file`: that run's broker stores its topics
+//! and cursors in a temporary data directory of its own (removed when the run ends, also when it
+//! fails; `--sync interval`: entries reach the OS before their receipt, as with `always`, so a
+//! killed broker leaves the same files, without an fsync per SEND), and a `restart` kills it
+//! ([`SteppedBroker::crash`]: no dispatcher runs again, no shutdown persist), loses every
+//! connection (crashed consumers' too) and opens the same directory again ([`SteppedBroker::open`])
+//! at the virtual time. The connected consumers reconnect with fresh clients after 10-100 ms, as
+//! the world's do; leaving and crashed ones are gone. The producer reconnects at once and goes on
+//! publishing (its SENDs are answered at once, so no send is ever without its receipt at a crash:
+//! every published entry must survive). Acks the crash lost (accepted after the cursor's last
+//! persist: neither in the cursor's store nor at or below the recovered mark-delete) come back and
+//! no longer count as accepted; a message the client had discarded whose ack was lost may then come
+//! after later ones of its key (exempt from the first-start order rule, reported). An admin
+//! operation's drop the crash undid is logged. Scenarios without restarts run on the in-memory
+//! broker.
+//!
+//! Does not: evict by backlog quota (`evict` has no REST operation: skipped). Settings the
+//! broker has no equivalent for (`max_unacked`, `max_unacked_sub`, `look_ahead`, `reads`,
+//! `interval`, `persist`: the broker persists cursors every second, the hash-range auto-split
+//! selector: the broker's AUTO_SPLIT is its consistent-hashing ring) are reported and left at
+//! the broker's defaults. Expiry works in whole seconds there: a scenario's age in ms is
+//! rounded up (never expires a younger message). As the world's adapter does, the runner tells
+//! the client that nacked an entry an admin operation dropped (Pulsar's protocol has no such
+//! notice).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use broker::stepped::{Connection, SteppedBroker};
+use client::{Consumer, MessageId};
+use cursor::Position;
+use wire::proto::MessageMetadata;
+
+use crate::sim::check::{MsgRef, OrderChecker, Violation};
+use crate::sim::rng::{Purpose, Rng};
+use crate::sim::scenario::{Action, ConsumerOpts, FaultKind, Scenario, SubKind, WorldConfig};
+use crate::sim::threads::{describe_skipped, Skipped};
+use crate::sim::world::{Legacy, RunOptions, RunResult, World};
+
+mod admin;
+mod checks;
+mod consumer_wire;
+mod consumers;
+mod frames;
+mod producer;
+mod restart;
+mod run;
+mod setup;
+
+use restart::DataDir;
+use setup::{broker_config, concrete_steps, config_notes};
+
+/// Virtual time 0 on the broker's (wall-clock ms) clock.
+const T0: u64 = 1_764_000_000_000;
+const TOPIC: &str = "persistent://public/default/sim";
+const SUB_PATH: &str = "/admin/v2/persistent/public/default/sim/subscription/sim";
+const TAIL: usize = 60;
+const HOUSEKEEPING_MS: u64 = 100;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum CState {
+    Connected,
+    Leaving,
+    Crashed,
+    Gone,
+}
+
+/// What an application holds: the message and when it finishes (`None`: a manual consumer).
+#[derive(Clone, Copy, Debug)]
+struct Task {
+    id: MessageId,
+    msg: MsgRef,
+    done_at: Option<u64>,
+}
+
+/// One consumer: its client model, connection, application and the wire in both directions.
+struct Cons {
+    opts: ConsumerOpts,
+    client: Consumer,
+    conn: Option<Connection>,
+    state: CState,
+    epoch: u64,
+    busy: Option<Task>,
+    /// Bytes on their way to the broker: (arrival, bytes, a CLOSE_CONSUMER).
+    up: VecDeque<(u64, Vec<u8>, bool)>,
+    /// Frames on their way to the client.
+    down: VecDeque<(u64, wire::Frame)>,
+    up_last: u64,
+    down_last: u64,
+    next_rid: u64,
+    /// ACK request id → what it acks (whole entry: `None`).
+    acks: BTreeMap<u64, Vec<(Position, Option<u32>)>>,
+    /// Batch sizes of the batch entries received.
+    sizes: BTreeMap<Position, u32>,
+    close_sent: bool,
+    reconnect_at: Option<u64>,
+}
+
+/// The run's state (see the module doc).
+struct Run {
+    b: SteppedBroker,
+    /// The broker's settings (with the data directory of a run that restarts).
+    bcfg: broker::BrokerConfig,
+    cfg: WorldConfig,
+    key_shared: bool,
+    ordered_nack: bool,
+    now: u64,
+    rng_fault: Rng,
+    rng_net: Rng,
+    rng_time: Rng,
+    producer: Connection,
+    producers_open: BTreeSet<u32>,
+    prod_seq: BTreeMap<u32, u64>,
+    /// Later chunks of spread chunked messages: (due, n) → (producer, metadata).
+    later: BTreeMap<(u64, u64), (u32, MessageMetadata)>,
+    later_n: u64,
+    /// When the producer last sent (the last chunk of a spread message may come after the last
+    /// step).
+    last_publish: u64,
+    cons: BTreeMap<String, Cons>,
+    /// Crashed consumers' connections until the broker notices (`notice=`).
+    dying: Vec<(u64, String, Connection)>,
+    /// Published entries and their keys.
+    published: BTreeMap<Position, Option<Vec<u8>>>,
+    /// Messages per published batch entry.
+    batches: BTreeMap<Position, u32>,
+    /// Chunks of chunked messages other than the last (a message is known by its last chunk).
+    inner_chunks: BTreeSet<Position>,
+    /// Entries whose every message the broker accepted an ack for (less those a crash lost).
+    acked: BTreeSet<Position>,
+    /// Acks the broker accepted, by (position, batch index; `None` = the whole entry), less
+    /// those a broker crash lost: none of these may reach an application again unmarked.
+    broker_acked: BTreeSet<(Position, Option<u32>)>,
+    dropped: BTreeSet<Position>,
+    nacked_by: BTreeMap<Position, String>,
+    order: OrderChecker,
+    violations: Vec<Violation>,
+    messages: u64,
+    keys: BTreeSet<Vec<u8>>,
+    faults: u64,
+    events: u64,
+    skipped: Skipped,
+    last_progress: u64,
+    hash: u64,
+    lines: u64,
+    tail: VecDeque<String>,
+    full: Option<Vec<String>>,
+}
+
+/// The steps of `s` a broker run cannot apply (skipped): backlog-quota eviction, which has no
+/// REST operation. A `restart` is a real one (see the module doc).
+pub fn broker_cannot_run(s: &Scenario) -> Skipped {
+    let mut out = Skipped::new();
+    for st in &s.steps {
+        if matches!(
+            st.action,
+            Action::Evict(_) | Action::RandomFault(FaultKind::Evict)
+        ) {
+            *out.entry("evict").or_insert(0) += 1;
+        }
+    }
+    out
+}
+
+/// Runs `scenario`'s workload through the broker's stepped core for `opts.seed` (see the
+/// module doc) and checks it. Returns the result and what was skipped or approximated, by
+/// name. Errors for a legacy switch the broker cannot provide, and for a scenario with `expect`
+/// lines whose script needs a skipped step.
+pub fn run_broker(scenario: &Scenario, opts: &RunOptions) -> Result<(RunResult, Skipped), String> {
+    let cannot = broker_cannot_run(scenario);
+    if !scenario.expects.is_empty() && !cannot.is_empty() {
+        return Err(format!(
+            "--runtime broker cannot honour the `expect` lines of this scenario: its script \
+             uses {}, which the broker cannot do",
+            describe_skipped(&cannot)
+        ));
+    }
+    let mut bcfg = broker_config(opts.legacy)?;
+    let world = World::new(
+        scenario,
+        &RunOptions {
+            seed: opts.seed,
+            ..RunOptions::default()
+        },
+    )?;
+    let steps = concrete_steps(scenario, world.expanded_steps());
+    drop(world);
+    // Declared before the run, so it is removed after the broker is gone (also on a panic).
+    let dir = match DataDir::wanted(&scenario.config, &steps) {
+        true => Some(DataDir::create(&scenario.name, opts.seed)?),
+        false => None,
+    };
+    bcfg.data_dir = dir.as_ref().map(|d| d.path().to_path_buf());
+    // Written to the OS before the receipt, as with `always`: a killed process leaves the same
+    // files (the same event log per seed either way), without an fsync per SEND.
+    bcfg.sync = broker::SyncPolicy::Interval;
+    let mut r = Run::new(scenario, opts, bcfg)?;
+    let legacy = opts.legacy.map(Legacy::as_str).unwrap_or("none");
+    r.log(format!(
+        "broker scenario={} seed={} legacy={legacy}",
+        scenario.name, opts.seed
+    ));
+    if dir.is_some() {
+        r.log("broker storage: a data directory (a restart crashes and reopens it)".into());
+    }
+    r.connect_producer();
+    r.run(&steps);
+    if r.violations.is_empty() {
+        r.check_expectations(&scenario.expects);
+    }
+    let out = r.result(scenario, opts.seed);
+    drop(dir);
+    Ok(out)
+}
+
+impl Run {
+    /// The run's state for `scenario` and `opts.seed`, with a broker over `bcfg` (opened over
+    /// its data directory, or in memory).
+    fn new(
+        scenario: &Scenario,
+        opts: &RunOptions,
+        bcfg: broker::BrokerConfig,
+    ) -> Result<Run, String> {
+        let key_shared = scenario.config.sub != SubKind::Shared;
+        let mut b = match bcfg.data_dir {
+            Some(_) => SteppedBroker::open(bcfg.clone(), T0)
+                .map_err(|e| format!("the broker did not open its data directory: {e}"))?,
+            None => SteppedBroker::new(bcfg.clone(), T0),
+        };
+        let producer = b.connect("producer");
+        Ok(Run {
+            b,
+            bcfg,
+            cfg: scenario.config.clone(),
+            key_shared,
+            ordered_nack: key_shared && opts.legacy != Some(Legacy::UnorderedNack),
+            now: 0,
+            rng_fault: Rng::new(opts.seed, Purpose::Faults),
+            rng_net: Rng::new(opts.seed, Purpose::Network),
+            rng_time: Rng::new(opts.seed, Purpose::Timing),
+            producer,
+            producers_open: BTreeSet::new(),
+            prod_seq: BTreeMap::new(),
+            later: BTreeMap::new(),
+            later_n: 0,
+            last_publish: 0,
+            cons: BTreeMap::new(),
+            dying: Vec::new(),
+            published: BTreeMap::new(),
+            batches: BTreeMap::new(),
+            inner_chunks: BTreeSet::new(),
+            acked: BTreeSet::new(),
+            broker_acked: BTreeSet::new(),
+            dropped: BTreeSet::new(),
+            nacked_by: BTreeMap::new(),
+            order: OrderChecker::new(key_shared),
+            violations: Vec::new(),
+            messages: 0,
+            keys: BTreeSet::new(),
+            faults: 0,
+            events: 0,
+            skipped: config_notes(&scenario.config),
+            last_progress: 0,
+            hash: 0xCBF2_9CE4_8422_2325,
+            lines: 0,
+            tail: VecDeque::new(),
+            full: opts.keep_log.then(Vec::new),
+        })
+    }
+}

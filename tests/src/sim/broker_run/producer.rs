@@ -1,0 +1,172 @@
+//! The producer side of a broker run: one producer connection, SENDs with their metadata
+//! (batch sections, chunks, deliver-at times), spread chunks sent later, the receipts that make
+//! an entry published.
+
+use cursor::Position;
+use wire::proto::{base_command::Type, MessageMetadata};
+
+use super::frames::{batch_body, frames_of, key_of, key_text};
+use super::{Run, T0, TOPIC};
+use crate::sim::check::ViolationKind;
+use crate::sim::scenario::PublishSpec;
+
+impl Run {
+    pub(super) fn publish(&mut self, p: &PublishSpec) {
+        for _ in 0..p.count {
+            let seq = self.prod_seq.entry(p.producer).or_insert(0);
+            *seq += 1;
+            let mut m = MessageMetadata {
+                producer_name: format!("producer-{}", p.producer),
+                sequence_id: *seq,
+                ordering_key: p.key.as_ref().map(|k| k.as_bytes().to_vec()),
+                ..Default::default()
+            };
+            if p.chunks > 1 {
+                m.uuid = Some(format!("producer-{}-{}", p.producer, m.sequence_id));
+                m.num_chunks_from_msg = Some(p.chunks as i32);
+                m.total_chunk_msg_size = Some(100 * p.chunks as i32);
+                for i in 0..p.chunks {
+                    let mut c = m.clone();
+                    c.chunk_id = Some(i as i32);
+                    if i == 0 || p.spread == 0 {
+                        self.send(p.producer, c, 1);
+                    } else {
+                        let at = self.now + u64::from(i) * p.spread;
+                        self.later_n += 1;
+                        self.later.insert((at, self.later_n), (p.producer, c));
+                    }
+                }
+            } else if p.delay > 0 {
+                m.deliver_at_time = Some((T0 + self.now + p.delay) as i64);
+                self.send(p.producer, m, 1);
+            } else {
+                if p.batch > 1 {
+                    m.num_messages_in_batch = Some(p.batch as i32);
+                }
+                self.send(p.producer, m, p.batch.max(1));
+            }
+        }
+    }
+
+    pub(super) fn due_chunks(&mut self) {
+        while let Some(e) = self.later.first_entry() {
+            if e.key().0 > self.now {
+                break;
+            }
+            let (producer, m) = e.remove();
+            self.send(producer, m, 1);
+        }
+    }
+
+    pub(super) fn connect_producer(&mut self) {
+        let mut bytes = Vec::new();
+        wire::encode_command(
+            &wire::commands::connect("sim", broker::PROTOCOL_VERSION),
+            &mut bytes,
+        );
+        if let Err(e) = self.producer.handle_bytes(&bytes) {
+            self.simple(
+                ViolationKind::Model,
+                format!("the producer's CONNECT failed: {e:?}"),
+            );
+        }
+        self.producer_frames();
+    }
+
+    /// One SEND (with PRODUCER first for a new producer) and its receipt.
+    pub(super) fn send(&mut self, producer: u32, mut m: MessageMetadata, n: u32) {
+        m.publish_time = T0 + self.now;
+        self.last_publish = self.now;
+        let pid = u64::from(producer);
+        let mut bytes = Vec::new();
+        if self.producers_open.insert(producer) {
+            let cmd = wire::commands::producer(TOPIC, pid, pid + 1, Some(&m.producer_name));
+            wire::encode_command(&cmd, &mut bytes);
+        }
+        let body = if n > 1 {
+            batch_body(&m, n)
+        } else {
+            m.producer_name.clone().into_bytes()
+        };
+        let cmd = wire::commands::send(pid, m.sequence_id, n as i32);
+        wire::encode_with_payload(&cmd, &m, &body, &mut bytes);
+        if let Err(e) = self.producer.handle_bytes(&bytes) {
+            self.simple(
+                ViolationKind::Model,
+                format!("the producer's connection closed: {e:?}"),
+            );
+        }
+        for f in self.producer_frames() {
+            let Some(r) = f.command.send_receipt.as_ref() else {
+                continue;
+            };
+            let Some(id) = r.message_id.as_ref() else {
+                continue;
+            };
+            self.published_entry(Position::new(id.ledger_id, id.entry_id), &m, n);
+        }
+    }
+
+    /// The producer connection's frames (PING answered); errors are violations.
+    pub(super) fn producer_frames(&mut self) -> Vec<wire::Frame> {
+        let mut out = Vec::new();
+        while let Some(buf) = self.producer.poll_transmit() {
+            match frames_of(&buf) {
+                Ok(fs) => out.extend(fs),
+                Err(e) => self.simple(
+                    ViolationKind::Model,
+                    format!("unreadable frame to the producer: {e}"),
+                ),
+            }
+        }
+        for f in &out {
+            match f.command.r#type() {
+                Type::Ping => {
+                    let mut pong = Vec::new();
+                    wire::encode_command(&wire::commands::pong(), &mut pong);
+                    let _ = self.producer.handle_bytes(&pong);
+                }
+                Type::Error | Type::SendError => {
+                    let d = format!("the broker refused a publish: {:?}", f.command);
+                    self.simple(ViolationKind::Model, d);
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    pub(super) fn published_entry(&mut self, pos: Position, m: &MessageMetadata, n: u32) {
+        let key = key_of(m);
+        if m.chunk_id.unwrap_or(0) == 0 {
+            self.messages += u64::from(n);
+        }
+        if m.deliver_at_time.is_some() {
+            self.order.mark_delayed(pos);
+        }
+        if m.uuid.is_some() && m.chunk_id.unwrap_or(0) + 1 < m.num_chunks_from_msg.unwrap_or(1) {
+            self.inner_chunks.insert(pos);
+        }
+        if let Some(k) = &key {
+            self.keys.insert(k.clone());
+        }
+        let what = match (&m.uuid, m.deliver_at_time) {
+            (Some(u), _) => format!(
+                " chunk {u}#{}/{}",
+                m.chunk_id.unwrap_or(0),
+                m.num_chunks_from_msg.unwrap_or(1)
+            ),
+            (None, _) if n > 1 => format!(" batch {n}"),
+            (None, Some(at)) => format!(" deliver_at={}", (at as u64).saturating_sub(T0)),
+            (None, None) => String::new(),
+        };
+        self.log(format!(
+            "publish {pos} key={}{what}",
+            key_text(key.as_deref())
+        ));
+        self.published.insert(pos, key);
+        if n > 1 {
+            self.batches.insert(pos, n);
+        }
+    }
+}
