@@ -142,8 +142,9 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
     broker_steps()
 }
 
-/// The same mixes through the broker's sans-IO core (`--runtime broker`), each run twice for
-/// determinism, and the legacy switches the broker has, each caught there too.
+/// The same mixes through the broker's sans-IO core (`--runtime broker`, restarts over a data
+/// directory), each run twice for determinism, and the legacy switches the broker has, each
+/// caught there too.
 fn broker_steps() -> anyhow::Result<()> {
     sh(sim(&[
         "--runtime",
@@ -158,6 +159,7 @@ fn broker_steps() -> anyhow::Result<()> {
         ("mark-delete-cleanup", "seed-000-draining-skip"),
         ("unordered-nack", "seed-002-nack"),
         ("no-delayed-delivery", "mix-key-shared-delayed"),
+        ("orphan-chunk-replay", "mix-shared-chunks"),
     ] {
         let json = format!("target/sim/ci-broker-legacy-{legacy}.json");
         sh(sim(&[
