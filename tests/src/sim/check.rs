@@ -135,6 +135,25 @@ pub struct OrderChecker {
 }
 
 impl OrderChecker {
+    /// Whether the scenario's `expect` line `e` failed, judged from this checker's record of
+    /// starts and finishes (simulated time): why, or `None` when it held.
+    pub(crate) fn expectation_failure(&self, e: &crate::sim::scenario::Expect) -> Option<String> {
+        use crate::sim::scenario::Expect;
+        match e {
+            Expect::Start(n, p) => (!self.started_by(n, *p))
+                .then(|| format!("expected {n} to start {p}; it never did")),
+            Expect::NoStart(n, p) => self
+                .started_by(n, *p)
+                .then(|| format!("expected {n} never to start {p}; it did")),
+            Expect::Order(a, b) => match (self.last_finish(*a), self.first_start(*b)) {
+                (Some(fa), Some(sb)) if fa <= sb => None,
+                (fa, sb) => Some(format!(
+                    "expected {a} finished (t={fa:?}) before {b} first started (t={sb:?})"
+                )),
+            },
+        }
+    }
+
     /// A checker; `enabled` = the subscription promises per-key order (Key_Shared).
     pub fn new(enabled: bool) -> Self {
         OrderChecker {

@@ -202,6 +202,40 @@ fn consumer_loop(
     }
 }
 
+/// The mix's random joins (`RandomFault(Join)`) made concrete: consumers `c<N>` numbered after
+/// the scripted joins, with the mix's options. Other steps are unchanged.
+pub(crate) fn concrete_joins(scenario: &Scenario, steps: Vec<Step>) -> Vec<Step> {
+    let mix = scenario.mix.clone().unwrap_or_default();
+    let mut next_join = steps
+        .iter()
+        .filter(|s| matches!(s.action, Action::Join(..)))
+        .count()
+        + 1;
+    steps
+        .into_iter()
+        .map(|s| match s.action {
+            Action::RandomFault(FaultKind::Join) => {
+                let name = format!("c{next_join}");
+                next_join += 1;
+                let o = ConsumerOpts {
+                    queue: mix.queue.0.max(1),
+                    proc: mix.proc,
+                    nack: 0,
+                    manual: false,
+                    prio: 0,
+                    chunk_expiry: Some(mix.chunk_expiry),
+                    chunk_auto_ack: mix.chunk_auto_ack,
+                };
+                Step {
+                    at: s.at,
+                    action: Action::Join(name, o),
+                }
+            }
+            _ => s,
+        })
+        .collect()
+}
+
 /// Script steps a threaded run could not apply, by name (`crash`, `restart`, `ack`, …) with
 /// how many of each.
 pub type Skipped = BTreeMap<&'static str, u64>;
@@ -309,32 +343,9 @@ pub fn run_threaded_with(
     let mut delayed: Vec<Position> = Vec::new();
     let mut dropped: BTreeSet<Position> = BTreeSet::new();
     let mut rng = crate::sim::rng::Rng::new(seed, crate::sim::rng::Purpose::Faults);
-    let mix = scenario.mix.clone().unwrap_or_default();
-    let mut next_join = steps
-        .iter()
-        .filter(|s| matches!(s.action, Action::Join(..)))
-        .count()
-        + 1;
-    let steps: Vec<Step> = steps
+    let steps: Vec<Step> = concrete_joins(scenario, steps)
         .into_iter()
         .map(|s| match s.action {
-            Action::RandomFault(FaultKind::Join) => {
-                let name = format!("c{next_join}");
-                next_join += 1;
-                let o = ConsumerOpts {
-                    queue: mix.queue.0.max(1),
-                    proc: mix.proc,
-                    nack: 0,
-                    manual: false,
-                    prio: 0,
-                    chunk_expiry: Some(mix.chunk_expiry),
-                    chunk_auto_ack: mix.chunk_auto_ack,
-                };
-                Step {
-                    at: s.at,
-                    action: Action::Join(name, o),
-                }
-            }
             Action::RandomFault(FaultKind::Leave) => Step {
                 at: s.at,
                 action: Action::Leave(String::new()),

@@ -91,22 +91,7 @@ impl Run {
 
     pub(super) fn check_expectations(&mut self, expects: &[Expect]) {
         for e in expects {
-            let failed = match e {
-                Expect::Start(n, p) => (!self.order.started_by(n, *p))
-                    .then(|| format!("expected {n} to start {p}; it never did")),
-                Expect::NoStart(n, p) => self
-                    .order
-                    .started_by(n, *p)
-                    .then(|| format!("expected {n} never to start {p}; it did")),
-                Expect::Order(a, b) => {
-                    match (self.order.last_finish(*a), self.order.first_start(*b)) {
-                        (Some(fa), Some(sb)) if fa <= sb => None,
-                        (fa, sb) => Some(format!(
-                            "expected {a} finished (t={fa:?}) before {b} first started (t={sb:?})"
-                        )),
-                    }
-                }
-            };
+            let failed = self.order.expectation_failure(e);
             if let Some(d) = failed {
                 self.simple(ViolationKind::Expectation, d);
             }

@@ -264,24 +264,15 @@ impl Run {
             return;
         };
         let Some(t) = c.busy.take() else { return };
-        let r = if nack {
-            c.client.nack(now, t.id).map_err(|e| e.to_string())
-        } else {
-            c.client.ack(now, t.id).map_err(|e| e.to_string())
-        };
-        if nack {
-            self.order.nack(now, name);
-        } else {
-            self.order.finish(now, name);
-        }
-        let verb = if nack { "nacks" } else { "acks" };
-        match r {
-            Ok(()) => self.log(format!("app {name} {verb} {}", msg_str(t.msg))),
-            Err(e) => self.log(format!(
-                "app {name} {verb} {}: refused: {e}",
-                msg_str(t.msg)
-            )),
-        }
+        let line = crate::sim::world::hand_back(
+            &mut c.client,
+            &mut self.order,
+            now,
+            name,
+            (t.id, t.msg),
+            nack,
+        );
+        self.log(line);
         self.pump(name);
         self.maybe_close(name);
         self.try_start(name);

@@ -65,7 +65,7 @@ mod run;
 mod setup;
 
 use restart::DataDir;
-use setup::{broker_config, concrete_steps, config_notes};
+use setup::{broker_config, config_notes};
 
 /// Virtual time 0 on the broker's (wall-clock ms) clock.
 const T0: u64 = 1_764_000_000_000;
@@ -200,7 +200,7 @@ pub fn run_broker(scenario: &Scenario, opts: &RunOptions) -> Result<(RunResult, 
             ..RunOptions::default()
         },
     )?;
-    let steps = concrete_steps(scenario, world.expanded_steps());
+    let steps = crate::sim::threads::concrete_joins(scenario, world.expanded_steps());
     drop(world);
     // Declared before the run, so it is removed after the broker is gone (also on a panic).
     let dir = match DataDir::wanted(&scenario.config, &steps) {

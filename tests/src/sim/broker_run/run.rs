@@ -181,7 +181,7 @@ impl Run {
                 let age = self.rng_fault.range(200, 2000);
                 self.expire(age);
             }
-            // Made concrete by `concrete_steps`.
+            // Made concrete by `threads::concrete_joins`.
             Action::RandomFault(FaultKind::Join) => {}
         }
     }

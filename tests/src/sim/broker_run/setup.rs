@@ -2,7 +2,7 @@
 //! legacy switch), the scenario settings it has no equivalent for (reported), and the mix's
 //! random joins made concrete.
 
-use crate::sim::scenario::{Action, ConsumerOpts, FaultKind, Scenario, Step, SubKind, WorldConfig};
+use crate::sim::scenario::{SubKind, WorldConfig};
 use crate::sim::threads::Skipped;
 use crate::sim::world::Legacy;
 
@@ -66,37 +66,4 @@ pub(super) fn config_notes(c: &WorldConfig) -> Skipped {
         }
     }
     out
-}
-
-/// The mix's random joins and leaves made concrete, as the threaded run does.
-pub(super) fn concrete_steps(s: &Scenario, steps: Vec<Step>) -> Vec<Step> {
-    let mix = s.mix.clone().unwrap_or_default();
-    let mut next_join = steps
-        .iter()
-        .filter(|s| matches!(s.action, Action::Join(..)))
-        .count()
-        + 1;
-    steps
-        .into_iter()
-        .map(|s| match s.action {
-            Action::RandomFault(FaultKind::Join) => {
-                let name = format!("c{next_join}");
-                next_join += 1;
-                let o = ConsumerOpts {
-                    queue: mix.queue.0.max(1),
-                    proc: mix.proc,
-                    nack: 0,
-                    manual: false,
-                    prio: 0,
-                    chunk_expiry: Some(mix.chunk_expiry),
-                    chunk_auto_ack: mix.chunk_auto_ack,
-                };
-                Step {
-                    at: s.at,
-                    action: Action::Join(name, o),
-                }
-            }
-            _ => s,
-        })
-        .collect()
 }

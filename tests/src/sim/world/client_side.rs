@@ -163,32 +163,19 @@ impl World {
 
     pub(super) fn finish_task(&mut self, name: &str, nack: bool) {
         let now = self.now;
-        let result = {
-            let Some(c) = self.consumers.get_mut(name) else {
-                return;
-            };
-            let Some(t) = c.busy.take() else { return };
-            let r = if nack {
-                c.client.nack(now, t.id).map_err(|e| e.to_string())
-            } else {
-                c.client.ack(now, t.id).map_err(|e| e.to_string())
-            };
-            (t, r)
+        let Some(c) = self.consumers.get_mut(name) else {
+            return;
         };
-        let (t, r) = result;
-        if nack {
-            self.order.nack(now, name);
-        } else {
-            self.order.finish(now, name);
-        }
-        let verb = if nack { "nacks" } else { "acks" };
-        match r {
-            Ok(()) => self.log(format!("app {name} {verb} {}", msg_str(t.msg))),
-            Err(e) => self.log(format!(
-                "app {name} {verb} {}: refused: {e}",
-                msg_str(t.msg)
-            )),
-        }
+        let Some(t) = c.busy.take() else { return };
+        let line = hand_back(
+            &mut c.client,
+            &mut self.order,
+            now,
+            name,
+            (t.id, t.msg),
+            nack,
+        );
+        self.log(line);
         self.pump_client(name);
         self.maybe_close(name);
         self.try_start(name);
@@ -207,6 +194,33 @@ impl World {
             ),
             _ => self.finish_task(name, nack),
         }
+    }
+}
+
+/// The application `name` is done with message `id` (`msg` as the checker knows it): an ack,
+/// or a nack, to its client and to the order checker. Returns the event-log line.
+pub(crate) fn hand_back(
+    client: &mut Consumer,
+    order: &mut OrderChecker,
+    now: u64,
+    name: &str,
+    (id, msg): (MessageId, MsgRef),
+    nack: bool,
+) -> String {
+    let r = if nack {
+        client.nack(now, id).map_err(|e| e.to_string())
+    } else {
+        client.ack(now, id).map_err(|e| e.to_string())
+    };
+    if nack {
+        order.nack(now, name);
+    } else {
+        order.finish(now, name);
+    }
+    let verb = if nack { "nacks" } else { "acks" };
+    match r {
+        Ok(()) => format!("app {name} {verb} {}", msg_str(msg)),
+        Err(e) => format!("app {name} {verb} {}: refused: {e}", msg_str(msg)),
     }
 }
 

@@ -26,6 +26,7 @@ use crate::sim::scenario::{
 
 mod broker;
 mod client_side;
+pub(crate) use client_side::hand_back;
 mod faults;
 mod invariants;
 
