@@ -408,7 +408,10 @@ impl Driver {
         positions
     }
 
-    /// Runs `op` on the cursor and, if mark-delete moved, the core's hook. Returns the move.
+    /// Runs `op` on the cursor and, if mark-delete moved, the core's hook, then persists the
+    /// cursor whatever the cadence: an operator's skip, clear, expiry, eviction or reset is
+    /// kept before it is answered, so a crash does not bring the dropped entries back (a failed
+    /// persist is logged and retried at the cadence). Returns the move.
     pub fn admin<S: CursorStore, L: Ledger>(
         &mut self,
         now: u64,
@@ -450,6 +453,9 @@ impl Driver {
         };
         if let Some(mv) = &mv {
             core.handle_mark_delete_moved(now, mv);
+            if let Err(e) = self.persist_now(now, cell) {
+                warn!(error = %e, "cursor persist after an admin operation failed; will retry");
+            }
         }
         mv
     }

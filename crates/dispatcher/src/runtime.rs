@@ -854,13 +854,6 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                     op => op,
                 };
                 let mv = self.driver.admin(now, &mut self.core, &self.cell, op);
-                // An operator's skip, clear, expiry or reset is kept before it is answered: a
-                // crash before the next persist must not bring the dropped entries back.
-                if mv.is_some() {
-                    if let Err(e) = self.driver.persist_now(now, &self.cell) {
-                        warn!(error = %e, "cursor persist after an admin operation failed; will retry");
-                    }
-                }
                 let _ = reply.send(mv);
             }
             Event::Wake => {
