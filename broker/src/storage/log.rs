@@ -30,10 +30,6 @@ pub(crate) struct TopicLog {
     dir: PathBuf,
     /// The ledger being written, its buffered file, and the file's length with the buffer.
     current: Option<(u64, BufWriter<File>, u64)>,
-    /// Bytes are buffered (not yet handed to the OS).
-    buffered: bool,
-    /// Bytes were handed to the OS but not fsynced.
-    dirty: bool,
     /// Bytes appended to the write buffer and not yet handed to the OS.
     pending: u64,
     /// Bytes handed to the OS over the log's life (a count that only grows).
@@ -87,8 +83,6 @@ impl TopicLog {
             TopicLog {
                 dir: dir.to_path_buf(),
                 current: None,
-                buffered: false,
-                dirty: false,
                 pending: 0,
                 flushed: 0,
                 synced: 0,
@@ -135,7 +129,6 @@ impl TopicLog {
         let offset = *len;
         *len += rec.len() as u64;
         self.pending += rec.len() as u64;
-        self.buffered = true;
         Ok(offset)
     }
 
@@ -147,15 +140,13 @@ impl TopicLog {
     /// Hands the buffered entries to the OS (one `write`): after this they survive the broker
     /// process being killed.
     pub(crate) fn flush(&mut self) -> Result<(), StorageError> {
-        if !self.buffered {
+        if self.pending == 0 {
             return Ok(());
         }
         if let Some((id, f, _)) = &mut self.current {
             f.flush()
                 .map_err(io_err("write", &ledger_path(&self.dir, *id)))?;
         }
-        self.buffered = false;
-        self.dirty = true;
         self.flushed += std::mem::take(&mut self.pending);
         Ok(())
     }
@@ -184,15 +175,12 @@ impl TopicLog {
     /// An `fsync` begun at [`sync_target`](Self::sync_target) `upto` finished.
     pub(crate) fn synced_upto(&mut self, upto: u64) {
         self.synced = self.synced.max(upto);
-        if self.synced >= self.flushed && !self.buffered {
-            self.dirty = false;
-        }
     }
 
     /// Flushes, then `fsync`s what was appended since the last sync.
     pub(crate) fn sync(&mut self) -> Result<(), StorageError> {
         self.flush()?;
-        if !self.dirty {
+        if self.synced >= self.flushed {
             return Ok(());
         }
         if let Some((id, f, _)) = &self.current {
@@ -200,7 +188,6 @@ impl TopicLog {
                 .sync_data()
                 .map_err(io_err("sync", &ledger_path(&self.dir, *id)))?;
         }
-        self.dirty = false;
         self.synced = self.flushed;
         Ok(())
     }
