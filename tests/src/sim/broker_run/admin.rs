@@ -7,7 +7,7 @@ use std::ops::Bound::{Excluded, Included};
 use client::EntryId;
 use cursor::Position;
 
-use super::frames::{json_field, parse_position};
+use super::frames::parse_position;
 use super::{Run, SUB_PATH};
 
 impl Run {
@@ -15,13 +15,14 @@ impl Run {
     pub(super) fn cursor(&self) -> Option<(Position, u64)> {
         let q = "GET /admin/v2/persistent/public/default/sim/internalStats HTTP/1.1\r\nHost: sim\r\n\r\n";
         let (status, body) = self.b.admin(q.as_bytes());
-        let body = String::from_utf8_lossy(&body);
         if status != 200 {
             return None;
         }
-        let md = parse_position(json_field(&body, "markDeletePosition")?)?;
-        let backlog = json_field(&body, "numberOfEntriesSinceFirstNotAckedMessage")?;
-        Some((md, backlog.parse().ok()?))
+        let stats: serde_json::Value = serde_json::from_slice(&body).ok()?;
+        let cursor = &stats["cursors"]["sim"];
+        let md = parse_position(cursor["markDeletePosition"].as_str()?)?;
+        let backlog = cursor["numberOfEntriesSinceFirstNotAckedMessage"].as_u64()?;
+        Some((md, backlog))
     }
 
     /// Expiry of messages older than `age` ms, in the REST operation's whole seconds (rounded

@@ -61,15 +61,6 @@ pub(super) fn parse_position(s: &str) -> Option<Position> {
     Some(Position::new(l.parse().ok()?, e))
 }
 
-/// The text value of `"field": …` in a JSON body (a number or a string, not nested).
-pub(super) fn json_field<'a>(body: &'a str, field: &str) -> Option<&'a str> {
-    let at = body.find(&format!("\"{field}\""))? + field.len() + 2;
-    let rest = body[at..].trim_start().strip_prefix(':')?.trim_start();
-    let rest = rest.trim_start_matches('"');
-    let end = rest.find(['"', ',', '}', '\n'])?;
-    Some(rest[..end].trim())
-}
-
 pub(super) fn key_of(m: &MessageMetadata) -> Option<Vec<u8>> {
     m.ordering_key
         .clone()

@@ -52,7 +52,7 @@ use crate::sim::check::{MsgRef, OrderChecker, Violation};
 use crate::sim::rng::{Purpose, Rng};
 use crate::sim::scenario::{Action, ConsumerOpts, FaultKind, Scenario, SubKind, WorldConfig};
 use crate::sim::threads::{describe_skipped, Skipped};
-use crate::sim::world::{Legacy, RunOptions, RunResult, World};
+use crate::sim::world::{CState, Legacy, RunOptions, RunResult, World};
 
 mod admin;
 mod checks;
@@ -73,14 +73,6 @@ const TOPIC: &str = "persistent://public/default/sim";
 const SUB_PATH: &str = "/admin/v2/persistent/public/default/sim/subscription/sim";
 const TAIL: usize = 60;
 const HOUSEKEEPING_MS: u64 = 100;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CState {
-    Connected,
-    Leaving,
-    Crashed,
-    Gone,
-}
 
 /// What an application holds: the message and when it finishes (`None`: a manual consumer).
 #[derive(Clone, Copy, Debug)]

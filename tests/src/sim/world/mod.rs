@@ -252,8 +252,10 @@ impl Ord for Queued {
     }
 }
 
+/// A simulated consumer's life: connected, leaving (its close on the way), crashed (its
+/// connection not yet noticed gone), gone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CState {
+pub(crate) enum CState {
     Connected,
     Leaving,
     Crashed,
