@@ -736,21 +736,27 @@ fn admin_by_publish_time_and_age() {
     rt.shutdown();
 }
 
-/// With `consumer_idle_timeout`, a consumer that holds entries and neither acks nor flows is
-/// disconnected: its entries go to the other consumer and its channel closes.
-#[test]
-fn an_idle_consumer_holding_entries_is_disconnected() {
+/// A Shared runtime over an empty in-memory ledger whose consumers are disconnected after
+/// `ms` idle.
+fn shared_with_idle_timeout(ms: u64) -> Runtime {
     let ledger = InMemoryLedger::new(10_000);
     let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
-    let rt = Runtime::start_with(
+    Runtime::start_with(
         DispatcherConfig::shared(),
         cursor,
         ledger,
         dispatcher::RuntimeOptions {
-            consumer_idle_timeout: Some(Duration::from_millis(100)),
+            consumer_idle_timeout: Some(Duration::from_millis(ms)),
             ..Default::default()
         },
-    );
+    )
+}
+
+/// With `consumer_idle_timeout`, a consumer that holds entries and neither acks nor flows is
+/// disconnected: its entries go to the other consumer and its channel closes.
+#[test]
+fn an_idle_consumer_holding_entries_is_disconnected() {
+    let rt = shared_with_idle_timeout(100);
     let idle = rt.add_consumer(ConsumerSpec::new(1, "idle")).unwrap();
     idle.flow(5);
     let held = rt.publish_wait((0..5).map(|_| meta("x")).collect());
@@ -790,17 +796,7 @@ fn an_idle_consumer_holding_entries_is_disconnected() {
 /// disconnected. Each event used to restart the check's tick, so it never came.
 #[test]
 fn an_idle_consumer_is_disconnected_while_others_keep_the_thread_busy() {
-    let ledger = InMemoryLedger::new(10_000);
-    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
-    let rt = Runtime::start_with(
-        DispatcherConfig::shared(),
-        cursor,
-        ledger,
-        dispatcher::RuntimeOptions {
-            consumer_idle_timeout: Some(Duration::from_millis(400)),
-            ..Default::default()
-        },
-    );
+    let rt = shared_with_idle_timeout(400);
     let idle = rt.add_consumer(ConsumerSpec::new(1, "idle")).unwrap();
     idle.flow(1);
     let held = rt.publish_wait(vec![meta("x")]);

@@ -119,17 +119,17 @@ fn an_idle_consumer_is_disconnected_by_the_clock_even_while_events_keep_coming()
     );
 }
 
-/// A stepped Shared runtime over three stored entries, its cursor in a file under a fresh
-/// directory and persisted only on shutdown; a consumer received and acked all three.
-/// Returns the runtime, the ledger, the entries, the cursor file and the directory.
-fn three_acked_in_a_file(name: &str) -> (Runtime, InMemoryLedger, Vec<Position>, PathBuf) {
+/// A stepped Shared runtime over `n` stored entries, its cursor in a file under a fresh
+/// directory, persisted only on shutdown or when an admin operation moves it. Returns the
+/// runtime, the ledger, the entries and the cursor file.
+fn file_backed(name: &str, n: usize) -> (Runtime, InMemoryLedger, Vec<Position>, PathBuf) {
     let dir = std::env::temp_dir().join(format!("dispatcher-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("sub.cursor");
     // The runtime appends to its own copy of the ledger: the entries go in before it starts.
     let mut ledger = InMemoryLedger::new(10_000);
-    let ps: Vec<Position> = (0..3)
+    let ps: Vec<Position> = (0..n)
         .map(|_| cursor::Ledger::append(&mut ledger, meta("k")))
         .collect();
     let cursor = ManagedCursor::new("sub", &ledger, cursor::FileStore::open(&path).unwrap());
@@ -144,6 +144,12 @@ fn three_acked_in_a_file(name: &str) -> (Runtime, InMemoryLedger, Vec<Position>,
         options,
         StepClock::new(T0),
     );
+    (rt, ledger, ps, path)
+}
+
+/// [`file_backed`] over three entries, which a consumer received and acked.
+fn three_acked_in_a_file(name: &str) -> (Runtime, InMemoryLedger, Vec<Position>, PathBuf) {
+    let (rt, ledger, ps, path) = file_backed(name, 3);
     let c = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
     c.flow(10);
     while rt.step() {}
@@ -189,22 +195,7 @@ fn an_abandoned_runtime_keeps_only_what_was_persisted() {
 /// crash right after it does not bring the dropped entries back.
 #[test]
 fn an_admin_skip_survives_a_crash_right_after_it() {
-    let dir = std::env::temp_dir().join(format!("dispatcher-admin-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("sub.cursor");
-    let mut ledger = InMemoryLedger::new(10_000);
-    let ps: Vec<Position> = (0..5)
-        .map(|_| cursor::Ledger::append(&mut ledger, meta("k")))
-        .collect();
-    let cursor = ManagedCursor::new("sub", &ledger, cursor::FileStore::open(&path).unwrap());
-    let rt = Runtime::start_stepped(
-        DispatcherConfig::shared(),
-        cursor,
-        ledger.clone(),
-        RuntimeOptions::default(),
-        StepClock::new(T0),
-    );
+    let (rt, ledger, ps, path) = file_backed("admin", 5);
     assert!(rt.admin(AdminOp::Skip(2)).is_some());
     rt.abandon();
     drop(rt);
@@ -213,7 +204,7 @@ fn an_admin_skip_survives_a_crash_right_after_it() {
         Some(ps[1]),
         "the skip is on disk"
     );
-    let _ = std::fs::remove_dir_all(&dir);
+    let _ = std::fs::remove_dir_all(path.parent().unwrap());
 }
 
 #[test]
