@@ -74,8 +74,10 @@ use crate::driver::{AdminOp, Driver, Output, Persist};
 use crate::error::{AckHandleError, AddConsumerError};
 use crate::shared::Waker;
 
+mod reads;
 mod sink;
 mod stepped;
+pub use reads::ReadDelay;
 pub use sink::{DeliverySink, Destination, Refused};
 pub use stepped::StepClock;
 
@@ -151,6 +153,11 @@ pub struct RuntimeOptions {
     /// no new send). Its entries go to the others, as on [`ConsumerHandle::close`]. Checked
     /// every quarter of the timeout. `None` (the default): never.
     pub consumer_idle_timeout: Option<Duration>,
+    /// Every read and replay read the dispatcher issues completes this long after it was
+    /// issued (a delay drawn from `min_ms..=max_ms`, in issue order), while events keep
+    /// arriving: a slow disk's interleavings, for simulators and tests (a stepped runtime
+    /// makes them deterministic). `None` (the default): reads complete at once.
+    pub read_delay: Option<ReadDelay>,
 }
 
 impl Default for RuntimeOptions {
@@ -159,6 +166,7 @@ impl Default for RuntimeOptions {
             persist_every: Some(Duration::from_secs(1)),
             delivery_queue: 64,
             consumer_idle_timeout: None,
+            read_delay: None,
         }
     }
 }
@@ -449,7 +457,7 @@ impl Runtime {
         let persist_ms = options
             .persist_every
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1));
-        let mut driver = Driver::new();
+        let mut driver = Driver::new().with_deferred_reads(options.read_delay.is_some());
         if let Some(ms) = persist_ms {
             driver = driver.with_persist_every(ms);
         }
@@ -467,6 +475,7 @@ impl Runtime {
             clock,
             next_persist: None,
             next_idle_check: None,
+            reads: options.read_delay.map(reads::InFlight::new),
         };
         lp.next_persist = persist_ms.map(|ms| lp.now().saturating_add(ms));
         let rt = Runtime {
@@ -655,6 +664,8 @@ struct Loop<S: CursorStore, L: Ledger> {
     next_persist: Option<u64>,
     /// When idle consumers are looked for next ([`RuntimeOptions::consumer_idle_timeout`]).
     next_idle_check: Option<u64>,
+    /// The reads in flight ([`RuntimeOptions::read_delay`]; `None`: reads complete at once).
+    reads: Option<reads::InFlight>,
 }
 
 /// Where the loop's `now` comes from: wall-clock milliseconds that never go back (deliver-at
@@ -719,6 +730,7 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
             self.next_persist,
             self.next_idle_check,
             drain,
+            self.reads.as_ref().and_then(reads::InFlight::next_due),
         ]
         .into_iter()
         .flatten()
@@ -728,6 +740,9 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
     /// Runs what is due at `now` (see [`Loop::next_deadline`]); the caller then executes the
     /// core's commands.
     fn on_due(&mut self, now: u64) {
+        if let Some(r) = &mut self.reads {
+            r.complete_due(now, &mut self.driver, &mut self.core, &self.cell);
+        }
         if self.core.poll_timeout().is_some_and(|at| at <= now) {
             self.core.handle_timeout(now);
         }
@@ -987,9 +1002,16 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 // dead-letter topic (the driver already acked the entry on the cursor).
                 Output::SetTimer { .. } | Output::DeadLettered { .. } => {}
                 Output::Woke | Output::Rewound | Output::Read { .. } | Output::Replayed { .. } => {}
-                // This runtime's driver runs reads at once (no deferred reads).
-                Output::ReadIssued { .. } | Output::ReplayIssued { .. } => {
-                    unreachable!("the runtime's driver does not defer reads")
+                // Deferred only with a read delay: completed when due (`on_due`).
+                Output::ReadIssued { max_entries } => {
+                    if let Some(r) = &mut self.reads {
+                        r.read(now, max_entries);
+                    }
+                }
+                Output::ReplayIssued { positions } => {
+                    if let Some(r) = &mut self.reads {
+                        r.replay(now, positions);
+                    }
                 }
             }
         }

@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use cursor::{EntryMeta, InMemoryLedger, ManagedCursor, MemoryStore, Position};
-use dispatcher::{AdminOp, ConsumerSpec, DispatcherConfig, Runtime, RuntimeOptions, StepClock};
+use dispatcher::{
+    AdminOp, ConsumerSpec, DispatcherConfig, ReadDelay, Runtime, RuntimeOptions, StepClock,
+};
 
 const T0: u64 = 1_764_000_000_000;
 
@@ -46,6 +48,46 @@ fn nothing_runs_between_steps_and_a_step_delivers_everything_due() {
     assert!(rt.step(), "the step handled the flow and the publish");
     assert_eq!(received(&c).len(), 5);
     assert!(!rt.step(), "a second step finds nothing to do");
+}
+
+/// With a read delay, a read completes when the clock reaches its time (not at the step that
+/// issued it), and the delays follow the seed.
+#[test]
+fn a_delayed_read_completes_when_the_clock_reaches_it() {
+    let delay = ReadDelay {
+        min_ms: 20,
+        max_ms: 20,
+        seed: 1,
+    };
+    let options = RuntimeOptions {
+        read_delay: Some(delay),
+        ..RuntimeOptions::default()
+    };
+    let (rt, clock) = stepped(DispatcherConfig::key_shared(), options);
+    let c = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
+    c.flow(100);
+    rt.publish((0..5).map(|i| meta(&format!("k{i}"))).collect());
+    while rt.step() {}
+    assert!(received(&c).is_empty(), "the read is still in flight");
+    assert_eq!(rt.next_deadline(), Some(T0 + 20), "due after the delay");
+    clock.set(T0 + 19);
+    while rt.step() {}
+    assert!(received(&c).is_empty(), "one ms early: still in flight");
+    clock.set(T0 + 20);
+    while rt.step() {}
+    let mut got = received(&c);
+    assert!(!got.is_empty(), "the first read completed");
+    // Each later read takes its 20 ms too.
+    while let Some(at) = rt.next_deadline().filter(|_| got.len() < 5) {
+        assert!(
+            at >= clock.now() + 20 || at > T0 + 1_000,
+            "a read waits its delay"
+        );
+        clock.set(at);
+        while rt.step() {}
+        got.extend(received(&c));
+    }
+    assert_eq!(got.len(), 5);
 }
 
 #[test]
