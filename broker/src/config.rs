@@ -24,6 +24,15 @@ pub struct Legacy {
     /// `CommandNegativeAck` treated as a plain redelivery of the nacked messages (the given
     /// back ones are left to the client, which processes them first).
     pub unordered_nack: bool,
+    /// `no-batch-ack-set`: a redelivered batch carries no `ack_set`, as from Pulsar with
+    /// `acknowledgmentAtBatchIndexLevelEnabled=false`: the client hands the batch's acked
+    /// messages to the application again.
+    pub no_batch_ack_set: bool,
+    /// Not a Pulsar bug and no `--legacy` value: a regression of this project's dispatcher
+    /// ([`DispatcherConfig::legacy_replay_settle`](dispatcher::DispatcherConfig::legacy_replay_settle)),
+    /// for the simulator's `--legacy replay-settle` through this broker: with reads that
+    /// complete later, a Key_Shared subscription can stall.
+    pub replay_settle: bool,
 }
 
 /// Everything [`crate::Broker::start`] needs.
@@ -182,7 +191,8 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
   --legacy NAME             bring back a Pulsar bug, for demonstrations and tests only:
                             mark-delete-cleanup (Key_Shared skip/expiry releases draining
                             keys), orphan-chunk-replay (Shared stalls on an orphan chunk),
-                            unordered-nack (nack as Pulsar: no key-serial, no PIP-493 order)
+                            unordered-nack (nack as Pulsar: no key-serial, no PIP-493 order),
+                            no-batch-ack-set (a redelivered batch without its acked indexes)
   --allow-auto-topic-creation true|false
                             create a topic on first use (default true); false: topics
                             must be created with the admin API first
@@ -299,8 +309,9 @@ impl BrokerConfig {
                     "mark-delete-cleanup" => self.legacy.mark_delete_cleanup = true,
                     "orphan-chunk-replay" => self.legacy.orphan_chunk_replay = true,
                     "unordered-nack" => self.legacy.unordered_nack = true,
+                    "no-batch-ack-set" => self.legacy.no_batch_ack_set = true,
                     _ => return Err(
-                        "must be `mark-delete-cleanup`, `orphan-chunk-replay` or `unordered-nack`",
+                        "must be `mark-delete-cleanup`, `orphan-chunk-replay`, `unordered-nack` or `no-batch-ack-set`",
                     ),
                 }
             }

@@ -29,7 +29,7 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
-use dispatcher::StepClock;
+use dispatcher::{RuntimeOptions, StepClock};
 
 use crate::config::BrokerConfig;
 use crate::session::{Close, Now, Session};
@@ -64,23 +64,34 @@ impl SteppedBroker {
     /// whose clock reads `now_ms`: wall-clock milliseconds, as publish times are.
     pub fn new(mut cfg: BrokerConfig, now_ms: u64) -> SteppedBroker {
         cfg.data_dir = None;
-        Self::build(cfg, now_ms)
+        Self::build(cfg, now_ms, RuntimeOptions::default())
     }
 
     /// A broker over `cfg.data_dir` (in memory without one): the topics, subscriptions,
     /// cursors and metadata stored there are read back first, as the TCP broker does at start.
     /// A restart is [`crash`](Self::crash) (or a drop), then `open` on the same directory.
     pub fn open(cfg: BrokerConfig, now_ms: u64) -> Result<SteppedBroker, StorageError> {
-        let b = Self::build(cfg, now_ms);
+        Self::open_with(cfg, now_ms, RuntimeOptions::default())
+    }
+
+    /// [`open`](Self::open) with every subscription's dispatcher runtime started with
+    /// `options` instead of the defaults the TCP broker uses: a simulator's cursor-persist
+    /// cadence or read delays ([`RuntimeOptions::read_delay`]).
+    pub fn open_with(
+        cfg: BrokerConfig,
+        now_ms: u64,
+        options: RuntimeOptions,
+    ) -> Result<SteppedBroker, StorageError> {
+        let b = Self::build(cfg, now_ms, options);
         b.state.recover_topics()?;
         Ok(b)
     }
 
-    fn build(cfg: BrokerConfig, now_ms: u64) -> SteppedBroker {
+    fn build(cfg: BrokerConfig, now_ms: u64, options: RuntimeOptions) -> SteppedBroker {
         let clock = StepClock::new(now_ms);
         let url = format!("pulsar://{}", cfg.listen);
         SteppedBroker {
-            state: Arc::new(BrokerState::new_stepped(cfg, url, clock.clone())),
+            state: Arc::new(BrokerState::new_stepped(cfg, url, clock.clone(), options)),
             clock,
             next_conn: 0,
         }

@@ -76,6 +76,30 @@ fn initial_position(s: &CommandSubscribe) -> InitialPosition {
     }
 }
 
+/// The dispatcher's view of a subscribing consumer: its broker-wide id, its name (the client's,
+/// or `consumer-<id>`), priority and hash ranges, and on Key_Shared its own mode (the
+/// dispatcher takes the mode from the first consumer of an empty subscription and refuses
+/// another mode while consumers are connected: `ModeMismatch`).
+fn consumer_spec(
+    s: &CommandSubscribe,
+    global: ConsumerId,
+    kind: SubKind,
+    ranges: Vec<HashRange>,
+) -> ConsumerSpec {
+    let name = s
+        .consumer_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| format!("consumer-{}", global.0));
+    let spec = ConsumerSpec::new(global.0, name)
+        .with_priority(s.priority_level.unwrap_or(0))
+        .with_ranges(ranges);
+    match kind {
+        SubKind::KeyShared(ks) => spec.with_key_shared(ks),
+        _ => spec,
+    }
+}
+
 /// An individual ack of one id: the whole entry, or the indexes its `ack_set` marks as acked.
 fn ack_one(c: &Consumer, id: &proto::MessageIdData) -> Result<(), AckHandleError> {
     let pos = Position::new(id.ledger_id, id.entry_id);
@@ -180,19 +204,8 @@ impl Session {
         (kind, ranges): (SubKind, Vec<HashRange>),
     ) {
         let global = ConsumerId(self.state.next_consumer.fetch_add(1, Ordering::SeqCst));
-        let consumer_name = s
-            .consumer_name
-            .clone()
-            .filter(|n| !n.is_empty())
-            .unwrap_or_else(|| format!("consumer-{}", global.0));
-        let mut spec = ConsumerSpec::new(global.0, consumer_name.clone())
-            .with_priority(s.priority_level.unwrap_or(0))
-            .with_ranges(ranges);
-        if let SubKind::KeyShared(ks) = kind {
-            // The consumer's own mode: the dispatcher takes the mode from the first consumer of an empty subscription
-            // and refuses another mode while consumers are connected (ModeMismatch).
-            spec = spec.with_key_shared(ks);
-        }
+        let spec = consumer_spec(s, global, kind, ranges);
+        let consumer_name = spec.name.clone();
         let Some(out) = self.state.outbox(self.id) else {
             return self.send_error(
                 s.request_id,
@@ -208,6 +221,7 @@ impl Session {
             topic: topic.clone(),
             out,
             ready: ready.clone(),
+            send_ack_set: !self.state.cfg.legacy.no_batch_ack_set,
         };
         let handle = match sub.runtime.add_consumer_with_sink(spec, Box::new(route)) {
             Ok(h) => h,

@@ -22,6 +22,9 @@ pub(crate) struct DeliveryRoute {
     /// Set once the SUBSCRIBE's SUCCESS is in the write queue (see `Session::poll_transmit`):
     /// no MESSAGE overtakes it.
     pub(super) ready: Arc<AtomicBool>,
+    /// Whether a partly acked batch carries its `ack_set` (off only under `--legacy
+    /// no-batch-ack-set`).
+    pub(super) send_ack_set: bool,
 }
 
 impl DeliveryRoute {
@@ -36,7 +39,7 @@ impl DeliveryRoute {
                 continue;
             };
             let messages = d.meta.messages();
-            let ack_set = (!d.acked_indexes.is_empty())
+            let ack_set = (self.send_ack_set && !d.acked_indexes.is_empty())
                 .then(|| wire::convert::ack_set_from_acked(&d.acked_indexes, messages));
             let cmd = wire::commands::message(
                 self.consumer_id,

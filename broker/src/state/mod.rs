@@ -109,16 +109,17 @@ impl BrokerState {
     }
 
     /// A broker state whose subscriptions' dispatchers have no thread: they run when
-    /// [`step`](BrokerState::step) is called, at the time `clock` reads. With in-memory
+    /// [`step`](BrokerState::step) is called, at the time `clock` reads, with `options`. With in-memory
     /// storage, nothing in this state then runs unless its caller calls it: what a
     /// deterministic simulator needs.
     pub(crate) fn new_stepped(
         cfg: BrokerConfig,
         service_url: String,
         clock: dispatcher::StepClock,
+        options: dispatcher::RuntimeOptions,
     ) -> BrokerState {
         let mut s = BrokerState::new(cfg, service_url);
-        s.runtimes = Runtimes::Stepped(clock);
+        s.runtimes = Runtimes::Stepped(clock, options);
         s
     }
 

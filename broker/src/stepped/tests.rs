@@ -65,7 +65,11 @@ fn publish(p: &mut Connection, seq: u64, key: &str) {
 }
 
 fn setup() -> (SteppedBroker, Connection, Connection) {
-    let mut b = SteppedBroker::new(BrokerConfig::default(), T0);
+    setup_with(BrokerConfig::default())
+}
+
+fn setup_with(cfg: BrokerConfig) -> (SteppedBroker, Connection, Connection) {
+    let mut b = SteppedBroker::new(cfg, T0);
     let mut p = b.connect("producer");
     let mut c = b.connect("consumer");
     for conn in [&mut p, &mut c] {
@@ -121,6 +125,51 @@ fn a_redelivery_after_a_connection_is_lost_and_an_admin_skip() {
         first[2..].to_vec(),
         "the two skipped entries are not redelivered"
     );
+}
+
+/// A partly acked batch comes back with its acked indexes as the MESSAGE's `ack_set`, so the
+/// client skips them; `--legacy no-batch-ack-set` leaves the `ack_set` out.
+#[test]
+fn a_redelivered_batch_carries_its_acked_indexes() {
+    for legacy in [false, true] {
+        let mut cfg = BrokerConfig::default();
+        cfg.legacy.no_batch_ack_set = legacy;
+        let (b, mut p, mut c) = setup_with(cfg);
+        call(&mut c, &wire::commands::flow(7, 100));
+        let meta = MessageMetadata {
+            producer_name: "p".into(),
+            sequence_id: 0,
+            publish_time: T0,
+            num_messages_in_batch: Some(3),
+            ..Default::default()
+        };
+        let mut bytes = Vec::new();
+        wire::encode_with_payload(&wire::commands::send(1, 0, 3), &meta, b"abc", &mut bytes);
+        p.handle_bytes(&bytes).expect("an open connection");
+        while b.step() {}
+        let first = messages(&drain(&mut c));
+        assert_eq!(first.len(), 1);
+        let mut id = wire::convert::message_id(first[0]);
+        id.batch_index = Some(0);
+        id.batch_size = Some(3);
+        let ack = wire::commands::ack(7, id, Some(wire::convert::ack_set_from_acked(&[0], 3)));
+        call(&mut c, &ack);
+        call(
+            &mut c,
+            &wire::commands::redeliver_unacknowledged(7, Vec::new()),
+        );
+        while b.step() {}
+        let again = drain(&mut c);
+        let m = again
+            .iter()
+            .find_map(|f| f.command.message.as_ref())
+            .expect("the batch is redelivered");
+        let want = match legacy {
+            false => wire::convert::ack_set_from_acked(&[0], 3),
+            true => Vec::new(),
+        };
+        assert_eq!(m.ack_set, want, "legacy {legacy}");
+    }
 }
 
 #[test]

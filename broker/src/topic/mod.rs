@@ -100,8 +100,9 @@ pub(crate) enum Runtimes {
     #[default]
     Threads,
     /// No thread: whoever drives the broker steps them at the time this clock reads
-    /// ([`BrokerState::step`](crate::state::BrokerState::step)), as the simulator does.
-    Stepped(dispatcher::StepClock),
+    /// ([`BrokerState::step`](crate::state::BrokerState::step)), as the simulator does, with
+    /// these runtime options.
+    Stepped(dispatcher::StepClock, dispatcher::RuntimeOptions),
 }
 
 /// What a durable topic is opened with.

@@ -76,6 +76,7 @@ impl SubKind {
             cfg.max_unacked_per_key = max_unacked_per_key;
         }
         cfg.legacy_mark_delete_cleanup = legacy.mark_delete_cleanup;
+        cfg.legacy_replay_settle = legacy.replay_settle;
         if legacy.orphan_chunk_replay {
             cfg.assignor.orphan_policy = chunk_assignor::OrphanPolicy::Replay;
         }
@@ -303,13 +304,9 @@ impl Topic {
         let cfg = kind.dispatcher_config(&self.defaults, &self.name);
         let runtime = match &self.runtimes {
             super::Runtimes::Threads => Runtime::start(cfg, cursor, ledger),
-            super::Runtimes::Stepped(clock) => Runtime::start_stepped(
-                cfg,
-                cursor,
-                ledger,
-                dispatcher::RuntimeOptions::default(),
-                clock.clone(),
-            ),
+            super::Runtimes::Stepped(clock, options) => {
+                Runtime::start_stepped(cfg, cursor, ledger, *options, clock.clone())
+            }
         };
         info!(topic = %self.name, subscription = name, kind = kind.pulsar_name(), recovered = recover, "subscription started");
         Ok(Arc::new(Subscription {
