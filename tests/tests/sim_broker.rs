@@ -5,8 +5,7 @@
 //! fail where the deterministic world's do.
 
 use tests::sim::{
-    broker_cannot_run, builtin, default_mix, run_broker, Legacy, RunOptions, RunResult, Scenario,
-    ViolationKind,
+    builtin, default_mix, run_broker, Legacy, RunOptions, RunResult, Scenario, ViolationKind,
 };
 
 fn run(name: &str, seed: u64, legacy: Option<Legacy>) -> RunResult {
@@ -36,9 +35,6 @@ fn kinds(
 fn the_default_mix_keeps_its_invariants_through_the_broker() {
     let mut ran = 0;
     for s in default_mix() {
-        if !s.expects.is_empty() && !broker_cannot_run(&s).is_empty() {
-            continue; // its expect lines need a step the broker skips (f08's evict)
-        }
         for seed in 1..=3 {
             let r = run(&s.name, seed, None);
             let tail = r.log_tail.join("\n");
@@ -210,15 +206,69 @@ fn orphan_chunk_replay_stalls_through_the_broker() {
 }
 
 #[test]
-fn legacy_switches_the_broker_lacks_are_refused() {
-    let s = builtin("f03-ack").expect("shipped scenario");
-    for l in [Legacy::NoBatchAckSet, Legacy::ReplaySettle] {
-        let opts = RunOptions {
-            seed: 1,
-            legacy: Some(l),
-            keep_log: false,
-        };
-        let e = run_broker(&s, &opts).expect_err("refused");
-        assert!(e.contains("not available with --runtime broker"), "{e}");
-    }
+fn no_batch_ack_set_redelivers_acked_messages_through_the_broker() {
+    let name = "mix-key-shared-batch-nack";
+    assert_eq!(kinds(name, 1..=2, None), []);
+    let v = kinds(name, 1..=2, Some(Legacy::NoBatchAckSet));
+    assert!(v.contains(&ViolationKind::AckedRedelivered), "{v:?}");
+}
+
+/// Seed 11 of the slow-reads mix stalls under `replay-settle` through the broker (2 of seeds
+/// 1-40 do); without the switch it drains.
+#[test]
+fn replay_settle_stalls_with_slow_reads_through_the_broker() {
+    let name = "mix-key-shared-slow-reads";
+    assert_eq!(kinds(name, 11..=11, None), []);
+    let v = kinds(name, 11..=11, Some(Legacy::ReplaySettle));
+    assert_eq!(v, [ViolationKind::Stall]);
+}
+
+/// Evictions by size and by age while the subscription has no consumer: each drops the
+/// backlog it covers.
+const EVICTIONS: &str = "\
+config type=key_shared net=1-3
+at 0 join c0 queue=10
+at 1 leave c0
+at 10 publish key=A count=10
+at 50 evict size=0
+at 100 publish key=B count=5
+at 1500 evict age=1000
+at 1600 publish key=C count=3
+at 1700 join c1 queue=10
+";
+
+#[test]
+fn size_and_age_evictions_drop_the_backlog_they_cover() {
+    let r = run_text("evictions", EVICTIONS, 1, None);
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    let log = r.log.unwrap_or_default();
+    let dropped = |what: &str| {
+        log.iter()
+            .find(|l| l.contains(what))
+            .and_then(|l| l.split("dropped [").nth(1))
+            .map_or(0, |d| d.split_whitespace().count())
+    };
+    assert_eq!(dropped("admin evict size=0"), 10, "{log:?}");
+    assert_eq!(dropped("admin evict age=1000ms"), 5, "{log:?}");
+    assert_eq!(r.starts, 3, "only the last three reach c1");
+}
+
+/// f08's backlog-quota evictions go through a namespace quota and its `expect` lines hold.
+#[test]
+fn evictions_go_through_namespace_backlog_quotas() {
+    let s = builtin("f08-mark-delete").expect("shipped scenario");
+    let opts = RunOptions {
+        seed: 1,
+        legacy: None,
+        keep_log: true,
+    };
+    let (r, skipped) = run_broker(&s, &opts).expect("runs");
+    assert!(!skipped.contains_key("evict"), "{skipped:?}");
+    assert!(r.violations.is_empty(), "{:?}", r.violations);
+    let log = r.log.unwrap_or_default();
+    let evicted = log
+        .iter()
+        .filter(|l| l.contains("admin evict") && l.contains("dropped"))
+        .count();
+    assert!(evicted > 0, "an eviction moved mark-delete");
 }

@@ -23,10 +23,9 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use tests::sim::{
-    broker_cannot_run, default_mix, describe_skipped, json_report, load, repro_command, repro_line,
-    run_broker, run_scenario, run_threaded_with, summary_table, timeline_svg, violation_report,
-    Legacy, ReportStyle, RunOptions, RunResult, Scenario, SimRuntime, Skipped, Summary,
-    TimelineOptions,
+    default_mix, describe_skipped, json_report, load, repro_command, repro_line, run_broker,
+    run_scenario, run_threaded_with, summary_table, timeline_svg, violation_report, Legacy,
+    ReportStyle, RunOptions, RunResult, Scenario, SimRuntime, Skipped, Summary, TimelineOptions,
 };
 
 const DEFAULT_SEED: u64 = 1;
@@ -389,31 +388,6 @@ impl Finish<'_> {
     }
 }
 
-/// `--runtime broker` without `--scenario`: the shipped scenarios the broker can honour (a
-/// scenario whose `expect` lines need a step the broker skips is left out, with a note).
-fn broker_scenarios(args: &Args, scenarios: Vec<Scenario>) -> Vec<Scenario> {
-    if !args.scenarios.is_empty() {
-        return scenarios;
-    }
-    scenarios
-        .into_iter()
-        .filter(|s| {
-            let cannot = broker_cannot_run(s);
-            let keep = s.expects.is_empty() || cannot.is_empty();
-            if !keep {
-                println!(
-                    "broker: {} left out: its expect lines need {}, which the broker cannot do",
-                    s.name,
-                    describe_skipped(&cannot)
-                );
-            }
-            keep
-        })
-        .collect()
-}
-
-/// `--runtime threads`: the randomised scenarios (or the given ones) on the dispatcher's
-/// threaded runtime, consumers acking on their own threads, checked from the event log.
 fn run_threads(args: &Args, scenarios: Vec<Scenario>) -> ExitCode {
     let scenarios: Vec<Scenario> = if args.scenarios.is_empty() {
         scenarios.into_iter().filter(|s| s.mix.is_some()).collect()
@@ -557,11 +531,6 @@ fn main() -> ExitCode {
     if args.runtime == SimRuntime::Threads {
         return run_threads(&args, scenarios);
     }
-    let scenarios = if args.runtime == SimRuntime::Broker {
-        broker_scenarios(&args, scenarios)
-    } else {
-        scenarios
-    };
     let keep_log = args.log.is_some() || args.timeline.is_some();
     let started = Instant::now();
     let jobs: Vec<(usize, u64)> = (0..scenarios.len())

@@ -40,7 +40,7 @@ mod threads;
 mod timeline;
 mod world;
 
-pub use broker_run::{broker_cannot_run, run_broker};
+pub use broker_run::run_broker;
 pub use check::{Violation, ViolationKind};
 pub use library::{builtin, builtin_names, default_mix, load};
 pub use report::{

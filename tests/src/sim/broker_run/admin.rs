@@ -1,6 +1,11 @@
 //! Admin operations over the broker's REST API: the subscription's cursor from
-//! `internalStats`, and skip / clear-backlog / expiry, whose mark-delete move records what it
-//! dropped (and tells a client that nacked a dropped entry).
+//! `internalStats`, and skip / clear-backlog / expiry / backlog-quota eviction, whose
+//! mark-delete move records what it dropped (and tells a client that nacked a dropped entry).
+//!
+//! Eviction is Pulsar's: a namespace backlog quota with `consumer_backlog_eviction`
+//! (`destination_storage` for a size, `message_age` for an age), applied by one housekeeping
+//! pass and then removed. Pulsar has no quota by message count, so an eviction down to `n`
+//! messages is the REST skip of the messages above `n`.
 
 use std::ops::Bound::{Excluded, Included};
 
@@ -9,6 +14,10 @@ use cursor::Position;
 
 use super::frames::parse_position;
 use super::{Run, SUB_PATH};
+use crate::sim::scenario::Evict;
+
+/// The namespace's backlog-quota REST path.
+const QUOTA_PATH: &str = "/admin/v2/namespaces/public/default/backlogQuota";
 
 impl Run {
     /// The subscription's mark-delete position and backlog (entries), from `internalStats`.
@@ -25,6 +34,70 @@ impl Run {
         Some((md, backlog))
     }
 
+    /// The subscription's backlog in messages and in bytes, from the topic's `stats`.
+    pub(super) fn backlog(&self) -> Option<(u64, u64)> {
+        let q = "GET /admin/v2/persistent/public/default/sim/stats HTTP/1.1\r\nHost: sim\r\n\r\n";
+        let (status, body) = self.b.admin(q.as_bytes());
+        if status != 200 {
+            return None;
+        }
+        let stats: serde_json::Value = serde_json::from_slice(&body).ok()?;
+        let sub = &stats["subscriptions"]["sim"];
+        Some((sub["msgBacklog"].as_u64()?, sub["backlogSize"].as_u64()?))
+    }
+
+    /// Backlog-quota eviction as `e` asks (see the module doc for how each kind is applied).
+    pub(super) fn evict(&mut self, e: Evict) {
+        match e {
+            Evict::Count(n) => {
+                let above = self.backlog().map_or(0, |(m, _)| m.saturating_sub(n));
+                if above == 0 {
+                    self.log(format!("evict count={n}: backlog within it"));
+                    return;
+                }
+                self.admin(
+                    &format!("evict count={n} as skip {above}"),
+                    &format!("skip/{above}"),
+                );
+            }
+            Evict::Size(b) => self.quota(
+                &format!("evict size={b}"),
+                "destination_storage",
+                &format!(
+                    r#"{{"limitSize":{b},"limitTime":-1,"policy":"consumer_backlog_eviction"}}"#
+                ),
+            ),
+            Evict::Age(a) => {
+                let secs = a.div_ceil(1000);
+                self.quota(
+                    &format!("evict age={a}ms as {secs}s"),
+                    "message_age",
+                    &format!(r#"{{"limitSize":-1,"limitTime":{secs},"policy":"consumer_backlog_eviction"}}"#),
+                );
+            }
+        }
+    }
+
+    /// Sets the namespace's backlog quota of `kind` to `body`, lets one housekeeping pass
+    /// enforce it, and removes it.
+    fn quota(&mut self, what: &str, kind: &str, body: &str) {
+        let set = format!(
+            "POST {QUOTA_PATH}?backlogQuotaType={kind} HTTP/1.1\r\nHost: sim\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        let remove = format!(
+            "DELETE {QUOTA_PATH}?backlogQuotaType={kind} HTTP/1.1\r\nHost: sim\r\nContent-Length: 0\r\n\r\n"
+        );
+        self.mark_delete_move(what, |r| {
+            let (status, body) = r.b.admin(set.as_bytes());
+            if !(200..=299).contains(&status) {
+                return (status, body);
+            }
+            r.b.housekeeping();
+            r.b.admin(remove.as_bytes())
+        });
+    }
+
     /// Expiry of messages older than `age` ms, in the REST operation's whole seconds (rounded
     /// up: never a message younger than asked).
     pub(super) fn expire(&mut self, age: u64) {
@@ -38,10 +111,16 @@ impl Run {
     /// One admin REST operation on the subscription; what its mark-delete move passed over
     /// without an ack is recorded as dropped.
     pub(super) fn admin(&mut self, what: &str, op: &str) {
-        let before = self.cursor();
         let req =
             format!("POST {SUB_PATH}/{op} HTTP/1.1\r\nHost: sim\r\nContent-Length: 0\r\n\r\n");
-        let (status, body) = self.b.admin(req.as_bytes());
+        self.mark_delete_move(what, |r| r.b.admin(req.as_bytes()));
+    }
+
+    /// Runs `op` (REST requests; the last one's status and body), and records what the
+    /// subscription's mark-delete move passed over without an ack as dropped.
+    fn mark_delete_move(&mut self, what: &str, op: impl FnOnce(&Self) -> (u16, Vec<u8>)) {
+        let before = self.cursor();
+        let (status, body) = op(self);
         let after = self.cursor();
         let moved = matches!((before, after), (Some(a), Some(b)) if b.0 > a.0);
         let (Some((from, _)), Some((to, _)), 200..=299, true) = (before, after, status, moved)

@@ -32,11 +32,13 @@
 //! operation's drop the crash undid is logged. Scenarios without restarts run on the in-memory
 //! broker.
 //!
-//! Does not: evict by backlog quota (`evict` has no REST operation: skipped). Settings the
-//! broker has no equivalent for (`max_unacked`, `max_unacked_sub`, `look_ahead`, `reads`,
-//! `interval`, `persist`: the broker persists cursors every second, the hash-range auto-split
-//! selector: the broker's AUTO_SPLIT is its consistent-hashing ring) are reported and left at
-//! the broker's defaults. Expiry works in whole seconds there: a scenario's age in ms is
+//! Backlog-quota eviction is a namespace quota with `consumer_backlog_eviction`, enforced by one
+//! housekeeping pass (see [`admin`]). `reads=` delays every dispatcher read by the runtime's
+//! [`dispatcher::ReadDelay`]; `persist=` sets the cursors' persist cadence (the broker's
+//! default, one second, otherwise). Settings the broker has no equivalent for (`max_unacked`,
+//! `max_unacked_sub`, `look_ahead`, `interval`, the hash-range auto-split selector: the
+//! broker's AUTO_SPLIT is its consistent-hashing ring) are reported and left at the broker's
+//! defaults. Expiry works in whole seconds there: a scenario's age in ms is
 //! rounded up (never expires a younger message). As the world's adapter does, the runner tells
 //! the client that nacked an entry an admin operation dropped (Pulsar's protocol has no such
 //! notice).
@@ -50,8 +52,8 @@ use wire::proto::MessageMetadata;
 
 use crate::sim::check::{MsgRef, OrderChecker, Violation};
 use crate::sim::rng::{Purpose, Rng};
-use crate::sim::scenario::{Action, ConsumerOpts, FaultKind, Scenario, SubKind, WorldConfig};
-use crate::sim::threads::{describe_skipped, Skipped};
+use crate::sim::scenario::{ConsumerOpts, Scenario, SubKind, WorldConfig};
+use crate::sim::threads::Skipped;
 use crate::sim::world::{CState, Legacy, RunOptions, RunResult, World};
 
 mod admin;
@@ -65,7 +67,7 @@ mod run;
 mod setup;
 
 use restart::DataDir;
-use setup::{broker_config, config_notes};
+use setup::{broker_config, config_notes, runtime_options};
 
 /// Virtual time 0 on the broker's (wall-clock ms) clock.
 const T0: u64 = 1_764_000_000_000;
@@ -110,6 +112,8 @@ struct Run {
     b: SteppedBroker,
     /// The broker's settings (with the data directory of a run that restarts).
     bcfg: broker::BrokerConfig,
+    /// The dispatcher runtimes' options (read delays, persist cadence).
+    ropts: dispatcher::RuntimeOptions,
     cfg: WorldConfig,
     key_shared: bool,
     ordered_nack: bool,
@@ -156,35 +160,12 @@ struct Run {
     full: Option<Vec<String>>,
 }
 
-/// The steps of `s` a broker run cannot apply (skipped): backlog-quota eviction, which has no
-/// REST operation. A `restart` is a real one (see the module doc).
-pub fn broker_cannot_run(s: &Scenario) -> Skipped {
-    let mut out = Skipped::new();
-    for st in &s.steps {
-        if matches!(
-            st.action,
-            Action::Evict(_) | Action::RandomFault(FaultKind::Evict)
-        ) {
-            *out.entry("evict").or_insert(0) += 1;
-        }
-    }
-    out
-}
-
 /// Runs `scenario`'s workload through the broker's stepped core for `opts.seed` (see the
 /// module doc) and checks it. Returns the result and what was skipped or approximated, by
 /// name. Errors for a legacy switch the broker cannot provide, and for a scenario with `expect`
 /// lines whose script needs a skipped step.
 pub fn run_broker(scenario: &Scenario, opts: &RunOptions) -> Result<(RunResult, Skipped), String> {
-    let cannot = broker_cannot_run(scenario);
-    if !scenario.expects.is_empty() && !cannot.is_empty() {
-        return Err(format!(
-            "--runtime broker cannot honour the `expect` lines of this scenario: its script \
-             uses {}, which the broker cannot do",
-            describe_skipped(&cannot)
-        ));
-    }
-    let mut bcfg = broker_config(opts.legacy)?;
+    let mut bcfg = broker_config(opts.legacy);
     let world = World::new(
         scenario,
         &RunOptions {
@@ -231,15 +212,14 @@ impl Run {
         bcfg: broker::BrokerConfig,
     ) -> Result<Run, String> {
         let key_shared = scenario.config.sub != SubKind::Shared;
-        let mut b = match bcfg.data_dir {
-            Some(_) => SteppedBroker::open(bcfg.clone(), T0)
-                .map_err(|e| format!("the broker did not open its data directory: {e}"))?,
-            None => SteppedBroker::new(bcfg.clone(), T0),
-        };
+        let ropts = runtime_options(&scenario.config, opts.seed);
+        let mut b = SteppedBroker::open_with(bcfg.clone(), T0, ropts)
+            .map_err(|e| format!("the broker did not open its data directory: {e}"))?;
         let producer = b.connect("producer");
         Ok(Run {
             b,
             bcfg,
+            ropts,
             cfg: scenario.config.clone(),
             key_shared,
             ordered_nack: key_shared && opts.legacy != Some(Legacy::UnorderedNack),

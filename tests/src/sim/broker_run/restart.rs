@@ -130,7 +130,7 @@ impl Run {
                 return self.simple(ViolationKind::Model, d);
             }
         };
-        match SteppedBroker::open(self.bcfg.clone(), T0 + self.now) {
+        match SteppedBroker::open_with(self.bcfg.clone(), T0 + self.now, self.ropts) {
             Ok(b) => self.b = b,
             Err(e) => {
                 let d = format!("the broker did not open its data directory again: {e}");

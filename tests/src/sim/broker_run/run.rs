@@ -5,7 +5,7 @@
 
 use super::{CState, Run, HOUSEKEEPING_MS, T0, TAIL};
 use crate::sim::check::{Violation, ViolationKind};
-use crate::sim::scenario::{Action, FaultKind, Step};
+use crate::sim::scenario::{Action, Evict, FaultKind, Step};
 
 impl Run {
     pub(super) fn log(&mut self, line: String) {
@@ -139,11 +139,7 @@ impl Run {
             Action::Ack(name, p) => self.manual_finish(&name, p, false),
             Action::Nack(name, p) => self.manual_finish(&name, p, true),
             Action::Auto(name) => self.auto(&name),
-            Action::Evict(_) | Action::RandomFault(FaultKind::Evict) => {
-                self.faults -= 1;
-                self.log("evict skipped: no REST operation".into());
-                *self.skipped.entry("evict").or_insert(0) += 1;
-            }
+            Action::Evict(e) => self.evict(e),
             Action::RandomFault(k @ (FaultKind::Leave | FaultKind::Crash)) => {
                 let live: Vec<String> = self
                     .cons
@@ -180,6 +176,17 @@ impl Run {
             Action::RandomFault(FaultKind::Expire) => {
                 let age = self.rng_fault.range(200, 2000);
                 self.expire(age);
+            }
+            Action::RandomFault(FaultKind::Evict) => {
+                // The world's draws: a policy, and an age for the last one.
+                let which = self.rng_fault.below(3);
+                let age = self.rng_fault.range(200, 2000);
+                let (messages, bytes) = self.backlog().unwrap_or((0, 0));
+                self.evict(match which {
+                    0 => Evict::Count(messages / 2),
+                    1 => Evict::Size(bytes / 2),
+                    _ => Evict::Age(age),
+                });
             }
             // Made concrete by `threads::concrete_joins`.
             Action::RandomFault(FaultKind::Join) => {}

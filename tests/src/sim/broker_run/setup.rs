@@ -1,14 +1,14 @@
 //! A broker run's setup: the broker's configuration (delayed delivery as the world has it, the
-//! legacy switch), the scenario settings it has no equivalent for (reported), and the mix's
-//! random joins made concrete.
+//! legacy switch), the dispatcher runtimes' options (read delays, persist cadence), and the
+//! scenario settings the broker has no equivalent for (reported).
 
 use crate::sim::scenario::{SubKind, WorldConfig};
 use crate::sim::threads::Skipped;
 use crate::sim::world::Legacy;
 
 /// The broker's settings for a run: delayed delivery as the world has it (strict, 16 ms
-/// buckets) and the legacy switch, if the broker has it.
-pub(super) fn broker_config(legacy: Option<Legacy>) -> Result<broker::BrokerConfig, String> {
+/// buckets) and the legacy switch.
+pub(super) fn broker_config(legacy: Option<Legacy>) -> broker::BrokerConfig {
     let mut cfg = broker::BrokerConfig {
         delayed_delivery: dispatcher::DelayedDelivery {
             enabled: true,
@@ -17,12 +17,6 @@ pub(super) fn broker_config(legacy: Option<Legacy>) -> Result<broker::BrokerConf
         },
         ..broker::BrokerConfig::default()
     };
-    let no = |l: Legacy, why: &str| {
-        Err(format!(
-            "--legacy {} is not available with --runtime broker: {why}",
-            l.as_str()
-        ))
-    };
     match legacy {
         None => {}
         Some(Legacy::MarkDeleteCleanup) => cfg.legacy.mark_delete_cleanup = true,
@@ -30,14 +24,29 @@ pub(super) fn broker_config(legacy: Option<Legacy>) -> Result<broker::BrokerConf
         Some(Legacy::UnorderedNack) => cfg.legacy.unordered_nack = true,
         // The broker's `--delayed-delivery-enabled false`.
         Some(Legacy::NoDelayedDelivery) => cfg.delayed_delivery.enabled = false,
-        Some(l @ Legacy::NoBatchAckSet) => {
-            return no(l, "the broker always sends a redelivered batch's ack_set and has no switch to leave it out")
-        }
-        Some(l @ Legacy::ReplaySettle) => {
-            return no(l, "it restores a dispatcher regression under deferred reads (`reads=`); the broker's in-memory reads complete at once and it has no such switch")
-        }
+        Some(Legacy::NoBatchAckSet) => cfg.legacy.no_batch_ack_set = true,
+        Some(Legacy::ReplaySettle) => cfg.legacy.replay_settle = true,
     }
-    Ok(cfg)
+    cfg
+}
+
+/// The dispatcher runtimes' options for a run of `c`: reads that take `reads=` ms (the
+/// delays seeded by `seed`), and the cursor persisted every `persist=` ms when the scenario
+/// sets it (otherwise the broker's default, Pulsar's one second).
+pub(super) fn runtime_options(c: &WorldConfig, seed: u64) -> dispatcher::RuntimeOptions {
+    let d = WorldConfig::default();
+    let mut o = dispatcher::RuntimeOptions::default();
+    if c.read_delay != (0, 0) {
+        o.read_delay = Some(dispatcher::ReadDelay {
+            min_ms: c.read_delay.0,
+            max_ms: c.read_delay.1,
+            seed,
+        });
+    }
+    if c.persist_interval != d.persist_interval {
+        o.persist_every = Some(std::time::Duration::from_millis(c.persist_interval.max(1)));
+    }
+    o
 }
 
 /// Settings of `c` the broker has no equivalent for (left at its defaults), for the report.
@@ -45,16 +54,14 @@ pub(super) fn broker_config(legacy: Option<Legacy>) -> Result<broker::BrokerConf
 pub(super) fn config_notes(c: &WorldConfig) -> Skipped {
     let d = WorldConfig::default();
     let mut out = Skipped::new();
-    let notes: [(bool, &'static str); 7] = [
+    let notes: [(bool, &'static str); 5] = [
         (c.max_unacked_consumer.is_some(), "config max_unacked"),
         (c.max_unacked_sub.is_some(), "config max_unacked_sub"),
         (c.look_ahead.is_some(), "config look_ahead"),
-        (c.read_delay != (0, 0), "config reads"),
         (
             c.unblocking_interval != d.unblocking_interval,
             "config interval",
         ),
-        (c.persist_interval != d.persist_interval, "config persist"),
         (
             c.sub == SubKind::KeySharedAutoSplit,
             "config key_shared_autosplit (the broker's AUTO_SPLIT is its ring)",
