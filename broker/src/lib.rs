@@ -51,7 +51,8 @@ mod sync;
 mod topic;
 
 pub use config::{
-    BrokerConfig, ConfigError, Legacy, DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING, USAGE,
+    BrokerConfig, ConfigError, DispatchLimits, Legacy, DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING,
+    USAGE,
 };
 pub use session::PROTOCOL_VERSION;
 pub use shell::{Broker, StartError};

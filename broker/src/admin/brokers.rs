@@ -46,5 +46,10 @@ fn runtime_configuration(state: &BrokerState) -> serde_json::Value {
         "isDelayedDeliveryDeliverAtTimeStrict": s(&c.delayed_delivery.strict),
         "messageExpiryCheckIntervalInMinutes": s(&(c.message_expiry_check_ms / 60_000)),
         "backlogQuotaCheckIntervalInSeconds": s(&(c.backlog_quota_check_ms / 1000)),
+        "maxUnackedMessagesPerConsumer": s(&c.dispatch.max_unacked_per_consumer),
+        "maxUnackedMessagesPerSubscription": s(&c.dispatch.max_unacked_per_subscription),
+        "keySharedLookAheadMsgInReplayThresholdPerConsumer": s(&c.dispatch.look_ahead_per_consumer),
+        "keySharedLookAheadMsgInReplayThresholdPerSubscription": s(&c.dispatch.look_ahead_per_subscription),
+        "keySharedUnblockingIntervalMs": s(&c.dispatch.unblocking_interval_ms),
     })
 }

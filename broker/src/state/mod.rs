@@ -198,6 +198,7 @@ impl BrokerState {
             legacy: self.cfg.legacy,
             max_unacked_per_key: self.cfg.key_shared_max_unacked_per_key,
             delayed_delivery: self.cfg.delayed_delivery,
+            limits: self.cfg.dispatch,
         };
         let config = TopicConfig {
             entries_per_ledger: self.cfg.entries_per_ledger,

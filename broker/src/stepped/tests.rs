@@ -172,6 +172,32 @@ fn a_redelivered_batch_carries_its_acked_indexes() {
     }
 }
 
+/// `--max-unacked-messages-per-consumer` reaches the subscription's dispatcher: a consumer
+/// with permits for everything stops at the limit until it acks.
+#[test]
+fn the_unacked_limit_per_consumer_holds_deliveries_back() {
+    let mut cfg = BrokerConfig::default();
+    cfg.dispatch.max_unacked_per_consumer = 2;
+    let (b, mut p, mut c) = setup_with(cfg);
+    call(&mut c, &wire::commands::flow(7, 100));
+    for seq in 0..6 {
+        publish(&mut p, seq, "k");
+        while b.step() {}
+    }
+    let first = messages(&drain(&mut c));
+    assert_eq!(first.len(), 2, "blocked at the limit");
+    let ids = first
+        .iter()
+        .map(|p| wire::convert::message_id(*p))
+        .collect();
+    call(&mut c, &wire::commands::ack_ids(7, ids));
+    while b.step() {}
+    assert!(
+        !messages(&drain(&mut c)).is_empty(),
+        "resumed after the acks"
+    );
+}
+
 #[test]
 fn the_keep_alive_follows_the_callers_clock() {
     let (b, _p, mut c) = setup();

@@ -40,6 +40,8 @@ pub(crate) struct SubscriptionDefaults {
     pub max_unacked_per_key: u32,
     /// Delayed delivery for Shared and Key_Shared (`--delayed-delivery-*`).
     pub delayed_delivery: dispatcher::DelayedDelivery,
+    /// Unacked limits, Key_Shared look-ahead and unblocking (`--max-unacked-messages-*`, …).
+    pub limits: crate::config::DispatchLimits,
 }
 
 impl SubKind {
@@ -55,6 +57,7 @@ impl SubKind {
             legacy,
             max_unacked_per_key,
             delayed_delivery: delayed,
+            limits,
         } = *defaults;
         let mut cfg = match self {
             SubKind::Exclusive | SubKind::Shared => DispatcherConfig::shared(),
@@ -66,6 +69,7 @@ impl SubKind {
             ),
             SubKind::KeyShared(ks) => DispatcherConfig::new(SubscriptionType::KeyShared(ks)),
         };
+        limits.apply(&mut cfg);
         // As in Pulsar: Shared and Key_Shared honour deliver-at times; Exclusive and Failover
         // dispatch a delayed message at once (the dispatcher turns it off for Failover).
         cfg.delayed_delivery = delayed;

@@ -35,10 +35,10 @@
 //! Backlog-quota eviction is a namespace quota with `consumer_backlog_eviction`, enforced by one
 //! housekeeping pass (see [`admin`]). `reads=` delays every dispatcher read by the runtime's
 //! [`dispatcher::ReadDelay`]; `persist=` sets the cursors' persist cadence (the broker's
-//! default, one second, otherwise). Settings the broker has no equivalent for (`max_unacked`,
-//! `max_unacked_sub`, `look_ahead`, `interval`, the hash-range auto-split selector: the
-//! broker's AUTO_SPLIT is its consistent-hashing ring) are reported and left at the broker's
-//! defaults. Expiry works in whole seconds there: a scenario's age in ms is
+//! default, one second, otherwise); `max_unacked`, `max_unacked_sub`, `look_ahead` and
+//! `interval` set the broker's dispatch limits (`broker::DispatchLimits`). The hash-range
+//! auto-split selector has no broker equivalent (the broker's AUTO_SPLIT is its
+//! consistent-hashing ring): reported, the scenario runs on the ring. Expiry works in whole seconds there: a scenario's age in ms is
 //! rounded up (never expires a younger message). As the world's adapter does, the runner tells
 //! the client that nacked an entry an admin operation dropped (Pulsar's protocol has no such
 //! notice).
@@ -165,7 +165,7 @@ struct Run {
 /// name. Errors for a legacy switch the broker cannot provide, and for a scenario with `expect`
 /// lines whose script needs a skipped step.
 pub fn run_broker(scenario: &Scenario, opts: &RunOptions) -> Result<(RunResult, Skipped), String> {
-    let mut bcfg = broker_config(opts.legacy);
+    let mut bcfg = broker_config(&scenario.config, opts.legacy);
     let world = World::new(
         scenario,
         &RunOptions {

@@ -1,14 +1,14 @@
 //! A broker run's setup: the broker's configuration (delayed delivery as the world has it, the
-//! legacy switch), the dispatcher runtimes' options (read delays, persist cadence), and the
-//! scenario settings the broker has no equivalent for (reported).
+//! dispatcher limits, the legacy switch), the dispatcher runtimes' options (read delays,
+//! persist cadence), and the scenario setting the broker has no equivalent for (reported).
 
 use crate::sim::scenario::{SubKind, WorldConfig};
 use crate::sim::threads::Skipped;
 use crate::sim::world::Legacy;
 
-/// The broker's settings for a run: delayed delivery as the world has it (strict, 16 ms
-/// buckets) and the legacy switch.
-pub(super) fn broker_config(legacy: Option<Legacy>) -> broker::BrokerConfig {
+/// The broker's settings for a run of `c`: delayed delivery as the world has it (strict, 16 ms
+/// buckets), the dispatcher limits as the world sets them, and the legacy switch.
+pub(super) fn broker_config(c: &WorldConfig, legacy: Option<Legacy>) -> broker::BrokerConfig {
     let mut cfg = broker::BrokerConfig {
         delayed_delivery: dispatcher::DelayedDelivery {
             enabled: true,
@@ -17,6 +17,18 @@ pub(super) fn broker_config(legacy: Option<Legacy>) -> broker::BrokerConfig {
         },
         ..broker::BrokerConfig::default()
     };
+    let limits = &mut cfg.dispatch;
+    limits.unblocking_interval_ms = c.unblocking_interval;
+    if let Some(n) = c.max_unacked_consumer {
+        limits.max_unacked_per_consumer = n;
+    }
+    if let Some(n) = c.max_unacked_sub {
+        limits.max_unacked_per_subscription = n;
+    }
+    if let Some(n) = c.look_ahead {
+        limits.look_ahead_per_consumer = n;
+        limits.look_ahead_per_subscription = n.saturating_mul(10);
+    }
     match legacy {
         None => {}
         Some(Legacy::MarkDeleteCleanup) => cfg.legacy.mark_delete_cleanup = true,
@@ -52,25 +64,12 @@ pub(super) fn runtime_options(c: &WorldConfig, seed: u64) -> dispatcher::Runtime
 /// Settings of `c` the broker has no equivalent for (left at its defaults), for the report.
 /// (`store=file` is honoured: such a run's broker stores in a data directory.)
 pub(super) fn config_notes(c: &WorldConfig) -> Skipped {
-    let d = WorldConfig::default();
     let mut out = Skipped::new();
-    let notes: [(bool, &'static str); 5] = [
-        (c.max_unacked_consumer.is_some(), "config max_unacked"),
-        (c.max_unacked_sub.is_some(), "config max_unacked_sub"),
-        (c.look_ahead.is_some(), "config look_ahead"),
-        (
-            c.unblocking_interval != d.unblocking_interval,
-            "config interval",
-        ),
-        (
-            c.sub == SubKind::KeySharedAutoSplit,
+    if c.sub == SubKind::KeySharedAutoSplit {
+        out.insert(
             "config key_shared_autosplit (the broker's AUTO_SPLIT is its ring)",
-        ),
-    ];
-    for (on, name) in notes {
-        if on {
-            out.insert(name, 1);
-        }
+            1,
+        );
     }
     out
 }

@@ -3,6 +3,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+mod dispatch;
+#[cfg(test)]
+mod tests;
+
+pub use dispatch::DispatchLimits;
+
 /// Pulsar's default `maxMessageSize` (5 MiB).
 pub const DEFAULT_MAX_MESSAGE_SIZE: u32 = 5 * 1024 * 1024;
 
@@ -109,6 +115,9 @@ pub struct BrokerConfig {
     /// How a new schema is checked against a topic's (`--schema-compatibility-strategy`,
     /// Pulsar's `schemaCompatibilityStrategy`, default FULL).
     pub schema_compatibility: crate::schema::Strategy,
+    /// Unacked-message limits and Key_Shared look-ahead and unblocking for every new
+    /// subscription (`--max-unacked-messages-per-consumer` and the flags beside it).
+    pub dispatch: DispatchLimits,
 }
 
 impl Default for BrokerConfig {
@@ -134,6 +143,7 @@ impl Default for BrokerConfig {
             backlog_quota_check_ms: 60 * 1000,
             deduplication: false,
             schema_compatibility: crate::schema::Strategy::Full,
+            dispatch: DispatchLimits::default(),
         }
     }
 }
@@ -188,6 +198,20 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
   --delayed-delivery-strict true|false
                             true (default): never before the deliver-at time, at most one
                             bucket after it; false (Pulsar's default): up to N ms early
+  --max-unacked-messages-per-consumer N
+                            block a consumer at N unacked messages, resume at half
+                            (default 50000; 0 = off)
+  --max-unacked-messages-per-subscription N
+                            stop reading for a subscription at N unacked messages
+                            (default 200000; 0 = off)
+  --key-shared-look-ahead-msg-in-replay-threshold-per-consumer N
+  --key-shared-look-ahead-msg-in-replay-threshold-per-subscription N
+                            Key_Shared: entries waiting in replay before reads pause, per
+                            consumer (default 2000; 0 = the subscription's) and in all
+                            (default 20000; 0 = no cap)
+  --key-shared-unblocking-interval-ms N
+                            Key_Shared: gather unblocked keys this long before reading
+                            (default 10)
   --legacy NAME             bring back a Pulsar bug, for demonstrations and tests only:
                             mark-delete-cleanup (Key_Shared skip/expiry releases draining
                             keys), orphan-chunk-replay (Shared stalls on an orphan chunk),
@@ -266,7 +290,9 @@ impl BrokerConfig {
                 cfg.check_frames = true;
                 continue;
             }
-            if !FLAGS_WITH_VALUE.contains(&name.as_str()) {
+            if !FLAGS_WITH_VALUE.contains(&name.as_str())
+                && !DispatchLimits::FLAGS.contains(&name.as_str())
+            {
                 return Err(ConfigError::UnknownArgument(flag));
             }
             let value = match inline.or_else(|| it.next()) {
@@ -283,7 +309,7 @@ impl BrokerConfig {
         Ok(cfg)
     }
 
-    /// Sets the flag `name` (one of [`FLAGS_WITH_VALUE`]) to `value`; `Err` says why the value
+    /// Sets the flag `name` (one of [`FLAGS_WITH_VALUE`] or [`DispatchLimits::FLAGS`]) to `value`; `Err` says why the value
     /// is refused.
     fn set(&mut self, name: &str, value: &str) -> Result<(), &'static str> {
         let number = |v: &str| v.parse::<u64>().map_err(|_| "not a number");
@@ -361,6 +387,7 @@ impl BrokerConfig {
                     "must be FULL, BACKWARD, FORWARD, FULL_TRANSITIVE, BACKWARD_TRANSITIVE, FORWARD_TRANSITIVE, ALWAYS_COMPATIBLE or ALWAYS_INCOMPATIBLE",
                 )?
             }
+            n if DispatchLimits::FLAGS.contains(&n) => self.dispatch.set(n, value)?,
             _ => return Err("not a flag with a value"),
         }
         Ok(())
@@ -421,129 +448,5 @@ impl BrokerConfig {
     /// The largest frame the broker reads: the message size plus Pulsar's frame padding.
     pub fn max_frame_size(&self) -> usize {
         (self.max_message_size as usize) + FRAME_PADDING as usize
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn defaults_and_flags() {
-        let c = BrokerConfig::parse_args(Vec::<String>::new()).unwrap();
-        assert_eq!(c.listen.to_string(), "127.0.0.1:6650");
-        assert_eq!(c.admin.to_string(), "127.0.0.1:8080");
-        let c = BrokerConfig::parse_args([
-            "--listen=127.0.0.1:0",
-            "--max-message-size",
-            "10240",
-            "--data-dir",
-            "/tmp/x",
-        ])
-        .unwrap();
-        assert_eq!(c.listen.port(), 0);
-        assert_eq!(c.max_message_size, 10240);
-        assert_eq!(c.max_frame_size(), 10240 + 10240);
-        assert_eq!(c.data_dir.as_deref(), Some(std::path::Path::new("/tmp/x")));
-        assert!(!c.check_frames);
-        assert!(
-            BrokerConfig::parse_args(["--check-frames"])
-                .unwrap()
-                .check_frames
-        );
-        assert!(matches!(
-            BrokerConfig::parse_args(["--check-frames=yes"]).unwrap_err(),
-            ConfigError::UnknownArgument(_)
-        ));
-    }
-
-    #[test]
-    fn bad_arguments_are_typed_errors() {
-        assert_eq!(
-            BrokerConfig::parse_args(["--nope"]).unwrap_err(),
-            ConfigError::UnknownArgument("--nope".into())
-        );
-        assert_eq!(
-            BrokerConfig::parse_args(["--listen"]).unwrap_err(),
-            ConfigError::MissingValue("--listen".into())
-        );
-        assert!(matches!(
-            BrokerConfig::parse_args(["--listen", "localhost"]).unwrap_err(),
-            ConfigError::InvalidValue { .. }
-        ));
-        assert!(matches!(
-            BrokerConfig::parse_args(["--max-message-size", "12"]).unwrap_err(),
-            ConfigError::InvalidValue { .. }
-        ));
-        assert_eq!(
-            BrokerConfig::parse_args(["--help"]).unwrap_err(),
-            ConfigError::Help
-        );
-        for bad in [
-            ["--delayed-delivery-enabled", "yes"],
-            ["--delayed-delivery-strict", "1"],
-            ["--delayed-delivery-tick-ms", "-5"],
-            ["--delayed-delivery-tick-ms", "3600001"],
-            ["--allow-auto-topic-creation", "yes"],
-            ["--allow-auto-topic-creation-type", "both"],
-            ["--default-num-partitions", "0"],
-            ["--max-num-partitions-per-partitioned-topic", "-1"],
-            ["--message-expiry-check-interval-ms", "0"],
-            ["--backlog-quota-check-interval-ms", "x"],
-        ] {
-            assert!(
-                matches!(
-                    BrokerConfig::parse_args(bad).unwrap_err(),
-                    ConfigError::InvalidValue { .. }
-                ),
-                "{bad:?}"
-            );
-        }
-    }
-
-    #[test]
-    fn topic_creation_flags() {
-        let c = BrokerConfig::parse_args(Vec::<String>::new()).unwrap();
-        assert!(c.allow_auto_topic_creation && !c.auto_topic_partitioned);
-        assert_eq!(
-            (c.default_num_partitions, c.partition_limit()),
-            (1, u32::MAX)
-        );
-        let c = BrokerConfig::parse_args([
-            "--allow-auto-topic-creation=false",
-            "--allow-auto-topic-creation-type",
-            "partitioned",
-            "--default-num-partitions",
-            "4",
-            "--max-num-partitions-per-partitioned-topic",
-            "16",
-        ])
-        .unwrap();
-        assert!(!c.allow_auto_topic_creation && c.auto_topic_partitioned);
-        assert_eq!((c.default_num_partitions, c.partition_limit()), (4, 16));
-    }
-
-    #[test]
-    fn delayed_delivery_flags() {
-        let d = BrokerConfig::parse_args(Vec::<String>::new())
-            .unwrap()
-            .delayed_delivery;
-        assert_eq!(d, dispatcher::DelayedDelivery::default());
-        let c = BrokerConfig::parse_args([
-            "--delayed-delivery-enabled=false",
-            "--delayed-delivery-tick-ms",
-            "0",
-            "--delayed-delivery-strict",
-            "false",
-        ])
-        .unwrap();
-        assert_eq!(
-            c.delayed_delivery,
-            dispatcher::DelayedDelivery {
-                enabled: false,
-                tick: 0,
-                strict: false
-            }
-        );
     }
 }
