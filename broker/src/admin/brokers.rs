@@ -51,5 +51,7 @@ fn runtime_configuration(state: &BrokerState) -> serde_json::Value {
         "keySharedLookAheadMsgInReplayThresholdPerConsumer": s(&c.dispatch.look_ahead_per_consumer),
         "keySharedLookAheadMsgInReplayThresholdPerSubscription": s(&c.dispatch.look_ahead_per_subscription),
         "keySharedUnblockingIntervalMs": s(&c.dispatch.unblocking_interval_ms),
+        "subscriptionKeySharedUseConsistentHashing": s(&c.dispatch.key_shared_use_consistent_hashing),
+        "subscriptionKeySharedConsistentHashingReplicaPoints": s(&c.dispatch.key_shared_replica_points),
     })
 }

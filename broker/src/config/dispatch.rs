@@ -1,10 +1,10 @@
-//! The dispatcher limits every new subscription starts with: Pulsar's broker settings of the
+//! The dispatcher settings every new subscription starts with: Pulsar's broker settings of the
 //! same names, with Pulsar's defaults.
 
-use dispatcher::DispatcherConfig;
+use dispatcher::{DispatcherConfig, KeySharedMode};
 
-/// Unacked-message limits, Key_Shared look-ahead and unblocking for every new subscription's
-/// dispatcher (`--max-unacked-messages-per-consumer` and the other flags of
+/// Unacked-message limits, Key_Shared look-ahead, unblocking and AUTO_SPLIT selector for every
+/// new subscription's dispatcher (`--max-unacked-messages-per-consumer` and the other flags of
 /// [`DispatchLimits::FLAGS`]). The defaults are Pulsar's.
 ///
 /// ```
@@ -34,6 +34,14 @@ pub struct DispatchLimits {
     /// (`--key-shared-unblocking-interval-ms`, Pulsar's `keySharedUnblockingIntervalMs`,
     /// default 10).
     pub unblocking_interval_ms: u64,
+    /// Key_Shared AUTO_SPLIT: the consistent-hashing ring (`true`) or hash ranges split in
+    /// halves as consumers join (`--subscription-key-shared-use-consistent-hashing`, Pulsar's
+    /// `subscriptionKeySharedUseConsistentHashing`, default true).
+    pub key_shared_use_consistent_hashing: bool,
+    /// Key_Shared AUTO_SPLIT on the ring: points per consumer
+    /// (`--subscription-key-shared-consistent-hashing-replica-points`, Pulsar's
+    /// `subscriptionKeySharedConsistentHashingReplicaPoints`, default 100).
+    pub key_shared_replica_points: u32,
 }
 
 impl Default for DispatchLimits {
@@ -45,6 +53,11 @@ impl Default for DispatchLimits {
             look_ahead_per_consumer: d.look_ahead_per_consumer,
             look_ahead_per_subscription: d.look_ahead_per_subscription,
             unblocking_interval_ms: d.unblocking_interval,
+            key_shared_use_consistent_hashing: true,
+            key_shared_replica_points: match dispatcher::KeySharedConfig::default().mode {
+                KeySharedMode::ConsistentHashing { points } => points,
+                _ => 100,
+            },
         }
     }
 }
@@ -57,6 +70,8 @@ impl DispatchLimits {
         "--key-shared-look-ahead-msg-in-replay-threshold-per-consumer",
         "--key-shared-look-ahead-msg-in-replay-threshold-per-subscription",
         "--key-shared-unblocking-interval-ms",
+        "--subscription-key-shared-use-consistent-hashing",
+        "--subscription-key-shared-consistent-hashing-replica-points",
     ];
 
     /// Sets the flag `name` (one of [`FLAGS`](Self::FLAGS)) to `value`; `Err` says why the
@@ -81,12 +96,36 @@ impl DispatchLimits {
             "--key-shared-look-ahead-msg-in-replay-threshold-per-subscription" => {
                 self.look_ahead_per_subscription = entries(value)?;
             }
+            "--subscription-key-shared-use-consistent-hashing" => {
+                self.key_shared_use_consistent_hashing = match value {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err("must be `true` or `false`"),
+                }
+            }
+            "--subscription-key-shared-consistent-hashing-replica-points" => {
+                self.key_shared_replica_points = match number(value)? {
+                    n @ 1..=10_000 => n as u32,
+                    _ => return Err("must be from 1 to 10000"),
+                }
+            }
             _ => match number(value)? {
                 n if n <= 60_000 => self.unblocking_interval_ms = n,
                 _ => return Err("must be at most 60000 (one minute)"),
             },
         }
         Ok(())
+    }
+
+    /// What a Key_Shared AUTO_SPLIT subscription uses: the ring with its points, or hash-range
+    /// auto-split.
+    pub fn auto_split_mode(&self) -> KeySharedMode {
+        match self.key_shared_use_consistent_hashing {
+            true => KeySharedMode::ConsistentHashing {
+                points: self.key_shared_replica_points,
+            },
+            false => KeySharedMode::AutoSplit,
+        }
     }
 
     /// Puts these limits into a subscription's dispatcher configuration.

@@ -115,8 +115,8 @@ pub struct BrokerConfig {
     /// How a new schema is checked against a topic's (`--schema-compatibility-strategy`,
     /// Pulsar's `schemaCompatibilityStrategy`, default FULL).
     pub schema_compatibility: crate::schema::Strategy,
-    /// Unacked-message limits and Key_Shared look-ahead and unblocking for every new
-    /// subscription (`--max-unacked-messages-per-consumer` and the flags beside it).
+    /// Unacked-message limits, Key_Shared look-ahead, unblocking and AUTO_SPLIT selector for
+    /// every new subscription (`--max-unacked-messages-per-consumer` and the flags beside it).
     pub dispatch: DispatchLimits,
 }
 
@@ -212,6 +212,11 @@ usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-siz
   --key-shared-unblocking-interval-ms N
                             Key_Shared: gather unblocked keys this long before reading
                             (default 10)
+  --subscription-key-shared-use-consistent-hashing true|false
+                            Key_Shared AUTO_SPLIT: the consistent-hashing ring (default
+                            true) or hash ranges split in halves as consumers join
+  --subscription-key-shared-consistent-hashing-replica-points N
+                            points per consumer on the ring (default 100)
   --legacy NAME             bring back a Pulsar bug, for demonstrations and tests only:
                             mark-delete-cleanup (Key_Shared skip/expiry releases draining
                             keys), orphan-chunk-replay (Shared stalls on an orphan chunk),

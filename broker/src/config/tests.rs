@@ -137,6 +137,9 @@ fn dispatch_limits_take_pulsars_names_and_defaults() {
         "--key-shared-look-ahead-msg-in-replay-threshold-per-subscription=50",
         "--key-shared-unblocking-interval-ms",
         "0",
+        "--subscription-key-shared-use-consistent-hashing=false",
+        "--subscription-key-shared-consistent-hashing-replica-points",
+        "20",
     ])
     .unwrap();
     let d = cfg.dispatch;
@@ -147,10 +150,17 @@ fn dispatch_limits_take_pulsars_names_and_defaults() {
         (5, 50)
     );
     assert_eq!(d.unblocking_interval_ms, 0);
+    assert_eq!(d.auto_split_mode(), dispatcher::KeySharedMode::AutoSplit);
+    assert_eq!(d.key_shared_replica_points, 20);
     for (flag, value) in [
         ("--max-unacked-messages-per-consumer", "-1"),
         ("--max-unacked-messages-per-consumer", "4294967296"),
         ("--key-shared-unblocking-interval-ms", "60001"),
+        ("--subscription-key-shared-use-consistent-hashing", "yes"),
+        (
+            "--subscription-key-shared-consistent-hashing-replica-points",
+            "0",
+        ),
         (
             "--key-shared-look-ahead-msg-in-replay-threshold-per-consumer",
             "x",

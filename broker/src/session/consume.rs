@@ -32,10 +32,12 @@ pub(super) struct Consumer {
     acked_through: Option<Position>,
 }
 
-/// The subscription type a SUBSCRIBE asks for, with a STICKY consumer's hash ranges; `Err`
-/// is the refusal (a negative range is invalid).
+/// The subscription type a SUBSCRIBE asks for (AUTO_SPLIT with the broker's selector,
+/// `auto_split`), with a STICKY consumer's hash ranges; `Err` is the refusal (a negative range
+/// is invalid).
 fn subscription_kind(
     s: &CommandSubscribe,
+    auto_split: KeySharedMode,
 ) -> Result<(SubKind, Vec<HashRange>), (ServerError, &'static str)> {
     use proto::command_subscribe::SubType;
     let mut ranges = Vec::new();
@@ -43,7 +45,10 @@ fn subscription_kind(
         SubType::Shared => SubKind::Shared,
         SubType::Exclusive => SubKind::Exclusive,
         SubType::KeyShared => {
-            let mut ks = KeySharedConfig::default();
+            let mut ks = KeySharedConfig {
+                mode: auto_split,
+                ..KeySharedConfig::default()
+            };
             if let Some(m) = &s.key_shared_meta {
                 ks.allow_out_of_order = m.allow_out_of_order_delivery();
                 if m.key_shared_mode() == proto::KeySharedMode::Sticky {
@@ -133,7 +138,7 @@ impl Session {
         if s.subscription.is_empty() {
             return self.send_error(rid, ServerError::NotAllowedError, "empty subscription name");
         }
-        let (kind, ranges) = match subscription_kind(s) {
+        let (kind, ranges) = match subscription_kind(s, self.state.cfg.dispatch.auto_split_mode()) {
             Ok(k) => k,
             Err((code, message)) => return self.send_error(rid, code, message),
         };

@@ -198,6 +198,47 @@ fn the_unacked_limit_per_consumer_holds_deliveries_back() {
     );
 }
 
+/// The hash ranges each of two AUTO_SPLIT consumers holds (from the topic's stats).
+fn auto_split_ranges(use_ring: bool) -> Vec<usize> {
+    let mut cfg = BrokerConfig::default();
+    cfg.dispatch.key_shared_use_consistent_hashing = use_ring;
+    let mut b = SteppedBroker::new(cfg, T0);
+    let mut c = b.connect("consumer");
+    call(&mut c, &wire::commands::connect("t", 21));
+    for id in [1, 2] {
+        let sub = wire::commands::subscribe(
+            TOPIC,
+            "ks",
+            id,
+            id,
+            SubType::KeyShared,
+            None,
+            InitialPosition::Earliest,
+        );
+        assert_eq!(call(&mut c, &sub), [Type::Success]);
+    }
+    let q = "GET /admin/v2/persistent/public/default/stepped/stats HTTP/1.1\r\nHost: b\r\n\r\n";
+    let (status, body) = b.admin(q.as_bytes());
+    assert_eq!(status, 200);
+    let stats: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    let consumers = stats["subscriptions"]["ks"]["consumers"]
+        .as_array()
+        .unwrap()
+        .clone();
+    consumers
+        .iter()
+        .map(|c| c["keyHashRanges"].as_array().map_or(0, Vec::len))
+        .collect()
+}
+
+/// `--subscription-key-shared-use-consistent-hashing false`: AUTO_SPLIT splits the hash range
+/// in halves (one range each) instead of placing ring points (many ranges each).
+#[test]
+fn auto_split_follows_the_selector_flag() {
+    assert_eq!(auto_split_ranges(false), [1, 1]);
+    assert!(auto_split_ranges(true).iter().all(|&n| n > 10));
+}
+
 #[test]
 fn the_keep_alive_follows_the_callers_clock() {
     let (b, _p, mut c) = setup();

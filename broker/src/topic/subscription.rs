@@ -276,6 +276,15 @@ impl Topic {
         initial: InitialPosition,
         recover: bool,
     ) -> Result<Arc<Subscription>, StorageError> {
+        // AUTO_SPLIT as the broker is configured (a subscription read back from its file
+        // says only AUTO_SPLIT).
+        let kind = match kind {
+            SubKind::KeyShared(mut ks) if ks.mode != KeySharedMode::Sticky => {
+                ks.mode = self.defaults.limits.auto_split_mode();
+                SubKind::KeyShared(ks)
+            }
+            k => k,
+        };
         if matches!(kind, SubKind::KeyShared(_)) {
             self.key_shared
                 .store(true, std::sync::atomic::Ordering::Relaxed);

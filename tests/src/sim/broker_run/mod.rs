@@ -36,9 +36,9 @@
 //! housekeeping pass (see [`admin`]). `reads=` delays every dispatcher read by the runtime's
 //! [`dispatcher::ReadDelay`]; `persist=` sets the cursors' persist cadence (the broker's
 //! default, one second, otherwise); `max_unacked`, `max_unacked_sub`, `look_ahead` and
-//! `interval` set the broker's dispatch limits (`broker::DispatchLimits`). The hash-range
-//! auto-split selector has no broker equivalent (the broker's AUTO_SPLIT is its
-//! consistent-hashing ring): reported, the scenario runs on the ring. Expiry works in whole seconds there: a scenario's age in ms is
+//! `interval` set the broker's dispatch settings (`broker::DispatchLimits`), and
+//! `type=key_shared_autosplit` its `--subscription-key-shared-use-consistent-hashing false`.
+//! Expiry works in whole seconds there: a scenario's age in ms is
 //! rounded up (never expires a younger message). As the world's adapter does, the runner tells
 //! the client that nacked an entry an admin operation dropped (Pulsar's protocol has no such
 //! notice).
@@ -67,7 +67,7 @@ mod run;
 mod setup;
 
 use restart::DataDir;
-use setup::{broker_config, config_notes, runtime_options};
+use setup::{broker_config, runtime_options};
 
 /// Virtual time 0 on the broker's (wall-clock ms) clock.
 const T0: u64 = 1_764_000_000_000;
@@ -248,7 +248,7 @@ impl Run {
             keys: BTreeSet::new(),
             faults: 0,
             events: 0,
-            skipped: config_notes(&scenario.config),
+            skipped: Skipped::new(),
             last_progress: 0,
             hash: 0xCBF2_9CE4_8422_2325,
             lines: 0,

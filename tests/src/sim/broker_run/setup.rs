@@ -1,9 +1,8 @@
 //! A broker run's setup: the broker's configuration (delayed delivery as the world has it, the
-//! dispatcher limits, the legacy switch), the dispatcher runtimes' options (read delays,
-//! persist cadence), and the scenario setting the broker has no equivalent for (reported).
+//! dispatcher settings, the legacy switch) and the dispatcher runtimes' options (read delays,
+//! persist cadence).
 
 use crate::sim::scenario::{SubKind, WorldConfig};
-use crate::sim::threads::Skipped;
 use crate::sim::world::Legacy;
 
 /// The broker's settings for a run of `c`: delayed delivery as the world has it (strict, 16 ms
@@ -19,6 +18,8 @@ pub(super) fn broker_config(c: &WorldConfig, legacy: Option<Legacy>) -> broker::
     };
     let limits = &mut cfg.dispatch;
     limits.unblocking_interval_ms = c.unblocking_interval;
+    // `type=key_shared_autosplit`: AUTO_SPLIT with hash ranges instead of the ring.
+    limits.key_shared_use_consistent_hashing = c.sub != SubKind::KeySharedAutoSplit;
     if let Some(n) = c.max_unacked_consumer {
         limits.max_unacked_per_consumer = n;
     }
@@ -59,17 +60,4 @@ pub(super) fn runtime_options(c: &WorldConfig, seed: u64) -> dispatcher::Runtime
         o.persist_every = Some(std::time::Duration::from_millis(c.persist_interval.max(1)));
     }
     o
-}
-
-/// Settings of `c` the broker has no equivalent for (left at its defaults), for the report.
-/// (`store=file` is honoured: such a run's broker stores in a data directory.)
-pub(super) fn config_notes(c: &WorldConfig) -> Skipped {
-    let mut out = Skipped::new();
-    if c.sub == SubKind::KeySharedAutoSplit {
-        out.insert(
-            "config key_shared_autosplit (the broker's AUTO_SPLIT is its ring)",
-            1,
-        );
-    }
-    out
 }
