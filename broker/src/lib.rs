@@ -51,8 +51,8 @@ mod sync;
 mod topic;
 
 pub use config::{
-    BrokerConfig, ConfigError, DispatchLimits, Legacy, DEFAULT_MAX_MESSAGE_SIZE, FRAME_PADDING,
-    USAGE,
+    usage, BrokerConfig, ConfigError, DispatchLimits, Legacy, DEFAULT_MAX_MESSAGE_SIZE,
+    FRAME_PADDING,
 };
 pub use session::PROTOCOL_VERSION;
 pub use shell::{Broker, StartError};

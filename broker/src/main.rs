@@ -7,7 +7,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use broker::{Broker, BrokerConfig, ConfigError, USAGE};
+use broker::{Broker, BrokerConfig, ConfigError};
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -15,11 +15,11 @@ fn main() -> ExitCode {
     let cfg = match BrokerConfig::parse_args(std::env::args().skip(1)) {
         Ok(c) => c,
         Err(ConfigError::Help) => {
-            println!("{USAGE}");
+            println!("{}", broker::usage());
             return ExitCode::SUCCESS;
         }
         Err(e) => {
-            eprintln!("broker: {e}\n\n{USAGE}");
+            eprintln!("broker: {e}\n\nRun `broker --help` for the flags.");
             return ExitCode::from(2);
         }
     };

@@ -233,9 +233,24 @@ fn bad_input_exits_2_with_a_message() {
         ),
         (
             vec!["--seed".into(), "x".into()],
-            "--seed: `x` is not a number",
+            "invalid value 'x' for '--seed <S>'",
         ),
-        (vec!["--frobnicate".into()], "unknown argument"),
+        (
+            vec!["--frobnicate".into()],
+            "unexpected argument '--frobnicate'",
+        ),
+        (
+            vec!["--seeds".into(), "0".into()],
+            "invalid value '0' for '--seeds <N>'",
+        ),
+        (
+            vec![
+                "--runtime".into(),
+                "threads".into(),
+                "--check-determinism".into(),
+            ],
+            "drop --check-determinism",
+        ),
     ];
     for (args, want) in cases {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -263,7 +278,9 @@ fn bad_input_exits_2_with_a_message() {
         .output()
         .expect("runs");
     assert_eq!(out.status.code(), Some(0));
-    assert!(String::from_utf8_lossy(&out.stdout).starts_with("usage: "));
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("Usage: sim [OPTIONS]"), "{help}");
+    assert!(help.contains("--runtime <sim|threads|broker>"), "{help}");
 }
 
 /// The seed-000 timeline: well formed, and the violation marked only in the legacy run.

@@ -5,7 +5,7 @@ use dispatcher::{DispatcherConfig, KeySharedMode};
 
 /// Unacked-message limits, Key_Shared look-ahead, unblocking and AUTO_SPLIT selector for every
 /// new subscription's dispatcher (`--max-unacked-messages-per-consumer` and the other flags of
-/// [`DispatchLimits::FLAGS`]). The defaults are Pulsar's.
+/// the broker's `--help`). The defaults are Pulsar's.
 ///
 /// ```
 /// let cfg = broker::BrokerConfig::parse_args(["--max-unacked-messages-per-consumer", "100"]).unwrap();
@@ -63,60 +63,6 @@ impl Default for DispatchLimits {
 }
 
 impl DispatchLimits {
-    /// The flags that set these limits (each takes a number).
-    pub const FLAGS: &'static [&'static str] = &[
-        "--max-unacked-messages-per-consumer",
-        "--max-unacked-messages-per-subscription",
-        "--key-shared-look-ahead-msg-in-replay-threshold-per-consumer",
-        "--key-shared-look-ahead-msg-in-replay-threshold-per-subscription",
-        "--key-shared-unblocking-interval-ms",
-        "--subscription-key-shared-use-consistent-hashing",
-        "--subscription-key-shared-consistent-hashing-replica-points",
-    ];
-
-    /// Sets the flag `name` (one of [`FLAGS`](Self::FLAGS)) to `value`; `Err` says why the
-    /// value is refused.
-    pub(super) fn set(&mut self, name: &str, value: &str) -> Result<(), &'static str> {
-        let number = |v: &str| v.parse::<u64>().map_err(|_| "not a number (0 or more)");
-        let entries = |v: &str| match number(v)? {
-            n if n <= 1 << 40 => Ok(n as i64),
-            _ => Err("must be at most 1099511627776"),
-        };
-        match name {
-            "--max-unacked-messages-per-consumer" => {
-                self.max_unacked_per_consumer =
-                    u32::try_from(number(value)?).map_err(|_| "must be at most 4294967295")?;
-            }
-            "--max-unacked-messages-per-subscription" => {
-                self.max_unacked_per_subscription = number(value)?;
-            }
-            "--key-shared-look-ahead-msg-in-replay-threshold-per-consumer" => {
-                self.look_ahead_per_consumer = entries(value)?;
-            }
-            "--key-shared-look-ahead-msg-in-replay-threshold-per-subscription" => {
-                self.look_ahead_per_subscription = entries(value)?;
-            }
-            "--subscription-key-shared-use-consistent-hashing" => {
-                self.key_shared_use_consistent_hashing = match value {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err("must be `true` or `false`"),
-                }
-            }
-            "--subscription-key-shared-consistent-hashing-replica-points" => {
-                self.key_shared_replica_points = match number(value)? {
-                    n @ 1..=10_000 => n as u32,
-                    _ => return Err("must be from 1 to 10000"),
-                }
-            }
-            _ => match number(value)? {
-                n if n <= 60_000 => self.unblocking_interval_ms = n,
-                _ => return Err("must be at most 60000 (one minute)"),
-            },
-        }
-        Ok(())
-    }
-
     /// What a Key_Shared AUTO_SPLIT subscription uses: the ring with its points, or hash-range
     /// auto-split.
     pub fn auto_split_mode(&self) -> KeySharedMode {
@@ -135,5 +81,104 @@ impl DispatchLimits {
         cfg.look_ahead_per_consumer = self.look_ahead_per_consumer;
         cfg.look_ahead_per_subscription = self.look_ahead_per_subscription;
         cfg.unblocking_interval = self.unblocking_interval_ms;
+    }
+}
+
+/// The flags of [`DispatchLimits`] (each absent one keeps its default).
+#[derive(clap::Args, Debug)]
+pub(super) struct DispatchArgs {
+    /// Block a consumer at N unacked messages, resume at half (default 50000; 0 = off).
+    #[arg(long, value_name = "N", value_parser = count_u32)]
+    max_unacked_messages_per_consumer: Option<u32>,
+    /// Stop reading for a subscription at N unacked messages, resume at half (default 200000;
+    /// 0 = off).
+    #[arg(long, value_name = "N")]
+    max_unacked_messages_per_subscription: Option<u64>,
+    /// Key_Shared: entries waiting in replay per consumer before reads pause (default 2000;
+    /// 0 = the subscription's value).
+    #[arg(long, value_name = "N", value_parser = entries)]
+    key_shared_look_ahead_msg_in_replay_threshold_per_consumer: Option<i64>,
+    /// Key_Shared: entries waiting in replay for the whole subscription (default 20000; 0 = no
+    /// cap).
+    #[arg(long, value_name = "N", value_parser = entries)]
+    key_shared_look_ahead_msg_in_replay_threshold_per_subscription: Option<i64>,
+    /// Key_Shared: gather unblocked keys this long before reading, ms, at most 60000
+    /// (default 10).
+    #[arg(long, value_name = "N", value_parser = unblocking_ms)]
+    key_shared_unblocking_interval_ms: Option<u64>,
+    /// Key_Shared AUTO_SPLIT: the consistent-hashing ring (default true) or hash ranges split
+    /// in halves as consumers join.
+    #[arg(long, value_name = "true|false", value_parser = super::args::boolean)]
+    subscription_key_shared_use_consistent_hashing: Option<bool>,
+    /// Points per consumer on the ring, 1 to 10000 (default 100).
+    #[arg(long, value_name = "N", value_parser = replica_points)]
+    subscription_key_shared_consistent_hashing_replica_points: Option<u32>,
+}
+
+impl DispatchArgs {
+    /// Puts every given flag into `d`.
+    pub(super) fn apply(self, d: &mut DispatchLimits) {
+        fn set<T>(field: &mut T, value: Option<T>) {
+            if let Some(v) = value {
+                *field = v;
+            }
+        }
+        set(
+            &mut d.max_unacked_per_consumer,
+            self.max_unacked_messages_per_consumer,
+        );
+        set(
+            &mut d.max_unacked_per_subscription,
+            self.max_unacked_messages_per_subscription,
+        );
+        set(
+            &mut d.look_ahead_per_consumer,
+            self.key_shared_look_ahead_msg_in_replay_threshold_per_consumer,
+        );
+        set(
+            &mut d.look_ahead_per_subscription,
+            self.key_shared_look_ahead_msg_in_replay_threshold_per_subscription,
+        );
+        set(
+            &mut d.unblocking_interval_ms,
+            self.key_shared_unblocking_interval_ms,
+        );
+        set(
+            &mut d.key_shared_use_consistent_hashing,
+            self.subscription_key_shared_use_consistent_hashing,
+        );
+        set(
+            &mut d.key_shared_replica_points,
+            self.subscription_key_shared_consistent_hashing_replica_points,
+        );
+    }
+}
+
+fn number(v: &str) -> Result<u64, &'static str> {
+    v.parse::<u64>().map_err(|_| "not a number (0 or more)")
+}
+
+fn count_u32(v: &str) -> Result<u32, &'static str> {
+    u32::try_from(number(v)?).map_err(|_| "must be at most 4294967295")
+}
+
+fn entries(v: &str) -> Result<i64, &'static str> {
+    match number(v)? {
+        n if n <= 1 << 40 => Ok(n as i64),
+        _ => Err("must be at most 1099511627776"),
+    }
+}
+
+fn unblocking_ms(v: &str) -> Result<u64, &'static str> {
+    match number(v)? {
+        n @ 0..=60_000 => Ok(n),
+        _ => Err("must be at most 60000 (one minute)"),
+    }
+}
+
+fn replica_points(v: &str) -> Result<u32, &'static str> {
+    match number(v)? {
+        n @ 1..=10_000 => Ok(n as u32),
+        _ => Err("must be from 1 to 10000"),
     }
 }

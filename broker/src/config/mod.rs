@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+mod args;
 mod dispatch;
 #[cfg(test)]
 mod tests;
@@ -151,7 +152,7 @@ impl Default for BrokerConfig {
 /// A command line the broker cannot run with.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
-    /// `--help` was asked for; the caller prints [`USAGE`] and exits 0.
+    /// `--help` was asked for; the caller prints [`usage`] and exits 0.
     #[error("help requested")]
     Help,
     /// A flag the broker does not know.
@@ -172,274 +173,17 @@ pub enum ConfigError {
     },
 }
 
-/// The command-line help.
-pub const USAGE: &str = "\
-usage: broker [--listen ADDR] [--admin ADDR] [--data-dir DIR] [--max-message-size BYTES]
-
-  --listen ADDR             binary protocol address (default 127.0.0.1:6650; port 0 = any)
-  --admin ADDR              admin HTTP address (default 127.0.0.1:8080; port 0 = any)
-  --data-dir DIR            keep state in DIR (default: in memory)
-  --max-message-size BYTES  largest message (default 5242880); clients chunk above it
-  --sync always|interval    with --data-dir: fsync before each receipt (always, the
-                            default) or every 100 ms (interval: a machine crash may lose
-                            the last 100 ms of receipted messages; killing the broker does not)
-  --entries-per-ledger N    ledger rollover (default 50000)
-  --read-cache-mb N         with --data-dir: payloads kept in memory for reads, MiB
-                            (default 64); older entries are read back from their log files
-  --key-shared-max-unacked-per-key N
-                            Key_Shared key-serial dispatch: at most N unacked entries per
-                            key (default 0 = off); 1 gives stock clients per-key order on nack
-  --delayed-delivery-enabled true|false
-                            honour deliver_after / deliver_at on Shared and Key_Shared
-                            (default true; Exclusive always dispatches at once, as Pulsar)
-  --delayed-delivery-tick-ms N
-                            delay resolution (default 1000): times are bucketed to the
-                            largest power of two not above N (512 ms); 0 = exact
-  --delayed-delivery-strict true|false
-                            true (default): never before the deliver-at time, at most one
-                            bucket after it; false (Pulsar's default): up to N ms early
-  --max-unacked-messages-per-consumer N
-                            block a consumer at N unacked messages, resume at half
-                            (default 50000; 0 = off)
-  --max-unacked-messages-per-subscription N
-                            stop reading for a subscription at N unacked messages
-                            (default 200000; 0 = off)
-  --key-shared-look-ahead-msg-in-replay-threshold-per-consumer N
-  --key-shared-look-ahead-msg-in-replay-threshold-per-subscription N
-                            Key_Shared: entries waiting in replay before reads pause, per
-                            consumer (default 2000; 0 = the subscription's) and in all
-                            (default 20000; 0 = no cap)
-  --key-shared-unblocking-interval-ms N
-                            Key_Shared: gather unblocked keys this long before reading
-                            (default 10)
-  --subscription-key-shared-use-consistent-hashing true|false
-                            Key_Shared AUTO_SPLIT: the consistent-hashing ring (default
-                            true) or hash ranges split in halves as consumers join
-  --subscription-key-shared-consistent-hashing-replica-points N
-                            points per consumer on the ring (default 100)
-  --legacy NAME             bring back a Pulsar bug, for demonstrations and tests only:
-                            mark-delete-cleanup (Key_Shared skip/expiry releases draining
-                            keys), orphan-chunk-replay (Shared stalls on an orphan chunk),
-                            unordered-nack (nack as Pulsar: no key-serial, no PIP-493 order),
-                            no-batch-ack-set (a redelivered batch without its acked indexes)
-  --allow-auto-topic-creation true|false
-                            create a topic on first use (default true); false: topics
-                            must be created with the admin API first
-  --allow-auto-topic-creation-type non-partitioned|partitioned
-                            what a topic created on first use is (default non-partitioned)
-  --default-num-partitions N
-                            partitions of a topic created on first use when the type is
-                            partitioned (default 1)
-  --max-num-partitions-per-partitioned-topic N
-                            the most partitions a topic may have (default 0 = no limit)
-  --message-expiry-check-interval-ms N
-                            how often namespaces' message TTLs are applied (default 300000)
-  --backlog-quota-check-interval-ms N
-                            how often namespaces' backlog quotas are applied (default 60000)
-  --broker-deduplication-enabled true|false
-                            drop a producer's resent messages (its sequence ids) on every
-                            topic whose namespace does not say otherwise (default false)
-  --schema-compatibility-strategy S
-                            how a new schema is checked against a topic's: FULL (default),
-                            BACKWARD, FORWARD, their _TRANSITIVE forms, ALWAYS_COMPATIBLE or
-                            ALWAYS_INCOMPATIBLE
-  --check-frames            for test suites: check every frame written as Pulsar's Java client
-                            reads it (no repeated non-repeated field, every required field);
-                            a frame that fails is logged at ERROR and its connection closed
-
-The first two lines on stdout are the service URL and the admin URL. Logs go to stderr
-(RUST_LOG sets the filter, default info).";
-
-/// The flags that take a value (`--flag VALUE` or `--flag=VALUE`).
-const FLAGS_WITH_VALUE: &[&str] = &[
-    "--listen",
-    "--admin",
-    "--data-dir",
-    "--max-message-size",
-    "--entries-per-ledger",
-    "--read-cache-mb",
-    "--sync",
-    "--legacy",
-    "--key-shared-max-unacked-per-key",
-    "--delayed-delivery-enabled",
-    "--delayed-delivery-tick-ms",
-    "--delayed-delivery-strict",
-    "--allow-auto-topic-creation",
-    "--allow-auto-topic-creation-type",
-    "--default-num-partitions",
-    "--max-num-partitions-per-partitioned-topic",
-    "--message-expiry-check-interval-ms",
-    "--backlog-quota-check-interval-ms",
-    "--broker-deduplication-enabled",
-    "--schema-compatibility-strategy",
-];
-
 impl BrokerConfig {
-    /// Parses the arguments after the program name.
+    /// Parses the arguments after the program name (`--help` lists them; each absent flag
+    /// keeps its default). `Err(ConfigError::Help)` asks the caller to print [`usage`].
     pub fn parse_args<I, S>(args: I) -> Result<BrokerConfig, ConfigError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<str>,
     {
         let mut cfg = BrokerConfig::default();
-        let mut it = args.into_iter().map(|s| s.as_ref().to_owned());
-        while let Some(flag) = it.next() {
-            let (name, inline) = match flag.split_once('=') {
-                Some((n, v)) if n.starts_with("--") => (n.to_owned(), Some(v.to_owned())),
-                _ => (flag.clone(), None),
-            };
-            if name == "--help" || name == "-h" {
-                return Err(ConfigError::Help);
-            }
-            if flag == "--check-frames" {
-                cfg.check_frames = true;
-                continue;
-            }
-            if !FLAGS_WITH_VALUE.contains(&name.as_str())
-                && !DispatchLimits::FLAGS.contains(&name.as_str())
-            {
-                return Err(ConfigError::UnknownArgument(flag));
-            }
-            let value = match inline.or_else(|| it.next()) {
-                Some(v) => v,
-                None => return Err(ConfigError::MissingValue(name)),
-            };
-            cfg.set(&name, &value)
-                .map_err(|reason| ConfigError::InvalidValue {
-                    flag: name.clone(),
-                    value: value.clone(),
-                    reason: reason.to_owned(),
-                })?;
-        }
+        args::Args::parse(args)?.apply(&mut cfg);
         Ok(cfg)
-    }
-
-    /// Sets the flag `name` (one of [`FLAGS_WITH_VALUE`] or [`DispatchLimits::FLAGS`]) to `value`; `Err` says why the value
-    /// is refused.
-    fn set(&mut self, name: &str, value: &str) -> Result<(), &'static str> {
-        let number = |v: &str| v.parse::<u64>().map_err(|_| "not a number");
-        let boolean = |v: &str| match v {
-            "true" => Ok(true),
-            "false" => Ok(false),
-            _ => Err("must be `true` or `false`"),
-        };
-        match name {
-            "--listen" => self.listen = value.parse().map_err(|_| "not an IP:PORT")?,
-            "--admin" => self.admin = value.parse().map_err(|_| "not an IP:PORT")?,
-            "--data-dir" if value.is_empty() => return Err("empty path"),
-            "--data-dir" => self.data_dir = Some(PathBuf::from(value)),
-            "--max-message-size" => {
-                let n = number(value)?;
-                if !(1024..=256 * 1024 * 1024).contains(&n) {
-                    return Err("must be between 1024 and 268435456");
-                }
-                self.max_message_size = n as u32;
-            }
-            "--legacy" => {
-                match value {
-                    "mark-delete-cleanup" => self.legacy.mark_delete_cleanup = true,
-                    "orphan-chunk-replay" => self.legacy.orphan_chunk_replay = true,
-                    "unordered-nack" => self.legacy.unordered_nack = true,
-                    "no-batch-ack-set" => self.legacy.no_batch_ack_set = true,
-                    _ => return Err(
-                        "must be `mark-delete-cleanup`, `orphan-chunk-replay`, `unordered-nack` or `no-batch-ack-set`",
-                    ),
-                }
-            }
-            "--key-shared-max-unacked-per-key" => {
-                self.key_shared_max_unacked_per_key =
-                    u32::try_from(number(value)?).map_err(|_| "not a number")?;
-            }
-            "--delayed-delivery-enabled" => self.delayed_delivery.enabled = boolean(value)?,
-            "--delayed-delivery-strict" => self.delayed_delivery.strict = boolean(value)?,
-            "--delayed-delivery-tick-ms" => {
-                let n = number(value)?;
-                if n > 3_600_000 {
-                    return Err("must be at most 3600000 (one hour)");
-                }
-                self.delayed_delivery.tick = n;
-            }
-            "--sync" => {
-                self.sync = match value {
-                    "always" => crate::storage::SyncPolicy::Always,
-                    "interval" => crate::storage::SyncPolicy::Interval,
-                    _ => return Err("must be `always` or `interval`"),
-                }
-            }
-            "--read-cache-mb" => {
-                let n = number(value)?;
-                if n > 1024 * 1024 {
-                    return Err("must be at most 1048576 (1 TiB)");
-                }
-                self.read_cache_mb = n;
-            }
-            "--entries-per-ledger" => {
-                let n = number(value)?;
-                if n == 0 {
-                    return Err("must be at least 1");
-                }
-                self.entries_per_ledger = n;
-            }
-            "--allow-auto-topic-creation"
-            | "--allow-auto-topic-creation-type"
-            | "--default-num-partitions"
-            | "--max-num-partitions-per-partitioned-topic"
-            | "--message-expiry-check-interval-ms"
-            | "--backlog-quota-check-interval-ms"
-            | "--broker-deduplication-enabled" => self.set_namespace_flag(name, value)?,
-            "--schema-compatibility-strategy" => {
-                self.schema_compatibility = crate::schema::Strategy::parse(value).ok_or(
-                    "must be FULL, BACKWARD, FORWARD, FULL_TRANSITIVE, BACKWARD_TRANSITIVE, FORWARD_TRANSITIVE, ALWAYS_COMPATIBLE or ALWAYS_INCOMPATIBLE",
-                )?
-            }
-            n if DispatchLimits::FLAGS.contains(&n) => self.dispatch.set(n, value)?,
-            _ => return Err("not a flag with a value"),
-        }
-        Ok(())
-    }
-
-    /// The flags of topic creation on first use, partition counts and the namespace
-    /// policies' jobs.
-    fn set_namespace_flag(&mut self, name: &str, value: &str) -> Result<(), &'static str> {
-        let number = |v: &str| {
-            v.parse::<u32>()
-                .map_err(|_| "not a number (0 to 4294967295)")
-        };
-        let interval = |v: &str| match v.parse::<u64>() {
-            Ok(n) if (10..=24 * 3_600_000).contains(&n) => Ok(n),
-            _ => Err("must be a number of ms from 10 to 86400000 (one day)"),
-        };
-        match name {
-            "--message-expiry-check-interval-ms" => self.message_expiry_check_ms = interval(value)?,
-            "--broker-deduplication-enabled" => {
-                self.deduplication = match value {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err("must be `true` or `false`"),
-                }
-            }
-            "--backlog-quota-check-interval-ms" => self.backlog_quota_check_ms = interval(value)?,
-            "--allow-auto-topic-creation" => {
-                self.allow_auto_topic_creation = match value {
-                    "true" => true,
-                    "false" => false,
-                    _ => return Err("must be `true` or `false`"),
-                }
-            }
-            "--allow-auto-topic-creation-type" => {
-                self.auto_topic_partitioned = match value {
-                    "non-partitioned" => false,
-                    "partitioned" => true,
-                    _ => return Err("must be `non-partitioned` or `partitioned`"),
-                }
-            }
-            "--default-num-partitions" => match number(value)? {
-                0 => return Err("must be at least 1"),
-                n => self.default_num_partitions = n,
-            },
-            _ => self.max_num_partitions = number(value)?,
-        }
-        Ok(())
     }
 
     /// The most partitions a topic may have (`u32::MAX` when there is no limit).
@@ -454,4 +198,9 @@ impl BrokerConfig {
     pub fn max_frame_size(&self) -> usize {
         (self.max_message_size as usize) + FRAME_PADDING as usize
     }
+}
+
+/// The command-line help (`broker --help`): every flag with its value and default.
+pub fn usage() -> String {
+    args::usage()
 }

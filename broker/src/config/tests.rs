@@ -27,7 +27,7 @@ fn defaults_and_flags() {
     );
     assert!(matches!(
         BrokerConfig::parse_args(["--check-frames=yes"]).unwrap_err(),
-        ConfigError::UnknownArgument(_)
+        ConfigError::InvalidValue { flag, value, .. } if flag == "--check-frames" && value == "yes"
     ));
 }
 
@@ -171,5 +171,52 @@ fn dispatch_limits_take_pulsars_names_and_defaults() {
             matches!(&e, ConfigError::InvalidValue { flag: f, .. } if f == flag),
             "{e}"
         );
+    }
+}
+
+#[test]
+fn a_refusal_names_the_flag_the_value_and_the_reason() {
+    assert_eq!(
+        BrokerConfig::parse_args(["--listen", "localhost"]).unwrap_err(),
+        ConfigError::InvalidValue {
+            flag: "--listen".into(),
+            value: "localhost".into(),
+            reason: "not an IP:PORT".into(),
+        }
+    );
+    assert_eq!(
+        BrokerConfig::parse_args(["--legacy=nope"]).unwrap_err().to_string(),
+        "invalid value `nope` for `--legacy`: must be `mark-delete-cleanup`, `orphan-chunk-replay`, `unordered-nack` or `no-batch-ack-set`"
+    );
+    assert_eq!(
+        BrokerConfig::parse_args(["serve"]).unwrap_err(),
+        ConfigError::UnknownArgument("serve".into())
+    );
+    // The last of a repeated flag wins; `--legacy` adds up.
+    let c = BrokerConfig::parse_args([
+        "--entries-per-ledger=5",
+        "--entries-per-ledger=7",
+        "--legacy=unordered-nack",
+        "--legacy=no-batch-ack-set",
+    ])
+    .unwrap();
+    assert_eq!(c.entries_per_ledger, 7);
+    assert!(c.legacy.unordered_nack && c.legacy.no_batch_ack_set);
+}
+
+#[test]
+fn the_help_lists_every_flag() {
+    let help = usage();
+    for flag in [
+        "--listen",
+        "--data-dir",
+        "--sync",
+        "--legacy",
+        "--check-frames",
+        "--max-unacked-messages-per-consumer",
+        "--subscription-key-shared-consistent-hashing-replica-points",
+        "--schema-compatibility-strategy",
+    ] {
+        assert!(help.contains(flag), "{flag} in\n{help}");
     }
 }

@@ -1,10 +1,6 @@
 //! `cargo xtask sim`: the deterministic simulator's command line (see docs/SIMULATOR.md).
 //!
-//! ```text
-//! sim [--seed S] [--seeds N] [--scenario NAME|FILE]... [--legacy NAME] [--expect-violation]
-//!     [--check-determinism] [--runtime sim|threads|broker] [--log FILE] [--json FILE]
-//!     [--all-violations] [--timeline FILE.svg] [--timeline-keys N] [--list] [--help]
-//! ```
+//! `--help` lists the flags (the [`Cli`] struct declares them).
 //!
 //! Runtimes: `sim` (default) is the deterministic world; `threads` runs the workload on the
 //! dispatcher's threaded runtime (not reproducible by seed); `broker` drives the same workload
@@ -31,6 +27,61 @@ use tests::sim::{
 const DEFAULT_SEED: u64 = 1;
 const DEFAULT_SEEDS: u64 = 150;
 
+/// The simulator's flags, declared once (clap derives the parser and `--help` from them).
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "sim",
+    about = "The deterministic simulator: scenarios through the dispatcher, checked (docs/SIMULATOR.md).",
+    after_help = "Exit status: 0 no violation, 1 a violation, 2 bad arguments or a scenario that cannot run.",
+    args_override_self = true,
+    disable_version_flag = true
+)]
+struct Cli {
+    /// The first seed (default 1); alone, it runs that one seed.
+    #[arg(long, value_name = "S")]
+    seed: Option<u64>,
+    /// Seeds per scenario, from --seed on (default 150, or 1 with --seed).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    seeds: Option<u64>,
+    /// A shipped scenario's name or a scenario file (repeatable; default: the whole mix).
+    #[arg(long = "scenario", value_name = "NAME|FILE", action = clap::ArgAction::Append)]
+    scenarios: Vec<String>,
+    /// Bring back a bug the checkers must catch: mark-delete-cleanup (expects order),
+    /// orphan-chunk-replay (a stall), unordered-nack (order), no-batch-ack-set
+    /// (acked-redelivered), no-delayed-delivery (early), replay-settle (a stall).
+    #[arg(long, value_name = "NAME", value_parser = legacy)]
+    legacy: Option<Legacy>,
+    /// Exit 0 only if a violation of the legacy switch's kind was found.
+    #[arg(long)]
+    expect_violation: bool,
+    /// Run every seed twice and compare the event-log hashes.
+    #[arg(long)]
+    check_determinism: bool,
+    /// sim (the deterministic world, default), threads (the dispatcher's threaded runtime, not
+    /// reproducible) or broker (the broker's stepped core in Pulsar's binary protocol).
+    #[arg(long, value_name = "sim|threads|broker", value_parser = runtime)]
+    runtime: Option<SimRuntime>,
+    /// Write the event log of the runs to FILE.
+    #[arg(long, value_name = "FILE")]
+    log: Option<String>,
+    /// Where the JSON report goes.
+    #[arg(long, value_name = "FILE", default_value = "target/sim/report.json")]
+    json: String,
+    /// List the default mix's scenarios and exit.
+    #[arg(long)]
+    list: bool,
+    /// Print every violation in full, not one per kind.
+    #[arg(long)]
+    all_violations: bool,
+    /// Draw one run's timeline as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    timeline: Option<String>,
+    /// Keys drawn in the timeline (default: the timeline's own).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    timeline_keys: Option<u64>,
+}
+
+/// What the runs use of the command line.
 struct Args {
     seed: u64,
     seeds: u64,
@@ -48,120 +99,54 @@ struct Args {
     timeline_keys: usize,
 }
 
-/// Why the command line was not run: `Help` prints the usage and exits 0.
-enum ArgError {
-    Help,
-    Bad(String),
+fn legacy(v: &str) -> Result<Legacy, String> {
+    Legacy::parse(v).ok_or_else(|| format!("unknown legacy switch `{v}` (see --help)"))
 }
 
-fn usage() -> &'static str {
-    "usage: cargo xtask sim [--seed S] [--seeds N] [--scenario NAME|FILE]... [--legacy NAME] \
-     [--expect-violation] [--check-determinism] [--runtime sim|threads|broker] [--log FILE] \
-     [--json FILE] [--all-violations] [--timeline FILE.svg] [--timeline-keys N] [--list]\n\
-     runtimes: sim (the deterministic world), threads (the dispatcher's threaded runtime, not \
-     reproducible), broker (the broker's stepped core in Pulsar's binary protocol, \
-     deterministic; legacy switches: mark-delete-cleanup, orphan-chunk-replay, unordered-nack, \
-     no-delayed-delivery)\n\
-     legacy switches: mark-delete-cleanup (expects an order violation), orphan-chunk-replay \
-     (expects a stall), unordered-nack (Pulsar-mode nack on Key_Shared; expects an order violation),\n\
-     no-batch-ack-set (redelivered batches without their acked indexes; expects acked-redelivered),\n\
-     no-delayed-delivery (deliver-at times ignored; expects early),\n\
-     replay-settle (a redelivery during a Key_Shared replay read can wait forever; expects a stall)\n\
-     exit status: 0 no violation, 1 a violation, 2 bad arguments or a scenario that cannot run\n\
-     details: docs/SIMULATOR.md"
+fn runtime(v: &str) -> Result<SimRuntime, &'static str> {
+    match v {
+        "sim" => Ok(SimRuntime::World),
+        "threads" => Ok(SimRuntime::Threads),
+        "broker" => Ok(SimRuntime::Broker),
+        _ => Err("must be sim, threads or broker"),
+    }
 }
 
-fn parse_args() -> Result<Args, ArgError> {
-    let bad = |m: String| ArgError::Bad(m);
-    let mut a = Args {
-        seed: DEFAULT_SEED,
-        seeds: DEFAULT_SEEDS,
-        scenarios: Vec::new(),
-        legacy: None,
-        expect_violation: false,
-        check_determinism: false,
-        runtime: SimRuntime::World,
-        log: None,
-        json: "target/sim/report.json".into(),
-        list: false,
-        all_violations: false,
-        timeline: None,
-        timeline_keys: TimelineOptions::default().max_keys,
+/// The command line, checked; `Err` is clap's error (help included), printed by the caller.
+fn parse_args() -> Result<Args, clap::Error> {
+    use clap::{CommandFactory, Parser};
+    let c = Cli::try_parse()?;
+    let a = Args {
+        seed: c.seed.unwrap_or(DEFAULT_SEED),
+        seeds: c
+            .seeds
+            .unwrap_or(if c.seed.is_some() { 1 } else { DEFAULT_SEEDS }),
+        scenarios: c.scenarios,
+        legacy: c.legacy,
+        expect_violation: c.expect_violation,
+        check_determinism: c.check_determinism,
+        runtime: c.runtime.unwrap_or(SimRuntime::World),
+        log: c.log,
+        json: c.json,
+        list: c.list,
+        all_violations: c.all_violations,
+        timeline: c.timeline,
+        timeline_keys: c
+            .timeline_keys
+            .map_or(TimelineOptions::default().max_keys, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }),
     };
-    let mut seeds_given = false;
-    let mut it = std::env::args().skip(1);
-    while let Some(arg) = it.next() {
-        let mut val = |name: &str| {
-            it.next()
-                .ok_or_else(|| ArgError::Bad(format!("{name} needs a value\n{}", usage())))
-        };
-        match arg.as_str() {
-            "--seed" => {
-                let v = val("--seed")?;
-                a.seed = v
-                    .parse()
-                    .map_err(|_| bad(format!("--seed: `{v}` is not a number")))?;
-                if !seeds_given {
-                    a.seeds = 1;
-                }
-            }
-            "--seeds" => {
-                let v = val("--seeds")?;
-                a.seeds = v
-                    .parse()
-                    .map_err(|_| bad(format!("--seeds: `{v}` is not a number")))?;
-                seeds_given = true;
-            }
-            "--scenario" => a.scenarios.push(val("--scenario")?),
-            "--legacy" => {
-                let v = val("--legacy")?;
-                a.legacy = Some(
-                    Legacy::parse(&v)
-                        .ok_or_else(|| bad(format!("unknown legacy switch `{v}`\n{}", usage())))?,
-                );
-            }
-            "--expect-violation" => a.expect_violation = true,
-            "--check-determinism" => a.check_determinism = true,
-            "--runtime" => match val("--runtime")?.as_str() {
-                "sim" => a.runtime = SimRuntime::World,
-                "threads" => a.runtime = SimRuntime::Threads,
-                "broker" => a.runtime = SimRuntime::Broker,
-                other => {
-                    return Err(bad(format!(
-                        "unknown runtime `{other}` (sim, threads or broker)"
-                    )))
-                }
-            },
-            "--log" => a.log = Some(val("--log")?),
-            "--json" => a.json = val("--json")?,
-            "--list" => a.list = true,
-            "--all-violations" => a.all_violations = true,
-            "--timeline" => a.timeline = Some(val("--timeline")?),
-            "--timeline-keys" => {
-                let v = val("--timeline-keys")?;
-                a.timeline_keys = v
-                    .parse()
-                    .ok()
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| bad(format!("--timeline-keys: `{v}` is not a count")))?;
-            }
-            "-h" | "--help" => return Err(ArgError::Help),
-            other => return Err(bad(format!("unknown argument `{other}`\n{}", usage()))),
-        }
-    }
-    if a.seeds == 0 {
-        return Err(bad("--seeds must be at least 1".into()));
-    }
+    let conflict = |m: &str| Cli::command().error(clap::error::ErrorKind::ArgumentConflict, m);
     if a.timeline.is_some() && a.runtime == SimRuntime::Threads {
-        return Err(bad(
-            "--timeline draws one deterministic run; drop --runtime threads".into(),
+        return Err(conflict(
+            "--timeline draws one deterministic run; drop --runtime threads",
         ));
     }
     if a.check_determinism && a.runtime == SimRuntime::Threads {
-        return Err(bad(
+        return Err(conflict(
             "--runtime threads is not deterministic (the threads decide the interleaving); \
-             drop --check-determinism"
-                .into(),
+             drop --check-determinism",
         ));
     }
     Ok(a)
@@ -478,13 +463,10 @@ fn verdict(results: &[RunResult], legacy: Option<Legacy>, expect_violation: bool
 fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(a) => a,
-        Err(ArgError::Help) => {
-            println!("{}", usage());
-            return ExitCode::SUCCESS;
-        }
-        Err(ArgError::Bad(e)) => {
-            eprintln!("sim: {e}");
-            return ExitCode::from(2);
+        Err(e) => {
+            // Help goes to stdout with 0; a refusal to stderr with 2.
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() { 2 } else { 0 });
         }
     };
     if args.list {
