@@ -20,14 +20,21 @@ use crate::sim::scenario::Evict;
 const QUOTA_PATH: &str = "/admin/v2/namespaces/public/default/backlogQuota";
 
 impl Run {
-    /// The subscription's mark-delete position and backlog (entries), from `internalStats`.
-    pub(super) fn cursor(&self) -> Option<(Position, u64)> {
-        let q = "GET /admin/v2/persistent/public/default/sim/internalStats HTTP/1.1\r\nHost: sim\r\n\r\n";
+    /// The JSON the topic's admin `GET …/sim/<what>` answers (`None` unless 200).
+    fn topic_json(&self, what: &str) -> Option<serde_json::Value> {
+        let q = format!(
+            "GET /admin/v2/persistent/public/default/sim/{what} HTTP/1.1\r\nHost: sim\r\n\r\n"
+        );
         let (status, body) = self.b.admin(q.as_bytes());
         if status != 200 {
             return None;
         }
-        let stats: serde_json::Value = serde_json::from_slice(&body).ok()?;
+        serde_json::from_slice(&body).ok()
+    }
+
+    /// The subscription's mark-delete position and backlog (entries), from `internalStats`.
+    pub(super) fn cursor(&self) -> Option<(Position, u64)> {
+        let stats = self.topic_json("internalStats")?;
         let cursor = &stats["cursors"]["sim"];
         let md = parse_position(cursor["markDeletePosition"].as_str()?)?;
         let backlog = cursor["numberOfEntriesSinceFirstNotAckedMessage"].as_u64()?;
@@ -36,12 +43,7 @@ impl Run {
 
     /// The subscription's backlog in messages and in bytes, from the topic's `stats`.
     pub(super) fn backlog(&self) -> Option<(u64, u64)> {
-        let q = "GET /admin/v2/persistent/public/default/sim/stats HTTP/1.1\r\nHost: sim\r\n\r\n";
-        let (status, body) = self.b.admin(q.as_bytes());
-        if status != 200 {
-            return None;
-        }
-        let stats: serde_json::Value = serde_json::from_slice(&body).ok()?;
+        let stats = self.topic_json("stats")?;
         let sub = &stats["subscriptions"]["sim"];
         Some((sub["msgBacklog"].as_u64()?, sub["backlogSize"].as_u64()?))
     }

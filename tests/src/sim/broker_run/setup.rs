@@ -16,20 +16,18 @@ pub(super) fn broker_config(c: &WorldConfig, legacy: Option<Legacy>) -> broker::
         },
         ..broker::BrokerConfig::default()
     };
-    let limits = &mut cfg.dispatch;
-    limits.unblocking_interval_ms = c.unblocking_interval;
-    // `type=key_shared_autosplit`: AUTO_SPLIT with hash ranges instead of the ring.
-    limits.key_shared_use_consistent_hashing = c.sub != SubKind::KeySharedAutoSplit;
-    if let Some(n) = c.max_unacked_consumer {
-        limits.max_unacked_per_consumer = n;
-    }
-    if let Some(n) = c.max_unacked_sub {
-        limits.max_unacked_per_subscription = n;
-    }
-    if let Some(n) = c.look_ahead {
-        limits.look_ahead_per_consumer = n;
-        limits.look_ahead_per_subscription = n.saturating_mul(10);
-    }
+    // The world's dispatcher settings, as the broker's flags.
+    let d = crate::sim::world::dispatcher_config(c);
+    cfg.dispatch = broker::DispatchLimits {
+        max_unacked_per_consumer: d.max_unacked_per_consumer,
+        max_unacked_per_subscription: d.max_unacked_per_subscription,
+        look_ahead_per_consumer: d.look_ahead_per_consumer,
+        look_ahead_per_subscription: d.look_ahead_per_subscription,
+        unblocking_interval_ms: d.unblocking_interval,
+        // `type=key_shared_autosplit`: AUTO_SPLIT with hash ranges instead of the ring.
+        key_shared_use_consistent_hashing: c.sub != SubKind::KeySharedAutoSplit,
+        ..cfg.dispatch
+    };
     match legacy {
         None => {}
         Some(Legacy::MarkDeleteCleanup) => cfg.legacy.mark_delete_cleanup = true,
