@@ -123,11 +123,6 @@ impl Args {
 
     /// Puts every given flag into `cfg`.
     pub(super) fn apply(self, cfg: &mut BrokerConfig) {
-        fn set<T>(field: &mut T, value: Option<T>) {
-            if let Some(v) = value {
-                *field = v;
-            }
-        }
         set(&mut cfg.listen, self.listen);
         set(&mut cfg.admin, self.admin);
         cfg.data_dir = self.data_dir.or(cfg.data_dir.take());
@@ -241,11 +236,18 @@ fn directory(v: &str) -> Checked<PathBuf> {
     }
 }
 
-fn number(v: &str) -> Checked<u64> {
+/// Puts a given flag's value into its field (an absent flag keeps the default).
+pub(super) fn set<T>(field: &mut T, value: Option<T>) {
+    if let Some(v) = value {
+        *field = v;
+    }
+}
+
+pub(super) fn number(v: &str) -> Checked<u64> {
     v.parse().map_err(|_| "not a number")
 }
 
-fn count_u32(v: &str) -> Checked<u32> {
+pub(super) fn count_u32(v: &str) -> Checked<u32> {
     u32::try_from(number(v)?).map_err(|_| "must be at most 4294967295")
 }
 

@@ -3,6 +3,8 @@
 
 use dispatcher::{DispatcherConfig, KeySharedMode};
 
+use super::args::{boolean, count_u32, number, set};
+
 /// Unacked-message limits, Key_Shared look-ahead, unblocking and AUTO_SPLIT selector for every
 /// new subscription's dispatcher (`--max-unacked-messages-per-consumer` and the other flags of
 /// the broker's `--help`). The defaults are Pulsar's.
@@ -108,7 +110,7 @@ pub(super) struct DispatchArgs {
     key_shared_unblocking_interval_ms: Option<u64>,
     /// Key_Shared AUTO_SPLIT: the consistent-hashing ring (default true) or hash ranges split
     /// in halves as consumers join.
-    #[arg(long, value_name = "true|false", value_parser = super::args::boolean)]
+    #[arg(long, value_name = "true|false", value_parser = boolean)]
     subscription_key_shared_use_consistent_hashing: Option<bool>,
     /// Points per consumer on the ring, 1 to 10000 (default 100).
     #[arg(long, value_name = "N", value_parser = replica_points)]
@@ -118,11 +120,6 @@ pub(super) struct DispatchArgs {
 impl DispatchArgs {
     /// Puts every given flag into `d`.
     pub(super) fn apply(self, d: &mut DispatchLimits) {
-        fn set<T>(field: &mut T, value: Option<T>) {
-            if let Some(v) = value {
-                *field = v;
-            }
-        }
         set(
             &mut d.max_unacked_per_consumer,
             self.max_unacked_messages_per_consumer,
@@ -152,14 +149,6 @@ impl DispatchArgs {
             self.subscription_key_shared_consistent_hashing_replica_points,
         );
     }
-}
-
-fn number(v: &str) -> Result<u64, &'static str> {
-    v.parse::<u64>().map_err(|_| "not a number (0 or more)")
-}
-
-fn count_u32(v: &str) -> Result<u32, &'static str> {
-    u32::try_from(number(v)?).map_err(|_| "must be at most 4294967295")
 }
 
 fn entries(v: &str) -> Result<i64, &'static str> {
