@@ -168,10 +168,13 @@ impl SteppedBroker {
         self.state.notify_end_of_topics();
     }
 
-    /// One admin REST request (`bytes`: a whole HTTP/1.1 request) answered at the clock's
-    /// time: the status and the body.
-    pub fn admin(&self, bytes: &[u8]) -> (u16, Vec<u8>) {
-        let r = crate::admin::respond(bytes, &self.state, self.clock.now());
+    /// One admin REST request answered at the clock's time: `method` (`GET`, `PUT`, `POST`,
+    /// `DELETE`), `target` (the path with its query, as in an HTTP request line, e.g.
+    /// `/admin/v2/persistent/public/default/t/stats`) and the body. Returns the status and the
+    /// body of the answer.
+    pub fn admin(&self, method: &str, target: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        let req = crate::admin::Request::new(method, target, body.to_vec(), self.clock.now());
+        let r = crate::admin::route(&req, &self.state);
         (r.status, r.body)
     }
 

@@ -296,7 +296,7 @@ fn http_with_head(b: &broker::Broker, path: &str) -> (u16, String, String) {
     let mut s = std::net::TcpStream::connect(addr).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
     )
     .unwrap();
     let mut resp = String::new();

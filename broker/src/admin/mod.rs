@@ -1,14 +1,11 @@
-//! The admin HTTP server on `--admin`: HTTP/1.1, one request per connection.
+//! The admin REST API on `--admin`: which answer each request gets. HTTP itself (framing,
+//! keep-alive, timeouts) is the shell's ([`crate::shell::http`]); here a [`Request`] is a
+//! method, a path, a query and a body, and [`route`] answers it.
 //!
 //! Pulsar's admin v2 paths for the cluster, tenants and namespaces (`tenants.rs`), topics,
 //! partitioned topics, their stats and their subscriptions' operations (`topics.rs`), our
 //! `whyBlocked` extension, and Prometheus metrics at `/metrics`. Errors are JSON
-//! `{"reason": …}` with Pulsar's status codes (the table in `docs/BROKER.md`). Requests are read with
-//! a deadline and a size cap, so a slow or hostile client cannot hold the thread; std only
-//! (one request per connection, `Connection: close`): the admin surface is a handful of paths
-//! and a dependency-free server is enough for it.
-
-use std::io;
+//! `{"reason": …}` with Pulsar's status codes (the table in `docs/BROKER.md`).
 
 use crate::state::BrokerState;
 
@@ -19,9 +16,6 @@ mod subscriptions;
 mod tenants;
 mod topics;
 
-/// Largest request head (and body) read.
-const MAX_REQUEST: usize = 64 * 1024;
-
 /// One parsed request.
 #[derive(Debug)]
 pub(crate) struct Request {
@@ -29,7 +23,7 @@ pub(crate) struct Request {
     pub path: String,
     pub query: String,
     pub body: Vec<u8>,
-    /// When it arrived (ms since the Unix epoch; the shell sets it, 0 from [`parse_request`]).
+    /// When it arrived (ms since the Unix epoch): "now" for expiry.
     pub received_ms: u64,
 }
 
@@ -83,73 +77,18 @@ pub(crate) fn json_string(s: &str) -> String {
     out
 }
 
-/// The response to `bytes` as a whole connection's input (the client sent them and closed):
-/// an unfinished request is a 400, as a closed connection is in [`handle`].
-pub(crate) fn respond(bytes: &[u8], state: &BrokerState, now_ms: u64) -> Response {
-    match parse_request(bytes) {
-        Ok(Some(mut req)) => {
-            req.received_ms = now_ms;
-            route(&req, state)
-        }
-        Ok(None) => Response::json_error(
-            400,
-            "bad request: connection closed before the request was whole",
-        ),
-        Err(e) => Response::json_error(400, &format!("bad request: {e}")),
-    }
-}
-
-/// The request in `buf` once it is whole (`None`: read more), or why it never will be: a head
-/// or body over [`MAX_REQUEST`], a head that is not UTF-8, a bad request line or a bad
-/// `Content-Length`. Bytes past the declared body are ignored (one request per connection).
-pub(crate) fn parse_request(buf: &[u8]) -> io::Result<Option<Request>> {
-    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_owned());
-    let Some(head_end) = find(buf, b"\r\n\r\n") else {
-        if buf.len() > MAX_REQUEST {
-            return Err(bad("request head too large"));
-        }
-        return Ok(None);
-    };
-    if head_end > MAX_REQUEST {
-        return Err(bad("request head too large"));
-    }
-    let head =
-        std::str::from_utf8(&buf[..head_end]).map_err(|_| bad("request head is not UTF-8"))?;
-    let mut lines = head.split("\r\n");
-    let request_line = lines.next().unwrap_or_default();
-    let mut parts = request_line.split(' ');
-    let (Some(method), Some(target)) = (parts.next(), parts.next()) else {
-        return Err(bad("bad request line"));
-    };
-    let mut length = 0usize;
-    for l in lines {
-        if let Some((k, v)) = l.split_once(':') {
-            if k.trim().eq_ignore_ascii_case("content-length") {
-                length = v.trim().parse().map_err(|_| bad("bad Content-Length"))?;
-            }
+impl Request {
+    /// A request for `target` (a path with an optional `?query`), received at `received_ms`.
+    pub(crate) fn new(method: &str, target: &str, body: Vec<u8>, received_ms: u64) -> Request {
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        Request {
+            method: method.to_owned(),
+            path: path.to_owned(),
+            query: query.to_owned(),
+            body,
+            received_ms,
         }
     }
-    if length > MAX_REQUEST {
-        return Err(bad("request body too large"));
-    }
-    let Some(body) = buf.get(head_end + 4..head_end + 4 + length) else {
-        return Ok(None);
-    };
-    let (path, query) = match target.split_once('?') {
-        Some((p, q)) => (p.to_owned(), q.to_owned()),
-        None => (target.to_owned(), String::new()),
-    };
-    Ok(Some(Request {
-        method: method.to_owned(),
-        path,
-        query,
-        body: body.to_vec(),
-        received_ms: 0,
-    }))
-}
-
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 /// The response to one request; `req.received_ms` is "now" for expiry.

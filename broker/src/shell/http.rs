@@ -1,101 +1,212 @@
-//! The admin HTTP shell: accepts on `--admin`, reads one request per connection with a
-//! deadline and a size cap (a slow or hostile client cannot hold the thread), and writes the
-//! response [`admin::route`](crate::admin) decides.
+//! The admin HTTP shell, on `tiny_http`: HTTP/1.1 with keep-alive, pipelining, chunked request
+//! bodies and `Expect: 100-continue`. `tiny_http` reads each connection's requests on a thread
+//! of its pool; each request is answered on a handler thread of its own (at most
+//! [`MAX_HANDLERS`] at once; a 503 beyond), and [`admin::route`](crate::admin::route) decides
+//! the answer.
+//!
+//! A silent or stalled client holds nothing for long: every read on an admin connection gives
+//! up after [`IDLE`] (the listener's receive timeout, which Linux copies to every accepted
+//! socket), which closes the connection, whether it is an idle keep-alive connection or a
+//! request that stopped half way; and a body must arrive whole within [`BODY_DEADLINE`].
 
-use std::io::{self, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
+use std::io;
+use std::net::TcpListener;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tracing::debug;
+use tracing::{debug, warn};
 
-use crate::admin::{parse_request, route, Request, Response};
+use crate::admin::{route, Request, Response};
 use crate::state::BrokerState;
 
-/// How long one request may take to arrive.
-const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+/// How long one read on an admin connection may wait: an idle keep-alive connection is closed
+/// after it, as is a request whose head or body stops arriving.
+pub(crate) const IDLE: Duration = Duration::from_secs(5);
 
-/// Serves admin requests until the broker closes.
+/// How long a request's body may take to arrive, however it trickles.
+const BODY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Largest request body read (a 413 beyond).
+const MAX_BODY: usize = 1024 * 1024;
+
+/// Requests answered at once; one more gets a 503 at once.
+const MAX_HANDLERS: usize = 16;
+
+/// How often the server loop looks at the shutdown flag.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The admin listener as the shell needs it: blocking accepts (`tiny_http`'s accept thread
+/// waits in `accept`), and [`IDLE`] as the receive timeout accepted sockets inherit.
+pub(crate) fn prepare(listener: TcpListener) -> io::Result<TcpListener> {
+    listener.set_nonblocking(false)?;
+    let socket = socket2::Socket::from(listener);
+    socket.set_read_timeout(Some(IDLE))?;
+    Ok(socket.into())
+}
+
+/// Serves admin requests until the broker closes, then waits (at most [`BODY_DEADLINE`]) for
+/// the requests being answered.
 pub(crate) fn serve(listener: TcpListener, state: Arc<BrokerState>) {
+    let server = match tiny_http::Server::from_listener(listener, None) {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "the admin server cannot start");
+            return;
+        }
+    };
+    let busy = Arc::new(AtomicUsize::new(0));
+    let mut handlers: Vec<JoinHandle<()>> = Vec::new();
     while !state.closing.load(Ordering::SeqCst) {
-        match listener.accept() {
-            Ok((stream, _)) => {
-                if let Err(e) = handle(stream, &state) {
-                    debug!(error = %e, "admin request failed");
+        match server.recv_timeout(POLL) {
+            Ok(Some(rq)) => {
+                handlers.retain(|h| !h.is_finished());
+                if let Some(h) = dispatch(rq, &state, &busy) {
+                    handlers.push(h);
                 }
             }
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            Ok(None) => {}
             Err(e) => {
                 debug!(error = %e, "admin accept failed");
-                std::thread::sleep(Duration::from_millis(50));
+                std::thread::sleep(POLL);
+            }
+        }
+    }
+    drop(server);
+    let until = Instant::now() + BODY_DEADLINE;
+    for h in handlers {
+        while !h.is_finished() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if h.is_finished() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Answers `rq` on a thread of its own, or with a 503 here when [`MAX_HANDLERS`] are busy.
+fn dispatch(
+    rq: tiny_http::Request,
+    state: &Arc<BrokerState>,
+    busy: &Arc<AtomicUsize>,
+) -> Option<JoinHandle<()>> {
+    if busy.fetch_add(1, Ordering::SeqCst) >= MAX_HANDLERS {
+        busy.fetch_sub(1, Ordering::SeqCst);
+        reply(
+            rq,
+            Response::json_error(503, "too many admin requests at once"),
+        );
+        return None;
+    }
+    let (state, done) = (state.clone(), busy.clone());
+    let spawned = std::thread::Builder::new()
+        .name("admin-request".into())
+        .spawn(move || {
+            answer(rq, &state);
+            done.fetch_sub(1, Ordering::SeqCst);
+        });
+    match spawned {
+        Ok(h) => Some(h),
+        Err(e) => {
+            busy.fetch_sub(1, Ordering::SeqCst);
+            warn!(error = %e, "cannot start an admin request thread");
+            None
+        }
+    }
+}
+
+/// Reads `rq`'s body, routes it and writes the answer.
+fn answer(mut rq: tiny_http::Request, state: &BrokerState) {
+    let received_ms = crate::shell::wall_ms();
+    let response = match read_body(&mut rq) {
+        Ok(body) => route(
+            &Request::new(rq.method().as_str(), rq.url(), body, received_ms),
+            state,
+        ),
+        Err(refusal) => refusal,
+    };
+    reply(rq, response);
+}
+
+/// The whole body, or the answer that refuses it: 413 when it is over [`MAX_BODY`], 400 when
+/// it does not arrive whole within [`BODY_DEADLINE`].
+fn read_body(rq: &mut tiny_http::Request) -> Result<Vec<u8>, Response> {
+    if rq.body_length().is_some_and(|n| n > MAX_BODY) {
+        return Err(too_large());
+    }
+    let started = Instant::now();
+    let mut body = Vec::with_capacity(rq.body_length().unwrap_or(0));
+    let mut chunk = [0u8; 8192];
+    let reader = rq.as_reader();
+    loop {
+        if started.elapsed() > BODY_DEADLINE {
+            return Err(Response::json_error(
+                400,
+                "bad request: the body is too slow",
+            ));
+        }
+        match reader.read(&mut chunk) {
+            Ok(0) => return Ok(body),
+            Ok(n) if body.len() + n > MAX_BODY => return Err(too_large()),
+            Ok(n) => body.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                return Err(Response::json_error(
+                    400,
+                    &format!("bad request: the body did not arrive whole: {e}"),
+                ))
             }
         }
     }
 }
 
-fn handle(mut stream: TcpStream, state: &BrokerState) -> io::Result<()> {
-    stream.set_nonblocking(false)?;
-    let response = match read_request(&mut stream) {
-        Ok(mut req) => {
-            req.received_ms = crate::shell::wall_ms();
-            route(&req, state)
-        }
-        Err(e) => Response::json_error(400, &format!("bad request: {e}")),
-    };
-    let reason = match response.status {
-        200 => "OK",
-        204 => "No Content",
-        400 => "Bad Request",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        406 => "Not Acceptable",
-        409 => "Conflict",
-        412 => "Precondition Failed",
-        422 => "Unprocessable Entity",
-        500 => "Internal Server Error",
-        503 => "Service Unavailable",
-        _ => "Error",
-    };
-    let mut head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        response.status,
-        reason,
-        response.content_type,
-        response.body.len()
-    );
-    for (name, value) in &response.headers {
-        head.push_str(&format!("{name}: {value}\r\n"));
-    }
-    head.push_str("\r\n");
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(&response.body)?;
-    stream.flush()
+fn too_large() -> Response {
+    Response::json_error(413, &format!("request body over {MAX_BODY} bytes"))
 }
 
-/// Reads one request, within [`REQUEST_DEADLINE`].
-fn read_request(stream: &mut TcpStream) -> io::Result<Request> {
-    let started = Instant::now();
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    loop {
-        if let Some(req) = parse_request(&buf)? {
-            return Ok(req);
+/// Writes `r` as `rq`'s answer, always with a `Content-Length` (never chunked).
+fn reply(rq: tiny_http::Request, r: Response) {
+    let mut out = tiny_http::Response::from_data(r.body)
+        .with_status_code(r.status)
+        .with_chunked_threshold(usize::MAX);
+    let headers = std::iter::once(("Content-Type", r.content_type.to_owned()))
+        .chain(r.headers.iter().map(|(k, v)| (k.as_str(), header_value(v))));
+    for (name, value) in headers {
+        match tiny_http::Header::from_bytes(name.as_bytes(), value.as_bytes()) {
+            Ok(h) => out.add_header(h),
+            Err(()) => debug!(
+                header = name,
+                "an admin response header is not ASCII; left out"
+            ),
         }
-        let left = REQUEST_DEADLINE.saturating_sub(started.elapsed());
-        if left.is_zero() {
-            return Err(io::Error::new(io::ErrorKind::TimedOut, "request too slow"));
-        }
-        stream.set_read_timeout(Some(left))?;
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                "connection closed before the request was whole",
-            ));
-        }
-        buf.extend_from_slice(&chunk[..n]);
+    }
+    if let Err(e) = rq.respond(out) {
+        debug!(error = %e, "the admin response could not be written");
+    }
+}
+
+/// A header value as HTTP can carry it: control characters (CR and LF, which would end the
+/// header and let a message's key or property forge more) become spaces; characters beyond
+/// ASCII become `?` (`tiny_http` writes ASCII headers only).
+fn header_value(v: &str) -> String {
+    v.chars()
+        .map(|c| match c {
+            c if c.is_ascii_control() => ' ',
+            c if c.is_ascii() => c,
+            _ => '?',
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::header_value;
+
+    #[test]
+    fn header_values_cannot_end_the_header() {
+        assert_eq!(header_value("a\r\nX-Evil: 1"), "a  X-Evil: 1");
+        assert_eq!(header_value("clé"), "cl?");
+        assert_eq!(header_value("plain-1"), "plain-1");
     }
 }

@@ -113,10 +113,8 @@ fn a_redelivery_after_a_connection_is_lost_and_an_admin_skip() {
     let mut c2 = b.connect("consumer-2");
     call(&mut c2, &wire::commands::connect("t", 21));
     assert_eq!(call(&mut c2, &subscribe(8, 3)), [Type::Success]);
-    let skip =
-        "POST /admin/v2/persistent/public/default/stepped/subscription/s/skip/2 HTTP/1.1\r\n\
-         Host: b\r\nContent-Length: 0\r\n\r\n";
-    let (status, body) = b.admin(skip.as_bytes());
+    let skip = "/admin/v2/persistent/public/default/stepped/subscription/s/skip/2";
+    let (status, body) = b.admin("POST", skip, b"");
     assert_eq!(status, 204, "{}", String::from_utf8_lossy(&body));
     call(&mut c2, &wire::commands::flow(8, 100));
     while b.step() {}
@@ -217,8 +215,11 @@ fn auto_split_ranges(use_ring: bool) -> Vec<usize> {
         );
         assert_eq!(call(&mut c, &sub), [Type::Success]);
     }
-    let q = "GET /admin/v2/persistent/public/default/stepped/stats HTTP/1.1\r\nHost: b\r\n\r\n";
-    let (status, body) = b.admin(q.as_bytes());
+    let (status, body) = b.admin(
+        "GET",
+        "/admin/v2/persistent/public/default/stepped/stats",
+        b"",
+    );
     assert_eq!(status, 200);
     let stats: serde_json::Value = serde_json::from_slice(&body).unwrap();
     let consumers = stats["subscriptions"]["ks"]["consumers"]

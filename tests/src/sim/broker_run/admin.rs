@@ -22,10 +22,8 @@ const QUOTA_PATH: &str = "/admin/v2/namespaces/public/default/backlogQuota";
 impl Run {
     /// The JSON the topic's admin `GET …/sim/<what>` answers (`None` unless 200).
     fn topic_json(&self, what: &str) -> Option<serde_json::Value> {
-        let q = format!(
-            "GET /admin/v2/persistent/public/default/sim/{what} HTTP/1.1\r\nHost: sim\r\n\r\n"
-        );
-        let (status, body) = self.b.admin(q.as_bytes());
+        let q = format!("/admin/v2/persistent/public/default/sim/{what}");
+        let (status, body) = self.b.admin("GET", &q, b"");
         if status != 200 {
             return None;
         }
@@ -83,20 +81,14 @@ impl Run {
     /// Sets the namespace's backlog quota of `kind` to `body`, lets one housekeeping pass
     /// enforce it, and removes it.
     fn quota(&mut self, what: &str, kind: &str, body: &str) {
-        let set = format!(
-            "POST {QUOTA_PATH}?backlogQuotaType={kind} HTTP/1.1\r\nHost: sim\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-            body.len()
-        );
-        let remove = format!(
-            "DELETE {QUOTA_PATH}?backlogQuotaType={kind} HTTP/1.1\r\nHost: sim\r\nContent-Length: 0\r\n\r\n"
-        );
+        let target = format!("{QUOTA_PATH}?backlogQuotaType={kind}");
         self.mark_delete_move(what, |r| {
-            let (status, body) = r.b.admin(set.as_bytes());
+            let (status, answer) = r.b.admin("POST", &target, body.as_bytes());
             if !(200..=299).contains(&status) {
-                return (status, body);
+                return (status, answer);
             }
             r.b.housekeeping();
-            r.b.admin(remove.as_bytes())
+            r.b.admin("DELETE", &target, b"")
         });
     }
 
@@ -113,9 +105,8 @@ impl Run {
     /// One admin REST operation on the subscription; what its mark-delete move passed over
     /// without an ack is recorded as dropped.
     pub(super) fn admin(&mut self, what: &str, op: &str) {
-        let req =
-            format!("POST {SUB_PATH}/{op} HTTP/1.1\r\nHost: sim\r\nContent-Length: 0\r\n\r\n");
-        self.mark_delete_move(what, |r| r.b.admin(req.as_bytes()));
+        let target = format!("{SUB_PATH}/{op}");
+        self.mark_delete_move(what, |r| r.b.admin("POST", &target, b""));
     }
 
     /// Runs `op` (REST requests; the last one's status and body), and records what the

@@ -74,11 +74,8 @@ impl Run {
                 "; the first entry neither acked nor dropped is {p}"
             ));
             if let (true, Some(k)) = (self.key_shared, k) {
-                let q = format!(
-                    "GET {SUB_PATH}/whyBlocked?key={} HTTP/1.1\r\nHost: sim\r\n\r\n",
-                    key_str(&k)
-                );
-                let (_, body) = self.b.admin(q.as_bytes());
+                let q = format!("{SUB_PATH}/whyBlocked?key={}", key_str(&k));
+                let (_, body) = self.b.admin("GET", &q, b"");
                 let why = String::from_utf8_lossy(&body);
                 let why = why.split_whitespace().collect::<Vec<_>>().join(" ");
                 detail.push_str(&format!("; whyBlocked: {why}"));
