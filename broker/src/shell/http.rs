@@ -8,6 +8,9 @@
 //! up after [`IDLE`] (the listener's receive timeout, which Linux copies to every accepted
 //! socket), which closes the connection, whether it is an idle keep-alive connection or a
 //! request that stopped half way; and a body must arrive whole within [`BODY_DEADLINE`].
+//!
+//! `tiny_http` writes header names as given (Pulsar's admin clients look for `X-Pulsar-PROPERTY`
+//! in that case; `hyper` and the other servers on the `http` crate write them in lower case).
 
 use std::io;
 use std::net::TcpListener;
@@ -48,32 +51,43 @@ pub(crate) fn prepare(listener: TcpListener) -> io::Result<TcpListener> {
 
 /// Serves admin requests until the broker closes, then waits (at most [`BODY_DEADLINE`]) for
 /// the requests being answered.
+///
+/// `tiny_http`'s accept thread ends at the first failed `accept`, and the receive timeout
+/// makes `accept` fail after [`IDLE`] without a new connection; the loop then starts a new
+/// server on the same listening socket (connections arriving meanwhile wait in its backlog).
 pub(crate) fn serve(listener: TcpListener, state: Arc<BrokerState>) {
-    let server = match tiny_http::Server::from_listener(listener, None) {
-        Ok(s) => s,
-        Err(e) => {
-            warn!(error = %e, "the admin server cannot start");
-            return;
-        }
-    };
     let busy = Arc::new(AtomicUsize::new(0));
     let mut handlers: Vec<JoinHandle<()>> = Vec::new();
     while !state.closing.load(Ordering::SeqCst) {
-        match server.recv_timeout(POLL) {
-            Ok(Some(rq)) => {
-                handlers.retain(|h| !h.is_finished());
-                if let Some(h) = dispatch(rq, &state, &busy) {
-                    handlers.push(h);
-                }
-            }
-            Ok(None) => {}
+        let server = match listener.try_clone() {
+            Ok(l) => tiny_http::Server::from_listener(l, None),
+            Err(e) => Err(e.into()),
+        };
+        let server = match server {
+            Ok(s) => s,
             Err(e) => {
-                debug!(error = %e, "admin accept failed");
-                std::thread::sleep(POLL);
+                warn!(error = %e, "the admin server cannot start; retrying");
+                std::thread::sleep(IDLE);
+                continue;
+            }
+        };
+        while !state.closing.load(Ordering::SeqCst) {
+            match server.recv_timeout(POLL) {
+                Ok(Some(rq)) => {
+                    handlers.retain(|h| !h.is_finished());
+                    handlers.extend(dispatch(rq, &state, &busy));
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    if e.kind() != io::ErrorKind::WouldBlock {
+                        debug!(error = %e, "admin accept failed");
+                        std::thread::sleep(POLL);
+                    }
+                    break;
+                }
             }
         }
     }
-    drop(server);
     let until = Instant::now() + BODY_DEADLINE;
     for h in handlers {
         while !h.is_finished() && Instant::now() < until {
