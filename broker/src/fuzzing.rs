@@ -20,16 +20,12 @@ use crate::topic::{InitialPosition, SubKind, TopicName};
 /// `ex` (Exclusive), all from the earliest entry.
 pub const ADMIN_TOPIC: &str = "persistent://public/default/t";
 
-/// Answers one admin request, shaped as a client writes it (`METHOD TARGET …` on the first line,
-/// the body after the first blank line, or after the first line when there is none), against a
-/// fresh in-memory broker holding [`ADMIN_TOPIC`]. The HTTP framing itself is the server
-/// library's; what is fuzzed is the routing and every handler behind it. Returns the status
-/// and the body. Every input must get a status (400 for a first line without a method and a
-/// target), never a panic or a hang.
+/// Answers one admin HTTP request given as the raw bytes a client sent (the connection closes
+/// after them), against a fresh in-memory broker holding [`ADMIN_TOPIC`]: the server's own
+/// framing (head, `Content-Length` or chunked body) and then its routing. Returns the status
+/// and the body. Every input must get a status (400 for bytes that are not a whole request),
+/// never a panic or a hang.
 pub fn admin_request(bytes: &[u8]) -> (u16, String) {
-    let Some((method, target, body)) = split_request(bytes) else {
-        return (400, "no method and target".into());
-    };
     let state = BrokerState::new(BrokerConfig::default(), "pulsar://127.0.0.1:6650".into());
     let name = TopicName::parse(ADMIN_TOPIC).expect("a valid topic name");
     let topic = state.topic(&name).expect("an in-memory topic");
@@ -44,25 +40,8 @@ pub fn admin_request(bytes: &[u8]) -> (u16, String) {
             .subscription(sub, kind, InitialPosition::Earliest)
             .expect("a new subscription");
     }
-    let req = crate::admin::Request::new(method, target, body.to_vec(), 1_764_000_000_000);
-    let r = crate::admin::route(&req, &state);
+    let r = crate::admin::respond(bytes, &state, 1_764_000_000_000);
     (r.status, String::from_utf8_lossy(&r.body).into_owned())
-}
-
-/// The method, target and body of a request written as [`admin_request`] reads it.
-fn split_request(bytes: &[u8]) -> Option<(&str, &str, &[u8])> {
-    let line_end = bytes
-        .iter()
-        .position(|&b| b == b'\n')
-        .unwrap_or(bytes.len());
-    let line = std::str::from_utf8(&bytes[..line_end]).ok()?;
-    let mut parts = line.trim_end_matches('\r').split(' ');
-    let (method, target) = (parts.next()?, parts.next()?);
-    let body = match bytes.windows(4).position(|w| w == b"\r\n\r\n") {
-        Some(i) => &bytes[i + 4..],
-        None => bytes.get(line_end + 1..).unwrap_or_default(),
-    };
-    Some((method, target, body))
 }
 
 /// Six entries: keys `a`, `b`, `a`, none, `b`, `a`.

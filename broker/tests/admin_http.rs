@@ -1,5 +1,5 @@
 //! The admin server's HTTP, as clients use it beyond one request per connection: keep-alive,
-//! chunked bodies, `Expect: 100-continue`, a body over the cap, a request whose body stalls
+//! chunked bodies, `Expect: 100-continue`, an HTTP/2 upgrade offer, a body over the cap, a request whose body stalls
 //! (it holds no one else up), a connection that says nothing (closed), and a new connection
 //! after the server sat idle longer than its timeouts.
 
@@ -169,11 +169,11 @@ fn a_stalled_body_holds_no_other_request_and_a_silent_connection_is_closed() {
     let mut got = Vec::new();
     let closed = silent.read_to_end(&mut got);
     assert!(closed.is_ok(), "the server closes it: {closed:?}");
-    // And the stalled request ends with a 400 rather than holding its thread.
+    // And the stalled request ends with a 408 rather than holding its thread.
     stalled.set_nonblocking(false).unwrap();
     let mut answer = String::new();
     let _ = stalled.read_to_string(&mut answer);
-    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     // The server has had no new connection for longer than its timeouts: it still accepts.
     let s = connect(&b);
     let mut w = s.try_clone().unwrap();

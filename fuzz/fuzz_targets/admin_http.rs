@@ -1,7 +1,6 @@
-//! The admin HTTP API: the input is one request as a client writes it (the method and target
-//! from its first line, the body after the blank line; the HTTP framing is the server
-//! library's). Whatever it is, the broker answers with a status, never a panic; a 5xx would
-//! be a bug, so it fails the target too.
+//! The admin HTTP API: the input is everything a client sent on one connection. Whatever it
+//! is, the broker answers with a status (a 400 for bytes that are not a whole request), never
+//! a panic; a 5xx would be a bug, so it fails the target too.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

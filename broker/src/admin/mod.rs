@@ -1,6 +1,7 @@
-//! The admin REST API on `--admin`: which answer each request gets. HTTP itself (framing,
-//! keep-alive, timeouts) is the shell's ([`crate::shell::http`]); here a [`Request`] is a
-//! method, a path, a query and a body, and [`route`] answers it.
+//! The admin REST API on `--admin`: which answer each request gets. A [`Request`] is a method,
+//! a path, a query and a body, and [`route`] answers it; [`http`] cuts a connection's bytes
+//! into requests and encodes answers (sans IO); the shell ([`crate::shell::http`]) owns the
+//! sockets, threads and timeouts.
 //!
 //! Pulsar's admin v2 paths for the cluster, tenants and namespaces (`tenants.rs`), topics,
 //! partitioned topics, their stats and their subscriptions' operations (`topics.rs`), our
@@ -10,6 +11,7 @@
 use crate::state::BrokerState;
 
 mod brokers;
+pub(crate) mod http;
 mod messages;
 mod schemas;
 mod subscriptions;
@@ -28,7 +30,7 @@ pub(crate) struct Request {
 }
 
 /// One response.
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Response {
     pub status: u16,
     pub content_type: &'static str,
@@ -87,6 +89,28 @@ impl Request {
             query: query.to_owned(),
             body,
             received_ms,
+        }
+    }
+}
+
+/// The answer to `bytes` as a whole connection's input (the client sent them and closed): the
+/// first request's, a refusal's, or a 400 when no request is whole.
+pub(crate) fn respond(bytes: &[u8], state: &BrokerState, now_ms: u64) -> Response {
+    let mut framing = http::Framing::default();
+    framing.push(bytes);
+    loop {
+        match framing.next() {
+            http::Next::Request(p) => {
+                return route(&Request::new(&p.method, &p.target, p.body, now_ms), state)
+            }
+            http::Next::Continue => {}
+            http::Next::Refuse(r) => return r,
+            http::Next::More => {
+                return Response::json_error(
+                    400,
+                    "bad request: connection closed before the request was whole",
+                )
+            }
         }
     }
 }

@@ -89,11 +89,6 @@ impl Broker {
         };
         let (listener, service_addr) = bind("--listen", cfg.listen)?;
         let (admin_listener, admin_addr) = bind("--admin", cfg.admin)?;
-        let admin_listener = http::prepare(admin_listener).map_err(|source| StartError::Bind {
-            what: "--admin",
-            addr: admin_addr,
-            source,
-        })?;
         let state = Arc::new(
             BrokerState::new(cfg, format!("pulsar://{service_addr}"))
                 .with_admin_url(format!("http://{admin_addr}")),

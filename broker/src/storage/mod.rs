@@ -125,27 +125,19 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
         .map_err(io_err("sync", dir))
 }
 
-/// Writes `bytes` to `path` through a temporary file, fsync and rename (and a directory sync).
+/// Writes `bytes` to `path` atomically and durably: a new temporary file in the same directory
+/// (a unique name, removed if anything fails), fsync, rename over `path`, and a directory sync.
+/// A crash leaves the old file or the new one, never a mix.
 pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> Result<(), StorageError> {
-    let tmp = path.with_extension("tmp");
-    let io = |op: &'static str, p: &Path| {
-        let p = p.to_path_buf();
-        move |source| StorageError::Io {
-            op,
-            path: p,
-            source,
-        }
-    };
-    {
-        let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
-        std::io::Write::write_all(&mut f, bytes).map_err(io("write", &tmp))?;
-        f.sync_all().map_err(io("sync", &tmp))?;
-    }
-    std::fs::rename(&tmp, path).map_err(io("rename", path))?;
-    if let Some(d) = path.parent() {
-        sync_dir(d)?;
-    }
-    Ok(())
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err("create", dir))?;
+    std::io::Write::write_all(&mut tmp, bytes).map_err(io_err("write", tmp.path()))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(io_err("sync", tmp.path()))?;
+    tmp.persist(path)
+        .map_err(|e| io_err("rename", path)(e.error))?;
+    sync_dir(dir)
 }
 
 #[cfg(test)]

@@ -12,6 +12,9 @@
 //!   of B2's measured median (B2's rounds of this run; a calibration round when B2 was filtered
 //!   out). `B2-p50` reads the figure its B2-p99 round measured (same round, no extra run) and
 //!   measures itself only when B2-p99 did not run.
+//!   `B2_TIMELINE=FILE` writes the last round's entries there, one `publish-ns latency-ns` line
+//!   each (publish time since the round's start, in arrival order per consumer), to find when
+//!   the slow ones were published.
 //! * `B3-start`: exec of the release binary to its first stdout line (the service URL), ms.
 //! * `B3-rss`: its VmRSS shortly (200 ms) after start, MB (read in B3-start's round, the same
 //!   way B2-p50 reads B2-p99's).
@@ -149,6 +152,14 @@ fn latency(host: &mut Host, rate: f64) -> Result<(f64, f64), String> {
     let url = host.url()?;
     let messages = (rate * LATENCY_ROUND.as_secs_f64()) as u64;
     let r = loadgen::run(&url, &topic(), &load(messages.max(1000), 1, Some(rate)))?;
+    if let Ok(path) = std::env::var("B2_TIMELINE") {
+        let lines: String = r
+            .timeline
+            .iter()
+            .map(|(at, lat)| format!("{at} {lat}\n"))
+            .collect();
+        let _ = std::fs::write(path, lines);
+    }
     Ok((r.latency_ms(0.50), r.latency_ms(0.99)))
 }
 
