@@ -22,6 +22,12 @@ fn connect(b: &broker::Broker) -> TcpStream {
     s
 }
 
+/// A connection's writing half and its buffered reading half.
+fn open(b: &broker::Broker) -> (TcpStream, BufReader<TcpStream>) {
+    let s = connect(b);
+    (s.try_clone().unwrap(), BufReader::new(s))
+}
+
 /// Reads one response framed by its `Content-Length` (none on a 204): `(status, headers, body)`.
 fn response(r: &mut BufReader<TcpStream>) -> (u16, String, String) {
     let mut head = String::new();
@@ -56,9 +62,7 @@ fn response(r: &mut BufReader<TcpStream>) -> (u16, String, String) {
 #[test]
 fn one_connection_carries_many_requests_and_bodies_of_every_framing() {
     let b = start_broker(&[]);
-    let s = connect(&b);
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s);
+    let (mut w, mut r) = open(&b);
     // Two requests on one connection, the second written before the first is answered.
     write!(
         w,
@@ -124,9 +128,7 @@ fn one_connection_carries_many_requests_and_bodies_of_every_framing() {
 #[test]
 fn a_body_over_the_cap_is_refused_without_reading_it() {
     let b = start_broker(&[]);
-    let s = connect(&b);
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s);
+    let (mut w, mut r) = open(&b);
     write!(
         w,
         "POST {QUOTA} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
@@ -153,9 +155,7 @@ fn a_stalled_body_holds_no_other_request_and_a_silent_connection_is_closed() {
     let mut silent = connect(&b);
     std::thread::sleep(Duration::from_millis(200));
     // Another client is answered while the stalled request still waits for its body.
-    let s = connect(&b);
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s);
+    let (mut w, mut r) = open(&b);
     write!(w, "GET /admin/v2/clusters HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     assert_eq!(response(&mut r).0, 200);
     stalled.set_nonblocking(true).unwrap();
@@ -175,9 +175,7 @@ fn a_stalled_body_holds_no_other_request_and_a_silent_connection_is_closed() {
     let _ = stalled.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
     // The server has had no new connection for longer than its timeouts: it still accepts.
-    let s = connect(&b);
-    let mut w = s.try_clone().unwrap();
-    let mut r = BufReader::new(s);
+    let (mut w, mut r) = open(&b);
     write!(w, "GET /admin/v2/clusters HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     assert_eq!(response(&mut r).0, 200);
     b.shutdown(Duration::from_secs(5));
