@@ -120,6 +120,9 @@ impl Framing {
         let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut headers);
         let len = match req.parse(&self.buf) {
+            Ok(httparse::Status::Complete(len)) if len > MAX_HEAD => {
+                return Err(bad("request head too large"))
+            }
             Ok(httparse::Status::Complete(len)) => len,
             Ok(httparse::Status::Partial) if self.buf.len() > MAX_HEAD => {
                 return Err(bad("request head too large"))

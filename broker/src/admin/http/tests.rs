@@ -115,6 +115,9 @@ fn what_cannot_become_a_request_is_refused_with_its_status() {
     assert_eq!(status(b"\r\n\r\nnot http at all\r\n\r\n"), 400);
     let huge = vec![b'a'; MAX_HEAD + 10];
     assert_eq!(status(&[b"GET /".as_slice(), &huge].concat()), 400);
+    // Whole, too: a head over the cap is refused even when it arrives complete at once.
+    let whole = format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(MAX_HEAD));
+    assert_eq!(status(whole.as_bytes()), 400);
     let big_chunks = format!(
         "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n{:x}\r\n",
         MAX_BODY + 1
@@ -143,4 +146,21 @@ fn answers_carry_their_length_and_keep_header_names_as_given() {
         empty,
         "HTTP/1.1 204 No Content\r\nContent-Type: application/json\r\n\r\n"
     );
+}
+
+#[test]
+fn the_fuzz_corpus_is_framed_alike_whole_and_in_pieces() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/admin_http");
+    let mut inputs = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        for step in 0..16u8 {
+            let input = [&[step][..], &bytes].concat();
+            if let Err(e) = crate::fuzzing::admin_framing_agrees(&input) {
+                panic!("pieces of {}: {e}", step + 1);
+            }
+        }
+        inputs += 1;
+    }
+    assert!(inputs > 100, "the corpus is there: {inputs} inputs");
 }
