@@ -47,38 +47,9 @@ pub fn admin_request(bytes: &[u8]) -> (u16, String) {
 /// The admin server's framing of `bytes` fed whole and fed in pieces (of 1 to 16 bytes, the
 /// size taken from the first byte) must agree: the same requests, or the same refusal, in
 /// the same order (a `100 Continue` asked for only when a body is still to come is left out
-/// of the comparison). `Err` says how they differ.
-pub fn admin_framing_agrees(bytes: &[u8]) -> Result<(), String> {
-    use crate::admin::http::{Framing, Next};
-    let Some((&first, rest)) = bytes.split_first() else {
-        return Ok(());
-    };
-    let outputs = |step: usize| {
-        let mut f = Framing::default();
-        let mut out = Vec::new();
-        for piece in rest.chunks(step) {
-            f.push(piece);
-            loop {
-                match f.next() {
-                    Next::More => break,
-                    Next::Continue => {}
-                    n @ Next::Refuse(_) => {
-                        out.push(n);
-                        return out;
-                    }
-                    n => out.push(n),
-                }
-            }
-        }
-        out
-    };
-    let whole = outputs(rest.len().max(1));
-    let pieces = outputs(usize::from(first % 16) + 1);
-    if whole == pieces {
-        Ok(())
-    } else {
-        Err(format!("whole: {whole:?}\nin pieces: {pieces:?}"))
-    }
+/// of the comparison). Returns how they differ, `None` when they agree.
+pub fn admin_framing_differs(bytes: &[u8]) -> Option<String> {
+    crate::admin::http::pieces_differ(bytes)
 }
 
 /// Six entries: keys `a`, `b`, `a`, none, `b`, `a`.

@@ -283,6 +283,35 @@ fn is_token(name: &str) -> bool {
             .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
+/// What the framing makes of `bytes[1..]` fed whole against fed in pieces of
+/// `bytes[0] % 16 + 1` bytes: `None` when both give the same requests (or the same refusal) in
+/// the same order, `100 Continue` left out (it is asked for only while a body is to come).
+pub(crate) fn pieces_differ(bytes: &[u8]) -> Option<String> {
+    let (&first, rest) = bytes.split_first()?;
+    let outputs = |step: usize| {
+        let mut f = Framing::default();
+        let mut out = Vec::new();
+        for piece in rest.chunks(step) {
+            f.push(piece);
+            loop {
+                match f.next() {
+                    Next::More => break,
+                    Next::Continue => {}
+                    n @ Next::Refuse(_) => {
+                        out.push(n);
+                        return out;
+                    }
+                    n => out.push(n),
+                }
+            }
+        }
+        out
+    };
+    let whole = outputs(rest.len().max(1));
+    let pieces = outputs(usize::from(first % 16) + 1);
+    (whole != pieces).then(|| format!("whole: {whole:?}\nin pieces: {pieces:?}"))
+}
+
 /// The interim answer to `Expect: 100-continue`.
 pub(crate) const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
 
