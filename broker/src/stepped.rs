@@ -154,6 +154,15 @@ impl SteppedBroker {
         self.state.next_deadline()
     }
 
+    /// Once [`step`](Self::step) returned `false`: the first subscription whose dispatcher sits
+    /// on a replay entry that nothing holds back (first of its key, the key neither draining
+    /// nor held by a nack, its consumer with permits) with nothing scheduled that could send
+    /// it: `(topic, subscription, entry)`. `Some` is a stall no later input is bound to
+    /// unblock (the simulator checks it after every step).
+    pub fn replay_idle(&self) -> Option<(String, String, cursor::Position)> {
+        self.state.replay_idle()
+    }
+
     /// The housekeeping thread's jobs, once, at the clock's time: the logs' sync (with a
     /// `data_dir`), retention, message expiry by the namespaces' TTLs, backlog quotas,
     /// REACHED_END_OF_TOPIC for terminated topics.

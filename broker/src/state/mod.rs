@@ -150,6 +150,20 @@ impl BrokerState {
     /// A stepped state: the earliest clock time at which [`step`](BrokerState::step) has
     /// something to do without a new command (a nack's delay, a deliver-at time, a cursor
     /// persist); `None` when nothing is scheduled, and always for a threaded state.
+    /// Stepped runtimes: the first subscription (by topic name) whose dispatcher sits on a
+    /// replay entry nothing holds back with nothing scheduled
+    /// ([`dispatcher::Runtime::replay_idle`]): its topic, name and that entry.
+    pub(crate) fn replay_idle(&self) -> Option<(String, String, cursor::Position)> {
+        let mut topics = self.topics();
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        topics.iter().find_map(|t| {
+            t.subscriptions().iter().find_map(|s| {
+                let p = s.runtime.replay_idle()?;
+                Some((t.name.to_string(), s.name.clone(), p))
+            })
+        })
+    }
+
     pub(crate) fn next_deadline(&self) -> Option<u64> {
         self.topics()
             .iter()

@@ -690,6 +690,17 @@ struct Outlet {
 }
 
 impl<S: CursorStore, L: Ledger> Loop<S, L> {
+    /// [`Runtime::replay_idle`] for this loop.
+    fn replay_idle(&self) -> Option<Position> {
+        let busy = self.core.poll_timeout().is_some()
+            || self.reads.as_ref().is_some_and(|r| r.next_due().is_some())
+            || self.consumers.iter().any(|o| o.paused);
+        if busy {
+            return None;
+        }
+        self.core.replay_ready()
+    }
+
     fn now(&self) -> u64 {
         match &self.clock {
             LoopClock::Real { start, start_wall } => {

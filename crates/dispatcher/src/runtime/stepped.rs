@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crossbeam_channel::Receiver;
-use cursor::{CursorStore, Ledger, ManagedCursor};
+use cursor::{CursorStore, Ledger, ManagedCursor, Position};
 
 use super::{Event, Loop, LoopClock, Runtime, RuntimeOptions};
 use crate::config::DispatcherConfig;
@@ -51,6 +51,8 @@ trait Step {
     fn deadline(&mut self) -> Option<u64>;
     /// Whether the loop ended (a shutdown was handled).
     fn stopped(&self) -> bool;
+    /// [`Runtime::replay_idle`].
+    fn replay_idle(&self) -> Option<Position>;
 }
 
 struct Stepper<S: CursorStore, L: Ledger> {
@@ -93,6 +95,13 @@ impl<S: CursorStore, L: Ledger> Step for Stepper<S, L> {
 
     fn stopped(&self) -> bool {
         self.stopped
+    }
+
+    fn replay_idle(&self) -> Option<Position> {
+        if self.stopped {
+            return None;
+        }
+        self.lp.replay_idle()
     }
 }
 
@@ -188,6 +197,19 @@ impl Runtime {
     /// check); `None` when nothing is scheduled, and always for a threaded runtime.
     pub fn next_deadline(&self) -> Option<u64> {
         self.stepped.as_ref().and_then(|s| s.lock().deadline())
+    }
+
+    /// A stepped runtime: the first entry in replay that nothing holds back (first of its
+    /// key, the key neither draining nor held by a nack, its consumer with permits) while the
+    /// loop has nothing scheduled that could send it (no timer, no read in flight, no consumer
+    /// paused on a full channel). Called when every step is done (`step` returned `false`),
+    /// `Some` is a stall: the loop sits on work that no later input is bound to unblock.
+    /// `None` for a threaded runtime.
+    pub fn replay_idle(&self) -> Option<Position> {
+        self.stepped
+            .as_ref()
+            .filter(|s| !s.is_abandoned())
+            .and_then(|s| s.lock().replay_idle())
     }
 
     /// Whether this runtime is stepped ([`Runtime::start_stepped`]).

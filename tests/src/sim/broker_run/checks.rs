@@ -11,6 +11,31 @@ use crate::sim::threads::Skipped;
 use crate::sim::world::RunResult;
 
 impl Run {
+    /// Idle-replay liveness, after every round of broker steps: a subscription whose
+    /// dispatcher has nothing scheduled (no timer, no read in flight, no consumer paused) and
+    /// still has an entry in replay that nothing holds back sits on work that no later input
+    /// is bound to unblock: a stall, even if unrelated traffic would unstick it later. Chunked
+    /// entries are not judged (their pins have rules of their own).
+    pub(super) fn check_replay_idle(&mut self) {
+        let Some((_, sub, p)) = self.b.replay_idle() else {
+            return;
+        };
+        if self.chunks.contains(&p) {
+            return;
+        }
+        let key = self.published.get(&p).cloned().flatten();
+        let detail = format!(
+            "subscription {sub}: the dispatcher went idle (no read in flight, no timer) with {p} in replay although nothing held it back (first of its key, its consumer had permits)"
+        );
+        self.violate(
+            ViolationKind::Stall,
+            key.map(|k| key_str(&k)),
+            vec![p.to_string()],
+            Vec::new(),
+            detail,
+        );
+    }
+
     /// After the last step: whether the run is over (drained, lost, or stalled).
     pub(super) fn drained(&mut self, housekeeping: bool, last: u64) -> bool {
         let done = self

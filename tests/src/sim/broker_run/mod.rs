@@ -10,7 +10,9 @@
 //! random draw comes from the seed: one seed, one byte-identical event log.
 //!
 //! Checked: per-key order on Key_Shared, no loss (every published entry acked, or dropped by
-//! an admin operation: the cursor's mark-delete move read from `internalStats`), no stall, no
+//! an admin operation: the cursor's mark-delete move read from `internalStats`), no stall (a
+//! dispatcher idle on a replay entry nothing holds back, after every round of steps; a backlog
+//! that stops moving or does not drain), no
 //! acked message sent again unmarked (checked on the MESSAGE frames as they leave the broker,
 //! against the ACKs it answered with success), no delayed message sent early, every frame
 //! readable by a strict client, and the scenario's `expect` lines.
@@ -139,6 +141,9 @@ struct Run {
     batches: BTreeMap<Position, u32>,
     /// Chunks of chunked messages other than the last (a message is known by its last chunk).
     inner_chunks: BTreeSet<Position>,
+    /// Every chunk of every chunked message (the idle-replay check leaves them to their own
+    /// rules).
+    chunks: BTreeSet<Position>,
     /// Entries whose every message the broker accepted an ack for (less those a crash lost).
     acked: BTreeSet<Position>,
     /// Acks the broker accepted, by (position, batch index; `None` = the whole entry), less
@@ -238,6 +243,7 @@ impl Run {
             published: BTreeMap::new(),
             batches: BTreeMap::new(),
             inner_chunks: BTreeSet::new(),
+            chunks: BTreeSet::new(),
             acked: BTreeSet::new(),
             broker_acked: BTreeSet::new(),
             dropped: BTreeSet::new(),

@@ -70,6 +70,7 @@ impl Run {
             self.poll_all();
             self.deliver_up();
             while self.b.step() {}
+            self.check_replay_idle();
             self.poll_all();
             self.deliver_down();
             let housekeeping = self.now >= house;
