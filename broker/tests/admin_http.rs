@@ -1,7 +1,7 @@
 //! The admin server's HTTP, as clients use it beyond one request per connection: keep-alive,
 //! chunked bodies, `Expect: 100-continue`, an HTTP/2 upgrade offer, a body over the cap, a request whose body stalls
-//! (it holds no one else up), a connection that says nothing (closed), and a new connection
-//! after the server sat idle longer than its timeouts.
+//! (it holds no one else up), a connection that says nothing (closed), a new connection after
+//! the server sat idle longer than its timeouts, and the cap on open connections.
 
 mod common;
 
@@ -178,5 +178,29 @@ fn a_stalled_body_holds_no_other_request_and_a_silent_connection_is_closed() {
     let (mut w, mut r) = open(&b);
     write!(w, "GET /admin/v2/clusters HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     assert_eq!(response(&mut r).0, 200);
+    b.shutdown(Duration::from_secs(5));
+}
+
+#[test]
+fn connections_beyond_the_cap_get_a_503_and_closed_ones_make_room() {
+    let b = start_broker(&[]);
+    let held: Vec<TcpStream> = (0..64).map(|_| connect(&b)).collect();
+    // The 65th is answered at once, before it asks anything.
+    let (_w, mut r) = open(&b);
+    let (status, _, body) = response(&mut r);
+    assert_eq!(status, 503, "{body}");
+    drop(held);
+    // Their threads see the close and end; a new connection is served again.
+    let mut served = false;
+    for _ in 0..100 {
+        let (mut w, mut r) = open(&b);
+        write!(w, "GET /admin/v2/clusters HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        if response(&mut r).0 == 200 {
+            served = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(served, "room was made when the held connections closed");
     b.shutdown(Duration::from_secs(5));
 }
