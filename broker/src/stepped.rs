@@ -163,6 +163,12 @@ impl SteppedBroker {
         self.state.replay_idle()
     }
 
+    /// The mark-delete position of `topic`'s (its full name) subscription `sub`, read from
+    /// its cursor; `None` if either is unknown.
+    pub fn mark_delete(&self, topic: &str, sub: &str) -> Option<cursor::Position> {
+        self.state.mark_delete(topic, sub)
+    }
+
     /// The housekeeping thread's jobs, once, at the clock's time: the logs' sync (with a
     /// `data_dir`), retention, message expiry by the namespaces' TTLs, backlog quotas,
     /// REACHED_END_OF_TOPIC for terminated topics.

@@ -4,13 +4,48 @@
 
 use cursor::Position;
 
-use super::{Run, SUB_PATH};
+use std::ops::Bound::{Excluded, Included, Unbounded};
+
+use super::{Run, SUB_PATH, TOPIC};
 use crate::sim::check::{key_str, ViolationKind};
 use crate::sim::scenario::{Expect, Scenario};
 use crate::sim::threads::Skipped;
 use crate::sim::world::RunResult;
 
 impl Run {
+    /// The cursor never passes an entry that was neither acked nor dropped by a recorded
+    /// operation: after every round of steps (and the acks it answered), the subscription's
+    /// mark-delete position against the entries published up to it.
+    pub(super) fn check_cursor_passed(&mut self) {
+        let Some(md) = self.b.mark_delete(TOPIC, "sim") else {
+            return;
+        };
+        if self.checked_md.is_some_and(|c| md <= c) {
+            return;
+        }
+        let from = self.checked_md.map_or(Unbounded, Excluded);
+        let bad = self
+            .published
+            .range((from, Included(md)))
+            .map(|(p, _)| *p)
+            .find(|p| !self.acked.contains(p) && !self.dropped.contains(p));
+        let Some(q) = bad else {
+            self.checked_md = Some(md);
+            return;
+        };
+        let key = self.published.get(&q).cloned().flatten();
+        let detail = format!(
+            "mark-delete is {md}, at or past {q}, which was neither acked nor dropped by a recorded operation"
+        );
+        self.violate(
+            ViolationKind::CursorPassed,
+            key.map(|k| key_str(&k)),
+            vec![q.to_string(), md.to_string()],
+            Vec::new(),
+            detail,
+        );
+    }
+
     /// Idle-replay liveness, after every round of broker steps: a subscription whose
     /// dispatcher has nothing scheduled (no timer, no read in flight, no consumer paused) and
     /// still has an entry in replay that nothing holds back sits on work that no later input

@@ -10,7 +10,8 @@
 //! random draw comes from the seed: one seed, one byte-identical event log.
 //!
 //! Checked: per-key order on Key_Shared, no loss (every published entry acked, or dropped by
-//! an admin operation: the cursor's mark-delete move read from `internalStats`), no stall (a
+//! an admin operation: the cursor's mark-delete move read from `internalStats`), no mark-delete
+//! past an entry neither acked nor dropped (after every round of steps), no stall (a
 //! dispatcher idle on a replay entry nothing holds back, after every round of steps; a backlog
 //! that stops moving or does not drain), no
 //! acked message sent again unmarked (checked on the MESSAGE frames as they leave the broker,
@@ -150,6 +151,8 @@ struct Run {
     /// those a broker crash lost: none of these may reach an application again unmarked.
     broker_acked: BTreeSet<(Position, Option<u32>)>,
     dropped: BTreeSet<Position>,
+    /// The mark-delete position up to which every entry was found acked or dropped.
+    checked_md: Option<Position>,
     nacked_by: BTreeMap<Position, String>,
     order: OrderChecker,
     violations: Vec<Violation>,
@@ -247,6 +250,7 @@ impl Run {
             acked: BTreeSet::new(),
             broker_acked: BTreeSet::new(),
             dropped: BTreeSet::new(),
+            checked_md: None,
             nacked_by: BTreeMap::new(),
             order: OrderChecker::new(key_shared),
             violations: Vec::new(),

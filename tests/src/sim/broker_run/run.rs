@@ -72,6 +72,7 @@ impl Run {
             while self.b.step() {}
             self.check_replay_idle();
             self.poll_all();
+            self.check_cursor_passed();
             self.deliver_down();
             let housekeeping = self.now >= house;
             if housekeeping {
