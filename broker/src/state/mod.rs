@@ -167,10 +167,7 @@ impl BrokerState {
     /// The mark-delete position of `topic`'s subscription `sub` (`None` if either is
     /// unknown).
     pub(crate) fn mark_delete(&self, topic: &str, sub: &str) -> Option<cursor::Position> {
-        let t = self
-            .topics()
-            .into_iter()
-            .find(|t| t.name.to_string() == topic)?;
+        let t = self.topics().into_iter().find(|t| t.name == topic)?;
         let s = t.subscriptions().into_iter().find(|s| s.name == sub)?;
         Some(s.runtime.cursor_view().mark_delete)
     }
