@@ -21,7 +21,7 @@ use crate::admin::{route, Request, Response};
 use crate::state::BrokerState;
 
 /// How long a connection may send nothing (between requests, or within one).
-pub(crate) const IDLE: Duration = Duration::from_secs(5);
+const IDLE: Duration = Duration::from_secs(5);
 
 /// How long a request may take to arrive, from its first byte to its last.
 const REQUEST_DEADLINE: Duration = Duration::from_secs(10);

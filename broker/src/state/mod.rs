@@ -130,8 +130,7 @@ impl BrokerState {
         if matches!(self.runtimes, Runtimes::Threads) {
             return false;
         }
-        let mut topics = self.topics();
-        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        let topics = self.topics_by_name();
         let mut any = false;
         loop {
             let mut did = false;
@@ -147,21 +146,23 @@ impl BrokerState {
         }
     }
 
-    /// A stepped state: the earliest clock time at which [`step`](BrokerState::step) has
-    /// something to do without a new command (a nack's delay, a deliver-at time, a cursor
-    /// persist); `None` when nothing is scheduled, and always for a threaded state.
     /// Stepped runtimes: the first subscription (by topic name) whose dispatcher sits on a
     /// replay entry nothing holds back with nothing scheduled
     /// ([`dispatcher::Runtime::replay_idle`]): its topic, name and that entry.
     pub(crate) fn replay_idle(&self) -> Option<(String, String, cursor::Position)> {
-        let mut topics = self.topics();
-        topics.sort_by(|a, b| a.name.cmp(&b.name));
-        topics.iter().find_map(|t| {
+        self.topics_by_name().iter().find_map(|t| {
             t.subscriptions().iter().find_map(|s| {
                 let p = s.runtime.replay_idle()?;
                 Some((t.name.to_string(), s.name.clone(), p))
             })
         })
+    }
+
+    /// Every topic, by name (the stepped order: one seed, one run).
+    fn topics_by_name(&self) -> Vec<Arc<Topic>> {
+        let mut topics = self.topics();
+        topics.sort_by(|a, b| a.name.cmp(&b.name));
+        topics
     }
 
     /// The mark-delete position of `topic`'s subscription `sub` (`None` if either is
@@ -172,6 +173,9 @@ impl BrokerState {
         Some(s.runtime.cursor_view().mark_delete)
     }
 
+    /// A stepped state: the earliest clock time at which [`step`](BrokerState::step) has
+    /// something to do without a new command (a nack's delay, a deliver-at time, a cursor
+    /// persist); `None` when nothing is scheduled, and always for a threaded state.
     pub(crate) fn next_deadline(&self) -> Option<u64> {
         self.topics()
             .iter()

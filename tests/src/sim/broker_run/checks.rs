@@ -2,9 +2,9 @@
 //! dropped with an empty backlog) or a stall (with the broker's `whyBlocked` for the key), the
 //! scenario's `expect` lines, and the [`RunResult`].
 
-use cursor::Position;
-
 use std::ops::Bound::{Excluded, Included, Unbounded};
+
+use cursor::Position;
 
 use super::{Run, SUB_PATH, TOPIC};
 use crate::sim::check::{key_str, ViolationKind};
@@ -33,17 +33,10 @@ impl Run {
             self.checked_md = Some(md);
             return;
         };
-        let key = self.published.get(&q).cloned().flatten();
         let detail = format!(
             "mark-delete is {md}, at or past {q}, which was neither acked nor dropped by a recorded operation"
         );
-        self.violate(
-            ViolationKind::CursorPassed,
-            key.map(|k| key_str(&k)),
-            vec![q.to_string(), md.to_string()],
-            Vec::new(),
-            detail,
-        );
+        self.violate_at(ViolationKind::CursorPassed, q, vec![md.to_string()], detail);
     }
 
     /// Idle-replay liveness, after every round of broker steps: a subscription whose
@@ -58,14 +51,21 @@ impl Run {
         if self.chunks.contains(&p) {
             return;
         }
-        let key = self.published.get(&p).cloned().flatten();
         let detail = format!(
             "subscription {sub}: the dispatcher went idle (no read in flight, no timer) with {p} in replay although nothing held it back (first of its key, its consumer had permits)"
         );
+        self.violate_at(ViolationKind::Stall, p, Vec::new(), detail);
+    }
+
+    /// A violation about the entry at `p` (its key from what was published), then `more`
+    /// positions.
+    fn violate_at(&mut self, kind: ViolationKind, p: Position, more: Vec<String>, detail: String) {
+        let key = self.published.get(&p).cloned().flatten();
+        let positions = std::iter::once(p.to_string()).chain(more).collect();
         self.violate(
-            ViolationKind::Stall,
+            kind,
             key.map(|k| key_str(&k)),
-            vec![p.to_string()],
+            positions,
             Vec::new(),
             detail,
         );
