@@ -169,6 +169,22 @@ impl SteppedBroker {
         self.state.mark_delete(topic, sub)
     }
 
+    /// Who holds what in the dispatcher of `topic`'s (its full name) subscription `sub`: every
+    /// consumer's pending entries and unacked charge, the draining hashes, the chunk pins
+    /// ([`dispatcher::Holdings`]), for a reference model of the deliveries and acks to compare
+    /// against after [`step`](Self::step); `None` if either is unknown.
+    pub fn holdings(&self, topic: &str, sub: &str) -> Option<dispatcher::Holdings> {
+        self.state.holdings(topic, sub)
+    }
+
+    /// The first subscription whose dispatcher loop failed to settle during a step (more
+    /// commands for one event, or more productive steps in a row, than a healthy loop ever
+    /// needs; that loop no longer runs): `(topic, subscription, how)`. `None` while every
+    /// loop settles; the simulator checks it after every round of steps.
+    pub fn livelock(&self) -> Option<(String, String, dispatcher::Livelock)> {
+        self.state.livelock()
+    }
+
     /// The housekeeping thread's jobs, once, at the clock's time: the logs' sync (with a
     /// `data_dir`), retention, message expiry by the namespaces' TTLs, backlog quotas,
     /// REACHED_END_OF_TOPIC for terminated topics.

@@ -173,6 +173,25 @@ impl BrokerState {
         Some(s.runtime.cursor_view().mark_delete)
     }
 
+    /// Stepped runtimes: who holds what in the dispatcher of `topic`'s subscription `sub`
+    /// ([`dispatcher::Runtime::holdings`]); `None` if either is unknown.
+    pub(crate) fn holdings(&self, topic: &str, sub: &str) -> Option<dispatcher::Holdings> {
+        let t = self.topics().into_iter().find(|t| t.name == topic)?;
+        let s = t.subscriptions().into_iter().find(|s| s.name == sub)?;
+        s.runtime.holdings()
+    }
+
+    /// Stepped runtimes: the first subscription (by topic name) whose dispatcher loop failed
+    /// to settle ([`dispatcher::Runtime::livelock`]): its topic, name and how.
+    pub(crate) fn livelock(&self) -> Option<(String, String, dispatcher::Livelock)> {
+        self.topics_by_name().iter().find_map(|t| {
+            t.subscriptions().iter().find_map(|s| {
+                let l = s.runtime.livelock()?;
+                Some((t.name.to_string(), s.name.clone(), l))
+            })
+        })
+    }
+
     /// A stepped state: the earliest clock time at which [`step`](BrokerState::step) has
     /// something to do without a new command (a nack's delay, a deliver-at time, a cursor
     /// persist); `None` when nothing is scheduled, and always for a threaded state.

@@ -32,11 +32,12 @@ pub use crate::config::{
 pub use crate::core::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
 pub use crate::core::{BoxedSelector, DispatchCommand, DispatchGate, Dispatcher, Verdict};
 pub use crate::core::{Closed, ReturnedEntry};
+pub use crate::core::{Holder, Holdings};
 pub use crate::delayed::{DelayedDelivery, DelayedTracker};
 pub use crate::driver::{AdminOp, DeliveryExtras, Driver, FlagWaker, Output, Persist};
 pub use crate::error::{AckHandleError, AddConsumerError};
 pub use crate::runtime::{
-    ConsumerHandle, CursorView, Deliveries, Delivery, DeliverySink, Destination, Event, ReadDelay,
-    Refused, Runtime, RuntimeOptions, StepClock, WhyBlockedQuery,
+    ConsumerHandle, CursorView, Deliveries, Delivery, DeliverySink, Destination, Event, Livelock,
+    ReadDelay, Refused, Runtime, RuntimeOptions, StepClock, WhyBlockedQuery,
 };
 pub use crate::shared::{NoopWaker, Waker};

@@ -79,7 +79,7 @@ mod sink;
 mod stepped;
 pub use reads::ReadDelay;
 pub use sink::{DeliverySink, Destination, Refused};
-pub use stepped::StepClock;
+pub use stepped::{Livelock, StepClock};
 
 /// One entry handed to a consumer, with what a wire protocol sends beside it.
 ///
@@ -994,11 +994,21 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
 
     /// Executes the core's commands until it has none (through the shared [`Driver`]).
     fn execute(&mut self) {
+        self.execute_at_most(u64::MAX);
+    }
+
+    /// [`execute`](Self::execute), stopping after `max` commands; whether the core settled
+    /// (had none left) within them. More is a livelock: a stepped runtime reports it.
+    fn execute_at_most(&mut self, max: u64) -> bool {
         self.resume_drained();
+        let start = self.driver.commands_executed();
         loop {
+            if self.driver.commands_executed() - start > max {
+                return false;
+            }
             let now = self.now();
             let Some(out) = self.driver.poll(now, &mut self.core, &self.cell) else {
-                break;
+                return true;
             };
             match out {
                 Output::Send { consumer, entries } => {

@@ -259,3 +259,37 @@ fn a_threaded_runtime_does_not_step() {
     assert_eq!(rt.next_deadline(), None);
     rt.shutdown();
 }
+
+/// `holdings` shows who holds what after each step: sends make entries pending, an ack and a
+/// release take them off; a threaded runtime has none to show, and no livelock to report.
+#[test]
+fn holdings_follow_sends_acks_and_returns() {
+    let (rt, _clock) = stepped(DispatcherConfig::key_shared(), RuntimeOptions::default());
+    let c = rt.add_consumer(ConsumerSpec::new(1, "c1")).unwrap();
+    c.flow(100);
+    rt.publish(vec![meta("k0"), meta("k0"), meta("k1")]);
+    while rt.step() {}
+    let ps = received(&c);
+    let pending = |rt: &Runtime| -> Vec<Position> {
+        let h = rt.holdings().expect("a stepped runtime shows its holdings");
+        assert_eq!(h.consumers.len(), 1);
+        assert_eq!(h.consumers[0].unacked, h.consumers[0].pending.len() as i64);
+        h.consumers[0].pending.iter().map(|(p, _)| *p).collect()
+    };
+    assert_eq!(pending(&rt), ps);
+    c.ack(ps[0]).unwrap();
+    assert_eq!(pending(&rt), ps[1..].to_vec());
+    c.release(vec![ps[2]]);
+    rt.step();
+    // Released, then sent again at once (the consumer has permits): pending again.
+    assert_eq!(received(&c), vec![ps[2]]);
+    assert_eq!(pending(&rt), ps[1..].to_vec());
+    assert_eq!(rt.livelock(), None);
+
+    let ledger = InMemoryLedger::new(10_000);
+    let cursor = ManagedCursor::new("sub", &ledger, MemoryStore::new());
+    let threaded = Runtime::start(DispatcherConfig::shared(), cursor, ledger);
+    assert_eq!(threaded.holdings(), None);
+    assert_eq!(threaded.livelock(), None);
+    threaded.shutdown();
+}

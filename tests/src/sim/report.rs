@@ -82,12 +82,10 @@ impl SimRuntime {
     }
 }
 
-/// The invariants a run of `s` checks: on the deterministic world every one (per-key order on
-/// Key_Shared only; `expect` when the scenario has such lines); on the threaded runtime
-/// per-key order, no loss, no stall and the `expect` lines, as the threaded run checks them
-/// from its event log; through the broker those and, beside them, acked messages never sent
-/// again unmarked and no delayed message early (the broker's internals are not modelled: no
-/// cursor or model check).
+/// The invariants a run of `s` checks: on the deterministic world and through the broker every
+/// one (per-key order on Key_Shared only; `early` when the scenario has delayed messages;
+/// `expect` when it has such lines); on the threaded runtime per-key order, no loss, no stall
+/// and the `expect` lines, as the threaded run checks them from its event log.
 pub fn invariants_checked(s: &Scenario, runtime: SimRuntime) -> Vec<Invariant> {
     let mut v = Vec::new();
     if s.config.sub != SubKind::Shared {
@@ -95,11 +93,9 @@ pub fn invariants_checked(s: &Scenario, runtime: SimRuntime) -> Vec<Invariant> {
     }
     v.push(Invariant::Loss);
     v.push(Invariant::Stall);
-    if runtime == SimRuntime::World {
+    if runtime != SimRuntime::Threads {
         v.push(Invariant::Cursor);
         v.push(Invariant::Model);
-    }
-    if runtime != SimRuntime::Threads {
         v.push(Invariant::Acked);
         if s.has_delayed() {
             v.push(Invariant::Early);

@@ -64,6 +64,31 @@ pub struct DrainingHashStats {
     pub blocked_attempts: u32,
 }
 
+/// Who holds what in a dispatcher, from [`Dispatcher::holdings`](crate::Dispatcher::holdings):
+/// what a reference model of the deliveries and acks (a simulator's) compares against.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holdings {
+    /// Every connected consumer, in dispatch (priority) order.
+    pub consumers: Vec<Holder>,
+    /// The draining hashes (Key_Shared): (hash, owner, pending references), ascending by hash.
+    pub draining: Vec<(u32, ConsumerId, u32)>,
+    /// Chunked messages pinned to the consumer that has their first chunk.
+    pub chunk_pins: usize,
+}
+
+/// One consumer's share of [`Holdings`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Holder {
+    /// Its id.
+    pub id: ConsumerId,
+    /// Its name.
+    pub name: String,
+    /// Unacked messages charged to it (a batch entry counts its messages not acked yet).
+    pub unacked: i64,
+    /// Its pending entries (sent, not acked, not returned), ascending, with their hashes.
+    pub pending: Vec<(Position, u32)>,
+}
+
 /// Per-consumer figures, from [`Dispatcher::consumer_stats`](crate::Dispatcher::consumer_stats).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConsumerStats {
@@ -341,10 +366,7 @@ impl Dispatcher {
             parked_entries: parked.len(),
             unacked: self.shared.limit.unacked(),
             blocked_on_unacked: self.shared.limit.is_blocked(),
-            chunk_pins: self
-                .mode
-                .key_shared()
-                .map_or_else(|| self.mode.shared_pin_count(), |k| k.pins.len()),
+            chunk_pins: self.chunk_pins(),
             read_batch: self.read.batch,
         }
     }
@@ -430,5 +452,41 @@ impl Dispatcher {
     /// Connected consumer ids, in dispatch order.
     pub fn consumer_ids(&self) -> Vec<ConsumerId> {
         self.consumers.iter().map(|c| c.id).collect()
+    }
+
+    /// Who holds what now: every consumer's pending entries and unacked charge, the draining
+    /// hashes and the chunk pins, for a reference model to compare against.
+    ///
+    /// ```
+    /// use dispatcher::{ConsumerSpec, Dispatcher, DispatcherConfig, NoopWaker};
+    /// use std::sync::Arc;
+    ///
+    /// let mut d = Dispatcher::new(DispatcherConfig::shared(), Arc::new(NoopWaker));
+    /// d.handle_consumer_added(0, ConsumerSpec::new(1, "c1")).unwrap();
+    /// let h = d.holdings();
+    /// assert_eq!(h.consumers.len(), 1);
+    /// assert!(h.consumers[0].pending.is_empty() && h.draining.is_empty());
+    /// ```
+    pub fn holdings(&self) -> Holdings {
+        Holdings {
+            consumers: self
+                .consumers
+                .iter()
+                .map(|c| Holder {
+                    id: c.id,
+                    name: c.name.clone(),
+                    unacked: c.unacked(),
+                    pending: self.pending_positions(c.id),
+                })
+                .collect(),
+            draining: self.draining_hashes(),
+            chunk_pins: self.chunk_pins(),
+        }
+    }
+
+    fn chunk_pins(&self) -> usize {
+        self.mode
+            .key_shared()
+            .map_or_else(|| self.mode.shared_pin_count(), |k| k.pins.len())
     }
 }

@@ -66,7 +66,9 @@ mod redelivery;
 mod send;
 
 pub use self::close::{Closed, ReturnedEntry};
-pub use self::explain::{BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats};
+pub use self::explain::{
+    BlockReason, ConsumerStats, DispatcherStats, DrainingHashStats, Holder, Holdings,
+};
 pub use self::gate::{DispatchGate, Verdict};
 use self::key_shared::*;
 use self::pins::ChunkPins;

@@ -11,6 +11,7 @@ use cursor::{CursorStore, Ledger, ManagedCursor, Position};
 
 use super::{Event, Loop, LoopClock, Runtime, RuntimeOptions};
 use crate::config::DispatcherConfig;
+use crate::core::Holdings;
 
 /// The clock of stepped runtimes: wall-clock milliseconds (publish and deliver-at times are
 /// wall-clock milliseconds) that the caller sets and that must never go back. Clones share
@@ -53,17 +54,66 @@ trait Step {
     fn stopped(&self) -> bool;
     /// [`Runtime::replay_idle`].
     fn replay_idle(&self) -> Option<Position>;
+    /// [`Runtime::holdings`].
+    fn holdings(&self) -> Option<Holdings>;
+    /// [`Runtime::livelock`].
+    fn livelock(&self) -> Option<Livelock>;
+}
+
+/// Commands one event (or one due moment) may make the core execute before the loop counts as
+/// livelocked: far above what any healthy turn issues (a read, a send per consumer, a timer).
+const MAX_COMMANDS_PER_TURN: u64 = 200_000;
+
+/// Productive steps in a row (each handled an event or something due) before the loop counts
+/// as livelocked: with no new event from outside, a healthy loop settles within a few.
+const MAX_STEPS_UNSETTLED: u64 = 100_000;
+
+/// How a stepped runtime's loop failed to settle, from [`Runtime::livelock`]. The loop does not
+/// run again after either.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Livelock {
+    /// One event or due moment made the core execute more than this many commands.
+    Commands(u64),
+    /// This many steps in a row each did something, with no quiet step between.
+    Steps(u64),
+}
+
+impl std::fmt::Display for Livelock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Livelock::Commands(n) => write!(
+                f,
+                "the dispatcher executed more than {n} commands for one event without settling"
+            ),
+            Livelock::Steps(n) => write!(
+                f,
+                "the dispatcher loop did something in {n} steps in a row without settling"
+            ),
+        }
+    }
 }
 
 struct Stepper<S: CursorStore, L: Ledger> {
     lp: Loop<S, L>,
     rx: Receiver<Event>,
     stopped: bool,
+    /// Productive steps since the last quiet one.
+    unsettled: u64,
+    livelock: Option<Livelock>,
+}
+
+impl<S: CursorStore, L: Ledger> Stepper<S, L> {
+    /// Executes the core's commands, bounded; a livelock ends the loop.
+    fn execute(&mut self) {
+        if !self.lp.execute_at_most(MAX_COMMANDS_PER_TURN) {
+            self.livelock = Some(Livelock::Commands(MAX_COMMANDS_PER_TURN));
+        }
+    }
 }
 
 impl<S: CursorStore, L: Ledger> Step for Stepper<S, L> {
     fn step(&mut self) -> bool {
-        if self.stopped {
+        if self.stopped || self.livelock.is_some() {
             return false;
         }
         let mut did = false;
@@ -74,13 +124,20 @@ impl<S: CursorStore, L: Ledger> Step for Stepper<S, L> {
                 self.lp.finish();
                 return true;
             }
-            self.lp.execute();
+            self.execute();
+            if self.livelock.is_some() {
+                return true;
+            }
         }
         let now = self.lp.now();
         if self.lp.next_deadline(now).is_some_and(|at| at <= now) {
             self.lp.on_due(now);
-            self.lp.execute();
+            self.execute();
             did = true;
+        }
+        self.unsettled = if did { self.unsettled + 1 } else { 0 };
+        if self.unsettled > MAX_STEPS_UNSETTLED && self.livelock.is_none() {
+            self.livelock = Some(Livelock::Steps(MAX_STEPS_UNSETTLED));
         }
         did
     }
@@ -98,10 +155,18 @@ impl<S: CursorStore, L: Ledger> Step for Stepper<S, L> {
     }
 
     fn replay_idle(&self) -> Option<Position> {
-        if self.stopped {
+        if self.stopped || self.livelock.is_some() {
             return None;
         }
         self.lp.replay_idle()
+    }
+
+    fn holdings(&self) -> Option<Holdings> {
+        (!self.stopped).then(|| self.lp.core.holdings())
+    }
+
+    fn livelock(&self) -> Option<Livelock> {
+        self.livelock
     }
 }
 
@@ -166,6 +231,8 @@ impl Runtime {
             lp,
             rx,
             stopped: false,
+            unsettled: 0,
+            livelock: None,
         });
         rt.stepped = Some(SteppedLoop {
             inner: Arc::new(Mutex::new(stepper)),
@@ -210,6 +277,24 @@ impl Runtime {
             .as_ref()
             .filter(|s| !s.is_abandoned())
             .and_then(|s| s.lock().replay_idle())
+    }
+
+    /// A stepped runtime: who holds what in its dispatcher now (every consumer's pending
+    /// entries and unacked charge, the draining hashes, the chunk pins), for a reference model
+    /// of the deliveries and acks to compare against after a step. `None` for a threaded
+    /// runtime and once the loop has stopped.
+    pub fn holdings(&self) -> Option<Holdings> {
+        self.stepped
+            .as_ref()
+            .filter(|s| !s.is_abandoned())
+            .and_then(|s| s.lock().holdings())
+    }
+
+    /// A stepped runtime: whether its loop failed to settle (see [`Livelock`]); it then no
+    /// longer runs, and [`step`](Runtime::step) returns `false`. A simulator checks this
+    /// after stepping. `None` for a threaded runtime.
+    pub fn livelock(&self) -> Option<Livelock> {
+        self.stepped.as_ref().and_then(|s| s.lock().livelock())
     }
 
     /// Whether this runtime is stepped ([`Runtime::start_stepped`]).

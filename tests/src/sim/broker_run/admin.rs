@@ -153,6 +153,10 @@ impl Run {
                 self.try_start(&name);
             }
         }
+        // Every delivery the operation's steps made, then what the move dropped (Shared).
         self.poll_all();
+        if self.cleans_on_move {
+            self.model.passed(to);
+        }
     }
 }

@@ -39,6 +39,35 @@ impl Run {
         self.violate_at(ViolationKind::CursorPassed, q, vec![md.to_string()], detail);
     }
 
+    /// After every round of steps and the frames they produced: the model of who holds what
+    /// (see [`model`](super::model)) against the subscription's dispatcher.
+    pub(super) fn check_model(&mut self) {
+        if !self.violations.is_empty() {
+            return;
+        }
+        let Some(h) = self.b.holdings(TOPIC, "sim") else {
+            return;
+        };
+        if let Err(m) = self.model.check(&h) {
+            self.violate(
+                ViolationKind::Model,
+                None,
+                m.positions,
+                m.consumers,
+                m.detail,
+            );
+        }
+    }
+
+    /// After every round of steps: no dispatcher loop failed to settle (more commands for one
+    /// event, or more productive steps in a row, than a healthy loop needs).
+    pub(super) fn check_livelock(&mut self) {
+        if let Some((topic, sub, how)) = self.b.livelock() {
+            let d = format!("{topic} subscription {sub}: {how}");
+            self.simple(ViolationKind::Livelock, d);
+        }
+    }
+
     /// Idle-replay liveness, after every round of broker steps: a subscription whose
     /// dispatcher has nothing scheduled (no timer, no read in flight, no consumer paused) and
     /// still has an entry in replay that nothing holds back sits on work that no later input
@@ -48,7 +77,7 @@ impl Run {
         let Some((_, sub, p)) = self.b.replay_idle() else {
             return;
         };
-        if self.chunks.contains(&p) {
+        if self.chunks.contains_key(&p) {
             return;
         }
         let detail = format!(

@@ -2,19 +2,32 @@
 //! delivery, acked messages sent again unmarked) and delivered after the network delay, ACK
 //! responses, client to broker bytes, and the client model's commands encoded as Pulsar frames.
 
+use broker::stepped::Closed;
 use client::{Command, MessageId};
 use cursor::Position;
 use wire::proto::{base_command::Type, MessageIdData};
 
 use super::frames::{frames_of, incoming, key_of};
-use super::{CState, Run, T0};
+use super::model::Holder;
+use super::{CState, Run, T0, TOPIC};
 use crate::sim::check::{key_str, ViolationKind};
 
 impl Run {
-    /// Takes every connection's frames (a crashed one's are lost).
+    /// Takes every connection's frames (a crashed one's are lost, but what they gave it is
+    /// pending on it all the same).
     pub(super) fn poll_all(&mut self) {
-        for (_, _, conn) in &mut self.dying {
-            while conn.poll_transmit().is_some() {}
+        let mut lost = Vec::new();
+        for (_, name, conn) in &mut self.dying {
+            while let Some(buf) = conn.poll_transmit() {
+                lost.push(((name.clone(), conn.id()), buf));
+            }
+        }
+        for (holder, buf) in lost {
+            for f in frames_of(&buf).unwrap_or_default() {
+                if f.command.r#type() == Type::Message {
+                    self.model_sent(&holder, &f);
+                }
+            }
         }
         let names: Vec<String> = self
             .cons
@@ -89,6 +102,16 @@ impl Run {
         let md = &p.metadata;
         let key = key_of(md).map(|k| key_str(&k));
         sent.push_str(&format!(" {pos}({})", key.as_deref().unwrap_or("-")));
+        if let Some(id) = self
+            .cons
+            .get(name)
+            .and_then(|c| c.conn.as_ref())
+            .map(|c| c.id())
+        {
+            if !self.model_sent(&(name.to_string(), id), f) {
+                return false;
+            }
+        }
         self.nacked_by.remove(&pos);
         let early = md
             .deliver_at_time
@@ -134,6 +157,36 @@ impl Run {
         false
     }
 
+    /// A MESSAGE (to `h`) in the model; `false` (a violation) if its entry was still held.
+    fn model_sent(&mut self, h: &Holder, f: &wire::Frame) -> bool {
+        let (Some(m), Some(p)) = (f.command.message.as_ref(), f.payload.as_ref()) else {
+            return true;
+        };
+        let pos = Position::new(m.message_id.ledger_id, m.message_id.entry_id);
+        let md = &p.metadata;
+        let n = md.num_messages_in_batch.unwrap_or(1).max(1) as u32;
+        let chunk = md.uuid.as_deref().map(|u| {
+            let id = md.chunk_id.unwrap_or(0) as u32;
+            (u, id, md.num_chunks_from_msg.unwrap_or(1) as u32)
+        });
+        let Err(other) = self.model.sent(h, pos, n, chunk) else {
+            return true;
+        };
+        let d = format!(
+            "{pos} sent to {} (connection {}) while still pending on {} (connection {})",
+            h.0, h.1, other.0, other.1
+        );
+        let key = key_of(md).map(|k| key_str(&k));
+        self.violate(
+            ViolationKind::Model,
+            key,
+            vec![pos.to_string()],
+            vec![other.0, h.0.clone()],
+            d,
+        );
+        false
+    }
+
     /// An ACK_RESPONSE: a success makes its acks accepted.
     pub(super) fn ack_response(&mut self, name: &str, f: &wire::Frame) {
         let Some(r) = f.command.ack_response.as_ref() else {
@@ -149,15 +202,26 @@ impl Run {
             return self.log(format!("broker: ack from {name} refused: {e} {m}"));
         }
         for (p, i) in ids {
-            self.broker_acked.insert((p, i));
+            let newly = self.broker_acked.insert((p, i));
             // Batch-index acks complete an entry, from whichever consumers they came.
             let n = self.batches.get(&p).copied().unwrap_or(1);
             let complete = i.is_none() || (0..n).all(|j| self.broker_acked.contains(&(p, Some(j))));
+            // An index ack counts only on an open entry: not acked before, and not passed by
+            // the mark-delete (an entry neither acked nor dropped is above it).
+            let passed = self.dropped.contains(&p)
+                && self.b.mark_delete(TOPIC, "sim").is_some_and(|md| md >= p);
+            let open = !self.acked.contains(&p) && !passed;
             if complete {
                 self.broker_acked.insert((p, None));
                 if self.acked.insert(p) {
                     self.last_progress = self.now;
                 }
+            }
+            match i {
+                None => self.model.acked(p),
+                Some(_) if open && complete => self.model.acked(p),
+                Some(_) if open && newly => self.model.index_acked(p),
+                Some(_) => {}
             }
         }
     }
@@ -172,31 +236,56 @@ impl Run {
                     break;
                 };
                 let Some(conn) = c.conn.as_mut() else { break };
-                if c.up.front().is_none_or(|u| u.0 > now) {
+                if c.up.front().is_none_or(|u| u.at > now) {
                     break;
                 }
-                let Some((_, bytes, close)) = c.up.pop_front() else {
+                let Some(up) = c.up.pop_front() else {
                     break;
                 };
-                let r = conn.handle_bytes(&bytes);
-                self.poll_one(&name);
-                if let Err(e) = r {
-                    self.simple(
-                        ViolationKind::Model,
-                        format!("the broker closed {name}'s connection: {e:?}"),
-                    );
+                let holder = (name.clone(), conn.id());
+                if up.returns.is_empty() {
+                    let r = conn.handle_bytes(&up.bytes);
+                    self.after_up(&name, &holder, r, up.close);
+                    continue;
                 }
-                if close {
-                    if let Some(c) = self.cons.get_mut(&name) {
-                        c.conn = None;
-                        c.state = CState::Gone;
-                        c.up.clear();
-                        c.down.clear();
-                    }
-                    self.log(format!("{name} closed"));
+                // A return is handled alone: the dispatcher first handles what came before
+                // it, then the return, and what it sends leaves before the next command is
+                // read. So the model knows which send a return takes back, and no MESSAGE is
+                // judged against an ack read after it was sent.
+                while self.b.step() {}
+                self.poll_all();
+                let Some(conn) = self.cons.get_mut(&name).and_then(|c| c.conn.as_mut()) else {
                     break;
-                }
+                };
+                let r = conn.handle_bytes(&up.bytes);
+                let returns = self.whole_messages(up.returns);
+                self.model.returned(&holder, &returns);
+                while self.b.step() {}
+                self.poll_all();
+                self.after_up(&name, &holder, r, up.close);
             }
+        }
+    }
+
+    /// After the broker read `name`'s bytes: its replies; a CLOSE_CONSUMER ends the connection
+    /// (the caller's loop then stops at the missing connection).
+    fn after_up(&mut self, name: &str, holder: &Holder, r: Result<(), Closed>, close: bool) {
+        self.poll_one(name);
+        if let Err(e) = r {
+            self.simple(
+                ViolationKind::Model,
+                format!("the broker closed {name}'s connection: {e:?}"),
+            );
+        }
+        if close {
+            self.model.gone(holder);
+            if let Some(c) = self.cons.get_mut(name) {
+                c.conn = None;
+                c.state = CState::Gone;
+                c.up.clear();
+                c.down.clear();
+            }
+            self.log(format!("{name} closed"));
         }
     }
 
@@ -268,11 +357,35 @@ impl Run {
             }
         }
         for cmd in cmds {
+            let returns: Vec<Position> = match &cmd {
+                Command::RedeliverUnacked(es)
+                | Command::Release(es)
+                | Command::Nack { entries: es, .. } => es
+                    .iter()
+                    .map(|e| Position::new(e.entry.ledger_id, e.entry.entry_id))
+                    .collect(),
+                Command::Flow(_) | Command::Ack(_) => Vec::new(),
+            };
             let mut bytes = Vec::new();
             let line = self.encode(name, cmd, &mut bytes);
             self.log(format!("client {name}: {line}"));
-            self.push_up(name, bytes, false);
+            self.push_up_returning(name, bytes, false, returns);
         }
+    }
+
+    /// `ps` with each chunk standing for every chunk of its message, as the broker reads a
+    /// REDELIVER or NEGATIVE_ACK (sorted, each once).
+    fn whole_messages(&self, ps: Vec<Position>) -> Vec<Position> {
+        let mut out = Vec::with_capacity(ps.len());
+        for p in ps {
+            match self.chunks.get(&p) {
+                Some(u) => out.extend(self.chunks.iter().filter(|(_, v)| *v == u).map(|(q, _)| *q)),
+                None => out.push(p),
+            }
+        }
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 
     /// One client command as Pulsar frames: FLOW, ACK (batch indexes with an `ack_set`, a

@@ -8,7 +8,7 @@ use client::Consumer;
 use cursor::Position;
 
 use super::frames::key_text;
-use super::{CState, Cons, Run, Task, TOPIC};
+use super::{CState, Cons, Run, Task, Up, TOPIC};
 use crate::sim::check::{msg_str, MsgRef, ViolationKind};
 use crate::sim::scenario::ConsumerOpts;
 use crate::sim::world::client_config;
@@ -91,6 +91,7 @@ impl Run {
         c.acks.clear();
         c.reconnect_at = None;
         c.epoch = c.client.connect(now);
+        self.model.subscribed((name.to_string(), id));
         self.log(format!("connect {name} conn={id}"));
         if let Err(e) = r {
             self.simple(
@@ -155,6 +156,7 @@ impl Run {
     pub(super) fn lose_consumer_connections(&mut self) {
         self.dying.clear();
         self.nacked_by.clear();
+        self.model.clear();
         let names: Vec<String> = self.cons.keys().cloned().collect();
         for name in names {
             self.order.abandon(&name);
@@ -190,6 +192,7 @@ impl Run {
             .partition(|d| d.0 <= now);
         self.dying = keep;
         for (_, name, conn) in gone {
+            self.model.gone(&(name.clone(), conn.id()));
             drop(conn);
             self.log(format!("broker notices {name} is gone"));
         }
@@ -204,11 +207,28 @@ impl Run {
         }
     }
 
+    /// Bytes from `name`'s client on their way (`close`: a CLOSE_CONSUMER).
     pub(super) fn push_up(&mut self, name: &str, bytes: Vec<u8>, close: bool) {
+        self.push_up_returning(name, bytes, close, Vec::new());
+    }
+
+    /// [`push_up`](Self::push_up) of a REDELIVER or NEGATIVE_ACK that hands back `returns`.
+    pub(super) fn push_up_returning(
+        &mut self,
+        name: &str,
+        bytes: Vec<u8>,
+        close: bool,
+        returns: Vec<Position>,
+    ) {
         let at = self.now + self.net();
         if let Some(c) = self.cons.get_mut(name) {
             c.up_last = at.max(c.up_last);
-            c.up.push_back((c.up_last, bytes, close));
+            c.up.push_back(Up {
+                at: c.up_last,
+                bytes,
+                close,
+                returns,
+            });
         }
     }
 

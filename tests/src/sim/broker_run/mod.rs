@@ -16,7 +16,10 @@
 //! that stops moving or does not drain), no
 //! acked message sent again unmarked (checked on the MESSAGE frames as they leave the broker,
 //! against the ACKs it answered with success), no delayed message sent early, every frame
-//! readable by a strict client, and the scenario's `expect` lines.
+//! readable by a strict client, the scenario's `expect` lines, no dispatcher livelock, and,
+//! after every round of steps, the reference model of who holds what ([`model`]) against the
+//! dispatcher's [`dispatcher::Holdings`]. A REDELIVER or NEGATIVE_ACK is handled alone (the
+//! broker stepped before and after it), so the model knows which send it takes back.
 //!
 //! A broker restart is real (not approximated) when the scenario can restart (scripted `restart`
 //! steps or random restart faults) or asks for `store=file`: that run's broker stores its topics
@@ -64,6 +67,7 @@ mod checks;
 mod consumer_wire;
 mod consumers;
 mod frames;
+mod model;
 mod producer;
 mod restart;
 mod run;
@@ -95,8 +99,8 @@ struct Cons {
     state: CState,
     epoch: u64,
     busy: Option<Task>,
-    /// Bytes on their way to the broker: (arrival, bytes, a CLOSE_CONSUMER).
-    up: VecDeque<(u64, Vec<u8>, bool)>,
+    /// Bytes on their way to the broker.
+    up: VecDeque<Up>,
     /// Frames on their way to the client.
     down: VecDeque<(u64, wire::Frame)>,
     up_last: u64,
@@ -108,6 +112,17 @@ struct Cons {
     sizes: BTreeMap<Position, u32>,
     close_sent: bool,
     reconnect_at: Option<u64>,
+}
+
+/// Bytes on their way from a client to the broker.
+struct Up {
+    /// When they arrive.
+    at: u64,
+    bytes: Vec<u8>,
+    /// A CLOSE_CONSUMER: the connection ends after its reply.
+    close: bool,
+    /// The entries a REDELIVER or NEGATIVE_ACK in them hands back.
+    returns: Vec<Position>,
 }
 
 /// The run's state (see the module doc).
@@ -142,9 +157,14 @@ struct Run {
     batches: BTreeMap<Position, u32>,
     /// Chunks of chunked messages other than the last (a message is known by its last chunk).
     inner_chunks: BTreeSet<Position>,
-    /// Every chunk of every chunked message (the idle-replay check leaves them to their own
-    /// rules).
-    chunks: BTreeSet<Position>,
+    /// Every chunk of every chunked message, with its message's uuid (the idle-replay check
+    /// leaves them to their own rules; a REDELIVER of one chunk returns them all).
+    chunks: BTreeMap<Position, String>,
+    /// Who holds what, from the wire (see [`model`]).
+    model: model::Model,
+    /// A mark-delete move drops the pending entries it passes (Shared; Key_Shared with
+    /// `--legacy mark-delete-cleanup`).
+    cleans_on_move: bool,
     /// Entries whose every message the broker accepted an ack for (less those a crash lost).
     acked: BTreeSet<Position>,
     /// Acks the broker accepted, by (position, batch index; `None` = the whole entry), less
@@ -246,7 +266,9 @@ impl Run {
             published: BTreeMap::new(),
             batches: BTreeMap::new(),
             inner_chunks: BTreeSet::new(),
-            chunks: BTreeSet::new(),
+            chunks: BTreeMap::new(),
+            model: model::Model::default(),
+            cleans_on_move: !key_shared || opts.legacy == Some(Legacy::MarkDeleteCleanup),
             acked: BTreeSet::new(),
             broker_acked: BTreeSet::new(),
             dropped: BTreeSet::new(),

@@ -144,8 +144,8 @@ impl Run {
         if m.deliver_at_time.is_some() {
             self.order.mark_delayed(pos);
         }
-        if m.uuid.is_some() {
-            self.chunks.insert(pos);
+        if let Some(u) = &m.uuid {
+            self.chunks.insert(pos, u.clone());
         }
         if m.uuid.is_some() && m.chunk_id.unwrap_or(0) + 1 < m.num_chunks_from_msg.unwrap_or(1) {
             self.inner_chunks.insert(pos);

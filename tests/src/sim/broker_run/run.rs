@@ -70,9 +70,11 @@ impl Run {
             self.poll_all();
             self.deliver_up();
             while self.b.step() {}
+            self.check_livelock();
             self.check_replay_idle();
             self.poll_all();
             self.check_cursor_passed();
+            self.check_model();
             self.deliver_down();
             let housekeeping = self.now >= house;
             if housekeeping {
@@ -97,7 +99,7 @@ impl Run {
         t.push(self.b.next_deadline().map(|d| d.saturating_sub(T0)));
         t.extend(self.dying.iter().map(|d| Some(d.0)));
         for c in self.cons.values() {
-            t.push(c.up.front().map(|u| u.0));
+            t.push(c.up.front().map(|u| u.at));
             t.push(c.down.front().map(|d| d.0));
             t.push(c.busy.and_then(|b| b.done_at));
             t.push(c.reconnect_at);
