@@ -100,7 +100,8 @@ impl SteppedBroker {
     /// Ends this broker as a killed process ends: no dispatcher runs again, so no cursor is
     /// persisted beyond what its cadence already wrote (dropping the broker instead shuts the
     /// dispatchers down, which persists every cursor). Drop the connections too; then
-    /// [`open`](Self::open) the same `data_dir` to restart.
+    /// [`open`](Self::open) the same `data_dir` to restart. Its files are closed once the
+    /// connections are gone.
     pub fn crash(self) {
         for t in self.state.topics() {
             for s in t.subscriptions() {
@@ -212,6 +213,19 @@ impl SteppedBroker {
     fn time(&self) -> Now {
         let ms = self.clock.now();
         Now { ms, wall_ms: ms }
+    }
+}
+
+/// Every topic lets its subscriptions go: each dispatcher is shut down (its cursor persisted,
+/// unless [`crash`](SteppedBroker::crash) abandoned it) once no connection holds it. Without
+/// this a dispatcher with consumers would keep its topic (and its files) alive: a consumer's
+/// delivery route refers to the topic, and a stepped dispatcher only lets its consumers go when
+/// it is stepped.
+impl Drop for SteppedBroker {
+    fn drop(&mut self) {
+        for t in self.state.topics() {
+            t.close();
+        }
     }
 }
 

@@ -301,3 +301,54 @@ fn a_crash_and_open_on_the_same_data_dir_recovers_the_backlog() {
     drop(b);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Open files under `dir` (Linux: the process's descriptors).
+#[cfg(target_os = "linux")]
+fn open_files_under(dir: &std::path::Path) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|fds| {
+            fds.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+                .filter(|target| target.starts_with(dir))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// A broker with a consumer connected lets its files go, crashed or dropped: a consumer's
+/// delivery route refers to its topic, so without the broker closing its topics the topic,
+/// its log and its cursor file would live on (a simulator of thousands of restarts ran out of
+/// descriptors).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_crashed_or_dropped_broker_closes_its_files() {
+    let dir = std::env::temp_dir().join(format!("broker-stepped-fds-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    for crash in [true, false] {
+        let dir = dir.join(if crash { "crash" } else { "drop" });
+        let cfg = BrokerConfig {
+            data_dir: Some(dir.clone()),
+            ..BrokerConfig::default()
+        };
+        let mut b = SteppedBroker::open(cfg, T0).unwrap();
+        let mut p = b.connect("producer");
+        let mut c = b.connect("consumer");
+        for conn in [&mut p, &mut c] {
+            call(conn, &wire::commands::connect("t", 21));
+        }
+        call(&mut p, &wire::commands::producer(TOPIC, 1, 1, None));
+        assert_eq!(call(&mut c, &subscribe(7, 2)), [Type::Success]);
+        call(&mut c, &wire::commands::flow(7, 100));
+        publish(&mut p, 0, "k");
+        while b.step() {}
+        assert_eq!(messages(&drain(&mut c)).len(), 1);
+        assert!(open_files_under(&dir) > 0, "the log is open");
+        if crash {
+            b.crash();
+        } else {
+            drop(b);
+        }
+        drop((p, c));
+        assert_eq!(open_files_under(&dir), 0, "crash={crash}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
