@@ -35,18 +35,26 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     std::process::exit(status.code().unwrap_or(1))
 }
 
-/// The simulator steps of `cargo xtask ci` (each well under a minute in release):
-/// a smoke seed range of the default mix, the six legacy detections (the checker must fail), a
-/// determinism check (every run twice, identical event-log hash) and the randomised mixes on the
-/// dispatcher's threaded runtime.
+/// [`sim`] on the deterministic world (`--runtime sim`).
+fn world(args: &[&str]) -> std::process::Command {
+    let mut all = vec!["--runtime", "sim"];
+    all.extend_from_slice(args);
+    sim(&all)
+}
+
+/// The simulator steps of `cargo xtask ci` (each well under a minute in release): on the
+/// deterministic world (the dispatcher crate alone) a smoke seed range of the default mix, the
+/// six legacy detections (the checker must fail) and a determinism check (every run twice,
+/// identical event-log hash); the randomised mixes on the dispatcher's threaded runtime; then
+/// the same through the broker (the default runtime).
 pub(crate) fn ci_steps() -> anyhow::Result<()> {
-    sh(sim(&[
+    sh(world(&[
         "--seeds",
         "10",
         "--json",
         "target/sim/ci-smoke.json",
     ]))?;
-    sh(sim(&[
+    sh(world(&[
         "--legacy",
         "mark-delete-cleanup",
         "--expect-violation",
@@ -59,7 +67,7 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
         "--json",
         "target/sim/ci-legacy-mark-delete.json",
     ]))?;
-    sh(sim(&[
+    sh(world(&[
         "--legacy",
         "orphan-chunk-replay",
         "--expect-violation",
@@ -72,7 +80,7 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
         "--json",
         "target/sim/ci-legacy-orphan.json",
     ]))?;
-    sh(sim(&[
+    sh(world(&[
         "--legacy",
         "unordered-nack",
         "--expect-violation",
@@ -85,7 +93,7 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
         "--json",
         "target/sim/ci-legacy-nack.json",
     ]))?;
-    sh(sim(&[
+    sh(world(&[
         "--legacy",
         "no-batch-ack-set",
         "--expect-violation",
@@ -98,7 +106,7 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
         "--json",
         "target/sim/ci-legacy-ack-set.json",
     ]))?;
-    sh(sim(&[
+    sh(world(&[
         "--legacy",
         "no-delayed-delivery",
         "--expect-violation",
@@ -113,7 +121,7 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
         "--json",
         "target/sim/ci-legacy-delayed.json",
     ]))?;
-    sh(sim(&[
+    sh(world(&[
         "--legacy",
         "replay-settle",
         "--expect-violation",
@@ -124,7 +132,7 @@ pub(crate) fn ci_steps() -> anyhow::Result<()> {
         "--json",
         "target/sim/ci-legacy-replay-settle.json",
     ]))?;
-    sh(sim(&[
+    sh(world(&[
         "--check-determinism",
         "--seeds",
         "3",

@@ -62,12 +62,12 @@ impl Invariant {
 /// Where a run ran: what it checks and how it is reproduced depend on it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum SimRuntime {
-    /// The deterministic world (`--runtime sim`, the default).
-    #[default]
+    /// The deterministic world: the dispatcher crate alone (`--runtime sim`).
     World,
     /// The dispatcher's threaded runtime (`--runtime threads`).
     Threads,
-    /// The broker's core, `broker::stepped` (`--runtime broker`).
+    /// The broker's core, `broker::stepped` (`--runtime broker`, the default).
+    #[default]
     Broker,
 }
 
@@ -78,6 +78,14 @@ impl SimRuntime {
             SimRuntime::World => "sim",
             SimRuntime::Threads => "threads",
             SimRuntime::Broker => "broker",
+        }
+    }
+
+    /// The flag a command line needs to pick it: ` --runtime NAME`, or nothing for the default.
+    pub fn flag(self) -> String {
+        match self {
+            SimRuntime::Broker => String::new(),
+            other => format!(" --runtime {}", other.as_str()),
         }
     }
 }
@@ -284,13 +292,10 @@ pub fn seed_ranges(seeds: &[u64], max: usize) -> String {
     items.join(" ")
 }
 
-/// The command that reruns `r` (with `--runtime` when it did not run on the world).
+/// The command that reruns `r` (with `--runtime` when it did not run through the broker).
 pub fn repro_line(r: &RunResult, style: &ReportStyle) -> String {
     let base = crate::sim::repro_command(&r.scenario, r.seed, style.legacy);
-    match style.runtime {
-        SimRuntime::World => base,
-        other => format!("{base} --runtime {}", other.as_str()),
-    }
+    format!("{base}{}", style.runtime.flag())
 }
 
 fn full_violation(
@@ -301,11 +306,12 @@ fn full_violation(
     style: &ReportStyle,
     with_tail: bool,
 ) {
-    let rt = match style.runtime {
-        SimRuntime::World => String::new(),
-        other => format!(" runtime={}", other.as_str()),
-    };
-    let _ = writeln!(out, "VIOLATION [{} seed={}{rt}] {v}", r.scenario, r.seed);
+    let rt = style.runtime.as_str();
+    let _ = writeln!(
+        out,
+        "VIOLATION [{} seed={} runtime={rt}] {v}",
+        r.scenario, r.seed
+    );
     if v.kind == ViolationKind::Expectation {
         let line = scenarios
             .iter()
