@@ -253,14 +253,11 @@ fn the_keep_alive_follows_the_callers_clock() {
     assert_eq!(c.handle_timeout(), Err(Closed::Idle));
 }
 
-/// A restart over a data directory: a crash keeps what was acked and persisted, the stored
-/// entries come back, and the unacked ones are delivered again.
-#[test]
-fn a_crash_and_open_on_the_same_data_dir_recovers_the_backlog() {
-    let dir = std::env::temp_dir().join(format!("broker-stepped-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
+/// A broker over `dir` with a producer and a consumer (id 7, 100 permits) on [`TOPIC`], and
+/// its configuration.
+fn on_disk(dir: &std::path::Path) -> (SteppedBroker, BrokerConfig, Connection, Connection) {
     let cfg = BrokerConfig {
-        data_dir: Some(dir.clone()),
+        data_dir: Some(dir.to_path_buf()),
         ..BrokerConfig::default()
     };
     let mut b = SteppedBroker::open(cfg.clone(), T0).unwrap();
@@ -272,6 +269,16 @@ fn a_crash_and_open_on_the_same_data_dir_recovers_the_backlog() {
     call(&mut p, &wire::commands::producer(TOPIC, 1, 1, None));
     assert_eq!(call(&mut c, &subscribe(7, 2)), [Type::Success]);
     call(&mut c, &wire::commands::flow(7, 100));
+    (b, cfg, p, c)
+}
+
+/// A restart over a data directory: a crash keeps what was acked and persisted, the stored
+/// entries come back, and the unacked ones are delivered again.
+#[test]
+fn a_crash_and_open_on_the_same_data_dir_recovers_the_backlog() {
+    let dir = std::env::temp_dir().join(format!("broker-stepped-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (b, cfg, mut p, mut c) = on_disk(&dir);
     for seq in 0..4 {
         publish(&mut p, seq, "k");
     }
@@ -325,19 +332,7 @@ fn a_crashed_or_dropped_broker_closes_its_files() {
     let _ = std::fs::remove_dir_all(&dir);
     for crash in [true, false] {
         let dir = dir.join(if crash { "crash" } else { "drop" });
-        let cfg = BrokerConfig {
-            data_dir: Some(dir.clone()),
-            ..BrokerConfig::default()
-        };
-        let mut b = SteppedBroker::open(cfg, T0).unwrap();
-        let mut p = b.connect("producer");
-        let mut c = b.connect("consumer");
-        for conn in [&mut p, &mut c] {
-            call(conn, &wire::commands::connect("t", 21));
-        }
-        call(&mut p, &wire::commands::producer(TOPIC, 1, 1, None));
-        assert_eq!(call(&mut c, &subscribe(7, 2)), [Type::Success]);
-        call(&mut c, &wire::commands::flow(7, 100));
+        let (b, _, mut p, mut c) = on_disk(&dir);
         publish(&mut p, 0, "k");
         while b.step() {}
         assert_eq!(messages(&drain(&mut c)).len(), 1);

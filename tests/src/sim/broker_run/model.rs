@@ -220,3 +220,85 @@ fn draining_refs(h: &Holdings) -> Result<(), Mismatch> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use dispatcher::{ConsumerId, Holder as Held};
+
+    use super::*;
+
+    fn p(e: u64) -> Position {
+        Position::new(1, e)
+    }
+
+    fn c1() -> Holder {
+        ("c1".to_string(), 2)
+    }
+
+    /// c1 holds 1:0 (one message) and 1:1 (a batch of 3 with one index acked).
+    fn model() -> Model {
+        let mut m = Model::default();
+        m.subscribed(c1());
+        m.sent(&c1(), p(0), 1, None).unwrap();
+        m.sent(&c1(), p(1), 3, None).unwrap();
+        m.index_acked(p(1));
+        m
+    }
+
+    fn holdings(pending: &[u64], unacked: i64) -> Holdings {
+        Holdings {
+            consumers: vec![Held {
+                id: ConsumerId(1),
+                name: "c1".into(),
+                unacked,
+                pending: pending.iter().map(|e| (p(*e), 7)).collect(),
+            }],
+            draining: Vec::new(),
+            chunk_pins: 0,
+        }
+    }
+
+    #[test]
+    fn agreement_and_each_kind_of_difference() {
+        let m = model();
+        m.check(&holdings(&[0, 1], 3)).unwrap();
+        let extra = m.check(&holdings(&[0, 1, 2], 4)).unwrap_err();
+        assert!(
+            extra.detail.contains("unexpected [1:2], missing []"),
+            "{extra:?}"
+        );
+        let missing = m.check(&holdings(&[0], 1)).unwrap_err();
+        assert!(missing.detail.contains("missing [1:1]"), "{missing:?}");
+        let charge = m.check(&holdings(&[0, 1], 4)).unwrap_err();
+        assert!(charge.detail.contains("charged 4 unacked"), "{charge:?}");
+        let mut drains = holdings(&[0, 1], 3);
+        drains.draining = vec![(7, ConsumerId(1), 1)];
+        let refs = m.check(&drains).unwrap_err();
+        assert!(refs.detail.contains("with 1 references"), "{refs:?}");
+        let mut none = holdings(&[], 0);
+        none.consumers.clear();
+        let gone = m.check(&none).unwrap_err();
+        assert!(gone.detail.contains("connected consumers"), "{gone:?}");
+    }
+
+    #[test]
+    fn returns_acks_leaves_moves_and_pins() {
+        let mut m = model();
+        assert_eq!(m.sent(&("c2".into(), 3), p(0), 1, None), Err(c1()));
+        m.returned(&c1(), &[p(0)]);
+        m.check(&holdings(&[1], 2)).unwrap();
+        m.acked(p(1));
+        m.check(&holdings(&[], 0)).unwrap();
+        m.sent(&c1(), p(5), 1, Some(("u", 0, 2))).unwrap();
+        assert!(m.check(&holdings(&[5], 1)).is_err(), "one pin, none shown");
+        let mut pinned = holdings(&[5], 1);
+        pinned.chunk_pins = 1;
+        m.check(&pinned).unwrap();
+        m.passed(p(5));
+        m.check(&holdings(&[], 0)).unwrap_err(); // the pin outlives the move
+        m.gone(&c1());
+        let mut none = holdings(&[], 0);
+        none.consumers.clear();
+        m.check(&none).unwrap();
+    }
+}
