@@ -14,7 +14,9 @@
 //!   measures itself only when B2-p99 did not run.
 //!   `B2_TIMELINE=FILE` writes the last round's entries there, one `publish-ns latency-ns` line
 //!   each (publish time since the round's start, in arrival order per consumer), to find when
-//!   the slow ones were published.
+//!   the slow ones were published. `BENCH_BROKER_ARGS="--flag value …"` adds broker flags to
+//!   every broker the rows start (an experiment: `--entries-per-ledger 100000000` for no
+//!   rollover).
 //! * `B3-start`: exec of the release binary to its first stdout line (the service URL), ms.
 //! * `B3-rss`: its VmRSS shortly (200 ms) after start, MB (read in B3-start's round, the same
 //!   way B2-p50 reads B2-p99's).
@@ -103,6 +105,9 @@ impl Host {
                 .map(|s| s.to_string())
                 .collect();
             args.extend(self.extra.iter().cloned());
+            if let Ok(x) = std::env::var("BENCH_BROKER_ARGS") {
+                args.extend(x.split_whitespace().map(String::from));
+            }
             let cfg = BrokerConfig::parse_args(&args).map_err(|e| e.to_string())?;
             self.broker = Some(Broker::start(cfg).map_err(|e| format!("broker start: {e}"))?);
         }
