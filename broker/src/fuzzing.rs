@@ -5,8 +5,8 @@
 //! Each function builds fresh broker state per call (no socket; a subscription's dispatcher
 //! thread is stopped when the call returns), so a crashing input reproduces on its own.
 
+use bytes::Bytes;
 use std::path::Path;
-use std::sync::Arc;
 
 use wire::proto::MessageMetadata;
 
@@ -64,7 +64,7 @@ fn publish_samples(topic: &crate::topic::Topic) {
         };
         let body = format!("m{i}");
         let info = wire::convert::message_info(&md, body.len()).expect("valid metadata");
-        let section: Arc<[u8]> = wire::encode_section(&md, body.as_bytes()).into();
+        let section: Bytes = wire::encode_section(&md, body.as_bytes()).into();
         topic
             .publish(info.meta, section)
             .expect("an in-memory publish")

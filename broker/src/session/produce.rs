@@ -288,7 +288,8 @@ impl Session {
             );
         }
         let topic = producer.topic.clone();
-        match topic.publish_once(meta, Arc::from(payload.section)) {
+        let section = self.keep_section(&payload.section);
+        match topic.publish_once(meta, section) {
             Ok(Published::Terminated) => {
                 self.send(&send_error(
                     ServerError::TopicTerminatedError,

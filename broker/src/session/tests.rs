@@ -544,3 +544,37 @@ fn a_closed_session_leaves_its_topics() {
     assert!(sub.consumers.lock().unwrap().is_empty());
     assert!(topic.producers.lock().unwrap().len() == 0);
 }
+
+/// Stored sections share the connection's arena buffers: consecutive small ones sit side by
+/// side in one buffer, a section larger than a buffer gets one of its own, and a kept section
+/// outlives the arena moving on.
+#[test]
+fn sections_share_arena_buffers() {
+    let mut s = Session::new(
+        state(),
+        1,
+        "peer".into(),
+        "pulsar://b:6650".into(),
+        Now { ms: 0, wall_ms: 0 },
+    );
+    let a = s.keep_section(b"first");
+    let b = s.keep_section(b"second");
+    assert_eq!(&a[..], b"first");
+    assert_eq!(&b[..], b"second");
+    assert_eq!(
+        a.as_ptr() as usize + a.len(),
+        b.as_ptr() as usize,
+        "one buffer, side by side"
+    );
+    let big = vec![7u8; super::ARENA + 1];
+    let c = s.keep_section(&big);
+    assert_eq!(&c[..], &big[..]);
+    let d = s.keep_section(b"after");
+    assert_ne!(
+        c.as_ptr() as usize + c.len(),
+        d.as_ptr() as usize,
+        "the big one filled its own buffer"
+    );
+    drop(s);
+    assert_eq!(&a[..], b"first", "kept sections outlive the session");
+}

@@ -1,6 +1,7 @@
 //! The broker's read cache for the file stores: one byte budget over every topic, the oldest
 //! arrival evicted first whichever topic holds it.
 
+use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
@@ -43,7 +44,7 @@ struct Arrival {
 }
 
 /// A topic's cached sections by position.
-type CacheMap = BTreeMap<Position, Arc<[u8]>>;
+type CacheMap = BTreeMap<Position, Bytes>;
 
 /// Stale arrivals tolerated beyond the live ones before the queue is compacted.
 const STALE_SLACK: usize = 1024;
@@ -122,11 +123,11 @@ impl TopicCache {
         }
     }
 
-    pub(super) fn get(&self, p: Position) -> Option<Arc<[u8]>> {
+    pub(super) fn get(&self, p: Position) -> Option<Bytes> {
         read(&self.map).get(&p).cloned()
     }
 
-    pub(super) fn insert(&self, p: Position, section: Arc<[u8]>) {
+    pub(super) fn insert(&self, p: Position, section: Bytes) {
         let cost = ReadCache::cost(&section);
         if cost > self.budget.budget {
             return;

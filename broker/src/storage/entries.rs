@@ -1,6 +1,7 @@
 //! Entry stores: where a topic's entries (their payload sections, as the producer sent them)
 //! live once the topic has assigned them a position.
 
+use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -26,13 +27,13 @@ pub(crate) trait EntryStore: Send + Sync + std::fmt::Debug {
     /// while the topic has no subscription (as Pulsar caches an added entry only for active
     /// cursors): nobody reads it soon, and a topic written at full speed without readers would
     /// otherwise hold the whole shared budget, so that every other topic's reads go to the disk.
-    fn append(&self, p: Position, section: Arc<[u8]>, cache: bool) -> Result<(), StorageError>;
+    fn append(&self, p: Position, section: Bytes, cache: bool) -> Result<(), StorageError>;
 
     /// Makes what was appended as durable as `policy` promises (a no-op in memory).
     fn commit(&self, policy: SyncPolicy) -> Result<(), StorageError>;
 
     /// The section of the entry at `p`, if it exists (from memory, the cache or the disk).
-    fn read(&self, p: Position) -> Option<Arc<[u8]>>;
+    fn read(&self, p: Position) -> Option<Bytes>;
 
     /// Drops the entries below `below` (whole ledgers in the file store, the ledger being
     /// written excepted).
@@ -45,11 +46,11 @@ pub(crate) trait EntryStore: Send + Sync + std::fmt::Debug {
 /// Every entry in memory: the store without `--data-dir`.
 #[derive(Debug, Default)]
 pub(crate) struct MemoryEntries {
-    map: RwLock<BTreeMap<Position, Arc<[u8]>>>,
+    map: RwLock<BTreeMap<Position, Bytes>>,
 }
 
 impl EntryStore for MemoryEntries {
-    fn append(&self, p: Position, section: Arc<[u8]>, _cache: bool) -> Result<(), StorageError> {
+    fn append(&self, p: Position, section: Bytes, _cache: bool) -> Result<(), StorageError> {
         write(&self.map).insert(p, section);
         Ok(())
     }
@@ -58,7 +59,7 @@ impl EntryStore for MemoryEntries {
         Ok(())
     }
 
-    fn read(&self, p: Position) -> Option<Arc<[u8]>> {
+    fn read(&self, p: Position) -> Option<Bytes> {
         read(&self.map).get(&p).cloned()
     }
 
@@ -209,7 +210,7 @@ impl FileEntries {
 
     /// Reads the entry at `p` from its file: the records of its block, each checked; the others
     /// go to the cache.
-    fn read_from_disk(&self, p: Position) -> Result<Option<Arc<[u8]>>, StorageError> {
+    fn read_from_disk(&self, p: Position) -> Result<Option<Bytes>, StorageError> {
         if self.writing.load(Ordering::Acquire) == p.ledger_id {
             // The ledger being written may still have the entry in its write buffer (appended
             // without caching and not committed yet): it goes to the file first.
@@ -248,7 +249,7 @@ impl FileEntries {
                     reason: format!("record for {expected} holds {at}"),
                 });
             }
-            let section: Arc<[u8]> = Arc::from(section);
+            let section = Bytes::from(section);
             if at == p {
                 wanted = Some(section.clone());
             }
@@ -274,7 +275,7 @@ fn index_entry(ledgers: &mut BTreeMap<u64, LedgerIndex>, dir: &Path, p: Position
 }
 
 impl EntryStore for FileEntries {
-    fn append(&self, p: Position, section: Arc<[u8]>, cache: bool) -> Result<(), StorageError> {
+    fn append(&self, p: Position, section: Bytes, cache: bool) -> Result<(), StorageError> {
         let offset = {
             let mut log = lock(&self.log);
             let offset = log.append(p, &section)?;
@@ -296,7 +297,7 @@ impl EntryStore for FileEntries {
         }
     }
 
-    fn read(&self, p: Position) -> Option<Arc<[u8]>> {
+    fn read(&self, p: Position) -> Option<Bytes> {
         if let Some(s) = self.cache.get(p) {
             return Some(s);
         }

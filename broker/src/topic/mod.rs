@@ -11,6 +11,7 @@
 //!
 //! [`Runtime`]: dispatcher::Runtime
 
+use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -297,7 +298,7 @@ impl Topic {
     pub(crate) fn publish(
         &self,
         meta: EntryMeta,
-        section: Arc<[u8]>,
+        section: Bytes,
     ) -> Result<Option<Position>, StorageError> {
         match self.store(meta, section, false)? {
             Published::Stored(p) => Ok(Some(p)),
@@ -311,7 +312,7 @@ impl Topic {
     pub(crate) fn publish_once(
         &self,
         meta: EntryMeta,
-        section: Arc<[u8]>,
+        section: Bytes,
     ) -> Result<Published, StorageError> {
         self.store(meta, section, self.is_deduplicating())
     }
@@ -319,7 +320,7 @@ impl Topic {
     fn store(
         &self,
         meta: EntryMeta,
-        section: Arc<[u8]>,
+        section: Bytes,
         deduplicate: bool,
     ) -> Result<Published, StorageError> {
         let mut st = lock(&self.state);
@@ -457,7 +458,7 @@ impl Topic {
     }
 
     /// The stored `0e01…` section of the entry at `p`.
-    pub(crate) fn payload(&self, p: Position) -> Option<Arc<[u8]>> {
+    pub(crate) fn payload(&self, p: Position) -> Option<Bytes> {
         self.entries.read(p)
     }
 

@@ -1,6 +1,7 @@
 //! Retention, message-id resolution and late subscriptions on in-memory topics.
 
 use super::*;
+use bytes::Bytes;
 
 /// A consumer on `s` with permits, and the first `n` deliveries it receives (within 5 s).
 fn deliveries(
@@ -33,7 +34,7 @@ fn receive(s: &Subscription, n: usize) -> (dispatcher::ConsumerHandle, Vec<Posit
 fn retention_trims_ledgers_below_the_slowest_mark_delete() {
     // One entry per ledger, so each acked entry is a whole ledger.
     let t = Topic::new("persistent://p/d/r".into(), 1);
-    let section: Arc<[u8]> = Arc::from(&b"x"[..]);
+    let section = Bytes::from_static(b"x");
     let fast = t
         .subscription("fast", SubKind::Shared, InitialPosition::Earliest)
         .unwrap();
@@ -91,7 +92,7 @@ fn earliest_and_latest_message_ids_resolve_to_the_ends() {
         t.resolve_message_id(u64::MAX, u64::MAX),
         Position::new(1, 0)
     );
-    let section: Arc<[u8]> = Arc::from(&b"x"[..]);
+    let section = Bytes::from_static(b"x");
     let ps: Vec<_> = (0..4)
         .map(|i| {
             t.publish(EntryMeta::simple(i, 1), section.clone())
@@ -119,7 +120,7 @@ fn earliest_and_latest_message_ids_resolve_to_the_ends() {
 #[test]
 fn a_late_subscription_sees_the_same_positions() {
     let t = Topic::new("persistent://p/d/t".into(), 3);
-    let section: Arc<[u8]> = Arc::from(&b"x"[..]);
+    let section = Bytes::from_static(b"x");
     let p0 = t
         .publish(EntryMeta::simple(1, 1), section.clone())
         .unwrap()
@@ -167,7 +168,7 @@ fn a_late_subscription_sees_the_same_positions() {
 fn a_topic_without_subscriptions_drops_closed_ledgers_after_ten_minutes() {
     // Ledgers of 2 entries; entries published at t = 0, 0 | 5 min, 5 min | 9 min.
     let t = Topic::new("persistent://p/d/n".into(), 2);
-    let section: Arc<[u8]> = Arc::from(&b"x"[..]);
+    let section = Bytes::from_static(b"x");
     let minute = 60_000;
     let ps: Vec<_> = [0, 0, 5, 5, 9]
         .iter()
@@ -196,7 +197,7 @@ fn a_topic_without_subscriptions_drops_closed_ledgers_after_ten_minutes() {
 fn a_retention_policy_keeps_consumed_ledgers_for_its_time_and_up_to_its_size() {
     // Ledgers of 2 entries published at 0, 0 | 5, 5 | 9 minutes; everything is acked.
     let t = Topic::new("persistent://p/d/kept".into(), 2);
-    let section: Arc<[u8]> = Arc::from(&b"x"[..]);
+    let section = Bytes::from_static(b"x");
     let minute = 60_000;
     let sub = t
         .subscription("s", SubKind::Shared, InitialPosition::Earliest)
@@ -242,7 +243,7 @@ fn a_retention_policy_keeps_consumed_ledgers_for_its_time_and_up_to_its_size() {
 }
 
 /// A stored entry for `key` with publish time `t`, as a producer's SEND carries it.
-fn stored(key: &str, t: u64) -> (EntryMeta, Arc<[u8]>) {
+fn stored(key: &str, t: u64) -> (EntryMeta, Bytes) {
     let md = wire::proto::MessageMetadata {
         producer_name: "p".into(),
         sequence_id: t,
@@ -251,7 +252,7 @@ fn stored(key: &str, t: u64) -> (EntryMeta, Arc<[u8]>) {
         ..Default::default()
     };
     let section = wire::encode_section(&md, key.as_bytes());
-    (meta::decode(&section).unwrap(), Arc::from(section))
+    (meta::decode(&section).unwrap(), Bytes::from(section))
 }
 
 /// With room for 4 entries' metadata, a topic of 40 entries (in memory, then on disk across a

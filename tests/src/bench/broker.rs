@@ -16,7 +16,7 @@
 //!   each (publish time since the round's start, in arrival order per consumer), to find when
 //!   the slow ones were published. `BENCH_BROKER_ARGS="--flag value …"` adds broker flags to
 //!   every broker the rows start (an experiment: `--entries-per-ledger 100000000` for no
-//!   rollover).
+//!   rollover). `B2_RATE=N` runs B2-p99 at N msg/s instead (to compare two builds at one load).
 //! * `B3-start`: exec of the release binary to its first stdout line (the service URL), ms.
 //! * `B3-rss`: its VmRSS shortly (200 ms) after start, MB (read in B3-start's round, the same
 //!   way B2-p50 reads B2-p99's).
@@ -269,7 +269,8 @@ pub fn workloads() -> Vec<Workload> {
         Some(5.0),
         move || {
             let host = lat_host.get_or_insert_with(Host::memory);
-            let r = match rate {
+            let fixed = std::env::var("B2_RATE").ok().and_then(|r| r.parse().ok());
+            let r = match rate.or(fixed) {
                 Some(r) => r,
                 None => {
                     let mut xs = b2_rounds.borrow().clone();

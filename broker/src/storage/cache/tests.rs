@@ -1,6 +1,7 @@
 //! The read cache: eviction order over topics, the byte count under concurrency, the queue's
 //! stale arrivals.
 
+use bytes::Bytes;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -9,8 +10,8 @@ use cursor::Position;
 use super::{ReadCache, TopicCache, ENTRY_OVERHEAD, STALE_SLACK};
 use crate::sync::{lock, read};
 
-fn section(i: u64) -> Arc<[u8]> {
-    Arc::from(format!("section-{i:04}").into_bytes())
+fn section(i: u64) -> Bytes {
+    Bytes::from(format!("section-{i:04}").into_bytes())
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::storage::cache::ENTRY_OVERHEAD;
+use bytes::Bytes;
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("broker-entries-{}-{name}", std::process::id()));
@@ -10,8 +11,8 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
-fn section(i: u64) -> Arc<[u8]> {
-    Arc::from(format!("section-{i:04}").into_bytes())
+fn section(i: u64) -> Bytes {
+    Bytes::from(format!("section-{i:04}").into_bytes())
 }
 
 /// Every entry reads back whether the cache holds it or not, from the file being written
