@@ -92,14 +92,7 @@ pub(crate) struct Session {
     unopened: Vec<Arc<AtomicBool>>,
     last_input_ms: u64,
     pinged: bool,
-    /// Where SEND sections are copied: each stored section is a slice of it, so the entries
-    /// of one connection share a few buffers (see [`Session::keep_section`]).
-    arena: bytes::BytesMut,
 }
-
-/// Bytes of SEND sections one arena buffer holds: freeing a trimmed ledger of small entries
-/// frees one buffer per this many bytes, not one per entry.
-const ARENA: usize = 32 * 1024;
 
 impl std::fmt::Debug for Session {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -143,7 +136,6 @@ impl Session {
             unopened: Vec::new(),
             last_input_ms: now.ms,
             pinged: false,
-            arena: bytes::BytesMut::new(),
         }
     }
 
@@ -231,18 +223,6 @@ impl Session {
                 }
             }
         }
-    }
-
-    /// A SEND's section as it is stored: a copy in the connection's arena. Each entry used to
-    /// be an allocation of its own, and retention freeing a rolled-over ledger's 50,000 of them
-    /// in one go stalled every allocating thread (the publish-to-delivery p99 at half of B2's
-    /// rate went from about 3 to about 5 ms); an arena buffer is freed once its last entry is.
-    fn keep_section(&mut self, section: &[u8]) -> bytes::Bytes {
-        if self.arena.capacity() < section.len() {
-            self.arena = bytes::BytesMut::with_capacity(ARENA.max(section.len()));
-        }
-        self.arena.extend_from_slice(section);
-        self.arena.split().freeze()
     }
 
     fn send(&mut self, cmd: &BaseCommand) {

@@ -23,6 +23,36 @@ pub(super) struct Producer {
     /// The topic epoch it was given (exclusive access modes).
     epoch: Option<u64>,
     warned_batch: bool,
+    /// Where its SEND sections are stored (see [`Arena`]).
+    arena: Arena,
+}
+
+/// The most bytes of SEND sections one arena buffer holds.
+pub(super) const ARENA: usize = 32 * 1024;
+
+/// Where one producer's SEND sections are copied: each stored section is a slice of a shared
+/// buffer, so the entries a producer sends in a row share a few buffers. Each entry used to be
+/// an allocation of its own, and retention freeing a rolled-over ledger's 50,000 of them in one
+/// go (3–13 ms) stalled every allocating thread: the publish-to-delivery p99 showed a stall at
+/// every rollover. A buffer is freed once its last entry is; it holds one producer's entries
+/// only, so one topic's backlog never keeps another topic's trimmed entries in memory. Buffers
+/// start at 1 KiB and double, up to [`ARENA`], while the producer keeps sending.
+#[derive(Default)]
+pub(super) struct Arena {
+    buf: bytes::BytesMut,
+    next: usize,
+}
+
+impl Arena {
+    /// `section` as it is stored: a copy in the producer's current buffer.
+    pub(super) fn keep(&mut self, section: &[u8]) -> bytes::Bytes {
+        if self.buf.capacity() < section.len() {
+            self.next = (self.next * 2).clamp(1024, ARENA);
+            self.buf = bytes::BytesMut::with_capacity(self.next.max(section.len()));
+        }
+        self.buf.extend_from_slice(section);
+        self.buf.split().freeze()
+    }
 }
 
 /// PRODUCER_SUCCESS with the topic epoch and whether the producer is ready.
@@ -113,6 +143,7 @@ impl Session {
                 gate,
                 epoch: admitted.epoch,
                 warned_batch: false,
+                arena: Arena::default(),
             },
         );
         self.send(&producer_success(
@@ -288,7 +319,7 @@ impl Session {
             );
         }
         let topic = producer.topic.clone();
-        let section = self.keep_section(&payload.section);
+        let section = producer.arena.keep(&payload.section);
         match topic.publish_once(meta, section) {
             Ok(Published::Terminated) => {
                 self.send(&send_error(

@@ -545,36 +545,40 @@ fn a_closed_session_leaves_its_topics() {
     assert!(topic.producers.lock().unwrap().len() == 0);
 }
 
-/// Stored sections share the connection's arena buffers: consecutive small ones sit side by
-/// side in one buffer, a section larger than a buffer gets one of its own, and a kept section
-/// outlives the arena moving on.
+/// A producer's stored sections share its arena's buffers: consecutive small ones sit side by
+/// side, buffers grow from 1 KiB to the cap while it keeps sending, a section larger than a
+/// buffer gets one of its own, and kept sections outlive the arena.
 #[test]
 fn sections_share_arena_buffers() {
-    let mut s = Session::new(
-        state(),
-        1,
-        "peer".into(),
-        "pulsar://b:6650".into(),
-        Now { ms: 0, wall_ms: 0 },
-    );
-    let a = s.keep_section(b"first");
-    let b = s.keep_section(b"second");
-    assert_eq!(&a[..], b"first");
-    assert_eq!(&b[..], b"second");
+    use super::produce::{Arena, ARENA};
+    let mut arena = Arena::default();
+    let a = arena.keep(b"first");
+    let b = arena.keep(b"second");
+    assert_eq!((&a[..], &b[..]), (&b"first"[..], &b"second"[..]));
+    let next =
+        |x: &bytes::Bytes, y: &bytes::Bytes| x.as_ptr() as usize + x.len() == y.as_ptr() as usize;
+    assert!(next(&a, &b), "one buffer, side by side");
+    // 1 KiB, then 2, 4, … up to the cap: a buffer of 1,000-byte sections never holds more
+    // than the cap.
+    let mut last = arena.keep(&[1u8; 1000]);
+    let mut run = 1;
+    let mut longest = 0;
+    for _ in 0..200 {
+        let s = arena.keep(&[1u8; 1000]);
+        run = if next(&last, &s) { run + 1 } else { 1 };
+        longest = longest.max(run);
+        last = s;
+    }
     assert_eq!(
-        a.as_ptr() as usize + a.len(),
-        b.as_ptr() as usize,
-        "one buffer, side by side"
+        longest,
+        ARENA / 1000,
+        "buffers grew to the cap, not past it"
     );
-    let big = vec![7u8; super::ARENA + 1];
-    let c = s.keep_section(&big);
+    let big = vec![7u8; ARENA + 1];
+    let c = arena.keep(&big);
     assert_eq!(&c[..], &big[..]);
-    let d = s.keep_section(b"after");
-    assert_ne!(
-        c.as_ptr() as usize + c.len(),
-        d.as_ptr() as usize,
-        "the big one filled its own buffer"
-    );
-    drop(s);
-    assert_eq!(&a[..], b"first", "kept sections outlive the session");
+    let d = arena.keep(b"after");
+    assert!(!next(&c, &d), "the big one filled its own buffer");
+    drop(arena);
+    assert_eq!(&a[..], b"first", "kept sections outlive the arena");
 }
