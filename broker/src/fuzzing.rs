@@ -5,9 +5,9 @@
 //! Each function builds fresh broker state per call (no socket; a subscription's dispatcher
 //! thread is stopped when the call returns), so a crashing input reproduces on its own.
 
-use bytes::Bytes;
 use std::path::Path;
 
+use bytes::Bytes;
 use wire::proto::MessageMetadata;
 
 use crate::config::BrokerConfig;

@@ -32,8 +32,8 @@ pub(super) const ARENA: usize = 32 * 1024;
 
 /// Where one producer's SEND sections are copied: each stored section is a slice of a shared
 /// buffer, so the entries a producer sends in a row share a few buffers. Each entry used to be
-/// an allocation of its own, and retention freeing a rolled-over ledger's 50,000 of them in one
-/// go (3–13 ms) stalled every allocating thread: the publish-to-delivery p99 showed a stall at
+/// an allocation of its own, and retention freeing a rolled-over ledger's tens of thousands of
+/// them in one go (milliseconds) stalled every allocating thread: the publish-to-delivery p99 showed a stall at
 /// every rollover. A buffer is freed once its last entry is; it holds one producer's entries
 /// only, so one topic's backlog never keeps another topic's trimmed entries in memory. Buffers
 /// start at 1 KiB and double, up to [`ARENA`], while the producer keeps sending.

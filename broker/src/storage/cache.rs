@@ -1,11 +1,11 @@
 //! The broker's read cache for the file stores: one byte budget over every topic, the oldest
 //! arrival evicted first whichever topic holds it.
 
-use bytes::Bytes;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
+use bytes::Bytes;
 use cursor::Position;
 
 use crate::sync::{lock, read, write};

@@ -1,13 +1,13 @@
 //! Entry stores: where a topic's entries (their payload sections, as the producer sent them)
 //! live once the topic has assigned them a position.
 
-use bytes::Bytes;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 
+use bytes::Bytes;
 use cursor::Position;
 use tracing::error;
 

@@ -11,10 +11,10 @@
 //!
 //! [`Runtime`]: dispatcher::Runtime
 
-use bytes::Bytes;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
+use bytes::Bytes;
 use cursor::{EntryMeta, InMemoryLedger, Ledger, Position, SharedLedger};
 use tracing::debug;
 

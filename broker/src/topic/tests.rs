@@ -1,7 +1,8 @@
 //! Retention, message-id resolution and late subscriptions on in-memory topics.
 
-use super::*;
 use bytes::Bytes;
+
+use super::*;
 
 /// A consumer on `s` with permits, and the first `n` deliveries it receives (within 5 s).
 fn deliveries(

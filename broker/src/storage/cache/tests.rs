@@ -1,10 +1,10 @@
 //! The read cache: eviction order over topics, the byte count under concurrency, the queue's
 //! stale arrivals.
 
-use bytes::Bytes;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use cursor::Position;
 
 use super::{ReadCache, TopicCache, ENTRY_OVERHEAD, STALE_SLACK};

@@ -1,9 +1,10 @@
 //! The file entry store: the sparse index, the read cache's budget, reads from cache and
 //! disk, group commit.
 
+use bytes::Bytes;
+
 use super::*;
 use crate::storage::cache::ENTRY_OVERHEAD;
-use bytes::Bytes;
 
 fn scratch(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("broker-entries-{}-{name}", std::process::id()));
