@@ -26,6 +26,7 @@ use wire::proto::{base_command::Type, BaseCommand, ServerError};
 
 use crate::metadata::MetadataError;
 use crate::state::{BrokerState, TopicError};
+use crate::topic::Topic;
 
 mod consume;
 mod delivery;
@@ -39,6 +40,9 @@ use produce::{PendingReceipt, Producer};
 
 /// The newest protocol version this broker speaks (Pulsar's `ProtocolVersion` v21).
 pub const PROTOCOL_VERSION: i32 = 21;
+
+/// Replies are queued in buffers of up to about this many bytes (see `Session::send`).
+const OUT_BUFFER: usize = 64 * 1024;
 
 /// The time, as the shell passes it in.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -86,6 +90,9 @@ pub(crate) struct Session {
     consumers: HashMap<u64, Consumer>,
     /// Receipts waiting for their topic's commit (sync policy `always` or `interval`).
     pending_receipts: Vec<PendingReceipt>,
+    /// Topics this read's SENDs stored entries in: their dispatchers are told once, after the
+    /// read (see `Topic::notify_appended`).
+    appended: Vec<Arc<Topic>>,
     out: VecDeque<Vec<u8>>,
     /// New consumers' delivery gates, opened once the frames queued before them (their
     /// SUBSCRIBE's SUCCESS) have been taken by the shell.
@@ -132,6 +139,7 @@ impl Session {
             producers: HashMap::new(),
             consumers: HashMap::new(),
             pending_receipts: Vec::new(),
+            appended: Vec::new(),
             out: VecDeque::new(),
             unopened: Vec::new(),
             last_input_ms: now.ms,
@@ -147,6 +155,9 @@ impl Session {
         self.pinged = false;
         self.reader.feed(bytes);
         let result = self.drain_frames(now);
+        for topic in self.appended.drain(..) {
+            topic.notify_appended();
+        }
         self.commit_receipts();
         result
     }
@@ -225,10 +236,17 @@ impl Session {
         }
     }
 
+    /// Queues one reply. Replies share buffers of up to [`OUT_BUFFER`] bytes, so the receipts
+    /// of a read's SENDs reach the shell as one buffer (one hand-over to the writer thread).
     fn send(&mut self, cmd: &BaseCommand) {
-        let mut out = Vec::with_capacity(64);
-        wire::encode_command(cmd, &mut out);
-        self.out.push_back(out);
+        match self.out.back_mut() {
+            Some(buf) if buf.len() < OUT_BUFFER => wire::encode_command(cmd, buf),
+            _ => {
+                let mut buf = Vec::with_capacity(256);
+                wire::encode_command(cmd, &mut buf);
+                self.out.push_back(buf);
+            }
+        }
     }
 
     fn send_error(&mut self, request_id: u64, error: ServerError, message: &str) {

@@ -328,6 +328,11 @@ impl Session {
                 ));
             }
             Ok(stored @ (Published::Stored(_) | Published::Duplicate)) => {
+                if matches!(stored, Published::Stored(_))
+                    && !self.appended.iter().any(|t| Arc::ptr_eq(t, &topic))
+                {
+                    self.appended.push(topic.clone());
+                }
                 // A duplicate is receipted as Pulsar does, with the id -1:-1.
                 let id = match stored {
                     Published::Stored(pos) => wire::convert::message_id(pos),

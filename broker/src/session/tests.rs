@@ -582,3 +582,33 @@ fn sections_share_arena_buffers() {
     drop(arena);
     assert_eq!(&a[..], b"first", "kept sections outlive the arena");
 }
+
+/// A read of many SENDs: the receipts leave in one buffer (one hand-over to the writer
+/// thread), and the entries reach the subscription's consumer (its dispatcher is told once,
+/// after the read).
+#[test]
+fn a_read_of_sends_is_answered_in_one_buffer_and_dispatched() {
+    let st = state();
+    let mut p = Peer::connected(&st, 1);
+    p.call(&wire::commands::producer(T, 1, 1, None));
+    let r = p.call(&subscribe("s", 1, 2, SubType::Shared));
+    assert_eq!(kinds(&r), [Type::Success]);
+    p.call(&wire::commands::flow(1, 1000));
+    let mut bytes = Vec::new();
+    for i in 0..100 {
+        wire::encode_with_payload(
+            &wire::commands::send(1, i, 1),
+            &meta(i),
+            b"body",
+            &mut bytes,
+        );
+    }
+    p.session.handle_bytes(p.now, &bytes).unwrap();
+    let buffers: Vec<Vec<u8>> = std::iter::from_fn(|| p.session.poll_transmit()).collect();
+    assert_eq!(buffers.len(), 1, "one buffer");
+    let receipts = decode_all(&buffers[0]);
+    assert_eq!(receipts.len(), 100);
+    assert!(receipts.iter().all(|f| f.command.send_receipt.is_some()));
+    assert_eq!(p.receive(1, 100).len(), 100);
+    p.session.close();
+}

@@ -300,7 +300,9 @@ impl Topic {
         meta: EntryMeta,
         section: Bytes,
     ) -> Result<Option<Position>, StorageError> {
-        match self.store(meta, section, false)? {
+        let stored = self.store(meta, section, false)?;
+        self.notify_appended();
+        match stored {
             Published::Stored(p) => Ok(Some(p)),
             Published::Duplicate => unreachable!("no duplicate without deduplication"),
             Published::Terminated => Ok(None),
@@ -308,13 +310,24 @@ impl Topic {
     }
 
     /// [`publish`](Self::publish), unless deduplication is on and the entry's producer stored
-    /// its sequence id already: then nothing is stored.
+    /// its sequence id already: then nothing is stored. The subscriptions are not told: the
+    /// caller calls [`notify_appended`](Self::notify_appended) once after the entries it
+    /// stores in a row (a session: after each read's SENDs), so a read of many SENDs wakes each
+    /// dispatcher thread once, not once per entry.
     pub(crate) fn publish_once(
         &self,
         meta: EntryMeta,
         section: Bytes,
     ) -> Result<Published, StorageError> {
         self.store(meta, section, self.is_deduplicating())
+    }
+
+    /// Tells every subscription's dispatcher thread that entries were appended (it reads all
+    /// there are; a notice already waiting makes this one free).
+    pub(crate) fn notify_appended(&self) {
+        for sub in lock(&self.state).subs.values() {
+            sub.runtime.entries_appended();
+        }
     }
 
     fn store(
@@ -345,9 +358,6 @@ impl Topic {
         };
         if let Some(uuid) = chunk_uuid {
             st.chunks.entry(uuid).or_default().push(pos);
-        }
-        for sub in st.subs.values() {
-            sub.runtime.entries_appended();
         }
         drop(st);
         let mut c = lock(&self.counters);
