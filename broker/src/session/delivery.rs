@@ -41,13 +41,13 @@ impl DeliveryRoute {
             let messages = d.meta.messages();
             let ack_set = (self.send_ack_set && !d.acked_indexes.is_empty())
                 .then(|| wire::convert::ack_set_from_acked(&d.acked_indexes, messages));
-            let cmd = wire::commands::message(
+            let cmd = wire::commands::message_body(
                 self.consumer_id,
                 wire::convert::message_id(d.position),
                 d.redelivery_count,
                 ack_set,
             );
-            wire::encode_with_section(&cmd, &section, frames);
+            wire::encode_message_with_section(&cmd, &section, frames);
             let unacked = messages as usize - d.acked_indexes.len().min(messages as usize);
             messages_out += unacked as u64;
             bytes_out += u64::from(d.meta.size);

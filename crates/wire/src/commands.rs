@@ -307,14 +307,30 @@ pub fn message(
     ack_set: Option<Vec<i64>>,
 ) -> BaseCommand {
     BaseCommand {
-        message: Some(Box::new(CommandMessage {
+        message: Some(Box::new(message_body(
             consumer_id,
             message_id,
-            redelivery_count: (redelivery_count > 0).then_some(redelivery_count),
-            ack_set: ack_set.unwrap_or_default(),
-            consumer_epoch: None,
-        })),
+            redelivery_count,
+            ack_set,
+        ))),
         ..base(Type::Message)
+    }
+}
+
+/// [`message`]'s `CommandMessage` alone, for
+/// [`encode_message_with_section`](crate::encode_message_with_section).
+pub fn message_body(
+    consumer_id: u64,
+    message_id: MessageIdData,
+    redelivery_count: u32,
+    ack_set: Option<Vec<i64>>,
+) -> CommandMessage {
+    CommandMessage {
+        consumer_id,
+        message_id,
+        redelivery_count: (redelivery_count > 0).then_some(redelivery_count),
+        ack_set: ack_set.unwrap_or_default(),
+        consumer_epoch: None,
     }
 }
 

@@ -3,7 +3,7 @@
 use prost::Message;
 
 use crate::frame::MAGIC_CRC32C;
-use crate::proto::{BaseCommand, MessageMetadata};
+use crate::proto::{base_command::Type, BaseCommand, CommandMessage, MessageMetadata};
 
 /// Converts a frame length to the u32 a size field holds.
 ///
@@ -23,8 +23,8 @@ fn put_header(cmd: &BaseCommand, rest_len: usize, out: &mut Vec<u8>) -> usize {
     out.reserve(8 + cmd_size + rest_len);
     out.extend_from_slice(&total.to_be_bytes());
     out.extend_from_slice(&size_u32(cmd_size).to_be_bytes());
-    // Writing into a Vec cannot run out of space, so prost's only error cannot happen.
-    let _ = cmd.encode(out);
+    // Sized above (`encode` would size it again); a Vec grows as needed.
+    cmd.encode_raw(out);
     cmd_size
 }
 
@@ -45,6 +45,35 @@ pub fn encode_command(cmd: &BaseCommand, out: &mut Vec<u8>) {
 /// Only if the frame would exceed 4 GiB.
 pub fn encode_with_section(cmd: &BaseCommand, section: &[u8], out: &mut Vec<u8>) {
     put_header(cmd, section.len(), out);
+    out.extend_from_slice(section);
+}
+
+/// [`encode_with_section`] for a MESSAGE command, byte for byte, without a [`BaseCommand`]
+/// around it: a broker encodes one per delivered entry, and a `BaseCommand` (some 80 optional
+/// fields) costs more to build, size and drop than the `CommandMessage` costs to encode.
+///
+/// # Panics
+/// Only if the frame would exceed 4 GiB.
+pub fn encode_message_with_section(msg: &CommandMessage, section: &[u8], out: &mut Vec<u8>) {
+    // BaseCommand: `type` (field 1, varint), then `message` (field 9, length-delimited), in
+    // field order as prost writes them.
+    const TYPE_KEY: u8 = 1 << 3;
+    const MESSAGE_KEY: u8 = (9 << 3) | 2;
+    let body = msg.encoded_len();
+    let kind = Type::Message as u64;
+    let cmd_size = 1
+        + prost::encoding::encoded_len_varint(kind)
+        + 1
+        + prost::encoding::encoded_len_varint(body as u64)
+        + body;
+    out.reserve(8 + cmd_size + section.len());
+    out.extend_from_slice(&size_u32(4 + cmd_size + section.len()).to_be_bytes());
+    out.extend_from_slice(&size_u32(cmd_size).to_be_bytes());
+    out.push(TYPE_KEY);
+    prost::encoding::encode_varint(kind, out);
+    out.push(MESSAGE_KEY);
+    prost::encoding::encode_varint(body as u64, out);
+    msg.encode_raw(out);
     out.extend_from_slice(section);
 }
 

@@ -27,7 +27,10 @@ pub mod proto {
     include!("proto/pulsar.proto.rs");
 }
 
-pub use crate::encode::{encode_command, encode_section, encode_with_payload, encode_with_section};
+pub use crate::encode::{
+    encode_command, encode_message_with_section, encode_section, encode_with_payload,
+    encode_with_section,
+};
 pub use crate::error::{DecodeError, SizeField};
 pub use crate::frame::{
     decode_frame, max_frame_size_for, parse_section, Frame, FrameReader, Payload,
