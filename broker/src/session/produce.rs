@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use tracing::{debug, info, warn};
-use wire::proto::{BaseCommand, CommandProducer, ServerError};
+use wire::proto::{BaseCommand, CommandProducer, CommandSend, MessageIdData, ServerError};
 
 use super::{Now, Session};
 use crate::storage::StorageError;
@@ -327,28 +327,19 @@ impl Session {
                     "Topic was already terminated",
                 ));
             }
-            Ok(stored @ (Published::Stored(_) | Published::Duplicate)) => {
-                if matches!(stored, Published::Stored(_))
-                    && !self.appended.iter().any(|t| Arc::ptr_eq(t, &topic))
-                {
-                    self.appended.push(topic.clone());
-                }
-                // A duplicate is receipted as Pulsar does, with the id -1:-1.
-                let id = match stored {
-                    Published::Stored(pos) => wire::convert::message_id(pos),
-                    _ => wire::proto::MessageIdData {
-                        ledger_id: u64::MAX,
-                        entry_id: u64::MAX,
-                        ..Default::default()
-                    },
+            Ok(Published::Stored(pos)) => {
+                self.stored_in(&topic);
+                let id = wire::convert::message_id(pos);
+                self.receipt(topic, s, id);
+            }
+            Ok(Published::Duplicate) => {
+                // Receipted as Pulsar does, with the id -1:-1.
+                let id = wire::proto::MessageIdData {
+                    ledger_id: u64::MAX,
+                    entry_id: u64::MAX,
+                    ..Default::default()
                 };
-                let receipt = wire::commands::send_receipt(
-                    producer_id,
-                    sequence_id,
-                    s.highest_sequence_id,
-                    id,
-                );
-                self.receipt(topic, producer_id, sequence_id, receipt);
+                self.receipt(topic, s, id);
             }
             Err(e) => {
                 warn!(topic = %topic.name, error = %e, "entry not stored");
@@ -360,16 +351,21 @@ impl Session {
         }
     }
 
+    /// Notes that this read stored an entry in `topic` (its dispatchers are told after the
+    /// read).
+    fn stored_in(&mut self, topic: &Arc<Topic>) {
+        if !self.appended.iter().any(|t| Arc::ptr_eq(t, topic)) {
+            self.appended.push(topic.clone());
+        }
+    }
+
     /// Sends a stored entry's receipt, or, when the topic syncs, keeps it for the group commit:
     /// receipts wait until the entries of this read's frames are written (and, with
     /// `--sync always`, fsynced) in one go.
-    fn receipt(
-        &mut self,
-        topic: Arc<Topic>,
-        producer_id: u64,
-        sequence_id: u64,
-        receipt: BaseCommand,
-    ) {
+    fn receipt(&mut self, topic: Arc<Topic>, s: &CommandSend, id: MessageIdData) {
+        let (producer_id, sequence_id) = (s.producer_id, s.sequence_id);
+        let receipt =
+            wire::commands::send_receipt(producer_id, sequence_id, s.highest_sequence_id, id);
         if topic.sync_policy().is_some() {
             self.pending_receipts.push(PendingReceipt {
                 topic,
@@ -420,5 +416,45 @@ impl Session {
             self.producer_gone(&p.topic, c.producer_id);
         }
         self.send_success(c.request_id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Arena, ARENA};
+
+    #[test]
+    fn sections_share_arena_buffers() {
+        let mut arena = Arena::default();
+        let a = arena.keep(b"first");
+        let b = arena.keep(b"second");
+        assert_eq!((&a[..], &b[..]), (&b"first"[..], &b"second"[..]));
+        let next = |x: &bytes::Bytes, y: &bytes::Bytes| {
+            x.as_ptr() as usize + x.len() == y.as_ptr() as usize
+        };
+        assert!(next(&a, &b), "one buffer, side by side");
+        // 1 KiB, then 2, 4, … up to the cap: a buffer of 1,000-byte sections never holds more
+        // than the cap.
+        let mut last = arena.keep(&[1u8; 1000]);
+        let mut run = 1;
+        let mut longest = 0;
+        for _ in 0..200 {
+            let s = arena.keep(&[1u8; 1000]);
+            run = if next(&last, &s) { run + 1 } else { 1 };
+            longest = longest.max(run);
+            last = s;
+        }
+        assert_eq!(
+            longest,
+            ARENA / 1000,
+            "buffers grew to the cap, not past it"
+        );
+        let big = vec![7u8; ARENA + 1];
+        let c = arena.keep(&big);
+        assert_eq!(&c[..], &big[..]);
+        let d = arena.keep(b"after");
+        assert!(!next(&c, &d), "the big one filled its own buffer");
+        drop(arena);
+        assert_eq!(&a[..], b"first", "kept sections outlive the arena");
     }
 }

@@ -548,41 +548,6 @@ fn a_closed_session_leaves_its_topics() {
 /// A producer's stored sections share its arena's buffers: consecutive small ones sit side by
 /// side, buffers grow from 1 KiB to the cap while it keeps sending, a section larger than a
 /// buffer gets one of its own, and kept sections outlive the arena.
-#[test]
-fn sections_share_arena_buffers() {
-    use super::produce::{Arena, ARENA};
-    let mut arena = Arena::default();
-    let a = arena.keep(b"first");
-    let b = arena.keep(b"second");
-    assert_eq!((&a[..], &b[..]), (&b"first"[..], &b"second"[..]));
-    let next =
-        |x: &bytes::Bytes, y: &bytes::Bytes| x.as_ptr() as usize + x.len() == y.as_ptr() as usize;
-    assert!(next(&a, &b), "one buffer, side by side");
-    // 1 KiB, then 2, 4, … up to the cap: a buffer of 1,000-byte sections never holds more
-    // than the cap.
-    let mut last = arena.keep(&[1u8; 1000]);
-    let mut run = 1;
-    let mut longest = 0;
-    for _ in 0..200 {
-        let s = arena.keep(&[1u8; 1000]);
-        run = if next(&last, &s) { run + 1 } else { 1 };
-        longest = longest.max(run);
-        last = s;
-    }
-    assert_eq!(
-        longest,
-        ARENA / 1000,
-        "buffers grew to the cap, not past it"
-    );
-    let big = vec![7u8; ARENA + 1];
-    let c = arena.keep(&big);
-    assert_eq!(&c[..], &big[..]);
-    let d = arena.keep(b"after");
-    assert!(!next(&c, &d), "the big one filled its own buffer");
-    drop(arena);
-    assert_eq!(&a[..], b"first", "kept sections outlive the arena");
-}
-
 /// A read of many SENDs: the receipts leave in one buffer (one hand-over to the writer
 /// thread), and the entries reach the subscription's consumer (its dispatcher is told once,
 /// after the read).
