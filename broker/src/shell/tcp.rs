@@ -6,7 +6,7 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Shutdown, TcpStream};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,27 +23,57 @@ const WRITE_QUEUE: usize = 1024;
 /// replies (a dispatcher refused here pauses its consumer until the queue drains to half).
 const DELIVERIES_UP_TO: usize = WRITE_QUEUE * 3 / 4;
 
+/// Consumers' deliveries also stop while this many bytes wait in the queue (and resume at
+/// half): a dispatcher that wakes rarely queues big buffers, and a consumer that does not read
+/// would otherwise hold up to [`DELIVERIES_UP_TO`] of them in the broker's memory.
+const DELIVERY_BYTES: usize = 2 << 20;
+
 /// How often a blocked read wakes up to look at the shutdown flag and the keep-alive.
 const READ_TICK: Duration = Duration::from_millis(100);
 
 /// How long a closing connection waits for its queued frames to be written.
 const CLOSE_FLUSH: Duration = Duration::from_millis(500);
 
+/// The sending side of a connection's writer queue, counting the bytes queued (the writer
+/// thread subtracts what it takes).
+#[derive(Clone)]
+struct WriteQueue {
+    tx: Sender<Vec<u8>>,
+    bytes: Arc<AtomicUsize>,
+}
+
+impl WriteQueue {
+    /// Queues `buf` through `send` (one of the channel's sends), counting its bytes meanwhile.
+    fn send<E>(&self, buf: Vec<u8>, send: impl FnOnce(Vec<u8>) -> Result<(), E>) -> Result<(), E> {
+        let n = buf.len();
+        self.bytes.fetch_add(n, Ordering::Relaxed);
+        let r = send(buf);
+        if r.is_err() {
+            self.bytes.fetch_sub(n, Ordering::Relaxed);
+        }
+        r
+    }
+}
+
 /// A connection's writer queue, as the broker state reaches it (broker-initiated frames).
-struct WriterOutbox(Sender<Vec<u8>>);
+struct WriterOutbox(WriteQueue);
 
 impl Outbox for WriterOutbox {
     fn push(&self, frame: Vec<u8>) {
-        if self.0.send_timeout(frame, CLOSE_FLUSH).is_err() {
+        let q = &self.0;
+        if q.send(frame, |f| q.tx.send_timeout(f, CLOSE_FLUSH))
+            .is_err()
+        {
             warn!("a connection's write queue stayed full; a broker-initiated frame was dropped");
         }
     }
 
     fn offer(&self, frames: Vec<u8>) -> Offer {
-        if self.0.len() >= DELIVERIES_UP_TO {
+        let q = &self.0;
+        if q.tx.len() >= DELIVERIES_UP_TO || q.bytes.load(Ordering::Relaxed) >= DELIVERY_BYTES {
             return Offer::Full;
         }
-        match self.0.try_send(frames) {
+        match q.send(frames, |f| q.tx.try_send(f)) {
             Ok(()) => Offer::Taken,
             Err(TrySendError::Full(_)) => Offer::Full,
             Err(TrySendError::Disconnected(_)) => Offer::Closed,
@@ -51,7 +81,8 @@ impl Outbox for WriterOutbox {
     }
 
     fn drained(&self) -> bool {
-        self.0.len() <= WRITE_QUEUE / 2
+        self.0.tx.len() <= WRITE_QUEUE / 2
+            && self.0.bytes.load(Ordering::Relaxed) <= DELIVERY_BYTES / 2
     }
 }
 
@@ -85,11 +116,16 @@ pub(crate) fn serve(state: Arc<BrokerState>, conn_id: u64, stream: TcpStream) {
         return;
     };
     let (tx, rx) = bounded::<Vec<u8>>(WRITE_QUEUE);
-    state.register_outbox(conn_id, Arc::new(WriterOutbox(tx.clone())));
+    let queue = WriteQueue {
+        tx,
+        bytes: Arc::new(AtomicUsize::new(0)),
+    };
+    state.register_outbox(conn_id, Arc::new(WriterOutbox(queue.clone())));
     let check = state.cfg.check_frames;
+    let bytes = queue.bytes.clone();
     let writer = std::thread::Builder::new()
         .name(format!("conn-{conn_id}-write"))
-        .spawn(move || write_loop(write_half, rx, check));
+        .spawn(move || write_loop(write_half, rx, &bytes, check));
     let Ok(writer) = writer else {
         warn!(peer, "cannot spawn the writer thread; closing");
         state.unregister_outbox(conn_id);
@@ -108,7 +144,7 @@ pub(crate) fn serve(state: Arc<BrokerState>, conn_id: u64, stream: TcpStream) {
         id: conn_id,
         peer,
         stream,
-        out: tx,
+        out: queue,
         session,
         clock,
     };
@@ -133,7 +169,7 @@ struct Conn {
     id: u64,
     peer: String,
     stream: TcpStream,
-    out: Sender<Vec<u8>>,
+    out: WriteQueue,
     session: Session,
     clock: Clock,
 }
@@ -190,10 +226,11 @@ impl Conn {
     /// Moves the session's queued frames to the writer.
     fn pump(&mut self, how: Pump) {
         while let Some(frame) = self.session.poll_transmit() {
+            let q = &self.out;
             let sent = match how {
-                Pump::Wait => self.out.send(frame).is_ok(),
-                Pump::NoWait => self.out.try_send(frame).is_ok(),
-                Pump::Deadline => self.out.send_timeout(frame, CLOSE_FLUSH).is_ok(),
+                Pump::Wait => q.send(frame, |f| q.tx.send(f)).is_ok(),
+                Pump::NoWait => q.send(frame, |f| q.tx.try_send(f)).is_ok(),
+                Pump::Deadline => q.send(frame, |f| q.tx.send_timeout(f, CLOSE_FLUSH)).is_ok(),
             };
             if !sent {
                 debug!(conn = self.id, peer = %self.peer, "write queue full or closed; frames dropped");
@@ -204,9 +241,10 @@ impl Conn {
     }
 }
 
-fn write_loop(mut stream: TcpStream, rx: Receiver<Vec<u8>>, check: bool) {
+fn write_loop(mut stream: TcpStream, rx: Receiver<Vec<u8>>, queued: &AtomicUsize, check: bool) {
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     while let Ok(first) = rx.recv() {
+        queued.fetch_sub(first.len(), Ordering::Relaxed);
         if check && !frames_pass(&first) {
             let _ = stream.shutdown(Shutdown::Both);
             return;
@@ -218,7 +256,10 @@ fn write_loop(mut stream: TcpStream, rx: Receiver<Vec<u8>>, check: bool) {
                     let _ = stream.shutdown(Shutdown::Both);
                     return;
                 }
-                Ok(more) => buf.extend_from_slice(&more),
+                Ok(more) => {
+                    queued.fetch_sub(more.len(), Ordering::Relaxed);
+                    buf.extend_from_slice(&more);
+                }
                 Err(_) => break,
             }
         }
@@ -249,4 +290,44 @@ fn frames_pass(buf: &[u8]) -> bool {
         }
     }
     true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Deliveries stop once the queued bytes reach the budget (however few the buffers) and
+    /// resume when the writer has taken them down to half; the session's replies still queue.
+    #[test]
+    fn deliveries_stop_at_the_byte_budget_and_resume_at_half() {
+        let (tx, rx) = bounded::<Vec<u8>>(WRITE_QUEUE);
+        let bytes = Arc::new(AtomicUsize::new(0));
+        let outbox = WriterOutbox(WriteQueue {
+            tx,
+            bytes: bytes.clone(),
+        });
+        let big = DELIVERY_BYTES / 4;
+        for _ in 0..4 {
+            assert_eq!(outbox.offer(vec![0; big]), Offer::Taken);
+        }
+        assert_eq!(
+            outbox.offer(vec![0; 1]),
+            Offer::Full,
+            "4 buffers hold the budget"
+        );
+        assert!(!outbox.drained());
+        outbox.push(vec![0; 8]);
+        assert_eq!(rx.len(), 5, "a reply still queues");
+        // What the writer does with each buffer it takes.
+        let take = || {
+            let b = rx.try_recv().unwrap();
+            bytes.fetch_sub(b.len(), Ordering::Relaxed);
+        };
+        take();
+        take();
+        assert!(!outbox.drained(), "half the budget and the reply still queued");
+        take();
+        assert!(outbox.drained(), "a quarter and the reply");
+        assert_eq!(outbox.offer(vec![0; 1]), Offer::Taken);
+    }
 }
