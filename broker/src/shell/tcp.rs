@@ -325,7 +325,10 @@ mod tests {
         };
         take();
         take();
-        assert!(!outbox.drained(), "half the budget and the reply still queued");
+        assert!(
+            !outbox.drained(),
+            "half the budget and the reply still queued"
+        );
         take();
         assert!(outbox.drained(), "a quarter and the reply");
         assert_eq!(outbox.offer(vec![0; 1]), Offer::Taken);
