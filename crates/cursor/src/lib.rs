@@ -7,6 +7,7 @@ mod cursor;
 mod entry;
 mod error;
 mod ledger;
+pub mod segment;
 mod store;
 
 pub use crate::ackset::AckSet;

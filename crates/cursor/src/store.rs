@@ -13,6 +13,7 @@ use crate::batch::BatchAcks;
 use crate::codec::{DecodeError, Reader, Writer};
 use crate::entry::Position;
 use crate::error::StoreError;
+use crate::segment::{self, SegmentFormat};
 
 const STATE_VERSION: u8 = 1;
 
@@ -168,17 +169,21 @@ impl<S: CursorStore + ?Sized> CursorStore for &mut S {
     }
 }
 
-/// File header: magic and format version.
-const HEADER: &[u8; 8] = b"KODCUR\x00\x01";
-/// Record header: payload length (u32 LE) and CRC-32 (u32 LE) over the length bytes + payload.
-const REC_HEADER: u64 = 8;
-const MAX_RECORD: u64 = 1 << 30;
+/// The file's format: header `KODCUR\0\x02` and [`segment`](crate::segment) records whose
+/// body is one [`PersistedState::encode`]. (Version 1, before the shared segment framing, had
+/// CRC-32 records and is not read.)
+const FORMAT: SegmentFormat = SegmentFormat {
+    magic: *b"KODCUR\x00\x02",
+    min_body: 1,
+    max_body: 1 << 30,
+};
+const HEADER_LEN: u64 = segment::HEADER_LEN as u64;
 const DEFAULT_COMPACT_BYTES: u64 = 1 << 20;
 
 /// The result of scanning a store file.
 #[derive(Debug)]
 struct Scan {
-    /// Offset and length of the last good record's payload.
+    /// Offset and length of the last good record's body.
     last_good: Option<(u64, u64)>,
     /// End of the last good record (where the next record goes).
     valid_len: u64,
@@ -188,9 +193,10 @@ struct Scan {
 
 /// A durable [`CursorStore`]: one file, an append-only log of self-contained snapshot records.
 ///
-/// **Format.** An 8-byte header `KODCUR\0\x01`, then records `[len: u32 LE][crc32: u32 LE][payload]`
-/// where the CRC covers the four length bytes and the payload ([`PersistedState::encode`]).
-/// Every record is a whole state, so any single good record is a complete, consistent state.
+/// **Format.** A [`segment`](crate::segment) file: an 8-byte header `KODCUR\0\x02`, then
+/// records `[len: u32 BE][CRC32C of the body: u32 BE][body]`, each body one
+/// [`PersistedState::encode`]. Every record is a whole state, so any single good record is a
+/// complete, consistent state.
 ///
 /// **Save.** Truncate any damaged tail left by an earlier failure, append one record, `fsync`
 /// (`sync_data`). When the file grows past the compaction threshold (default 1 MiB, and at
@@ -240,60 +246,39 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -
     }
 }
 
-fn sync_dir(path: &Path) -> Result<(), StoreError> {
+fn sync_parent(path: &Path) -> Result<(), StoreError> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
     };
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("fsync dir", dir))
+    segment::sync_dir(dir).map_err(io_err("fsync dir", dir))
 }
 
 fn record(payload: &[u8]) -> Vec<u8> {
-    let len = (payload.len() as u32).to_le_bytes();
-    let mut h = crc32fast::Hasher::new();
-    h.update(&len);
-    h.update(payload);
-    let mut out = Vec::with_capacity(payload.len() + REC_HEADER as usize);
-    out.extend_from_slice(&len);
-    out.extend_from_slice(&h.finalize().to_le_bytes());
-    out.extend_from_slice(payload);
+    let mut out = Vec::new();
+    FORMAT.append_record(&[payload], &mut out);
     out
 }
 
 fn scan(bytes: &[u8]) -> Scan {
-    let total = bytes.len() as u64;
-    let mut off = HEADER.len() as u64;
     let mut s = Scan {
         last_good: None,
-        valid_len: off,
+        valid_len: HEADER_LEN,
         damage: None,
     };
-    while off < total {
-        let rest = &bytes[off as usize..];
-        if rest.len() < REC_HEADER as usize {
-            s.damage = Some((off, "torn record header".into()));
-            break;
+    let mut at = segment::HEADER_LEN;
+    while at < bytes.len() {
+        match FORMAT.record_at(bytes, at) {
+            Ok((body, next)) => {
+                s.last_good = Some(((at + segment::RECORD_HEADER_LEN) as u64, body.len() as u64));
+                at = next;
+                s.valid_len = at as u64;
+            }
+            Err(e) => {
+                s.damage = Some((at as u64, e.to_string()));
+                break;
+            }
         }
-        let len_bytes: [u8; 4] = [rest[0], rest[1], rest[2], rest[3]];
-        let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-        let len = u64::from(u32::from_le_bytes(len_bytes));
-        if len > MAX_RECORD || REC_HEADER + len > rest.len() as u64 {
-            s.damage = Some((off, format!("record of {len} bytes runs past the end")));
-            break;
-        }
-        let payload = &rest[REC_HEADER as usize..(REC_HEADER + len) as usize];
-        let mut h = crc32fast::Hasher::new();
-        h.update(&len_bytes);
-        h.update(payload);
-        if h.finalize() != crc {
-            s.damage = Some((off, "checksum mismatch".into()));
-            break;
-        }
-        s.last_good = Some((off + REC_HEADER, len));
-        off += REC_HEADER + len;
-        s.valid_len = off;
     }
     s
 }
@@ -306,9 +291,9 @@ impl FileStore {
         let path = path.as_ref().to_path_buf();
         if !path.exists() {
             let tmp = tmp_path(&path);
-            write_new_file(&tmp, HEADER)?;
+            write_new_file(&tmp, &FORMAT.magic)?;
             fs::rename(&tmp, &path).map_err(io_err("rename", &path))?;
-            sync_dir(&path)?;
+            sync_parent(&path)?;
             debug!(path = %path.display(), "created cursor store");
         }
         let file = OpenOptions::new()
@@ -319,14 +304,14 @@ impl FileStore {
         let mut st = FileStore {
             path,
             file,
-            valid_len: HEADER.len() as u64,
+            valid_len: HEADER_LEN,
             file_len: 0,
             compact_bytes: DEFAULT_COMPACT_BYTES,
             compactions: 0,
         };
         let bytes = st.read_all()?;
         st.file_len = bytes.len() as u64;
-        if bytes.len() >= HEADER.len() && &bytes[..HEADER.len()] == HEADER {
+        if FORMAT.header_ok(&bytes) {
             let s = scan(&bytes);
             st.valid_len = s.valid_len;
         } else {
@@ -354,7 +339,7 @@ impl FileStore {
 
     /// Whether the log holds no record.
     pub fn is_empty(&self) -> bool {
-        self.valid_len <= HEADER.len() as u64
+        self.valid_len <= HEADER_LEN
     }
 
     /// How many compactions this handle performed.
@@ -373,12 +358,12 @@ impl FileStore {
 
     fn compact(&mut self, rec: &[u8]) -> Result<(), StoreError> {
         let tmp = tmp_path(&self.path);
-        let mut buf = Vec::with_capacity(HEADER.len() + rec.len());
-        buf.extend_from_slice(HEADER);
+        let mut buf = Vec::with_capacity(segment::HEADER_LEN + rec.len());
+        buf.extend_from_slice(&FORMAT.magic);
         buf.extend_from_slice(rec);
         write_new_file(&tmp, &buf)?;
         fs::rename(&tmp, &self.path).map_err(io_err("rename", &self.path))?;
-        sync_dir(&self.path)?;
+        sync_parent(&self.path)?;
         self.file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -407,10 +392,11 @@ fn write_new_file(path: &Path, bytes: &[u8]) -> Result<(), StoreError> {
 impl CursorStore for FileStore {
     fn save(&mut self, state: &PersistedState) -> Result<(), StoreError> {
         let payload = state.encode();
-        if payload.len() as u64 > MAX_RECORD {
+        if payload.len() as u64 > u64::from(FORMAT.max_body) {
             return Err(StoreError::Unavailable(format!(
-                "state of {} bytes exceeds the {MAX_RECORD}-byte record limit",
-                payload.len()
+                "state of {} bytes exceeds the {}-byte record limit",
+                payload.len(),
+                FORMAT.max_body
             )));
         }
         let rec = record(&payload);
@@ -422,9 +408,7 @@ impl CursorStore for FileStore {
             self.file_len = self.valid_len;
         }
         let grown = self.valid_len + rec.len() as u64;
-        if self.valid_len < HEADER.len() as u64
-            || grown > self.compact_bytes.max(4 * rec.len() as u64)
-        {
+        if self.valid_len < HEADER_LEN || grown > self.compact_bytes.max(4 * rec.len() as u64) {
             return self.compact(&rec);
         }
         // Any failure below leaves valid_len unchanged, so the partial record is cut next time.
@@ -441,7 +425,7 @@ impl CursorStore for FileStore {
     fn load(&mut self) -> Result<Option<PersistedState>, StoreError> {
         let bytes = self.read_all()?;
         self.file_len = bytes.len() as u64;
-        if bytes.len() < HEADER.len() || &bytes[..HEADER.len()] != HEADER {
+        if !FORMAT.header_ok(&bytes) {
             self.valid_len = 0;
             return Err(StoreError::Corrupt {
                 path: self.path.clone(),

@@ -166,6 +166,14 @@ fn damage_with_nothing_good_left_is_an_error_naming_file_and_offset() {
         load(&bad),
         Err(StoreError::Corrupt { offset: 0, .. })
     ));
+    // A file of the first format (CRC-32 records, version byte 1) is refused, not misread.
+    let mut f = full.clone();
+    f[7] = 1;
+    fs::write(&bad, &f).unwrap();
+    assert!(matches!(
+        load(&bad),
+        Err(StoreError::Corrupt { offset: 0, .. })
+    ));
     // A save over a damaged header rewrites the file.
     let mut s = FileStore::open(&bad).unwrap();
     s.save(&a).unwrap();
