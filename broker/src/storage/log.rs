@@ -5,15 +5,20 @@ use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use cursor::segment::{FrameError, SegmentFormat, HEADER_LEN};
 use cursor::Position;
 use tracing::{debug, warn};
 
 use super::{io_err, sync_dir, StorageError};
 
-const HEADER: &[u8; 8] = b"KOLOG\0\0\x01";
-
-/// Largest record body accepted on recovery (a frame can be at most 256 MiB + padding).
-const MAX_RECORD: u32 = 300 * 1024 * 1024;
+/// A ledger file: header `KOLOG\0\0\x01`, records whose body is the entry's position (two
+/// big-endian u64) and its payload section; a body is at most 300 MiB (a frame can be at most
+/// 256 MiB and padding).
+const LOG: SegmentFormat = SegmentFormat {
+    magic: *b"KOLOG\0\0\x01",
+    min_body: 16,
+    max_body: 300 * 1024 * 1024,
+};
 
 /// One entry as recovery reads it: its position, its payload section, and where its record
 /// starts in its ledger's file.
@@ -106,7 +111,7 @@ impl TopicLog {
                 .open(&path)
                 .map_err(io_err("open", &path))?;
             if fresh {
-                f.write_all(HEADER).map_err(io_err("write", &path))?;
+                f.write_all(&LOG.magic).map_err(io_err("write", &path))?;
                 f.sync_all().map_err(io_err("sync", &path))?;
                 sync_dir(&self.dir)?;
             }
@@ -114,15 +119,9 @@ impl TopicLog {
             self.sync_file = Some(Arc::new(f.try_clone().map_err(io_err("open", &path))?));
             self.current = Some((p.ledger_id, BufWriter::with_capacity(256 * 1024, f), len));
         }
-        let body_len = 16 + section.len();
-        let mut rec = Vec::with_capacity(8 + body_len);
-        rec.extend_from_slice(&(body_len as u32).to_be_bytes());
-        rec.extend_from_slice(&[0; 4]);
-        rec.extend_from_slice(&p.ledger_id.to_be_bytes());
-        rec.extend_from_slice(&p.entry_id.to_be_bytes());
-        rec.extend_from_slice(section);
-        let crc = crc32c::crc32c(&rec[8..]);
-        rec[4..8].copy_from_slice(&crc.to_be_bytes());
+        let mut rec = Vec::new();
+        let (ledger, entry) = (p.ledger_id.to_be_bytes(), p.entry_id.to_be_bytes());
+        LOG.append_record(&[&ledger, &entry, section], &mut rec);
         let (_, f, len) = self.current.as_mut().expect("opened above");
         f.write_all(&rec)
             .map_err(io_err("append", &ledger_path(&self.dir, p.ledger_id)))?;
@@ -243,18 +242,18 @@ fn read_log(
         offset: offset as u64,
         reason,
     };
-    if bytes.len() < HEADER.len() {
+    if bytes.len() < HEADER_LEN {
         if newest {
             warn!(file = %path.display(), len = bytes.len(), "torn log header; rewriting the empty file");
-            fs::write(path, HEADER).map_err(io_err("rewrite", path))?;
+            fs::write(path, LOG.magic).map_err(io_err("rewrite", path))?;
             return Ok(0);
         }
         return Err(corrupt(0, "file shorter than its header".into()));
     }
-    if &bytes[..HEADER.len()] != HEADER {
+    if !LOG.header_ok(&bytes) {
         return Err(corrupt(0, "not a topic log (bad header)".into()));
     }
-    let mut at = HEADER.len();
+    let mut at = HEADER_LEN;
     let mut last: Option<Position> = None;
     while at < bytes.len() {
         let problem = match record_at(&bytes, at) {
@@ -276,7 +275,7 @@ fn read_log(
             Err(reason) => Some(reason.to_string()),
         };
         if let Some(reason) = problem {
-            if newest && is_tail(&bytes, at) {
+            if newest && LOG.is_tail(&bytes, at) {
                 warn!(file = %path.display(), offset = at, reason, "torn tail cut at the last whole record");
                 let f = OpenOptions::new()
                     .write(true)
@@ -299,87 +298,34 @@ pub(crate) fn read_record(
     path: &Path,
     offset: u64,
 ) -> Result<(Position, Vec<u8>, u64), StorageError> {
-    use std::os::unix::fs::FileExt;
-    let corrupt = |reason: String| StorageError::Corrupt {
+    let corrupt = |e: FrameError| StorageError::Corrupt {
         path: path.to_path_buf(),
         offset,
-        reason,
+        reason: e.to_string(),
     };
-    let mut head = [0u8; 8];
-    file.read_exact_at(&mut head, offset)
-        .map_err(io_err("read", path))?;
-    let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
-    if !(16..=MAX_RECORD).contains(&len) {
-        return Err(corrupt(RecordError::Length(len).to_string()));
-    }
-    let mut record = vec![0u8; 8 + len as usize];
-    record[..8].copy_from_slice(&head);
-    file.read_exact_at(&mut record[8..], offset + 8)
-        .map_err(io_err("read", path))?;
-    let (p, section, end) = record_at(&record, 0).map_err(|e| corrupt(e.to_string()))?;
-    Ok((p, section.to_vec(), offset + end as u64))
-}
-
-/// Why the bytes at an offset are not a whole record.
-#[derive(Debug, thiserror::Error)]
-enum RecordError {
-    #[error("record header cut short")]
-    HeaderCut,
-    #[error("record length {0} out of range")]
-    Length(u32),
-    #[error("record of {0} bytes cut short")]
-    BodyCut(u32),
-    #[error("checksum {actual:08x} does not match {stored:08x}")]
-    Checksum { actual: u32, stored: u32 },
+    let (mut body, next) = LOG
+        .read_record(file, offset)
+        .map_err(io_err("read", path))?
+        .map_err(corrupt)?;
+    let p = position(&body);
+    body.drain(..16);
+    Ok((p, body, next))
 }
 
 /// The record at `at`: position, section and the next offset; or why it is not whole.
-fn record_at(bytes: &[u8], at: usize) -> Result<(Position, &[u8], usize), RecordError> {
-    let head = bytes.get(at..at + 8).ok_or(RecordError::HeaderCut)?;
-    let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]);
-    let stored = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
-    if !(16..=MAX_RECORD).contains(&len) {
-        return Err(RecordError::Length(len));
-    }
-    let body = bytes
-        .get(at + 8..at + 8 + len as usize)
-        .ok_or(RecordError::BodyCut(len))?;
-    let actual = crc32c::crc32c(body);
-    if actual != stored {
-        return Err(RecordError::Checksum { actual, stored });
-    }
+fn record_at(bytes: &[u8], at: usize) -> Result<(Position, &[u8], usize), FrameError> {
+    let (body, next) = LOG.record_at(bytes, at)?;
+    Ok((position(body), &body[16..], next))
+}
+
+/// The position at the start of a record's body (at least 16 bytes: the format's minimum).
+fn position(body: &[u8]) -> Position {
     let word = |i: usize| {
         let mut b = [0u8; 8];
         b.copy_from_slice(&body[i..i + 8]);
         u64::from_be_bytes(b)
     };
-    Ok((
-        Position::new(word(0), word(8)),
-        &body[16..],
-        at + 8 + len as usize,
-    ))
-}
-
-/// Whether the bad record at `at` is the file's last: a torn write, not a corrupt middle.
-/// It is when no whole, valid record starts after it, following the lengths the records claim
-/// (a loop, not recursion: a file of millions of tiny bad records must not exhaust the stack).
-fn is_tail(bytes: &[u8], mut at: usize) -> bool {
-    loop {
-        let Some(head) = bytes.get(at..at + 4) else {
-            return true;
-        };
-        let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        // A record that claims to run past the end, or ends exactly at the end, is the tail.
-        match at.checked_add(8 + len) {
-            Some(end) if end < bytes.len() => {
-                if record_at(bytes, end).is_ok() {
-                    return false;
-                }
-                at = end;
-            }
-            _ => return true,
-        }
-    }
+    Position::new(word(0), word(8))
 }
 
 #[cfg(test)]
@@ -440,8 +386,8 @@ mod tests {
         let path = ledger_path(&dir, 1);
         let full = fs::read(&path).unwrap();
         // Record boundaries: header, then each record.
-        let mut ends = vec![HEADER.len()];
-        let mut at = HEADER.len();
+        let mut ends = vec![HEADER_LEN];
+        let mut at = HEADER_LEN;
         while at < full.len() {
             let (_, _, next) = record_at(&full, at).unwrap();
             ends.push(next);
@@ -470,12 +416,12 @@ mod tests {
         let dir = scratch("long-tail");
         fs::create_dir_all(&dir).unwrap();
         let path = ledger_path(&dir, 1);
-        let mut bytes = HEADER.to_vec();
-        bytes.resize(HEADER.len() + 16 * 1024 * 1024, 0);
+        let mut bytes = LOG.magic.to_vec();
+        bytes.resize(HEADER_LEN + 16 * 1024 * 1024, 0);
         fs::write(&path, &bytes).unwrap();
         let (_, got) = open_all(&dir).unwrap();
         assert!(got.is_empty());
-        assert_eq!(fs::metadata(&path).unwrap().len(), HEADER.len() as u64);
+        assert_eq!(fs::metadata(&path).unwrap().len(), HEADER_LEN as u64);
         let _ = fs::remove_dir_all(&dir);
     }
 
@@ -494,7 +440,7 @@ mod tests {
         let path = ledger_path(&dir, 1);
         let mut bytes = fs::read(&path).unwrap();
         let second = {
-            let (_, _, next) = record_at(&bytes, HEADER.len()).unwrap();
+            let (_, _, next) = record_at(&bytes, HEADER_LEN).unwrap();
             next
         };
         bytes[second + 20] ^= 0x40;
@@ -513,7 +459,7 @@ mod tests {
         write_entries(&dir2, &ps[..3]);
         let path2 = ledger_path(&dir2, 1);
         let mut b2 = fs::read(&path2).unwrap();
-        b2[HEADER.len() + 12] ^= 1;
+        b2[HEADER_LEN + 12] ^= 1;
         fs::write(&path2, &b2).unwrap();
         assert!(matches!(
             open_all(&dir2),

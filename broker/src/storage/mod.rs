@@ -12,8 +12,9 @@
 //! DIR/topics/<topic>/subscriptions/<sub>.cursor            its cursor (cursor::FileStore)
 //! ```
 //!
-//! A log file is an 8-byte header (`KOLOG`, 0, 0, version 1) and records
-//! `[u32 body length][u32 CRC32C of body][body]`, body = `[u64 ledger id][u64 entry id]` and
+//! A log file is a `cursor::segment` file (the framing the cursor files use too): an 8-byte
+//! header (`KOLOG`, 0, 0, version 1) and records `[u32 body length][u32 CRC32C of body][body]`,
+//! body = `[u64 ledger id][u64 entry id]` and
 //! the entry's `0e01…` payload section as the producer sent it (the entry's metadata is decoded
 //! from it again on recovery). All integers big-endian.
 //!
@@ -23,7 +24,6 @@
 //! the broker refuses to start rather than silently skip entries. After recovery, new entries
 //! go to a new ledger id, so a position is never reused even if the OS lost the tail.
 
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 
@@ -78,6 +78,15 @@ pub enum StorageError {
         /// What is wrong.
         reason: String,
     },
+    /// A subscription's cursor file that cannot be opened or read.
+    #[error("cursor file {path}: {source}")]
+    Cursor {
+        /// The file.
+        path: PathBuf,
+        /// What the cursor's store said.
+        #[source]
+        source: cursor::StoreError,
+    },
     /// A damaged record that is not a torn tail.
     #[error("corrupt log {path} at offset {offset}: {reason}")]
     Corrupt {
@@ -120,9 +129,7 @@ pub(crate) fn decode_name(s: &str) -> Option<String> {
 
 /// `fsync`s a directory, so a file created or renamed in it survives a crash.
 pub(crate) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("sync", dir))
+    cursor::segment::sync_dir(dir).map_err(io_err("sync", dir))
 }
 
 /// Writes `bytes` to `path` atomically and durably: a new temporary file in the same directory

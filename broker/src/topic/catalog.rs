@@ -211,11 +211,7 @@ impl TopicCatalog for FileCatalog {
         }
         FileStore::open(&path)
             .map(SubStore::File)
-            .map_err(|e| StorageError::Corrupt {
-                path,
-                offset: 0,
-                reason: e.to_string(),
-            })
+            .map_err(|source| StorageError::Cursor { path, source })
     }
 
     fn remove(&self, name: &str) {
@@ -240,9 +236,8 @@ impl TopicCatalog for FileCatalog {
             }
         };
         let files: Vec<SchemaFile> =
-            serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt {
+            serde_json::from_slice(&bytes).map_err(|e| StorageError::Unreadable {
                 path: self.schemas.clone(),
-                offset: e.column() as u64,
                 reason: e.to_string(),
             })?;
         Ok(files
@@ -404,6 +399,12 @@ mod tests {
         reopened.remove("k");
         assert_eq!(reopened.recorded().len(), 2);
         assert_eq!(saved(&mut reopened.cursor_store("k", false).unwrap()), None);
+        let cursor_path = dir.join("subscriptions").join("d.cursor");
+        fs::create_dir_all(&cursor_path).unwrap();
+        match reopened.cursor_store("d", false) {
+            Err(StorageError::Cursor { path, .. }) => assert_eq!(path, cursor_path),
+            other => panic!("a cursor file that cannot be opened: {other:?}"),
+        }
         let _ = fs::remove_dir_all(&dir);
     }
 
@@ -438,7 +439,7 @@ mod tests {
         fs::write(dir.join("schemas.json"), b"[{").unwrap();
         assert!(matches!(
             FileCatalog::new(&dir).schemas(),
-            Err(StorageError::Corrupt { .. })
+            Err(StorageError::Unreadable { .. })
         ));
         let _ = fs::remove_dir_all(&dir);
     }
