@@ -1,4 +1,5 @@
 use super::*;
+use crate::codec::{Reader, Writer};
 use std::collections::BTreeSet;
 
 fn p(e: u64) -> Position {
