@@ -414,17 +414,16 @@ fn broker_checks(root: &Path, lib_banned: &[(String, &str)]) -> anyhow::Result<V
                     i + 1
                 ));
             }
-            let from = rel.split(['/', '.']).next().unwrap_or("").to_owned();
-            let mut rest = *line;
-            while let Some(k) = rest.find("crate::") {
-                rest = &rest[k + "crate::".len()..];
-                let to: String = rest
-                    .chars()
-                    .take_while(|c| c.is_alphanumeric() || *c == '_')
-                    .collect();
-                if !to.is_empty() && to != from && !edges.contains(&(from.clone(), to.clone())) {
-                    edges.push((from.clone(), to));
-                }
+        }
+        let from = rel.split(['/', '.']).next().unwrap_or("").to_owned();
+        let code: Vec<&str> = lines
+            .iter()
+            .copied()
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect();
+        for to in crate_modules(&code.join("\n")) {
+            if to != from && !edges.contains(&(from.clone(), to.clone())) {
+                edges.push((from.clone(), to));
             }
         }
         if !test_file {
@@ -490,6 +489,45 @@ fn long_functions(rel: &str, lines: &[&str]) -> Vec<String> {
     out
 }
 
+/// The top-level modules that `crate::` paths in `code` name: `crate::a::B`, and each item of a
+/// group, `crate::{a::B, c}`, also across lines.
+fn crate_modules(code: &str) -> Vec<String> {
+    let ident = |s: &str| -> String {
+        s.trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut found = Vec::new();
+    let mut rest = code;
+    while let Some(k) = rest.find("crate::") {
+        rest = &rest[k + "crate::".len()..];
+        let Some(group) = rest.trim_start().strip_prefix('{') else {
+            found.push(ident(rest));
+            continue;
+        };
+        // The group's items at its own depth: the first name of each.
+        let (mut depth, mut item_start) = (0usize, 0usize);
+        for (i, c) in group.char_indices() {
+            match c {
+                '{' => depth += 1,
+                '}' if depth == 0 => {
+                    found.push(ident(&group[item_start..i]));
+                    break;
+                }
+                '}' => depth -= 1,
+                ',' if depth == 0 => {
+                    found.push(ident(&group[item_start..i]));
+                    item_start = i + 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    found.retain(|m| !m.is_empty() && m != "self");
+    found
+}
+
 /// A circle in the module graph, if there is one, as the modules along it.
 fn find_cycle(edges: &[(String, String)]) -> Option<Vec<String>> {
     fn visit(
@@ -542,6 +580,12 @@ fn crate_doc(dir: &str, lib: &str, readme: &str) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn grouped_and_multi_line_imports_name_their_modules() {
+        let code = "use crate::a::B;\nuse crate::{\n    b::{C, D},\n    c,\n    self,\n};\nlet x = crate::d::f(crate::{e});";
+        assert_eq!(super::crate_modules(code), ["a", "b", "c", "d", "e"]);
+    }
+
     #[test]
     fn a_circle_among_modules_is_found() {
         let e = |a: &str, b: &str| (a.to_owned(), b.to_owned());
