@@ -63,26 +63,26 @@ impl AckSet {
         let n_ledgers = r.varint()?;
         let mut l = 0u64;
         for li in 0..n_ledgers {
-            let d = r.varint()?;
-            if li > 0 && d == 0 {
-                return Err(r.error("ledger ids not increasing"));
-            }
-            l = l
-                .checked_add(d)
-                .ok_or_else(|| r.error("ledger id overflow"))?;
+            l = next_id(
+                r,
+                l,
+                li == 0,
+                "ledger ids not increasing",
+                "ledger id overflow",
+            )?;
             let n_blocks = r.varint()?;
             if n_blocks == 0 {
                 return Err(r.error("ledger without blocks"));
             }
             let mut b = 0u64;
             for bi in 0..n_blocks {
-                let d = r.varint()?;
-                if bi > 0 && d == 0 {
-                    return Err(r.error("block ids not increasing"));
-                }
-                b = b
-                    .checked_add(d)
-                    .ok_or_else(|| r.error("block id overflow"))?;
+                b = next_id(
+                    r,
+                    b,
+                    bi == 0,
+                    "block ids not increasing",
+                    "block id overflow",
+                )?;
                 if b > (u64::MAX >> BLOCK_SHIFT) {
                     return Err(r.error("block id out of range"));
                 }
@@ -99,6 +99,21 @@ impl AckSet {
         }
         Ok(set)
     }
+}
+
+/// The next id of an increasing list stored as deltas (the first one from 0).
+fn next_id(
+    r: &mut Reader<'_>,
+    prev: u64,
+    first: bool,
+    not_increasing: &'static str,
+    overflow: &'static str,
+) -> Result<u64, DecodeError> {
+    let d = r.varint()?;
+    if !first && d == 0 {
+        return Err(r.error(not_increasing));
+    }
+    prev.checked_add(d).ok_or_else(|| r.error(overflow))
 }
 
 /// One block's contents after its id: kind 0 (runs) or 1 (a bitmap), in the form a block of
