@@ -247,3 +247,36 @@ fn decode_rejects_garbage() {
         assert!(AckSet::decode(&mut r).is_err(), "{bad:?}");
     }
 }
+
+/// Ledger and block ids are stored as deltas: a repeated id or one past `u64::MAX` is named.
+#[test]
+fn decode_names_ids_that_do_not_increase_or_overflow() {
+    // One block of one run at entry 0: kind 0, one run, gap 0, length 1.
+    let block = |w: &mut Writer| {
+        w.byte(0);
+        w.varint(1);
+        w.varint(0);
+        w.varint(0);
+    };
+    let cases: [(&[u64], &[u64], &str); 4] = [
+        (&[1, 0], &[0], "ledger ids not increasing"),
+        (&[u64::MAX, 1], &[0], "ledger id overflow"),
+        (&[1], &[0, 0], "block ids not increasing"),
+        (&[1], &[1, u64::MAX], "block id overflow"),
+    ];
+    for (ledger_deltas, block_deltas, what) in cases {
+        let mut w = Writer::default();
+        w.varint(ledger_deltas.len() as u64);
+        for l in ledger_deltas {
+            w.varint(*l);
+            w.varint(block_deltas.len() as u64);
+            for b in block_deltas {
+                w.varint(*b);
+                block(&mut w);
+            }
+        }
+        let buf = w.into_inner();
+        let err = AckSet::decode(&mut Reader::new(&buf)).unwrap_err();
+        assert_eq!(err.what, what, "{ledger_deltas:?} {block_deltas:?}");
+    }
+}
