@@ -63,26 +63,14 @@ impl AckSet {
         let n_ledgers = r.varint()?;
         let mut l = 0u64;
         for li in 0..n_ledgers {
-            l = next_id(
-                r,
-                l,
-                li == 0,
-                "ledger ids not increasing",
-                "ledger id overflow",
-            )?;
+            l = next_id(r, l, li == 0, LEDGER_ID_ERRORS)?;
             let n_blocks = r.varint()?;
             if n_blocks == 0 {
                 return Err(r.error("ledger without blocks"));
             }
             let mut b = 0u64;
             for bi in 0..n_blocks {
-                b = next_id(
-                    r,
-                    b,
-                    bi == 0,
-                    "block ids not increasing",
-                    "block id overflow",
-                )?;
+                b = next_id(r, b, bi == 0, BLOCK_ID_ERRORS)?;
                 if b > (u64::MAX >> BLOCK_SHIFT) {
                     return Err(r.error("block id out of range"));
                 }
@@ -101,14 +89,20 @@ impl AckSet {
     }
 }
 
-/// The next id of an increasing list stored as deltas (the first one from 0).
+/// The names of a ledger id that does not increase and of one that overflows.
+const LEDGER_ID_ERRORS: [&str; 2] = ["ledger ids not increasing", "ledger id overflow"];
+/// The same for a block id.
+const BLOCK_ID_ERRORS: [&str; 2] = ["block ids not increasing", "block id overflow"];
+
+/// The next id of an increasing list stored as deltas (the first one from 0); `errors` names a
+/// repeated id and an overflow.
 fn next_id(
     r: &mut Reader<'_>,
     prev: u64,
     first: bool,
-    not_increasing: &'static str,
-    overflow: &'static str,
+    errors: [&'static str; 2],
 ) -> Result<u64, DecodeError> {
+    let [not_increasing, overflow] = errors;
     let d = r.varint()?;
     if !first && d == 0 {
         return Err(r.error(not_increasing));
