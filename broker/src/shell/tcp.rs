@@ -55,6 +55,11 @@ impl WriteQueue {
     }
 }
 
+/// The writer thread took `frames` off the queue: their bytes no longer count.
+fn taken(queued: &AtomicUsize, frames: &[u8]) {
+    queued.fetch_sub(frames.len(), Ordering::Relaxed);
+}
+
 /// A connection's writer queue, as the broker state reaches it (broker-initiated frames).
 struct WriterOutbox(WriteQueue);
 
@@ -244,7 +249,7 @@ impl Conn {
 fn write_loop(mut stream: TcpStream, rx: Receiver<Vec<u8>>, queued: &AtomicUsize, check: bool) {
     let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
     while let Ok(first) = rx.recv() {
-        queued.fetch_sub(first.len(), Ordering::Relaxed);
+        taken(queued, &first);
         if check && !frames_pass(&first) {
             let _ = stream.shutdown(Shutdown::Both);
             return;
@@ -257,7 +262,7 @@ fn write_loop(mut stream: TcpStream, rx: Receiver<Vec<u8>>, queued: &AtomicUsize
                     return;
                 }
                 Ok(more) => {
-                    queued.fetch_sub(more.len(), Ordering::Relaxed);
+                    taken(queued, &more);
                     buf.extend_from_slice(&more);
                 }
                 Err(_) => break,
@@ -319,10 +324,7 @@ mod tests {
         outbox.push(vec![0; 8]);
         assert_eq!(rx.len(), 5, "a reply still queues");
         // What the writer does with each buffer it takes.
-        let take = || {
-            let b = rx.try_recv().unwrap();
-            bytes.fetch_sub(b.len(), Ordering::Relaxed);
-        };
+        let take = || taken(&bytes, &rx.try_recv().unwrap());
         take();
         take();
         assert!(
