@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::File;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
@@ -12,7 +13,7 @@ use cursor::Position;
 use tracing::error;
 
 use super::cache::{ReadCache, TopicCache};
-use super::log::{ledger_path, read_record, Record, TopicLog};
+use super::log::{ledger_path, read_records, Record, TopicLog};
 use super::{StorageError, SyncPolicy};
 use crate::sync::{lock, read, write};
 
@@ -93,6 +94,8 @@ struct LedgerIndex {
     sparse: Vec<u64>,
     /// Entries in the file.
     count: u64,
+    /// Where the last entry's record ends.
+    end: u64,
     /// A read handle, opened on the first cache miss.
     file: OnceLock<Arc<File>>,
 }
@@ -104,28 +107,30 @@ impl LedgerIndex {
             base,
             sparse: Vec::new(),
             count: 0,
+            end: 0,
             file: OnceLock::new(),
         }
     }
 
-    /// The next entry (the file's `count`th) starts at `offset`.
-    fn push(&mut self, offset: u64) {
+    /// The next entry (the file's `count`th) lies at `bytes`.
+    fn push(&mut self, bytes: Range<u64>) {
         if self.count.is_multiple_of(STRIDE) {
-            self.sparse.push(offset);
+            self.sparse.push(bytes.start);
         }
         self.count += 1;
+        self.end = bytes.end;
     }
 
-    /// The block that holds `entry_id`: its first entry, where that starts, and one past its
-    /// last entry; `None` when the file does not hold `entry_id`.
-    fn block_of(&self, entry_id: u64) -> Option<(u64, u64, u64)> {
+    /// The block that holds `entry_id`: its first entry and where its records lie in the
+    /// file; `None` when the file does not hold `entry_id`.
+    fn block_of(&self, entry_id: u64) -> Option<(u64, Range<u64>)> {
         let i = entry_id
             .checked_sub(self.base)
             .filter(|i| *i < self.count)?;
-        let k = i / STRIDE;
-        let offset = *self.sparse.get(usize::try_from(k).ok()?)?;
-        let first = self.base + k * STRIDE;
-        Some((first, offset, (first + STRIDE).min(self.base + self.count)))
+        let k = usize::try_from(i / STRIDE).ok()?;
+        let start = *self.sparse.get(k)?;
+        let end = self.sparse.get(k + 1).copied().unwrap_or(self.end);
+        Some((self.base + k as u64 * STRIDE, start..end))
     }
 }
 
@@ -195,7 +200,7 @@ impl FileEntries {
         let mut ledgers: BTreeMap<u64, LedgerIndex> = BTreeMap::new();
         let (log, _) = TopicLog::open(dir, |r: Record<'_>| {
             let p = r.position;
-            index_entry(&mut ledgers, dir, p, r.offset);
+            index_entry(&mut ledgers, dir, p, r.bytes);
             visit(p, r.section)
         })?;
         Ok(FileEntries {
@@ -208,20 +213,12 @@ impl FileEntries {
         })
     }
 
-    /// Reads the entry at `p` from its file: the records of its block, each checked; the others
-    /// go to the cache.
+    /// Reads the entry at `p` from its file: the records of its block, in one read, each
+    /// checked; the others go to the cache.
     fn read_from_disk(&self, p: Position) -> Result<Option<Bytes>, StorageError> {
-        if self.writing.load(Ordering::Acquire) == p.ledger_id {
-            // The ledger being written may still have the entry in its write buffer (appended
-            // without caching and not committed yet): it goes to the file first.
-            let mut log = lock(&self.log);
-            if log.current_ledger() == Some(p.ledger_id) {
-                log.flush()?;
-            }
-        }
         // The block's place and a file handle, then the index lock is let go: appends (which
         // take it to index each entry) do not wait for this read's disk I/O.
-        let (path, file, (first, mut offset, end)) = {
+        let (path, file, (first, bytes)) = {
             let ledgers = read(&self.ledgers);
             let Some((index, block)) = ledgers
                 .get(&p.ledger_id)
@@ -238,23 +235,31 @@ impl FileEntries {
             };
             (index.path.clone(), file, block)
         };
+        if self.writing.load(Ordering::Acquire) == p.ledger_id {
+            // The ledger being written may still have some of the block in its write buffer:
+            // everything indexed was appended before, so this flush puts the block in the file.
+            let mut log = lock(&self.log);
+            if log.current_ledger() == Some(p.ledger_id) {
+                log.flush()?;
+            }
+        }
         let mut wanted = None;
-        for id in first..end {
-            let (at, section, next) = read_record(&file, &path, offset)?;
-            let expected = Position::new(p.ledger_id, id);
+        for (i, (at, section)) in read_records(&file, &path, bytes.clone())?
+            .into_iter()
+            .enumerate()
+        {
+            let expected = Position::new(p.ledger_id, first + i as u64);
             if at != expected {
                 return Err(StorageError::Corrupt {
                     path: path.clone(),
-                    offset,
-                    reason: format!("record for {expected} holds {at}"),
+                    offset: bytes.start,
+                    reason: format!("the block of {expected} holds {at} in its place"),
                 });
             }
-            let section = Bytes::from(section);
             if at == p {
                 wanted = Some(section.clone());
             }
             self.cache.insert(at, section);
-            offset = next;
         }
         Ok(wanted)
     }
@@ -262,7 +267,12 @@ impl FileEntries {
 
 /// Counts the entry at `p` (starting at `offset`) in its ledger's index; the first entry of a
 /// new ledger gives the previous ledger's spare capacity back (it is complete).
-fn index_entry(ledgers: &mut BTreeMap<u64, LedgerIndex>, dir: &Path, p: Position, offset: u64) {
+fn index_entry(
+    ledgers: &mut BTreeMap<u64, LedgerIndex>,
+    dir: &Path,
+    p: Position,
+    bytes: Range<u64>,
+) {
     if !ledgers.contains_key(&p.ledger_id) {
         if let Some(last) = ledgers.values_mut().next_back() {
             last.sparse.shrink_to_fit();
@@ -270,20 +280,20 @@ fn index_entry(ledgers: &mut BTreeMap<u64, LedgerIndex>, dir: &Path, p: Position
         ledgers.insert(p.ledger_id, LedgerIndex::new(dir, p.ledger_id, p.entry_id));
     }
     if let Some(l) = ledgers.get_mut(&p.ledger_id) {
-        l.push(offset);
+        l.push(bytes);
     }
 }
 
 impl EntryStore for FileEntries {
     fn append(&self, p: Position, section: Bytes, cache: bool) -> Result<(), StorageError> {
-        let offset = {
+        let bytes = {
             let mut log = lock(&self.log);
-            let offset = log.append(p, &section)?;
+            let bytes = log.append(p, &section)?;
             // Before the entry is indexed: a reader that finds it sees its ledger here.
             self.writing.store(p.ledger_id, Ordering::Release);
-            offset
+            bytes
         };
-        index_entry(&mut write(&self.ledgers), &self.dir, p, offset);
+        index_entry(&mut write(&self.ledgers), &self.dir, p, bytes);
         if cache {
             self.cache.insert(p, section);
         }
@@ -302,11 +312,7 @@ impl EntryStore for FileEntries {
             return Some(s);
         }
         match self.read_from_disk(p) {
-            Ok(Some(s)) => {
-                self.cache.insert(p, s.clone());
-                Some(s)
-            }
-            Ok(None) => None,
+            Ok(found) => found,
             Err(e) => {
                 error!(position = %p, error = %e, "an entry could not be read back from its log");
                 None

@@ -2,10 +2,13 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use cursor::segment::{FrameError, SegmentFormat, HEADER_LEN};
+use bytes::Bytes;
+
+use cursor::segment::{FrameError, SegmentFormat, HEADER_LEN, RECORD_HEADER_LEN};
 use cursor::Position;
 use tracing::{debug, warn};
 
@@ -16,17 +19,20 @@ use super::{io_err, sync_dir, StorageError};
 /// 256 MiB and padding).
 const LOG: SegmentFormat = SegmentFormat {
     magic: *b"KOLOG\0\0\x01",
-    min_body: 16,
+    min_body: POSITION_LEN as u32,
     max_body: 300 * 1024 * 1024,
 };
 
+/// A record's body starts with the entry's position: ledger id and entry id, big-endian.
+const POSITION_LEN: usize = 16;
+
 /// One entry as recovery reads it: its position, its payload section, and where its record
-/// starts in its ledger's file.
+/// lies in its ledger's file.
 #[derive(Debug)]
 pub(crate) struct Record<'a> {
     pub position: Position,
     pub section: &'a [u8],
-    pub offset: u64,
+    pub bytes: Range<u64>,
 }
 
 /// A topic's log.
@@ -99,8 +105,12 @@ impl TopicLog {
 
     /// Appends one entry to the write buffer: it is in the OS after [`TopicLog::flush`] (enough
     /// to survive the broker being killed) and on the disk after [`TopicLog::sync`]. Returns
-    /// the offset of its record in its ledger's file.
-    pub(crate) fn append(&mut self, p: Position, section: &[u8]) -> Result<u64, StorageError> {
+    /// where its record lies in its ledger's file.
+    pub(crate) fn append(
+        &mut self,
+        p: Position,
+        section: &[u8],
+    ) -> Result<Range<u64>, StorageError> {
         if self.current.as_ref().map(|(id, _, _)| *id) != Some(p.ledger_id) {
             self.sync()?;
             let path = ledger_path(&self.dir, p.ledger_id);
@@ -119,16 +129,20 @@ impl TopicLog {
             self.sync_file = Some(Arc::new(f.try_clone().map_err(io_err("open", &path))?));
             self.current = Some((p.ledger_id, BufWriter::with_capacity(256 * 1024, f), len));
         }
-        let mut rec = Vec::new();
+        // Straight into the write buffer: header, position, section.
         let (ledger, entry) = (p.ledger_id.to_be_bytes(), p.entry_id.to_be_bytes());
-        LOG.append_record(&[&ledger, &entry, section], &mut rec);
+        let body: [&[u8]; 3] = [&ledger, &entry, section];
+        let head = LOG.record_header(&body);
         let (_, f, len) = self.current.as_mut().expect("opened above");
-        f.write_all(&rec)
-            .map_err(io_err("append", &ledger_path(&self.dir, p.ledger_id)))?;
-        let offset = *len;
-        *len += rec.len() as u64;
-        self.pending += rec.len() as u64;
-        Ok(offset)
+        for part in std::iter::once(&head[..]).chain(body) {
+            f.write_all(part)
+                .map_err(io_err("append", &ledger_path(&self.dir, p.ledger_id)))?;
+        }
+        let record = (head.len() + POSITION_LEN + section.len()) as u64;
+        let start = *len;
+        *len += record;
+        self.pending += record;
+        Ok(start..*len)
     }
 
     /// The ledger being written, if any.
@@ -264,7 +278,7 @@ fn read_log(
                     visit(Record {
                         position: p,
                         section,
-                        offset: at as u64,
+                        bytes: at as u64..next as u64,
                     })?;
                     n += 1;
                     last = Some(p);
@@ -291,34 +305,40 @@ fn read_log(
     Ok(n)
 }
 
-/// Reads the record at `offset` of a ledger file: its position, its payload section, checked
-/// (CRC32C) as on recovery, and where the next record starts.
-pub(crate) fn read_record(
+/// Reads the whole records in `bytes` of a ledger file with one positioned read: each one's
+/// position and section (slices of one buffer), checked (CRC32C) as on recovery.
+pub(crate) fn read_records(
     file: &File,
     path: &Path,
-    offset: u64,
-) -> Result<(Position, Vec<u8>, u64), StorageError> {
-    let corrupt = |e: FrameError| StorageError::Corrupt {
-        path: path.to_path_buf(),
-        offset,
-        reason: e.to_string(),
-    };
-    let (mut body, next) = LOG
-        .read_record(file, offset)
-        .map_err(io_err("read", path))?
-        .map_err(corrupt)?;
-    let p = position(&body);
-    body.drain(..16);
-    Ok((p, body, next))
+    bytes: Range<u64>,
+) -> Result<Vec<(Position, Bytes)>, StorageError> {
+    use std::os::unix::fs::FileExt;
+    let len = usize::try_from(bytes.end.saturating_sub(bytes.start)).unwrap_or(usize::MAX);
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, bytes.start)
+        .map_err(io_err("read", path))?;
+    let buf = Bytes::from(buf);
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at < buf.len() {
+        let (p, _, next) = record_at(&buf, at).map_err(|e| StorageError::Corrupt {
+            path: path.to_path_buf(),
+            offset: bytes.start + at as u64,
+            reason: e.to_string(),
+        })?;
+        records.push((p, buf.slice(at + RECORD_HEADER_LEN + POSITION_LEN..next)));
+        at = next;
+    }
+    Ok(records)
 }
 
 /// The record at `at`: position, section and the next offset; or why it is not whole.
 fn record_at(bytes: &[u8], at: usize) -> Result<(Position, &[u8], usize), FrameError> {
     let (body, next) = LOG.record_at(bytes, at)?;
-    Ok((position(body), &body[16..], next))
+    Ok((position(body), &body[POSITION_LEN..], next))
 }
 
-/// The position at the start of a record's body (at least 16 bytes: the format's minimum).
+/// The position at the start of a record's body (the format's minimum body).
 fn position(body: &[u8]) -> Position {
     let word = |i: usize| {
         let mut b = [0u8; 8];

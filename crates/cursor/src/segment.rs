@@ -6,8 +6,9 @@
 //! frames and checks records and says whether a bad record is a torn tail; what a body holds,
 //! and what to do with a damaged file (cut its tail, refuse it), is the caller's policy.
 //!
-//! It does not do I/O beyond [`SegmentFormat::read_record`] (one positioned read) and
-//! [`sync_dir`]: callers own their files, buffers and `fsync`s.
+//! It does no I/O but [`sync_dir`]: callers own their files, buffers, reads and `fsync`s (a
+//! caller that writes a record straight into its own buffer writes
+//! [`SegmentFormat::record_header`], then the body's parts).
 //!
 //! ```
 //! use cursor::segment::{SegmentFormat, HEADER_LEN};
@@ -78,20 +79,28 @@ impl SegmentFormat {
         bytes.get(..HEADER_LEN) == Some(&self.magic[..])
     }
 
-    /// Appends one record to `out` whose body is `parts`, one after the other. Returns the
-    /// record's length. The caller keeps bodies within the format's bounds.
-    pub fn append_record(&self, parts: &[&[u8]], out: &mut Vec<u8>) -> usize {
+    /// The header of a record whose body is `parts`, one after the other: write it, then the
+    /// parts. The caller keeps bodies within the format's bounds.
+    pub fn record_header(&self, parts: &[&[u8]]) -> [u8; RECORD_HEADER_LEN] {
         let body_len: usize = parts.iter().map(|p| p.len()).sum();
         let crc = parts
             .iter()
             .fold(0, |crc, part| crc32c::crc32c_append(crc, part));
-        out.reserve(RECORD_HEADER_LEN + body_len);
-        out.extend_from_slice(&(body_len as u32).to_be_bytes());
-        out.extend_from_slice(&crc.to_be_bytes());
+        let mut head = [0u8; RECORD_HEADER_LEN];
+        head[..4].copy_from_slice(&(body_len as u32).to_be_bytes());
+        head[4..].copy_from_slice(&crc.to_be_bytes());
+        head
+    }
+
+    /// Appends one record to `out` whose body is `parts`, one after the other. Returns the
+    /// record's length. The caller keeps bodies within the format's bounds.
+    pub fn append_record(&self, parts: &[&[u8]], out: &mut Vec<u8>) -> usize {
+        let start = out.len();
+        out.extend_from_slice(&self.record_header(parts));
         for p in parts {
             out.extend_from_slice(p);
         }
-        RECORD_HEADER_LEN + body_len
+        out.len() - start
     }
 
     /// The record at offset `at` of `bytes`: its body and where the next record starts; or why
@@ -137,33 +146,6 @@ impl SegmentFormat {
                 _ => return true,
             }
         }
-    }
-
-    /// Reads the record at `offset` of `file` (positioned reads, the file's cursor untouched):
-    /// its body and the offset of the next record. The outer error is the read's; the inner one
-    /// says the bytes there are not a whole record. Unix only.
-    #[cfg(unix)]
-    pub fn read_record(
-        &self,
-        file: &File,
-        offset: u64,
-    ) -> io::Result<Result<(Vec<u8>, u64), FrameError>> {
-        use std::os::unix::fs::FileExt;
-        let mut head = [0u8; RECORD_HEADER_LEN];
-        file.read_exact_at(&mut head, offset)?;
-        let len = match self.length(&head) {
-            Ok(len) => len,
-            Err(e) => return Ok(Err(e)),
-        };
-        let mut body = vec![0u8; len as usize];
-        file.read_exact_at(&mut body, offset + RECORD_HEADER_LEN as u64)?;
-        let stored = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
-        let actual = crc32c::crc32c(&body);
-        if actual != stored {
-            return Ok(Err(FrameError::Checksum { actual, stored }));
-        }
-        let next = offset + (RECORD_HEADER_LEN as u64) + u64::from(len);
-        Ok(Ok((body, next)))
     }
 
     fn length(&self, head: &[u8]) -> Result<u32, FrameError> {
@@ -268,32 +250,5 @@ mod tests {
         );
         assert!(!F.header_ok(b"TESTSEG"));
         assert!(!F.header_ok(b"TESTSEG2"));
-    }
-
-    #[cfg(unix)]
-    #[test]
-    fn a_positioned_read_checks_the_record_as_a_scan_does() {
-        let (full, ends) = file(&[b"first", b"second"]);
-        let dir = std::env::temp_dir().join(format!("segment-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("seg");
-        std::fs::write(&path, &full).unwrap();
-        let f = File::open(&path).unwrap();
-        let (body, next) = F.read_record(&f, ends[1] as u64).unwrap().unwrap();
-        assert_eq!((body.as_slice(), next), (&b"second"[..], ends[2] as u64));
-        let mut bad = full.clone();
-        bad[ends[0] + RECORD_HEADER_LEN + 1] ^= 0x80;
-        std::fs::write(&path, &bad).unwrap();
-        let f = File::open(&path).unwrap();
-        assert!(matches!(
-            F.read_record(&f, ends[0] as u64).unwrap(),
-            Err(FrameError::Checksum { .. })
-        ));
-        assert!(
-            F.read_record(&f, full.len() as u64).is_err(),
-            "past the end is an I/O error"
-        );
-        sync_dir(&dir).unwrap();
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 }
