@@ -134,10 +134,10 @@ impl TopicLog {
         let body: [&[u8]; 3] = [&ledger, &entry, section];
         let head = LOG.record_header(&body);
         let (_, f, len) = self.current.as_mut().expect("opened above");
-        for part in std::iter::once(&head[..]).chain(body) {
-            f.write_all(part)
-                .map_err(io_err("append", &ledger_path(&self.dir, p.ledger_id)))?;
-        }
+        std::iter::once(&head[..])
+            .chain(body)
+            .try_for_each(|part| f.write_all(part))
+            .map_err(ledger_err("append", &self.dir, p.ledger_id))?;
         let record = (head.len() + POSITION_LEN + section.len()) as u64;
         let start = *len;
         *len += record;
@@ -157,8 +157,7 @@ impl TopicLog {
             return Ok(());
         }
         if let Some((id, f, _)) = &mut self.current {
-            f.flush()
-                .map_err(io_err("write", &ledger_path(&self.dir, *id)))?;
+            f.flush().map_err(ledger_err("write", &self.dir, *id))?;
         }
         self.flushed += std::mem::take(&mut self.pending);
         Ok(())
@@ -199,7 +198,7 @@ impl TopicLog {
         if let Some((id, f, _)) = &self.current {
             f.get_ref()
                 .sync_data()
-                .map_err(io_err("sync", &ledger_path(&self.dir, *id)))?;
+                .map_err(ledger_err("sync", &self.dir, *id))?;
         }
         self.synced = self.flushed;
         Ok(())
@@ -232,6 +231,16 @@ impl TopicLog {
             }
         }
     }
+}
+
+/// [`io_err`] for ledger `id`'s file, whose path is only built if there is an error (appends
+/// and flushes run per entry and per batch).
+fn ledger_err<'a>(
+    op: &'static str,
+    dir: &'a Path,
+    id: u64,
+) -> impl FnOnce(std::io::Error) -> StorageError + 'a {
+    move |e| io_err(op, &ledger_path(dir, id))(e)
 }
 
 /// The file of ledger `id` in the log directory `dir`.
