@@ -14,9 +14,9 @@
 //!
 //! A log file is a `cursor::segment` file (the framing the cursor files use too): an 8-byte
 //! header (`KOLOG`, 0, 0, version 1) and records `[u32 body length][u32 CRC32C of body][body]`,
-//! body = `[u64 ledger id][u64 entry id]` and
-//! the entry's `0e01…` payload section as the producer sent it (the entry's metadata is decoded
-//! from it again on recovery). All integers big-endian.
+//! body = `[u64 ledger id][u64 entry id]` and the entry's `0e01…` payload section as the
+//! producer sent it (the entry's metadata is decoded from it again on recovery). All integers
+//! big-endian.
 //!
 //! Recovery reads every file in ledger order. An incomplete or mismatching record at the end
 //! of the newest file is a torn write: the file is cut at the last whole record, with a WARN.
