@@ -211,9 +211,9 @@ fn broken_frames_and_misuse_are_refused_per_connection() {
     c.send(&wire::commands::ping());
     c.expect(Type::Pong);
 
-    // A topic name that is not persistent://tenant/namespace/topic.
+    // A topic name of none of Pulsar's forms (`topic`, `tenant/namespace/topic`, full).
     let mut c = Raw::connected(&b);
-    c.send(&wire::commands::producer("not-a-topic", 1, 9, None));
+    c.send(&wire::commands::producer("not/a-topic", 1, 9, None));
     assert_eq!(c.expect(Type::Error).command.error.unwrap().request_id, 9);
 
     healthy_round_trip(&b, 1);

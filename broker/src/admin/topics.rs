@@ -5,6 +5,7 @@
 use tracing::info;
 
 use super::{json, no_content, parse_count, parse_query, Request, Response};
+use crate::metadata::TopicProperties;
 use crate::state::{BrokerState, DeleteError, TopicError};
 use crate::topic::{Topic, TopicName};
 
@@ -49,12 +50,16 @@ fn topic_route(req: &Request, state: &BrokerState, name: &TopicName, rest: &[&st
         .get("force")
         .is_some_and(|v| v == "true");
     match rest {
-        [] if m == "PUT" => match state.create_topic(name) {
-            Ok(_) => no_content(),
-            Err(e) => topic_error(e),
+        [] if m == "PUT" => match properties_body(&req.body) {
+            Ok(properties) => match state.create_topic(name, properties) {
+                Ok(_) => no_content(),
+                Err(e) => topic_error(e),
+            },
+            Err(r) => r,
         },
         [] if m == "DELETE" => deleted(state.delete_topic(&full, force), &full),
         ["partitions"] => partitions(req, state, name),
+        ["properties"] => properties(req, state, name),
         ["partitioned-stats"] if m == "GET" => partitioned_stats(req, state, &full),
         ["partitioned-internalStats"] if m == "GET" => {
             match crate::stats::partitioned_internal_stats(state, &full) {
@@ -111,19 +116,23 @@ fn partitions(req: &Request, state: &BrokerState, name: &TopicName) -> Response 
     let full = name.full();
     match req.method.as_str() {
         "GET" => match state.partition_count(name) {
-            Ok(n) => json(
-                200,
-                &serde_json::json!({ "partitions": n, "deleted": false }),
-            ),
+            Ok(n) => {
+                let mut body = serde_json::json!({ "partitions": n, "deleted": false });
+                let properties = state.metadata().topic_properties(&full);
+                if !properties.is_empty() {
+                    body["properties"] = serde_json::json!(properties);
+                }
+                json(200, &body)
+            }
             Err(e) => topic_error(e),
         },
         "PUT" | "POST" => {
-            let n = match partition_count(&req.body) {
-                Ok(n) => n,
+            let (n, properties) = match partitions_body(&req.body) {
+                Ok(body) => body,
                 Err(r) => return r,
             };
             let done = if req.method == "PUT" {
-                state.create_partitioned(name, n)
+                state.create_partitioned(name, n, properties)
             } else {
                 state.grow_partitioned(name, n)
             };
@@ -142,23 +151,103 @@ fn partitions(req: &Request, state: &BrokerState, name: &TopicName) -> Response 
     }
 }
 
-/// A partition count in a request body: a JSON number.
-fn partition_count(body: &[u8]) -> Result<u32, Response> {
-    let text = String::from_utf8_lossy(body);
-    match text.trim().parse::<i64>() {
-        Ok(n) if n > 0 => u32::try_from(n)
-            .map_err(|_| Response::json_error(406, "Number of partitions is too large")),
-        Ok(_) => Err(Response::json_error(
-            406,
-            &crate::metadata::MetadataError::NoPartitions.to_string(),
-        )),
-        Err(_) => Err(Response::json_error(
-            400,
-            &format!(
-                "body must be the number of partitions, got `{}`",
-                text.trim()
-            ),
-        )),
+/// `…/{topic}/properties`: GET them, PUT adds (a JSON object of strings), DELETE `?key=K`
+/// removes one; a topic, partitioned or not, that does not exist is 404.
+fn properties(req: &Request, state: &BrokerState, name: &TopicName) -> Response {
+    let done = match req.method.as_str() {
+        "GET" => {
+            return match state.topic_properties(name) {
+                Ok(p) => json(200, &p),
+                Err(e) => topic_error(e),
+            }
+        }
+        "PUT" => match properties_body(&req.body) {
+            Ok(p) => state.change_topic_properties(name, p, None),
+            Err(r) => return r,
+        },
+        "DELETE" => match parse_query(&req.query).get("key") {
+            Some(key) => state.change_topic_properties(name, TopicProperties::new(), Some(key)),
+            None => {
+                return Response::json_error(
+                    400,
+                    "the property's `key` query parameter is required",
+                )
+            }
+        },
+        _ => return super::no_route(req),
+    };
+    match done {
+        Ok(()) => no_content(),
+        Err(e) => topic_error(e),
+    }
+}
+
+/// The body of `PUT …/{topic}/partitions` (and `POST`), in either of Pulsar's forms: a JSON
+/// number (`application/json`), or `{"partitions": N, "properties": {…}}` (Pulsar's
+/// `application/vnd.partitioned-topic-metadata+json`, what the Go admin library sends).
+fn partitions_body(body: &[u8]) -> Result<(u32, TopicProperties), Response> {
+    let refused = |what: &str| {
+        let text = String::from_utf8_lossy(body);
+        let reason = format!(
+            "body must be the number of partitions or {{\"partitions\": N, \"properties\": {{…}}}}: {what}, got `{}`",
+            text.trim()
+        );
+        Response::json_error(400, &reason)
+    };
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|_| refused("not JSON"))?;
+    let (count, properties) = match &value {
+        serde_json::Value::Number(_) => (&value, TopicProperties::new()),
+        serde_json::Value::Object(o) => {
+            let count = o
+                .get("partitions")
+                .ok_or_else(|| refused("no `partitions`"))?;
+            let properties = match o.get("properties") {
+                None => TopicProperties::new(),
+                Some(p) => properties_value(p)?,
+            };
+            (count, properties)
+        }
+        _ => return Err(refused("neither a number nor an object")),
+    };
+    let Some(n) = count.as_i64() else {
+        return Err(refused("`partitions` is not an integer"));
+    };
+    if n <= 0 {
+        let reason = crate::metadata::MetadataError::NoPartitions.to_string();
+        return Err(Response::json_error(406, &reason));
+    }
+    u32::try_from(n)
+        .map(|n| (n, properties))
+        .map_err(|_| Response::json_error(406, "Number of partitions is too large"))
+}
+
+/// A topic's properties in a request body: a JSON object whose values are strings (numbers
+/// and booleans are taken as their text, as Pulsar's JSON reader takes them); an empty body
+/// or `null` is none.
+fn properties_body(body: &[u8]) -> Result<TopicProperties, Response> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(TopicProperties::new());
+    }
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+        Response::json_error(400, &format!("properties must be a JSON object: {e}"))
+    })?;
+    properties_value(&value)
+}
+
+fn properties_value(value: &serde_json::Value) -> Result<TopicProperties, Response> {
+    use serde_json::Value;
+    let refused = || Response::json_error(400, "properties must be an object of strings");
+    match value {
+        Value::Null => Ok(TopicProperties::new()),
+        Value::Object(o) => o
+            .iter()
+            .map(|(k, v)| match v {
+                Value::String(s) => Ok((k.clone(), s.clone())),
+                Value::Number(_) | Value::Bool(_) => Ok((k.clone(), v.to_string())),
+                _ => Err(refused()),
+            })
+            .collect(),
+        _ => Err(refused()),
     }
 }
 

@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 use crate::storage::StorageError;
+use crate::topic::valid_name;
 
 mod policies;
 mod store;
@@ -129,7 +130,15 @@ pub(crate) struct Metadata {
     namespaces: BTreeMap<String, NamespacePolicies>,
     /// Partitioned topic (full name, `persistent://t/ns/topic`) → its partition count.
     partitioned: BTreeMap<String, u32>,
+    /// Topic (full name, partitioned or not) → the properties it was created or updated
+    /// with; a topic without any has no entry (and a file written before they were kept
+    /// reads as none).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    topic_properties: BTreeMap<String, TopicProperties>,
 }
+
+/// A topic's properties, as Pulsar's admin API sends and returns them: string to string.
+pub(crate) type TopicProperties = BTreeMap<String, String>;
 
 impl Default for Metadata {
     /// What Pulsar standalone creates at start.
@@ -148,17 +157,9 @@ impl Default for Metadata {
                 ("pulsar/system".to_owned(), NamespacePolicies::default()),
             ]),
             partitioned: BTreeMap::new(),
+            topic_properties: BTreeMap::new(),
         }
     }
-}
-
-/// Pulsar's rule for tenant, namespace and cluster names: letters, digits, `-`, `_`, `=`,
-/// `:` and `.`.
-fn valid_name(name: &str) -> bool {
-    !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '=' | ':' | '.'))
 }
 
 /// A partition count within 1 and `max`.
@@ -408,9 +409,40 @@ impl Metadata {
         Ok(before)
     }
 
-    /// Forgets partitioned topic `full`; its partition count, `None` when it was not one.
+    /// Forgets partitioned topic `full` and its properties; its partition count, `None` when
+    /// it was not one.
     pub(crate) fn delete_partitioned(&mut self, full: &str) -> Option<u32> {
+        self.topic_properties.remove(full);
         self.partitioned.remove(full)
+    }
+
+    /// Topic `full`'s properties (none kept: empty).
+    pub(crate) fn topic_properties(&self, full: &str) -> TopicProperties {
+        self.topic_properties.get(full).cloned().unwrap_or_default()
+    }
+
+    /// Adds `properties` to topic `full`'s, replacing the values of keys it has (Pulsar's
+    /// update merges too).
+    pub(crate) fn add_topic_properties(&mut self, full: &str, properties: TopicProperties) {
+        if !properties.is_empty() {
+            let kept = self.topic_properties.entry(full.to_owned()).or_default();
+            kept.extend(properties);
+        }
+    }
+
+    /// Removes property `key` of topic `full` (a key it lacks: nothing to do, as in Pulsar).
+    pub(crate) fn remove_topic_property(&mut self, full: &str, key: &str) {
+        if let Some(kept) = self.topic_properties.get_mut(full) {
+            kept.remove(key);
+            if kept.is_empty() {
+                self.topic_properties.remove(full);
+            }
+        }
+    }
+
+    /// Forgets topic `full`'s properties (the topic was deleted).
+    pub(crate) fn forget_topic(&mut self, full: &str) {
+        self.topic_properties.remove(full);
     }
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tracing::info;
 
 use super::BrokerState;
-use crate::metadata::MetadataError;
+use crate::metadata::{MetadataError, TopicProperties};
 use crate::storage::StorageError;
 use crate::sync::lock;
 use crate::topic::{partition_name, Topic, TopicName};
@@ -170,8 +170,12 @@ impl BrokerState {
     }
 
     /// The admin API's `PUT …/{topic}`: a non-partitioned topic, or a missing partition of a
-    /// partitioned topic.
-    pub(crate) fn create_topic(&self, name: &TopicName) -> Result<Arc<Topic>, TopicError> {
+    /// partitioned topic, with `properties` (kept in the metadata).
+    pub(crate) fn create_topic(
+        &self,
+        name: &TopicName,
+        properties: TopicProperties,
+    ) -> Result<Arc<Topic>, TopicError> {
         let full = name.full();
         {
             let m = self.metadata();
@@ -191,12 +195,49 @@ impl BrokerState {
                 }
             }
         }
-        Ok(self.topic(name)?)
+        let topic = self.topic(name)?;
+        self.change_metadata(|m| {
+            m.add_topic_properties(&full, properties);
+            Ok(())
+        })?;
+        Ok(topic)
     }
 
-    /// The admin API's `PUT …/{topic}/partitions`: a partitioned topic of `n` partitions,
-    /// each created at once (as Pulsar does).
-    pub(crate) fn create_partitioned(&self, name: &TopicName, n: u32) -> Result<(), TopicError> {
+    /// The admin API's `GET …/{topic}/properties`: what topic `name` (partitioned or not) was
+    /// created or updated with; `NotFound` when there is no such topic.
+    pub(crate) fn topic_properties(&self, name: &TopicName) -> Result<TopicProperties, TopicError> {
+        self.partition_count(name)?;
+        Ok(self.metadata().topic_properties(&name.full()))
+    }
+
+    /// The admin API's `PUT …/{topic}/properties` (`properties` added, values of keys it has
+    /// replaced) and `DELETE …/{topic}/properties?key=K` (`remove`).
+    pub(crate) fn change_topic_properties(
+        &self,
+        name: &TopicName,
+        properties: TopicProperties,
+        remove: Option<&str>,
+    ) -> Result<(), TopicError> {
+        self.partition_count(name)?;
+        let full = name.full();
+        self.change_metadata(|m| {
+            m.add_topic_properties(&full, properties);
+            if let Some(key) = remove {
+                m.remove_topic_property(&full, key);
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// The admin API's `PUT …/{topic}/partitions`: a partitioned topic of `n` partitions with
+    /// `properties`, each partition created at once (as Pulsar does).
+    pub(crate) fn create_partitioned(
+        &self,
+        name: &TopicName,
+        n: u32,
+        properties: TopicProperties,
+    ) -> Result<(), TopicError> {
         let full = name.full();
         if full.contains(crate::topic::PARTITION_SUFFIX) {
             return Err(TopicError::PartitionName);
@@ -205,7 +246,9 @@ impl BrokerState {
         self.change_metadata(|m| {
             m.check_namespace(&name.tenant, &name.namespace)?;
             let exists = self.existing_topic(&full).is_some();
-            m.create_partitioned(&full, n, limit, exists)
+            m.create_partitioned(&full, n, limit, exists)?;
+            m.add_topic_properties(&full, properties);
+            Ok(())
         })?;
         info!(topic = %full, partitions = n, "partitioned topic created");
         self.open_partitions(name, 0..n)
@@ -249,7 +292,12 @@ impl BrokerState {
         if !force && clients > 0 {
             return Err(DeleteError::Busy(clients));
         }
-        self.remove_topic(&topic)
+        self.remove_topic(&topic)?;
+        self.change_metadata(|m| {
+            m.forget_topic(full);
+            Ok(())
+        })?;
+        Ok(())
     }
 
     /// The admin API's `DELETE …/{topic}/partitions`: deletes every partition, then the

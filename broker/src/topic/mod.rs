@@ -34,7 +34,7 @@ mod terminate;
 pub(crate) use backend::{Backend, FileBackend, MemoryBackend};
 use catalog::TopicCatalog;
 
-pub(crate) use name::{partition_name, TopicName, PARTITION_SUFFIX};
+pub(crate) use name::{partition_name, valid_name, TopicName, PARTITION_SUFFIX};
 pub(crate) use producers::{
     AccessMode, Admitted, ProducerGate, ProducerKey, ProducerRefused, Producers, Promoted,
     Request as ProducerRequest,
