@@ -383,7 +383,7 @@ fn broker_checks(root: &Path, lib_banned: &[(String, &str)]) -> anyhow::Result<V
         let text = fs::read_to_string(f)?;
         let lines: Vec<&str> = text.lines().collect();
         let shell = rel.starts_with("shell/") || rel == "main.rs";
-        let test_file = rel.ends_with("tests.rs");
+        let test_file = rel.ends_with("tests.rs") || rel.contains("/tests/");
         if lines.len() > BROKER_FILE_LINES {
             problems.push(format!(
                 "broker/src/{rel}: {} lines; split it by concern (at most {BROKER_FILE_LINES})",

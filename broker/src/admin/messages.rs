@@ -13,8 +13,10 @@ use crate::topic::{Subscription, Topic};
 
 /// The entry at `p` as a message response; 404 when there is none.
 pub(super) fn entry(t: &Topic, p: Position) -> Response {
-    let Some(section) = t.payload(p) else {
-        return Response::json_error(404, "Message not found");
+    let section = match t.payload(p) {
+        Ok(Some(section)) => section,
+        Ok(None) => return Response::json_error(404, "Message not found"),
+        Err(e) => return Response::json_error(500, &format!("entry {p} could not be read: {e}")),
     };
     let payload = match wire::parse_section(&section) {
         Ok(m) => m,

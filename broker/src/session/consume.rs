@@ -227,6 +227,8 @@ impl Session {
             out,
             ready: ready.clone(),
             send_ack_set: !self.state.cfg.legacy.no_batch_ack_set,
+            read_failures: Default::default(),
+            backoff: Default::default(),
         };
         let handle = match sub.runtime.add_consumer_with_sink(spec, Box::new(route)) {
             Ok(h) => h,

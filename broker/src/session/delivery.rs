@@ -2,11 +2,12 @@
 //! encodes each send as MESSAGE frames straight into the connection's write queue, and tells
 //! a Failover consumer whether it is active.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use dispatcher::{Delivery, DeliverySink, Refused};
-use tracing::debug;
+use tracing::{debug, info, warn};
 
 use crate::state::{Offer, Outbox};
 use crate::topic::{OutCounters, Topic};
@@ -25,18 +26,38 @@ pub(crate) struct DeliveryRoute {
     /// Whether a partly acked batch carries its `ack_set` (off only under `--legacy
     /// no-batch-ack-set`).
     pub(super) send_ack_set: bool,
+    /// Payload reads that failed in a row (0: the last one succeeded).
+    pub(super) read_failures: Cell<u32>,
+    /// Looks at [`DeliverySink::has_room`] still to answer "no" before the next try after a
+    /// failed read.
+    pub(super) backoff: Cell<u32>,
 }
+
+/// After a payload read failed, how many of the dispatcher's looks at a paused consumer
+/// ([`DeliverySink::has_room`], every few milliseconds) pass before it tries again, at most:
+/// the wait doubles per failure in a row up to this (about a second at the runtime's 5 ms).
+const MAX_READ_BACKOFF: u32 = 256;
 
 impl DeliveryRoute {
     /// Appends one MESSAGE frame per delivered entry to `frames`: the stored payload section
     /// after the command, the redelivery count, and for a batch entry with acked messages the
-    /// `ack_set` (a set bit = still unacked). Returns the messages and bytes encoded.
-    fn encode(&self, batch: &[Delivery], frames: &mut Vec<u8>) -> (u64, u64) {
+    /// `ack_set` (a set bit = still unacked). Returns the messages and bytes encoded and, when
+    /// an entry's payload could not be read, that entry's index: it and the entries after it
+    /// are not encoded.
+    fn encode(&self, batch: &[Delivery], frames: &mut Vec<u8>) -> (u64, u64, Option<usize>) {
         let (mut messages_out, mut bytes_out) = (0, 0);
-        for d in batch {
-            let Some(section) = self.topic.payload(d.position) else {
-                tracing::warn!(position = %d.position, "no stored payload for a delivered entry");
-                continue;
+        for (i, d) in batch.iter().enumerate() {
+            let section = match self.topic.payload(d.position) {
+                Ok(Some(section)) => section,
+                // Gone from the store: trimmed below every cursor, nothing to deliver.
+                Ok(None) => {
+                    tracing::warn!(position = %d.position, "no stored payload for a delivered entry");
+                    continue;
+                }
+                Err(e) => {
+                    self.read_failed(d, &e);
+                    return (messages_out, bytes_out, Some(i));
+                }
             };
             let messages = d.meta.messages();
             let ack_set = (self.send_ack_set && !d.acked_indexes.is_empty())
@@ -52,34 +73,67 @@ impl DeliveryRoute {
             messages_out += unacked as u64;
             bytes_out += u64::from(d.meta.size);
         }
-        (messages_out, bytes_out)
+        (messages_out, bytes_out, None)
+    }
+
+    /// Counts a payload read that failed and sets the wait before the next try; the first
+    /// failure in a row is a WARN, the others are counted (`readFailures` in the stats).
+    fn read_failed(&self, d: &Delivery, e: &crate::storage::StorageError) {
+        let failures = self.read_failures.get().saturating_add(1);
+        self.read_failures.set(failures);
+        self.backoff
+            .set(1u32 << failures.min(MAX_READ_BACKOFF.trailing_zeros()));
+        self.counters.read_failures.fetch_add(1, Ordering::Relaxed);
+        if failures == 1 {
+            warn!(consumer_id = self.consumer_id, position = %d.position, error = %e,
+                "an entry's payload could not be read: it stays pending for this consumer's dispatcher and is tried again");
+        } else {
+            debug!(consumer_id = self.consumer_id, position = %d.position, failures, error = %e, "payload read failed again");
+        }
     }
 }
 
 impl DeliverySink for DeliveryRoute {
-    fn deliver(&mut self, batch: Vec<Delivery>) -> Result<(), Refused> {
+    /// Encodes the send into the write queue. An entry whose payload cannot be read now is
+    /// given back with the ones after it ([`Refused::Full`]: the dispatcher takes them back
+    /// and pauses this consumer until [`has_room`](DeliverySink::has_room), which waits
+    /// longer after each failure in a row); the ones before it are sent.
+    fn deliver(&mut self, mut batch: Vec<Delivery>) -> Result<(), Refused> {
         if !self.ready.load(Ordering::Acquire) {
             return Err(Refused::Full(batch));
         }
         let mut frames = Vec::with_capacity(batch.len() * 128);
-        let (messages, bytes) = self.encode(&batch, &mut frames);
-        if frames.is_empty() {
-            return Ok(());
+        let (messages, bytes, failed_at) = self.encode(&batch, &mut frames);
+        if failed_at.is_none() && self.read_failures.replace(0) > 0 {
+            info!(
+                consumer_id = self.consumer_id,
+                "payload reads succeed again"
+            );
         }
-        match self.out.offer(frames) {
-            Offer::Taken => {
-                self.counters
-                    .messages
-                    .fetch_add(messages, Ordering::Relaxed);
-                self.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
-                Ok(())
+        if !frames.is_empty() {
+            match self.out.offer(frames) {
+                Offer::Taken => {
+                    self.counters
+                        .messages
+                        .fetch_add(messages, Ordering::Relaxed);
+                    self.counters.bytes.fetch_add(bytes, Ordering::Relaxed);
+                }
+                Offer::Full => return Err(Refused::Full(batch)),
+                Offer::Closed => return Err(Refused::Closed),
             }
-            Offer::Full => Err(Refused::Full(batch)),
-            Offer::Closed => Err(Refused::Closed),
+        }
+        match failed_at {
+            Some(i) => Err(Refused::Full(batch.split_off(i))),
+            None => Ok(()),
         }
     }
 
     fn has_room(&self) -> bool {
+        let waiting = self.backoff.get();
+        if waiting > 0 {
+            self.backoff.set(waiting - 1);
+            return false;
+        }
         self.ready.load(Ordering::Acquire) && self.out.drained()
     }
 

@@ -15,6 +15,8 @@ use wire::proto::{
 use super::*;
 use crate::config::BrokerConfig;
 
+mod faults;
+
 const T: &str = "persistent://public/default/t";
 
 fn state() -> Arc<BrokerState> {
@@ -551,9 +553,6 @@ fn a_closed_session_leaves_its_topics() {
     assert!(topic.producers.lock().unwrap().len() == 0);
 }
 
-/// A producer's stored sections share its arena's buffers: consecutive small ones sit side by
-/// side, buffers grow from 1 KiB to the cap while it keeps sending, a section larger than a
-/// buffer gets one of its own, and kept sections outlive the arena.
 /// A read of many SENDs: the receipts leave in one buffer (one hand-over to the writer
 /// thread), and the entries reach the subscription's consumer (its dispatcher is told once,
 /// after the read).

@@ -108,6 +108,19 @@ impl BrokerState {
         }
     }
 
+    /// A broker state whose topics are stored in `backend` (tests: one that fails on demand).
+    #[cfg(test)]
+    pub(crate) fn with_backend(
+        cfg: BrokerConfig,
+        service_url: String,
+        backend: Box<dyn Backend>,
+    ) -> BrokerState {
+        BrokerState {
+            backend,
+            ..BrokerState::new(cfg, service_url)
+        }
+    }
+
     /// A broker state whose subscriptions' dispatchers have no thread: they run when
     /// [`step`](BrokerState::step) is called, at the time `clock` reads, with `options`. With in-memory
     /// storage, nothing in this state then runs unless its caller calls it: what a

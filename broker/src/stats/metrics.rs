@@ -55,6 +55,7 @@ const SUBSCRIPTION: &[Family<SubscriptionStats>] = &[
     ("keyordered_subscription_nack_held_hashes", GAUGE, "Key_Shared hashes held by an ordered nack.", |s| s.nack_held_hashes as f64),
     ("keyordered_subscription_replay_size", GAUGE, "Positions waiting in replay.", |s| s.replay_size as f64),
     ("keyordered_subscription_redeliveries_total", COUNTER, "Entries taken back for redelivery.", |s| s.redeliveries as f64),
+    ("keyordered_subscription_read_failures_total", COUNTER, "Deliveries whose payload could not be read from storage (kept and tried again), over the connected consumers.", |s| s.read_failures as f64),
 ];
 
 /// Per broker, labelled `cluster`.

@@ -69,6 +69,8 @@ pub(crate) struct ConsumerStats {
     blocked_consumer_on_unacked_msgs: bool,
     msg_out_counter: u64,
     bytes_out_counter: u64,
+    /// Ours: deliveries whose payload the store could not read (each tried again).
+    read_failures: u64,
     priority_level: i32,
     #[serde(skip_serializing_if = "Option::is_none")]
     key_hash_ranges: Option<Vec<String>>,
@@ -116,6 +118,8 @@ pub(crate) struct SubscriptionStats {
     nack_held_hashes: usize,
     redeliveries: u64,
     nacks: u64,
+    /// Deliveries whose payload the store could not read, over the connected consumers.
+    read_failures: u64,
 }
 
 #[derive(Clone, Default, Serialize)]
@@ -142,10 +146,11 @@ fn consumer_stats(
     info: Option<&crate::topic::ConsumerInfo>,
     key_shared: bool,
 ) -> ConsumerStats {
-    let (m, b) = info.map_or((0, 0), |i| {
+    let (m, b, f) = info.map_or((0, 0, 0), |i| {
         (
             i.out.messages.load(Ordering::Relaxed),
             i.out.bytes.load(Ordering::Relaxed),
+            i.out.read_failures.load(Ordering::Relaxed),
         )
     });
     let draining: Vec<DrainingHash> = c
@@ -168,6 +173,7 @@ fn consumer_stats(
         blocked_consumer_on_unacked_msgs: c.blocked_on_unacked,
         msg_out_counter: m,
         bytes_out_counter: b,
+        read_failures: f,
         priority_level: c.priority,
         draining_hashes_count: key_shared.then_some(draining.len()),
         draining_hashes_unacked_messages: key_shared
@@ -194,6 +200,7 @@ fn subscription_stats(s: &Subscription) -> Option<SubscriptionStats> {
         .collect();
     let out_msgs = consumers.iter().map(|c| c.msg_out_counter).sum();
     let out_bytes = consumers.iter().map(|c| c.bytes_out_counter).sum();
+    let read_failures = consumers.iter().map(|c| c.read_failures).sum();
     let (rate_m, rate_b) = *lock(&s.rate_out);
     let active = match s.kind {
         SubKind::Failover => ds.active_consumer,
@@ -233,6 +240,7 @@ fn subscription_stats(s: &Subscription) -> Option<SubscriptionStats> {
         nack_held_hashes: ds.held_hashes,
         redeliveries: ds.redeliveries,
         nacks: ds.nacks,
+        read_failures,
     })
 }
 

@@ -56,6 +56,7 @@ impl SubscriptionStats {
         self.nack_held_hashes += o.nack_held_hashes;
         self.redeliveries += o.redeliveries;
         self.nacks += o.nacks;
+        self.read_failures += o.read_failures;
     }
 }
 

@@ -10,7 +10,6 @@ use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
 
 use bytes::Bytes;
 use cursor::Position;
-use tracing::error;
 
 use super::cache::{ReadCache, TopicCache};
 use super::log::{ledger_path, read_records, Record, TopicLog};
@@ -33,8 +32,10 @@ pub(crate) trait EntryStore: Send + Sync + std::fmt::Debug {
     /// Makes what was appended as durable as `policy` promises (a no-op in memory).
     fn commit(&self, policy: SyncPolicy) -> Result<(), StorageError>;
 
-    /// The section of the entry at `p`, if it exists (from memory, the cache or the disk).
-    fn read(&self, p: Position) -> Option<Bytes>;
+    /// The section of the entry at `p`: `None` when the store does not have it (never
+    /// appended, or deleted below a position); an error when it has it but could not read it
+    /// now (the caller keeps the entry and tries again later: it is not lost).
+    fn read(&self, p: Position) -> Result<Option<Bytes>, StorageError>;
 
     /// Drops the entries below `below` (whole ledgers in the file store, the ledger being
     /// written excepted).
@@ -60,8 +61,8 @@ impl EntryStore for MemoryEntries {
         Ok(())
     }
 
-    fn read(&self, p: Position) -> Option<Bytes> {
-        read(&self.map).get(&p).cloned()
+    fn read(&self, p: Position) -> Result<Option<Bytes>, StorageError> {
+        Ok(read(&self.map).get(&p).cloned())
     }
 
     fn delete_below(&self, below: Position) {
@@ -307,17 +308,11 @@ impl EntryStore for FileEntries {
         }
     }
 
-    fn read(&self, p: Position) -> Option<Bytes> {
+    fn read(&self, p: Position) -> Result<Option<Bytes>, StorageError> {
         if let Some(s) = self.cache.get(p) {
-            return Some(s);
+            return Ok(Some(s));
         }
-        match self.read_from_disk(p) {
-            Ok(found) => found,
-            Err(e) => {
-                error!(position = %p, error = %e, "an entry could not be read back from its log");
-                None
-            }
-        }
+        self.read_from_disk(p)
     }
 
     fn delete_below(&self, below: Position) {

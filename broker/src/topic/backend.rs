@@ -105,3 +105,30 @@ impl Backend for FileBackend {
         }
     }
 }
+
+/// Topics in memory whose entry stores fail what `faults` says (tests).
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct FaultyBackend {
+    pub faults: Arc<crate::storage::StoreFaults>,
+}
+
+#[cfg(test)]
+impl Backend for FaultyBackend {
+    fn topics(&self) -> Result<Vec<String>, StorageError> {
+        Ok(Vec::new())
+    }
+
+    fn open_topic(&self, full: &str, visit: Visit<'_>) -> Result<TopicStorage, StorageError> {
+        let (inner, catalog) = MemoryBackend.open_topic(full, visit)?;
+        let entries = crate::storage::FaultyEntries {
+            inner,
+            faults: self.faults.clone(),
+        };
+        Ok((Arc::new(entries), catalog))
+    }
+
+    fn delete_topic(&self, _: &str) -> Result<(), StorageError> {
+        Ok(())
+    }
+}

@@ -4,7 +4,7 @@
 use std::sync::{Arc, OnceLock};
 
 use cursor::{EntryMeta, MetaSource, Position};
-use tracing::error;
+use tracing::{error, warn};
 
 use crate::storage::EntryStore;
 
@@ -54,9 +54,18 @@ impl StoredMeta {
 
 impl MetaSource for StoredMeta {
     fn load(&self, p: Position) -> Option<Arc<EntryMeta>> {
-        let Some(section) = self.entries.get().and_then(|e| e.read(p)) else {
-            error!(topic = %self.topic, position = %p, "an entry's stored section is missing; the entry is not dispatched");
-            return None;
+        let section = match self.entries.get().map(|e| e.read(p)) {
+            Some(Ok(Some(section))) => section,
+            Some(Err(e)) => {
+                // The ledger answers as if the entry were not there yet: the cursor's read
+                // stops before it and reads it again later.
+                warn!(topic = %self.topic, position = %p, error = %e, "an entry's metadata could not be read back; its read is tried again later");
+                return None;
+            }
+            Some(Ok(None)) | None => {
+                error!(topic = %self.topic, position = %p, "an entry's stored section is missing; the entry is not dispatched");
+                return None;
+            }
         };
         match decode(&section) {
             Ok(meta) => Some(Arc::new(meta)),

@@ -31,6 +31,8 @@ mod retention;
 mod subscription;
 mod terminate;
 
+#[cfg(test)]
+pub(crate) use backend::FaultyBackend;
 pub(crate) use backend::{Backend, FileBackend, MemoryBackend};
 use catalog::TopicCatalog;
 
@@ -343,7 +345,6 @@ impl Topic {
         if deduplicate && st.sequences.is_duplicate(&meta) {
             return Ok(Published::Duplicate);
         }
-        st.sequences.record(&meta);
         let messages = u64::from(meta.messages());
         let bytes = u64::from(meta.size);
         let chunk_uuid = meta.chunk.as_ref().map(|c| c.uuid.clone());
@@ -354,6 +355,9 @@ impl Topic {
             let readers = !st.subs.is_empty();
             self.entries
                 .append(ledger.next_append_position(), section, readers)?;
+            // Its sequence id counts only now: after a failed append the producer's retry
+            // must be stored, not taken for a duplicate.
+            st.sequences.record(&meta);
             ledger.append(meta)
         };
         if let Some(uuid) = chunk_uuid {
@@ -467,8 +471,9 @@ impl Topic {
         })
     }
 
-    /// The stored `0e01…` section of the entry at `p`.
-    pub(crate) fn payload(&self, p: Position) -> Option<Bytes> {
+    /// The stored `0e01…` section of the entry at `p`: `None` when it is gone (trimmed); an
+    /// error when the store has it but could not read it now.
+    pub(crate) fn payload(&self, p: Position) -> Result<Option<Bytes>, StorageError> {
         self.entries.read(p)
     }
 

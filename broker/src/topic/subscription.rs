@@ -135,6 +135,8 @@ pub(crate) struct ConsumerInfo {
 pub(crate) struct OutCounters {
     pub messages: AtomicU64,
     pub bytes: AtomicU64,
+    /// Deliveries whose payload could not be read from the store (each tried again later).
+    pub read_failures: AtomicU64,
 }
 
 /// One subscription: its dispatcher runtime and who is connected.

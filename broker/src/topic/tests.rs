@@ -69,15 +69,15 @@ fn retention_trims_ledgers_below_the_slowest_mark_delete() {
         "every ledger let the entry go"
     );
     assert!(
-        t.payload(ps[0]).is_none(),
+        t.payload(ps[0]).unwrap().is_none(),
         "a ledger below both mark-deletes"
     );
     assert!(
-        t.payload(ps[1]).is_some(),
+        t.payload(ps[1]).unwrap().is_some(),
         "the ledger the slow subscription's mark-delete is in stays"
     );
     assert!(
-        t.payload(ps[2]).is_some(),
+        t.payload(ps[2]).unwrap().is_some(),
         "the slow subscription still needs it"
     );
     assert!(t.meta(ps[0]).is_none());
@@ -180,16 +180,22 @@ fn a_topic_without_subscriptions_drops_closed_ledgers_after_ten_minutes() {
         })
         .collect();
     t.trim(9 * minute, None);
-    assert!(t.payload(ps[0]).is_some(), "younger than ten minutes");
+    assert!(
+        t.payload(ps[0]).unwrap().is_some(),
+        "younger than ten minutes"
+    );
     t.trim(10 * minute, None);
     assert!(
-        t.payload(ps[1]).is_none(),
+        t.payload(ps[1]).unwrap().is_none(),
         "the first ledger is ten minutes old"
     );
-    assert!(t.payload(ps[2]).is_some());
+    assert!(t.payload(ps[2]).unwrap().is_some());
     t.trim(60 * minute, None);
-    assert!(t.payload(ps[3]).is_none());
-    assert!(t.payload(ps[4]).is_some(), "the ledger being written stays");
+    assert!(t.payload(ps[3]).unwrap().is_none());
+    assert!(
+        t.payload(ps[4]).unwrap().is_some(),
+        "the ledger being written stays"
+    );
     assert_eq!(t.last_position(), ps[4]);
     t.close();
 }
@@ -220,24 +226,30 @@ fn a_retention_policy_keeps_consumed_ledgers_for_its_time_and_up_to_its_size() {
         size_bytes: None,
     };
     t.trim(1_000 * minute, Some(forever));
-    assert!(t.payload(ps[0]).is_some(), "no limit: everything stays");
+    assert!(
+        t.payload(ps[0]).unwrap().is_some(),
+        "no limit: everything stays"
+    );
     let ten = Retention {
         time_ms: Some(10 * minute),
         size_bytes: None,
     };
     // The first ledger closed at 5 minutes (its successor's first entry).
     t.trim(14 * minute, Some(ten));
-    assert!(t.payload(ps[0]).is_some(), "closed 9 minutes ago");
+    assert!(t.payload(ps[0]).unwrap().is_some(), "closed 9 minutes ago");
     t.trim(15 * minute, Some(ten));
-    assert!(t.payload(ps[1]).is_none(), "closed 10 minutes ago");
-    assert!(t.payload(ps[2]).is_some(), "closed 6 minutes ago");
+    assert!(t.payload(ps[1]).unwrap().is_none(), "closed 10 minutes ago");
+    assert!(t.payload(ps[2]).unwrap().is_some(), "closed 6 minutes ago");
     let nothing = Retention {
         time_ms: None,
         size_bytes: Some(0),
     };
     t.trim(15 * minute, Some(nothing));
-    assert!(t.payload(ps[3]).is_none(), "over the size");
-    assert!(t.payload(ps[4]).is_some(), "the ledger being written stays");
+    assert!(t.payload(ps[3]).unwrap().is_none(), "over the size");
+    assert!(
+        t.payload(ps[4]).unwrap().is_some(),
+        "the ledger being written stays"
+    );
     drop(c);
     drop(sub);
     t.close();

@@ -63,7 +63,7 @@ fn a_topic_without_readers_leaves_the_cache_to_the_others() {
     );
     // Uncommitted and uncached: read back through the file all the same.
     assert_eq!(
-        quiet.read(Position::new(1, 7)).as_deref(),
+        quiet.read_ok(Position::new(1, 7)).as_deref(),
         Some(&*section(7))
     );
 }
@@ -124,13 +124,17 @@ fn entries_read_back_from_cache_and_disk() {
         }
         assert_eq!(cache.bytes(), budget, "the cache keeps to its budget");
         for (i, p) in ps.iter().enumerate().rev() {
-            assert_eq!(store.read(*p).as_deref(), Some(&*section(i as u64)), "{p}");
+            assert_eq!(
+                store.read_ok(*p).as_deref(),
+                Some(&*section(i as u64)),
+                "{p}"
+            );
         }
-        assert_eq!(store.read(Position::new(9, 0)), None);
+        assert_eq!(store.read_ok(Position::new(9, 0)), None);
         store.commit(SyncPolicy::Always).unwrap();
         store.delete_below(Position::new(3, 0));
-        assert_eq!(store.read(ps[0]), None, "a deleted ledger");
-        assert_eq!(store.read(ps[8]).as_deref(), Some(&*section(8)));
+        assert_eq!(store.read_ok(ps[0]), None, "a deleted ledger");
+        assert_eq!(store.read_ok(ps[8]).as_deref(), Some(&*section(8)));
     }
     let mut seen = Vec::new();
     let store = FileEntries::open(&dir, Arc::new(ReadCache::new(0)), |p, _| {
@@ -140,7 +144,7 @@ fn entries_read_back_from_cache_and_disk() {
     .unwrap();
     assert_eq!(seen, ps[8..].to_vec(), "ledgers 1 and 2 were deleted");
     assert_eq!(
-        store.read(ps[9]).as_deref(),
+        store.read_ok(ps[9]).as_deref(),
         Some(&*section(9)),
         "no cache: from disk"
     );
@@ -161,7 +165,7 @@ fn blocks_read_back_whole_and_a_damaged_one_alone_fails() {
         }
         for i in (0..n).rev() {
             assert_eq!(
-                store.read(Position::new(1, i)).as_deref(),
+                store.read_ok(Position::new(1, i)).as_deref(),
                 Some(&*section(i)),
                 "{i} while written"
             );
@@ -187,7 +191,7 @@ fn blocks_read_back_whole_and_a_damaged_one_alone_fails() {
         ledgers.insert(1, index);
     }
     for i in 0..n {
-        let got = store.read(Position::new(1, i));
+        let got = store.read_ok(Position::new(1, i));
         if (16..32).contains(&i) {
             assert_eq!(got, None, "{i}: its block holds the damaged record");
         } else {
@@ -196,4 +200,15 @@ fn blocks_read_back_whole_and_a_damaged_one_alone_fails() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     let _ = std::fs::remove_dir_all(&fresh);
+}
+
+/// Reads in tests: an I/O error fails the test.
+trait ReadOk {
+    fn read_ok(&self, p: Position) -> Option<Bytes>;
+}
+
+impl<T: EntryStore + ?Sized> ReadOk for T {
+    fn read_ok(&self, p: Position) -> Option<Bytes> {
+        self.read(p).unwrap_or_else(|e| panic!("read {p}: {e}"))
+    }
 }

@@ -1,0 +1,105 @@
+//! What a session does when its topic's store refuses: a payload that cannot be read stays
+//! pending and comes later, a failed append's sequence id does not count.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::storage::StoreFaults;
+use crate::topic::FaultyBackend;
+
+/// A broker state whose topics fail what `faults` says.
+fn faulty_state(cfg: BrokerConfig) -> (Arc<BrokerState>, Arc<StoreFaults>) {
+    let faults = Arc::new(StoreFaults::default());
+    let backend = FaultyBackend {
+        faults: faults.clone(),
+    };
+    let url = "pulsar://127.0.0.1:6650".into();
+    let st = BrokerState::with_backend(cfg, url, Box::new(backend));
+    (Arc::new(st), faults)
+}
+
+/// Subscription `s`'s stats as JSON.
+fn sub_stats(st: &BrokerState) -> serde_json::Value {
+    let topic = st.existing_topic(T).unwrap();
+    let stats = serde_json::to_value(crate::stats::topic_stats(&topic)).unwrap();
+    stats["subscriptions"]["s"].clone()
+}
+
+/// Entries dispatched while their payloads cannot be read are neither sent nor dropped: they
+/// stay pending for the subscription (counted in `readFailures`), and reach the consumer once
+/// reads work again, in order and not counted as redeliveries. (Before, the delivery skipped
+/// them: the consumer held them as unacked forever and never got them.)
+#[test]
+fn a_payload_that_cannot_be_read_stays_pending_and_comes_later() {
+    let (st, faults) = faulty_state(BrokerConfig::default());
+    let mut p = Peer::connected(&st, 1);
+    p.call(&wire::commands::producer(T, 1, 1, None));
+    assert_eq!(
+        kinds(&p.call(&subscribe("s", 1, 2, SubType::Shared))),
+        [Type::Success]
+    );
+    p.call(&wire::commands::flow(1, 100));
+    faults.fail_reads(true);
+    let published: Vec<Position> = (0..3).map(|i| p.publish(1, i, meta(i))).collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while sub_stats(&st)["readFailures"].as_u64() < Some(2) {
+        assert!(
+            Instant::now() < deadline,
+            "no failed read within 5 s: {}",
+            sub_stats(&st)
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(
+        p.outbox.1.lock().unwrap().is_empty(),
+        "nothing sent while reads fail"
+    );
+    faults.fail_reads(false);
+    let got = p.receive(1, 3);
+    let want: Vec<(Position, u32)> = published.iter().map(|&pos| (pos, 0)).collect();
+    assert_eq!(got, want);
+    let stats = sub_stats(&st);
+    assert_eq!(stats["msgOutCounter"], 3, "{stats}");
+    assert_eq!(stats["unackedMessages"], 3, "{stats}");
+    p.session.close();
+}
+
+/// With deduplication, a SEND whose append failed gets SEND_ERROR and its sequence id does
+/// not count: the producer's retry is stored and receipted with its position. (Before, the id
+/// was recorded ahead of the append, and the retry was receipted `-1:-1` as a duplicate of a
+/// message that was never stored.)
+#[test]
+fn a_failed_append_does_not_count_its_sequence_id() {
+    let cfg = BrokerConfig {
+        deduplication: true,
+        ..BrokerConfig::default()
+    };
+    let (st, faults) = faulty_state(cfg);
+    let mut p = Peer::connected(&st, 1);
+    p.call(&wire::commands::producer(T, 1, 1, Some("p")));
+    faults.fail_appends(true);
+    let mut bytes = Vec::new();
+    wire::encode_with_payload(
+        &wire::commands::send(1, 0, 1),
+        &meta(0),
+        b"body",
+        &mut bytes,
+    );
+    let refused = p.feed(&bytes);
+    assert_eq!(refused.len(), 1);
+    assert_eq!(
+        error_of(&refused[0].command),
+        Some(ServerError::PersistenceError)
+    );
+    faults.fail_appends(false);
+    let stored = p.publish(1, 0, meta(0));
+    assert_ne!(stored.ledger_id, u64::MAX, "receipted as a duplicate");
+    assert_eq!(
+        kinds(&p.call(&subscribe("s", 1, 2, SubType::Shared))),
+        [Type::Success]
+    );
+    p.call(&wire::commands::flow(1, 10));
+    assert_eq!(p.receive(1, 1), [(stored, 0)]);
+    p.session.close();
+}
