@@ -374,6 +374,8 @@ fn broker_checks(root: &Path, lib_banned: &[(String, &str)]) -> anyhow::Result<V
         (pat(&["Udp", "Socket"]), "sockets"),
     ];
     let mut edges: Vec<(String, String)> = Vec::new();
+    let mut inner_edges: Vec<(String, String)> = Vec::new();
+    let siblings = folder_modules(&files, &src);
     for f in &files {
         let rel = f
             .strip_prefix(&src)
@@ -421,9 +423,15 @@ fn broker_checks(root: &Path, lib_banned: &[(String, &str)]) -> anyhow::Result<V
             .copied()
             .filter(|l| !l.trim_start().starts_with("//"))
             .collect();
-        for to in crate_modules(&code.join("\n")) {
+        let code = code.join("\n");
+        for to in idents_after(&code, "crate::") {
             if to != from && !edges.contains(&(from.clone(), to.clone())) {
                 edges.push((from.clone(), to));
+            }
+        }
+        for edge in sibling_edges(&rel, &code, &siblings) {
+            if !inner_edges.contains(&edge) {
+                inner_edges.push(edge);
             }
         }
         if !test_file {
@@ -436,7 +444,68 @@ fn broker_checks(root: &Path, lib_banned: &[(String, &str)]) -> anyhow::Result<V
             cycle.join(" -> ")
         ));
     }
+    if let Some(cycle) = find_cycle(&inner_edges) {
+        problems.push(format!(
+            "broker/src: modules of one folder import each other in a circle: {}",
+            cycle.join(" -> ")
+        ));
+    }
     Ok(problems)
+}
+
+/// Each folder of `broker/src` (relative path, `""` for the top) and the modules in it: its
+/// files but `mod.rs`, and its sub-folders.
+fn folder_modules(files: &[PathBuf], src: &Path) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let mut add = |folder: String, module: String| match out.iter_mut().find(|(f, _)| *f == folder)
+    {
+        Some((_, ms)) if !ms.contains(&module) => ms.push(module),
+        Some(_) => {}
+        None => out.push((folder, vec![module])),
+    };
+    for f in files {
+        let rel = f
+            .strip_prefix(src)
+            .unwrap_or(f)
+            .to_string_lossy()
+            .replace('\\', "/");
+        let parts: Vec<&str> = rel.split('/').collect();
+        for k in 0..parts.len() {
+            let folder = parts[..k].join("/");
+            let module = parts[k].trim_end_matches(".rs");
+            if module != "mod" {
+                add(folder, module.to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// The edges from file `rel`'s module to the other modules of its folder that its `code`
+/// names: `super::b` (and `super::{b, …}`), or `crate::<folder>::b`. A folder's `mod.rs` is
+/// their parent, not a sibling: its edges are not counted.
+fn sibling_edges(
+    rel: &str,
+    code: &str,
+    siblings: &[(String, Vec<String>)],
+) -> Vec<(String, String)> {
+    let Some((folder, file)) = rel.rsplit_once('/') else {
+        return Vec::new();
+    };
+    let me = file.trim_end_matches(".rs");
+    let Some((_, mods)) = siblings.iter().find(|(f, _)| f == folder) else {
+        return Vec::new();
+    };
+    if me == "mod" {
+        return Vec::new();
+    }
+    let crate_path = format!("crate::{}::", folder.replace('/', "::"));
+    idents_after(code, "super::")
+        .into_iter()
+        .chain(idents_after(code, &crate_path))
+        .filter(|to| to != me && mods.contains(to))
+        .map(|to| (format!("{folder}/{me}"), format!("{folder}/{to}")))
+        .collect()
 }
 
 /// Whether `line` names a `Result` whose error is a `String` (`io::Result<String>`, a string
@@ -445,17 +514,19 @@ fn string_error(line: &str) -> bool {
     line.contains(&pat(&["Result", "<"])) && line.contains(&pat(&[", ", "String>"]))
 }
 
-/// Functions longer than [`BROKER_FN_LINES`] before the file's `#[cfg(test)]` (rustfmt puts a
-/// function's closing brace at the indentation of its `fn`).
+/// Functions longer than [`BROKER_FN_LINES`], but those of `#[cfg(test)]` items (a test
+/// module, wherever it stands, is skipped and the file checked on after it). rustfmt puts a
+/// function's closing brace at the indentation of its `fn`.
 fn long_functions(rel: &str, lines: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
-    let end = lines
-        .iter()
-        .position(|l| l.trim_start().starts_with("#[cfg(test)]"))
-        .unwrap_or(lines.len());
-    for (i, line) in lines[..end].iter().enumerate() {
-        let body = line.trim_start();
-        let indent = &line[..line.len() - body.len()];
+    let mut i = 0;
+    while i < lines.len() {
+        let body = lines[i].trim_start();
+        let indent = &lines[i][..lines[i].len() - body.len()];
+        if body.starts_with("#[cfg(test)]") {
+            i = end_of_item(lines, i + 1, indent);
+            continue;
+        }
         let signature = [
             "fn ",
             "pub fn ",
@@ -465,11 +536,9 @@ fn long_functions(rel: &str, lines: &[&str]) -> Vec<String> {
         ]
         .iter()
         .any(|p| body.starts_with(p));
-        if !signature || body.ends_with(';') {
-            continue;
-        }
         let close = format!("{indent}}}");
-        if let Some(len) = lines[i..end].iter().position(|l| *l == close) {
+        let len = lines[i..].iter().position(|l| *l == close);
+        if let (true, false, Some(len)) = (signature, body.ends_with(';'), len) {
             if len + 1 > BROKER_FN_LINES {
                 let name: String = body
                     .split("fn ")
@@ -485,13 +554,36 @@ fn long_functions(rel: &str, lines: &[&str]) -> Vec<String> {
                 ));
             }
         }
+        i += 1;
     }
     out
 }
 
-/// The top-level modules that `crate::` paths in `code` name: `crate::a::B`, and each item of a
-/// group, `crate::{a::B, c}`, also across lines.
-fn crate_modules(code: &str) -> Vec<String> {
+/// The index of the line after the item that starts at `from` (its attributes skipped) with
+/// the indentation `indent`: the one line of an item that ends with `;` or `,`, else through
+/// its closing brace.
+fn end_of_item(lines: &[&str], from: usize, indent: &str) -> usize {
+    let mut k = from;
+    while k < lines.len() && lines[k].trim_start().starts_with("#[") {
+        k += 1;
+    }
+    let Some(first) = lines.get(k) else {
+        return lines.len();
+    };
+    if first.trim_end().ends_with(';') || first.trim_end().ends_with(',') {
+        return k + 1;
+    }
+    let close = format!("{indent}}}");
+    lines[k..]
+        .iter()
+        .position(|l| l.trim_end() == close || l.trim_end() == format!("{close};"))
+        .map_or(lines.len(), |n| k + n + 1)
+}
+
+/// The first names of the paths that start with `prefix` in `code` (`crate::` gives the
+/// top-level modules named): `crate::a::B`, and each item of a group, `crate::{a::B, c}`, also
+/// across lines.
+fn idents_after(code: &str, prefix: &str) -> Vec<String> {
     let ident = |s: &str| -> String {
         s.trim_start()
             .chars()
@@ -500,8 +592,8 @@ fn crate_modules(code: &str) -> Vec<String> {
     };
     let mut found = Vec::new();
     let mut rest = code;
-    while let Some(k) = rest.find("crate::") {
-        rest = &rest[k + "crate::".len()..];
+    while let Some(k) = rest.find(prefix) {
+        rest = &rest[k + prefix.len()..];
         let Some(group) = rest.trim_start().strip_prefix('{') else {
             found.push(ident(rest));
             continue;
@@ -583,7 +675,33 @@ mod tests {
     #[test]
     fn grouped_and_multi_line_imports_name_their_modules() {
         let code = "use crate::a::B;\nuse crate::{\n    b::{C, D},\n    c,\n    self,\n};\nlet x = crate::d::f(crate::{e});";
-        assert_eq!(super::crate_modules(code), ["a", "b", "c", "d", "e"]);
+        assert_eq!(
+            super::idents_after(code, "crate::"),
+            ["a", "b", "c", "d", "e"]
+        );
+    }
+
+    /// Files of one folder naming each other through `super::` or `crate::<folder>::` make
+    /// edges; a name that is no module of the folder does not, nor does `mod.rs`.
+    #[test]
+    fn a_circle_inside_a_folder_is_found() {
+        let files: Vec<std::path::PathBuf> = ["admin/mod.rs", "admin/a.rs", "admin/b.rs", "x.rs"]
+            .iter()
+            .map(|f| std::path::Path::new("/s").join(f))
+            .collect();
+        let siblings = super::folder_modules(&files, std::path::Path::new("/s"));
+        let a = "use super::{b::f, json};\nsuper::helper();";
+        let b = "crate::admin::a::g(); super::x::y();";
+        let mut edges = super::sibling_edges("admin/a.rs", a, &siblings);
+        edges.extend(super::sibling_edges("admin/b.rs", b, &siblings));
+        edges.extend(super::sibling_edges(
+            "admin/mod.rs",
+            "super::a::f(); a::f();",
+            &siblings,
+        ));
+        let e = |a: &str, b: &str| (a.to_owned(), b.to_owned());
+        assert_eq!(edges, [e("admin/a", "admin/b"), e("admin/b", "admin/a")]);
+        assert!(super::find_cycle(&edges).is_some());
     }
 
     #[test]
@@ -663,6 +781,14 @@ mod tests {
         lines.push("}");
         let found = super::long_functions("f.rs", &lines);
         assert_eq!(found.len(), 1);
+        assert!(found[0].contains("`long`"), "{found:?}");
+        // After a test module, functions are checked again; inside it they are not.
+        let mut after = vec!["#[cfg(test)]", "mod tests {", "    fn long_test() {"];
+        after.extend(std::iter::repeat_n("        x();", super::BROKER_FN_LINES));
+        after.extend(["    }", "}", "#[cfg(test)]", "use x::Y;"]);
+        after.extend(lines.iter().copied());
+        let found = super::long_functions("f.rs", &after);
+        assert_eq!(found.len(), 1, "{found:?}");
         assert!(found[0].contains("`long`"), "{found:?}");
     }
 

@@ -8,7 +8,7 @@
 //! `whyBlocked` extension, and Prometheus metrics at `/metrics`. Errors are JSON
 //! `{"reason": …}` with Pulsar's status codes (the table in `docs/BROKER.md`).
 
-use crate::state::BrokerState;
+use crate::state::{BrokerState, TopicError};
 
 mod brokers;
 pub(crate) mod http;
@@ -202,6 +202,18 @@ fn percent_decode(s: &str) -> String {
     percent_encoding::percent_decode_str(s)
         .decode_utf8_lossy()
         .into_owned()
+}
+
+/// A topic operation's refusal with the status Pulsar answers.
+pub(super) fn topic_error(e: TopicError) -> Response {
+    let status = match &e {
+        TopicError::Metadata(m) => m.status(),
+        TopicError::NotFound(_) => 404,
+        TopicError::Partitioned(_) => 409,
+        TopicError::IllegalPartition { .. } | TopicError::PartitionName => 412,
+        TopicError::Storage(_) => 500,
+    };
+    Response::json_error(status, &e.to_string())
 }
 
 #[cfg(test)]

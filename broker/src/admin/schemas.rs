@@ -4,7 +4,7 @@
 
 use wire::proto::Schema;
 
-use super::topics::topic_error;
+use super::topic_error;
 use super::{json, Request, Response};
 use crate::schema::{type_name, type_of};
 use crate::state::BrokerState;

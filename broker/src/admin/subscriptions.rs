@@ -8,8 +8,7 @@ use cursor::Position;
 use dispatcher::AdminOp;
 use tracing::info;
 
-use super::topics::topic_error;
-use super::{json, no_content, parse_count, parse_query, Request, Response};
+use super::{json, no_content, parse_count, parse_query, topic_error, Request, Response};
 use crate::state::BrokerState;
 use crate::topic::{InitialPosition, SubKind, Subscription, Topic, TopicName};
 

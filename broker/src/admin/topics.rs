@@ -4,9 +4,9 @@
 
 use tracing::info;
 
-use super::{json, no_content, parse_count, parse_query, Request, Response};
+use super::{json, no_content, parse_count, parse_query, topic_error, Request, Response};
 use crate::metadata::TopicProperties;
-use crate::state::{BrokerState, DeleteError, TopicError};
+use crate::state::{BrokerState, DeleteError};
 use crate::topic::{Topic, TopicName};
 
 /// Everything under `/admin/v2/persistent/`; `segs` are the path segments after it.
@@ -249,17 +249,6 @@ fn properties_value(value: &serde_json::Value) -> Result<TopicProperties, Respon
             .collect(),
         _ => Err(refused()),
     }
-}
-
-pub(super) fn topic_error(e: TopicError) -> Response {
-    let status = match &e {
-        TopicError::Metadata(m) => m.status(),
-        TopicError::NotFound(_) => 404,
-        TopicError::Partitioned(_) => 409,
-        TopicError::IllegalPartition { .. } | TopicError::PartitionName => 412,
-        TopicError::Storage(_) => 500,
-    };
-    Response::json_error(status, &e.to_string())
 }
 
 fn deleted(r: Result<(), DeleteError>, full: &str) -> Response {

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use clap::error::{ContextKind, ErrorKind};
 use clap::{ArgAction, CommandFactory, Parser};
 
+use super::values::{boolean, count_u32, number, set, Checked};
 use super::{BrokerConfig, ConfigError};
 use crate::storage::SyncPolicy;
 
@@ -223,8 +224,6 @@ fn config_error(e: clap::Error) -> ConfigError {
     }
 }
 
-type Checked<T> = Result<T, &'static str>;
-
 fn address(v: &str) -> Checked<SocketAddr> {
     v.parse().map_err(|_| "not an IP:PORT")
 }
@@ -234,21 +233,6 @@ fn directory(v: &str) -> Checked<PathBuf> {
         "" => Err("empty path"),
         _ => Ok(PathBuf::from(v)),
     }
-}
-
-/// Puts a given flag's value into its field (an absent flag keeps the default).
-pub(super) fn set<T>(field: &mut T, value: Option<T>) {
-    if let Some(v) = value {
-        *field = v;
-    }
-}
-
-pub(super) fn number(v: &str) -> Checked<u64> {
-    v.parse().map_err(|_| "not a number")
-}
-
-pub(super) fn count_u32(v: &str) -> Checked<u32> {
-    u32::try_from(number(v)?).map_err(|_| "must be at most 4294967295")
 }
 
 fn at_least_one(v: &str) -> Checked<u64> {
@@ -290,14 +274,6 @@ fn interval(v: &str) -> Checked<u64> {
     match v.parse::<u64>() {
         Ok(n) if (10..=24 * 3_600_000).contains(&n) => Ok(n),
         _ => Err("must be a number of ms from 10 to 86400000 (one day)"),
-    }
-}
-
-pub(super) fn boolean(v: &str) -> Checked<bool> {
-    match v {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err("must be `true` or `false`"),
     }
 }
 

@@ -3,7 +3,7 @@
 
 use dispatcher::{DispatcherConfig, KeySharedMode};
 
-use super::args::{boolean, count_u32, number, set};
+use super::values::{boolean, count_u32, number, set};
 
 /// Unacked-message limits, Key_Shared look-ahead, unblocking and AUTO_SPLIT selector for every
 /// new subscription's dispatcher (`--max-unacked-messages-per-consumer` and the other flags of

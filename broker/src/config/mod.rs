@@ -7,6 +7,7 @@ mod args;
 mod dispatch;
 #[cfg(test)]
 mod tests;
+mod values;
 
 pub use dispatch::DispatchLimits;
 

@@ -17,7 +17,7 @@
 //! [`dispatcher::ConsumerHandle`] (cursor, then pending acks), as the dispatcher's design
 //! expects.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -86,8 +86,8 @@ pub(crate) struct Session {
     connected: bool,
     /// The client's version, from its CONNECT (shown in stats).
     client_version: String,
-    producers: HashMap<u64, Producer>,
-    consumers: HashMap<u64, Consumer>,
+    producers: BTreeMap<u64, Producer>,
+    consumers: BTreeMap<u64, Consumer>,
     /// Receipts waiting for their topic's commit (sync policy `always` or `interval`).
     pending_receipts: Vec<PendingReceipt>,
     /// Topics this read's SENDs stored entries in: their dispatchers are told once, after the
@@ -136,8 +136,8 @@ impl Session {
             reader,
             connected: false,
             client_version: String::new(),
-            producers: HashMap::new(),
-            consumers: HashMap::new(),
+            producers: BTreeMap::new(),
+            consumers: BTreeMap::new(),
             pending_receipts: Vec::new(),
             appended: Vec::new(),
             out: VecDeque::new(),
@@ -211,11 +211,11 @@ impl Session {
     /// The connection is gone: its consumers leave their subscriptions (their unacked
     /// entries go back to the others) and its producers leave their topics.
     pub(crate) fn close(&mut self) {
-        let consumers: Vec<_> = self.consumers.drain().map(|(_, c)| c).collect();
+        let consumers: Vec<_> = std::mem::take(&mut self.consumers).into_values().collect();
         for c in consumers {
             self.drop_consumer(c);
         }
-        let producers: Vec<_> = self.producers.drain().collect();
+        let producers: Vec<_> = std::mem::take(&mut self.producers).into_iter().collect();
         for (id, p) in producers {
             self.producer_gone(&p.topic, id);
         }

@@ -1,7 +1,7 @@
 //! The broker's shared state: configuration, the topic registry, id and name counters, and
 //! the connections' outboxes. No sockets, threads or clock: the shells own those.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -60,7 +60,8 @@ pub(crate) struct BrokerState {
     pub next_consumer: AtomicU64,
     next_producer: AtomicU64,
     name_prefix: String,
-    topics: Mutex<HashMap<String, Arc<Topic>>>,
+    /// By full name, ordered: housekeeping and listings visit topics in name order.
+    topics: Mutex<BTreeMap<String, Arc<Topic>>>,
     /// The durable topics' read cache (`--read-cache-mb`), one for the broker.
     pub read_cache: Arc<ReadCache>,
     /// Where topics are stored.
@@ -97,7 +98,7 @@ impl BrokerState {
             next_consumer: AtomicU64::new(1),
             next_producer: AtomicU64::new(0),
             name_prefix: format!("standalone-{}", std::process::id()),
-            topics: Mutex::new(HashMap::new()),
+            topics: Mutex::new(BTreeMap::new()),
             outboxes: Mutex::new(HashMap::new()),
             read_cache,
             backend,
@@ -143,7 +144,7 @@ impl BrokerState {
         if matches!(self.runtimes, Runtimes::Threads) {
             return false;
         }
-        let topics = self.topics_by_name();
+        let topics = self.topics();
         let mut any = false;
         loop {
             let mut did = false;
@@ -163,19 +164,12 @@ impl BrokerState {
     /// replay entry nothing holds back with nothing scheduled
     /// ([`dispatcher::Runtime::replay_idle`]): its topic, name and that entry.
     pub(crate) fn replay_idle(&self) -> Option<(String, String, cursor::Position)> {
-        self.topics_by_name().iter().find_map(|t| {
+        self.topics().iter().find_map(|t| {
             t.subscriptions().iter().find_map(|s| {
                 let p = s.runtime.replay_idle()?;
                 Some((t.name.to_string(), s.name.clone(), p))
             })
         })
-    }
-
-    /// Every topic, by name (the stepped order: one seed, one run).
-    fn topics_by_name(&self) -> Vec<Arc<Topic>> {
-        let mut topics = self.topics();
-        topics.sort_by(|a, b| a.name.cmp(&b.name));
-        topics
     }
 
     /// The mark-delete position of `topic`'s subscription `sub` (`None` if either is
@@ -197,7 +191,7 @@ impl BrokerState {
     /// Stepped runtimes: the first subscription (by topic name) whose dispatcher loop failed
     /// to settle ([`dispatcher::Runtime::livelock`]): its topic, name and how.
     pub(crate) fn livelock(&self) -> Option<(String, String, dispatcher::Livelock)> {
-        self.topics_by_name().iter().find_map(|t| {
+        self.topics().iter().find_map(|t| {
             t.subscriptions().iter().find_map(|s| {
                 let l = s.runtime.livelock()?;
                 Some((t.name.to_string(), s.name.clone(), l))
@@ -356,7 +350,7 @@ impl BrokerState {
         names
     }
 
-    /// Every topic.
+    /// Every topic, by name (the stepped order: one seed, one run).
     pub(crate) fn topics(&self) -> Vec<Arc<Topic>> {
         lock(&self.topics).values().cloned().collect()
     }
