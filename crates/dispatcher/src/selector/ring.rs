@@ -94,15 +94,19 @@ struct PointSet {
 }
 
 impl PointSet {
+    /// An empty set; its 8 KiB of words are allocated at the first insert.
     fn new() -> Self {
         PointSet {
-            words: vec![0u64; SLOTS / 64].into_boxed_slice(),
+            words: Box::default(),
             summary: [0; 16],
             len: 0,
         }
     }
 
     fn insert(&mut self, p: u32) {
+        if self.words.is_empty() {
+            self.words = vec![0u64; SLOTS / 64].into_boxed_slice();
+        }
         let w = (p >> 6) as usize;
         let bit = 1u64 << (p & 63);
         if self.words[w] & bit == 0 {
@@ -113,15 +117,15 @@ impl PointSet {
     }
 
     fn remove(&mut self, p: u32) {
-        let w = (p >> 6) as usize;
-        let bit = 1u64 << (p & 63);
-        if self.words[w] & bit != 0 {
-            self.words[w] &= !bit;
-            if self.words[w] == 0 {
-                self.summary[w >> 6] &= !(1u64 << (w & 63));
-            }
-            self.len -= 1;
+        if !self.contains(p) {
+            return;
         }
+        let w = (p >> 6) as usize;
+        self.words[w] &= !(1u64 << (p & 63));
+        if self.words[w] == 0 {
+            self.summary[w >> 6] &= !(1u64 << (w & 63));
+        }
+        self.len -= 1;
     }
 
     fn contains(&self, p: u32) -> bool {
@@ -132,7 +136,7 @@ impl PointSet {
 
     /// Smallest point `>= x`.
     fn next_at_or_after(&self, x: u32) -> Option<u32> {
-        if x > MAX_SLOT {
+        if x > MAX_SLOT || self.len == 0 {
             return None;
         }
         let w = (x >> 6) as usize;
@@ -163,6 +167,9 @@ impl PointSet {
 
     /// Greatest point `<= x`.
     fn prev_at_or_before(&self, x: u32) -> Option<u32> {
+        if self.len == 0 {
+            return None;
+        }
         let x = x.min(MAX_SLOT);
         let w = (x >> 6) as usize;
         let m = self.words[w] & (u64::MAX >> (63 - (x & 63)));
@@ -248,10 +255,15 @@ struct Member<C> {
 #[derive(Clone, Debug)]
 pub struct ConsistentHashingSelector<C> {
     points_per_consumer: u32,
-    /// slot → owning member index (`NONE` when the ring is empty).
-    table: Box<[u16; SLOTS]>,
-    /// point → owning member index (`NONE` when no point there).
-    point_owner: Box<[u16]>,
+    /// slot → owning member index (`NONE` when the ring is empty), kept only while two or more
+    /// consumers are in the ring (128 KiB): alone, one consumer owns every slot ([`only`]).
+    ///
+    /// [`only`]: Self::only
+    table: Option<Box<[u16; SLOTS]>>,
+    /// Without a table: the owner of every slot (`NONE` when the ring is empty).
+    only: u16,
+    /// point → owning member index, for the points on the ring.
+    point_owner: AHashMap<u32, u16>,
     points: PointSet,
     /// Colliding consumers queued behind a point's owner, FIFO.
     queues: AHashMap<u32, VecDeque<u16>>,
@@ -284,8 +296,9 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
     pub fn new(points_per_consumer: u32) -> Self {
         ConsistentHashingSelector {
             points_per_consumer: points_per_consumer.max(1),
-            table: Box::new([NONE; SLOTS]),
-            point_owner: vec![NONE; SLOTS].into_boxed_slice(),
+            table: None,
+            only: NONE,
+            point_owner: AHashMap::new(),
             points: PointSet::new(),
             queues: AHashMap::new(),
             queued: PointSet::new(),
@@ -319,7 +332,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
     /// The owner of ring point `point` and the consumers queued behind it (FIFO), or `None` when
     /// no point sits there.
     pub fn point_entry(&self, point: u32) -> Option<(C, Vec<C>)> {
-        let owner = *self.point_owner.get(point as usize)?;
+        let owner = *self.point_owner.get(&point)?;
         let owner = *self.ids.get(owner as usize)?;
         let queued = self
             .queues
@@ -363,7 +376,44 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
     }
 
     fn fill(&mut self, r: HashRange, owner: u16) {
-        self.table[r.start as usize..=r.end as usize].fill(owner);
+        if let Some(table) = &mut self.table {
+            table[r.start as usize..=r.end as usize].fill(owner);
+        }
+    }
+
+    /// The owner of ring point `p` (`NONE` when no point is there).
+    fn owner(&self, p: u32) -> u16 {
+        self.point_owner.get(&p).copied().unwrap_or(NONE)
+    }
+
+    /// After a join or a leave: the slot table exists exactly while two or more consumers are
+    /// in the ring; with fewer, [`only`](Self::only) names the one owner of every slot.
+    fn retable(&mut self) {
+        if self.by_id.len() < 2 {
+            self.table = None;
+            self.only = self
+                .points
+                .next_at_or_after(0)
+                .map_or(NONE, |p| self.owner(p));
+            return;
+        }
+        if self.table.is_some() {
+            return;
+        }
+        let mut table: Box<[u16; SLOTS]> = match vec![NONE; SLOTS].into_boxed_slice().try_into() {
+            Ok(t) => t,
+            Err(_) => unreachable!("a boxed slice of SLOTS entries"),
+        };
+        let mut prev = self.points.prev_at_or_before(MAX_SLOT);
+        for p in self.points.iter() {
+            let owner = self.owner(p);
+            let (a, b) = arc(prev.unwrap_or(p), p);
+            for r in std::iter::once(a).chain(b) {
+                table[r.start as usize..=r.end as usize].fill(owner);
+            }
+            prev = Some(p);
+        }
+        self.table = Some(table);
     }
 
     /// `(member index, range)` pairs grouped per consumer as [`ImpactedConsumers`] lists them
@@ -450,7 +500,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         let mut gained: Vec<HashRange> = Vec::with_capacity(sorted.len() + 1);
         let mut owned = 0usize;
         for &p in &sorted {
-            if self.point_owner[p as usize] != NONE {
+            if self.point_owner.contains_key(&p) {
                 self.queues.entry(p).or_default().push_back(idx);
                 self.queued.insert(p);
                 continue;
@@ -458,7 +508,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             owned += 1;
             let neighbours = self.points.pred(p).zip(self.points.succ(p));
             self.points.insert(p);
-            self.point_owner[p as usize] = idx;
+            self.point_owner.insert(p, idx);
             let Some((prev, succ)) = neighbours else {
                 // First point on an empty ring: every slot was unassigned.
                 let all = HashRange::new(1, MAX_SLOT);
@@ -466,7 +516,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
                 gained.push(all);
                 continue;
             };
-            let old = self.point_owner[succ as usize];
+            let old = self.owner(succ);
             if old == idx {
                 continue;
             }
@@ -505,6 +555,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         });
         let removed = self.group_by_member(&mut lost);
         self.pair_scratch = lost;
+        self.retable();
         Ok(ImpactedConsumers {
             removed,
             added: single(c.id, gained),
@@ -523,7 +574,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         //    ranges come out nearly sorted).
         let mut arcs: Vec<(u32, u32)> = Vec::with_capacity(member.sorted.len());
         for &p in &member.sorted {
-            if self.point_owner[p as usize] == idx {
+            if self.owner(p) == idx {
                 if let Some(prev) = self.points.pred(p) {
                     arcs.push((prev, p));
                 }
@@ -536,12 +587,12 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             } else {
                 None
             };
-            let owner = &mut self.point_owner[p as usize];
+            let owned = self.point_owner.get(&p) == Some(&idx);
             let emptied = match queue {
                 Some(q) => {
-                    if *owner == idx {
+                    if owned {
                         if let Some(n) = q.pop_front() {
-                            *owner = n;
+                            self.point_owner.insert(p, n);
                         }
                     } else {
                         q.retain(|&x| x != idx);
@@ -549,8 +600,8 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
                     q.is_empty()
                 }
                 None => {
-                    if *owner == idx {
-                        *owner = NONE;
+                    if owned {
+                        self.point_owner.remove(&p);
                         self.points.remove(p);
                     }
                     false
@@ -566,11 +617,8 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         let mut lost: Vec<HashRange> = Vec::with_capacity(arcs.len() + 1);
         let mut gained = std::mem::take(&mut self.pair_scratch);
         for (prev, p) in arcs {
-            let new_owner = match self.point_owner[p as usize] {
-                NONE => self
-                    .points
-                    .succ(p)
-                    .map_or(NONE, |s| self.point_owner[s as usize]),
+            let new_owner = match self.owner(p) {
+                NONE => self.points.succ(p).map_or(NONE, |s| self.owner(s)),
                 o => o,
             };
             let (a, b) = arc(prev, p);
@@ -592,6 +640,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         );
         let added = self.group_by_member(&mut gained);
         self.pair_scratch = gained;
+        self.retable();
         ImpactedConsumers {
             removed: single(id, lost),
             added,
@@ -606,8 +655,11 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         } else {
             1
         };
-        // `s` is in [1, 65535], inside the fixed-size table: no bounds check.
-        let owner = self.table[s as usize];
+        let owner = match &self.table {
+            // `s` is in [1, 65535], inside the fixed-size table: no bounds check.
+            Some(table) => table[s as usize],
+            None => self.only,
+        };
         self.ids.get(owner as usize).copied()
     }
 
@@ -615,7 +667,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         let mut pairs: Vec<(HashRange, C)> = Vec::new();
         let mut prev = 0u32;
         for p in self.points.iter() {
-            let owner = self.ids[self.point_owner[p as usize] as usize];
+            let owner = self.ids[self.owner(p) as usize];
             pairs.push((HashRange::new(prev + 1, p), owner));
             prev = p;
         }

@@ -245,6 +245,58 @@ fn ring_matches_reference_model() {
     );
 }
 
+/// The ring keeps its slot table only with two or more consumers: every slot must still match
+/// the model through each way in and out of that state (none, one, two, three consumers), with
+/// the impacted ranges of each step.
+#[test]
+fn ring_matches_the_model_through_one_and_two_consumers() {
+    let mut real = ConsistentHashingSelector::<u32>::new(20);
+    let mut model = RingModel {
+        points: 20,
+        ring: BTreeMap::new(),
+        names: BTreeMap::new(),
+        members: BTreeMap::new(),
+    };
+    let steps: [(bool, u32); 12] = [
+        (true, 1),
+        (true, 2),
+        (false, 1),
+        (false, 2),
+        (true, 3),
+        (true, 4),
+        (true, 5),
+        (false, 4),
+        (false, 3),
+        (true, 6),
+        (false, 5),
+        (false, 6),
+    ];
+    for (k, &(add, id)) in steps.iter().enumerate() {
+        let before = real.assignment();
+        let got = if add {
+            model.add(id, &format!("c{id}"));
+            real.add_consumer(ConsumerInfo::new(id, format!("c{id}")))
+                .unwrap()
+        } else {
+            model.remove(id);
+            real.remove_consumer(id)
+        };
+        let ctx = format!("step {k}: {} {id}", if add { "add" } else { "remove" });
+        let (added, removed) = if add {
+            (Some(id), None)
+        } else {
+            (None, Some(id))
+        };
+        check_impacted(&ctx, &before, &real.assignment(), &got, added, removed);
+        let owners = model.owners();
+        for (slot, want) in owners.iter().enumerate().skip(1) {
+            assert_eq!(real.select(slot as u32), *want, "{ctx} slot {slot}");
+        }
+        assert_eq!(real.select(0), owners[1], "{ctx} slot 0");
+    }
+    assert_eq!(real.consumer_count(), 0);
+}
+
 #[test]
 fn w6_ring_readd_restores_uncontended_consumers() {
     let mut r = ConsistentHashingSelector::<u32>::new(100);
