@@ -37,7 +37,8 @@ pub use crate::delayed::{DelayedDelivery, DelayedTracker};
 pub use crate::driver::{AdminOp, DeliveryExtras, Driver, FlagWaker, Output, Persist};
 pub use crate::error::{AckHandleError, AddConsumerError};
 pub use crate::runtime::{
-    ConsumerHandle, CursorView, Deliveries, Delivery, DeliverySink, Destination, Event, Livelock,
-    ReadDelay, Refused, Runtime, RuntimeOptions, StepClock, WhyBlockedQuery,
+    ConsumerHandle, CursorView, Deliveries, Delivery, DeliverySink, Destination, DispatchPool,
+    Event, EventSender, Livelock, ReadDelay, Refused, Runtime, RuntimeOptions, StepClock,
+    WhyBlockedQuery,
 };
 pub use crate::shared::{NoopWaker, Waker};

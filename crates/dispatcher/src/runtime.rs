@@ -74,9 +74,11 @@ use crate::driver::{AdminOp, Driver, Output, Persist};
 use crate::error::{AckHandleError, AddConsumerError};
 use crate::shared::Waker;
 
+mod pool;
 mod reads;
 mod sink;
 mod stepped;
+pub use pool::DispatchPool;
 pub use reads::ReadDelay;
 pub use sink::{DeliverySink, Destination, Refused};
 pub use stepped::{Livelock, StepClock};
@@ -270,8 +272,42 @@ impl std::fmt::Debug for ConsumerHandle {
     }
 }
 
+/// Sends [`Event`]s to a runtime's loop: a clone of [`Runtime::events`]. For a pooled runtime
+/// ([`Runtime::start_pooled`]) each send also schedules the loop on a worker.
+#[derive(Clone)]
+pub struct EventSender {
+    tx: Sender<Event>,
+    /// A pooled runtime's task (set once it is started; weak: the task owns the loop, which
+    /// holds senders).
+    wake: StdArc<std::sync::OnceLock<std::sync::Weak<pool::PoolTask>>>,
+}
+
+impl EventSender {
+    fn new(tx: Sender<Event>) -> EventSender {
+        EventSender {
+            tx,
+            wake: StdArc::default(),
+        }
+    }
+
+    /// Sends `ev` to the loop (and schedules a pooled one); an error when the loop is gone.
+    pub fn send(&self, ev: Event) -> Result<(), crossbeam_channel::SendError<Event>> {
+        self.tx.send(ev)?;
+        if let Some(task) = self.wake.get().and_then(std::sync::Weak::upgrade) {
+            task.schedule();
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for EventSender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("EventSender")
+    }
+}
+
 struct ChannelWaker {
-    events: Sender<Event>,
+    events: EventSender,
     pending: AtomicBool,
     /// An [`Event::Appended`] is in the channel (one at a time).
     appended: AtomicBool,
@@ -288,7 +324,7 @@ impl Waker for ChannelWaker {
 
 /// A running subscription: the dispatcher thread and the handles to talk to it.
 pub struct Runtime {
-    events: Sender<Event>,
+    events: EventSender,
     waker: StdArc<ChannelWaker>,
     ack: AckHandle,
     view: StdArc<ViewFn>,
@@ -296,6 +332,8 @@ pub struct Runtime {
     thread: Option<JoinHandle<()>>,
     /// A stepped runtime's loop ([`Runtime::start_stepped`]); `None` for a threaded one.
     stepped: Option<stepped::SteppedLoop>,
+    /// A pooled runtime's task ([`Runtime::start_pooled`]).
+    pooled: Option<pool::Pooled>,
     delivery_queue: usize,
 }
 
@@ -311,7 +349,7 @@ pub struct ConsumerHandle {
     pub deliveries: Deliveries,
     ack: AckHandle,
     fast: Option<ConsumerAckHandle>,
-    events: Sender<Event>,
+    events: EventSender,
 }
 
 impl ConsumerHandle {
@@ -403,11 +441,7 @@ impl Runtime {
         S: CursorStore + Send + 'static,
         L: Ledger + Send + 'static,
     {
-        let real = LoopClock::Real {
-            start: Instant::now(),
-            start_wall: wall_clock_ms(),
-        };
-        let (mut rt, lp, rx) = Self::assemble(cfg, cursor, ledger, options, real);
+        let (mut rt, lp, rx) = Self::assemble(cfg, cursor, ledger, options, LoopClock::real());
         rt.thread = std::thread::Builder::new()
             .name("dispatcher".into())
             .spawn(move || lp.run(rx))
@@ -431,6 +465,7 @@ impl Runtime {
         L: Ledger + Send + 'static,
     {
         let (tx, rx) = unbounded::<Event>();
+        let tx = EventSender::new(tx);
         let waker = StdArc::new(ChannelWaker {
             events: tx.clone(),
             pending: AtomicBool::new(false),
@@ -475,6 +510,7 @@ impl Runtime {
             clock,
             next_persist: None,
             next_idle_check: None,
+            next_drain_check: None,
             reads: options.read_delay.map(reads::InFlight::new),
         };
         lp.next_persist = persist_ms.map(|ms| lp.now().saturating_add(ms));
@@ -486,6 +522,7 @@ impl Runtime {
             ranges,
             thread: None,
             stepped: None,
+            pooled: None,
             delivery_queue: options.delivery_queue.max(1),
         };
         (rt, lp, rx)
@@ -611,7 +648,7 @@ impl Runtime {
     }
 
     /// A clone of the event sender, for custom producers of events.
-    pub fn events(&self) -> Sender<Event> {
+    pub fn events(&self) -> EventSender {
         self.events.clone()
     }
 
@@ -628,6 +665,9 @@ impl Runtime {
         self.pump();
         if let Some(t) = self.thread.take() {
             let _ = t.join();
+        }
+        if let Some(p) = &self.pooled {
+            p.wait_stopped();
         }
     }
 
@@ -664,6 +704,9 @@ struct Loop<S: CursorStore, L: Ledger> {
     next_persist: Option<u64>,
     /// When idle consumers are looked for next ([`RuntimeOptions::consumer_idle_timeout`]).
     next_idle_check: Option<u64>,
+    /// While a consumer is paused: when its destination is looked at again (no event says it
+    /// drained).
+    next_drain_check: Option<u64>,
     /// The reads in flight ([`RuntimeOptions::read_delay`]; `None`: reads complete at once).
     reads: Option<reads::InFlight>,
 }
@@ -687,6 +730,16 @@ struct Outlet {
     last_active: u64,
     /// Its pending entries at the last idle check.
     last_pending: usize,
+}
+
+impl LoopClock {
+    /// The system's wall clock from now on, counted on the monotonic clock.
+    fn real() -> LoopClock {
+        LoopClock::Real {
+            start: Instant::now(),
+            start_wall: wall_clock_ms(),
+        }
+    }
 }
 
 impl<S: CursorStore, L: Ledger> Loop<S, L> {
@@ -730,12 +783,15 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
             ),
             _ => None,
         };
-        // A paused consumer drains its channel without telling anyone: look again soon.
-        let drain = self
-            .consumers
-            .iter()
-            .any(|o| o.paused)
-            .then(|| now.saturating_add(DRAIN_CHECK_MS));
+        // A paused consumer drains its channel without telling anyone: look again soon (at a
+        // time kept until it comes, so that a loop stepped at that time finds it due).
+        let paused = self.consumers.iter().any(|o| o.paused);
+        self.next_drain_check = match self.next_drain_check {
+            _ if !paused => None,
+            Some(at) => Some(at),
+            None => Some(now.saturating_add(DRAIN_CHECK_MS)),
+        };
+        let drain = self.next_drain_check;
         [
             self.core.poll_timeout(),
             self.next_persist,
@@ -751,6 +807,10 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
     /// Runs what is due at `now` (see [`Loop::next_deadline`]); the caller then executes the
     /// core's commands.
     fn on_due(&mut self, now: u64) {
+        if self.next_drain_check.is_some_and(|at| at <= now) {
+            // The look itself is the next execute's (it resumes the consumers with room).
+            self.next_drain_check = None;
+        }
         if let Some(r) = &mut self.reads {
             r.complete_due(now, &mut self.driver, &mut self.core, &self.cell);
         }

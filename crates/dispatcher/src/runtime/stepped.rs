@@ -45,11 +45,15 @@ pub(super) struct SteppedLoop {
 }
 
 /// A [`Loop`] over any cursor store and ledger.
-trait Step {
+pub(super) trait Step {
     /// Handles every queued event and whatever is due now; whether anything happened.
     fn step(&mut self) -> bool;
     /// When something is due without an event.
     fn deadline(&mut self) -> Option<u64>;
+    /// How long from now until something is due without an event, in ms.
+    fn due_in_ms(&mut self) -> Option<u64>;
+    /// Whether events wait in the loop's queue (a step handles a bounded number).
+    fn has_events(&self) -> bool;
     /// Whether the loop ended (a shutdown was handled).
     fn stopped(&self) -> bool;
     /// [`Runtime::replay_idle`].
@@ -93,19 +97,44 @@ impl std::fmt::Display for Livelock {
     }
 }
 
-struct Stepper<S: CursorStore, L: Ledger> {
+pub(super) struct Stepper<S: CursorStore, L: Ledger> {
     lp: Loop<S, L>,
     rx: Receiver<Event>,
     stopped: bool,
     /// Productive steps since the last quiet one.
     unsettled: u64,
     livelock: Option<Livelock>,
+    /// Whether a loop that does not settle is stopped as livelocked (a simulator's stepped
+    /// runtime), or runs on (a pool's: a busy subscription is productive step after step).
+    bounded: bool,
+    /// Events one step handles at most (the others wait for the next step).
+    max_events: usize,
 }
 
+/// Events a pooled loop handles per step, so that one busy subscription does not keep a
+/// worker from the others.
+const POOLED_EVENTS_PER_STEP: usize = 1_024;
+
 impl<S: CursorStore, L: Ledger> Stepper<S, L> {
-    /// Executes the core's commands, bounded; a livelock ends the loop.
+    /// A pool's loop: no livelock bound, a bounded number of events per step.
+    pub(super) fn unbounded(lp: Loop<S, L>, rx: Receiver<Event>) -> Self {
+        Stepper {
+            lp,
+            rx,
+            stopped: false,
+            unsettled: 0,
+            livelock: None,
+            bounded: false,
+            max_events: POOLED_EVENTS_PER_STEP,
+        }
+    }
+
+    /// Executes the core's commands (bounded for a stepped runtime: a livelock ends the
+    /// loop).
     fn execute(&mut self) {
-        if !self.lp.execute_at_most(MAX_COMMANDS_PER_TURN) {
+        if !self.bounded {
+            self.lp.execute();
+        } else if !self.lp.execute_at_most(MAX_COMMANDS_PER_TURN) {
             self.livelock = Some(Livelock::Commands(MAX_COMMANDS_PER_TURN));
         }
     }
@@ -117,7 +146,10 @@ impl<S: CursorStore, L: Ledger> Step for Stepper<S, L> {
             return false;
         }
         let mut did = false;
-        while let Ok(ev) = self.rx.try_recv() {
+        let mut handled = 0;
+        while handled < self.max_events {
+            let Ok(ev) = self.rx.try_recv() else { break };
+            handled += 1;
             did = true;
             if !self.lp.on_event(ev) {
                 self.stopped = true;
@@ -136,7 +168,7 @@ impl<S: CursorStore, L: Ledger> Step for Stepper<S, L> {
             did = true;
         }
         self.unsettled = if did { self.unsettled + 1 } else { 0 };
-        if self.unsettled > MAX_STEPS_UNSETTLED && self.livelock.is_none() {
+        if self.bounded && self.unsettled > MAX_STEPS_UNSETTLED && self.livelock.is_none() {
             self.livelock = Some(Livelock::Steps(MAX_STEPS_UNSETTLED));
         }
         did
@@ -148,6 +180,15 @@ impl<S: CursorStore, L: Ledger> Step for Stepper<S, L> {
         }
         let now = self.lp.now();
         self.lp.next_deadline(now)
+    }
+
+    fn due_in_ms(&mut self) -> Option<u64> {
+        let now = self.lp.now();
+        self.deadline().map(|at| at.saturating_sub(now))
+    }
+
+    fn has_events(&self) -> bool {
+        !self.rx.is_empty()
     }
 
     fn stopped(&self) -> bool {
@@ -233,6 +274,8 @@ impl Runtime {
             stopped: false,
             unsettled: 0,
             livelock: None,
+            bounded: true,
+            max_events: usize::MAX,
         });
         rt.stepped = Some(SteppedLoop {
             inner: Arc::new(Mutex::new(stepper)),
