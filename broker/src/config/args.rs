@@ -52,6 +52,10 @@ pub(super) struct Args {
     /// read back from their log files.
     #[arg(long, value_name = "N", value_parser = cache_mb)]
     read_cache_mb: Option<u64>,
+    /// Threads that run every subscription's dispatcher (default: the number of CPUs); 0 gives
+    /// each subscription a thread of its own.
+    #[arg(long, value_name = "N", value_parser = dispatch_threads)]
+    dispatch_threads: Option<usize>,
     /// Key_Shared key-serial dispatch: at most N unacked entries per key (default 0 = off); 1
     /// gives stock clients per-key order on nack.
     #[arg(long, value_name = "N", value_parser = count_u32)]
@@ -131,6 +135,7 @@ impl Args {
         set(&mut cfg.sync, self.sync);
         set(&mut cfg.entries_per_ledger, self.entries_per_ledger);
         set(&mut cfg.read_cache_mb, self.read_cache_mb);
+        cfg.dispatch_threads = self.dispatch_threads.or(cfg.dispatch_threads);
         set(
             &mut cfg.key_shared_max_unacked_per_key,
             self.key_shared_max_unacked_per_key,
@@ -253,6 +258,13 @@ fn cache_mb(v: &str) -> Checked<u64> {
     match number(v)? {
         n @ 0..=1_048_576 => Ok(n),
         _ => Err("must be at most 1048576 (1 TiB)"),
+    }
+}
+
+fn dispatch_threads(v: &str) -> Checked<usize> {
+    match number(v)? {
+        n @ 0..=1024 => Ok(n as usize),
+        _ => Err("must be at most 1024"),
     }
 }
 

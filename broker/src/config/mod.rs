@@ -69,6 +69,10 @@ pub struct BrokerConfig {
     /// `managedLedgerCacheSizeMB`; default 64): recently written or read payloads; a miss reads
     /// the entry back from its log file. Without `--data-dir` every entry is in memory anyway.
     pub read_cache_mb: u64,
+    /// Worker threads of the dispatch pool that runs every subscription's dispatcher
+    /// (`--dispatch-threads`; `None`: the number of CPUs); `Some(0)`: a thread per
+    /// subscription.
+    pub dispatch_threads: Option<usize>,
     /// Idle time after which the broker pings a connection (ms); twice that without any
     /// frame closes it. Pulsar's `keepAliveIntervalSeconds` (30 s).
     pub keep_alive_ms: u64,
@@ -131,6 +135,7 @@ impl Default for BrokerConfig {
             max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
             entries_per_ledger: 50_000,
             read_cache_mb: 64,
+            dispatch_threads: None,
             keep_alive_ms: 30_000,
             sync: crate::storage::SyncPolicy::Always,
             legacy: Legacy::default(),

@@ -90,7 +90,7 @@ impl Broker {
         let (listener, service_addr) = bind("--listen", cfg.listen)?;
         let (admin_listener, admin_addr) = bind("--admin", cfg.admin)?;
         let state = Arc::new(
-            BrokerState::new(cfg, format!("pulsar://{service_addr}"))
+            BrokerState::pooled(cfg, format!("pulsar://{service_addr}"))
                 .with_admin_url(format!("http://{admin_addr}")),
         );
         let started = Instant::now();

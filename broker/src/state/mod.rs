@@ -109,6 +109,19 @@ impl BrokerState {
         }
     }
 
+    /// [`BrokerState::new`] whose subscriptions run on a dispatch pool of `--dispatch-threads`
+    /// workers (default: one per CPU), or each on a thread of its own with 0: the broker's.
+    pub(crate) fn pooled(cfg: BrokerConfig, service_url: String) -> BrokerState {
+        let workers = cfg.dispatch_threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+        });
+        let mut s = BrokerState::new(cfg, service_url);
+        if workers > 0 {
+            s.runtimes = Runtimes::Pool(Arc::new(dispatcher::DispatchPool::new(workers)));
+        }
+        s
+    }
+
     /// A broker state whose topics are stored in `backend` (tests: one that fails on demand).
     #[cfg(test)]
     pub(crate) fn with_backend(
@@ -141,7 +154,7 @@ impl BrokerState {
     /// dispatcher loop (topics by name, subscriptions by name) until none has anything left to
     /// do at the clock's time; whether anything ran. A threaded state: nothing, `false`.
     pub(crate) fn step(&self) -> bool {
-        if matches!(self.runtimes, Runtimes::Threads) {
+        if !matches!(self.runtimes, Runtimes::Stepped(..)) {
             return false;
         }
         let topics = self.topics();

@@ -99,9 +99,12 @@ pub(crate) enum Published {
 /// How a topic's subscriptions run their dispatchers.
 #[derive(Clone, Debug, Default)]
 pub(crate) enum Runtimes {
-    /// One dispatcher thread each (the broker).
+    /// One dispatcher thread each (`--dispatch-threads 0`, and tests).
     #[default]
     Threads,
+    /// On the broker's dispatch pool: a few threads run every subscription's loop when it has
+    /// something to do (the broker's default).
+    Pool(Arc<dispatcher::DispatchPool>),
     /// No thread: whoever drives the broker steps them at the time this clock reads
     /// ([`BrokerState::step`](crate::state::BrokerState::step)), as the simulator does, with
     /// these runtime options.

@@ -319,6 +319,10 @@ impl Topic {
         let cfg = kind.dispatcher_config(&self.defaults, &self.name);
         let runtime = match &self.runtimes {
             super::Runtimes::Threads => Runtime::start(cfg, cursor, ledger),
+            super::Runtimes::Pool(pool) => {
+                let options = dispatcher::RuntimeOptions::default();
+                Runtime::start_pooled(cfg, cursor, ledger, options, pool)
+            }
             super::Runtimes::Stepped(clock, options) => {
                 Runtime::start_stepped(cfg, cursor, ledger, *options, clock.clone())
             }

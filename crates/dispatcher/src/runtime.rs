@@ -677,6 +677,8 @@ impl Runtime {
         if self.stepped.is_some() {
             self.pump();
             rx.try_recv().ok()
+        } else if let Some(p) = &self.pooled {
+            p.answer(&rx)
         } else {
             rx.recv().ok()
         }

@@ -198,3 +198,15 @@ fn answers_come_from_the_workers_and_a_drop_stops_the_loop() {
     drop(rt);
     drop(pool);
 }
+
+/// A runtime still alive when its pool is dropped does not run again, and dropping it then
+/// returns at once (a broker shutting down out of order does not hang).
+#[test]
+fn a_runtime_outliving_its_pool_drops_without_waiting() {
+    let pool = DispatchPool::new(1);
+    let rt = pooled(DispatcherConfig::shared(), "outlives", &pool);
+    rt.publish_wait(vec![meta("x")]);
+    drop(pool);
+    assert!(rt.stats().is_none(), "no loop runs once the pool is gone");
+    drop(rt);
+}

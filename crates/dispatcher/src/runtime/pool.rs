@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::{unbounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{unbounded, Receiver, Sender};
 use cursor::{CursorStore, Ledger, ManagedCursor};
 use tracing::{debug, warn};
 
@@ -26,11 +26,16 @@ use super::{LoopClock, Runtime, RuntimeOptions};
 use crate::config::DispatcherConfig;
 
 /// Worker threads that run pooled runtimes ([`Runtime::start_pooled`]), and one timer thread.
-/// Dropping the pool stops its threads once every runtime on it was shut down (a runtime's
-/// [`shutdown`](Runtime::shutdown), or its drop).
+/// Shut the runtimes down before dropping the pool: dropping it stops its threads, and a
+/// pooled runtime still alive then never runs again (its shutdown returns at once, without
+/// persisting its cursor).
 pub struct DispatchPool {
-    /// Taken when the pool is dropped: its threads end once no task holds it either.
+    /// Taken when the pool is dropped.
     shared: Option<Arc<Shared>>,
+    /// Never sent on: dropped with the pool, which ends its threads and every wait for a
+    /// pooled loop (a runtime still alive then does not run again).
+    closing: Option<Sender<()>>,
+    closed: Receiver<()>,
     workers: Vec<JoinHandle<()>>,
     timer: Option<JoinHandle<()>>,
 }
@@ -73,6 +78,7 @@ impl DispatchPool {
     pub fn new(workers: usize) -> DispatchPool {
         let (ready, ready_rx) = unbounded::<Arc<PoolTask>>();
         let (timers, timers_rx) = unbounded::<Timer>();
+        let (closing, closed) = unbounded::<()>();
         let shared = Arc::new(Shared {
             ready,
             timers,
@@ -80,23 +86,26 @@ impl DispatchPool {
         });
         let workers: Vec<JoinHandle<()>> = (0..workers.max(1))
             .filter_map(|i| {
-                let rx = ready_rx.clone();
+                let (rx, closed) = (ready_rx.clone(), closed.clone());
                 let spawned = std::thread::Builder::new()
                     .name(format!("dispatch-{i}"))
-                    .spawn(move || work(&rx));
+                    .spawn(move || work(&rx, &closed));
                 spawned
                     .map_err(|e| warn!(error = %e, "could not spawn a dispatch worker"))
                     .ok()
             })
             .collect();
         let epoch = shared.epoch;
+        let timer_closed = closed.clone();
         let timer = std::thread::Builder::new()
             .name("dispatch-timer".into())
-            .spawn(move || time(&timers_rx, epoch))
+            .spawn(move || time(&timers_rx, &timer_closed, epoch))
             .map_err(|e| warn!(error = %e, "could not spawn the dispatch timer"))
             .ok();
         DispatchPool {
             shared: Some(shared),
+            closing: Some(closing),
+            closed,
             workers,
             timer,
         }
@@ -110,9 +119,8 @@ impl DispatchPool {
 
 impl Drop for DispatchPool {
     fn drop(&mut self) {
-        // The queues close when the last sender goes: the pool's, and each task's (a task
-        // holds the shared state until its runtime is dropped).
         drop(self.shared.take());
+        drop(self.closing.take());
         for w in self.workers.drain(..) {
             let _ = w.join();
         }
@@ -130,17 +138,23 @@ impl std::fmt::Debug for DispatchPool {
     }
 }
 
-/// A worker: runs tasks as they become ready, until the pool and every task are gone.
-fn work(ready: &Receiver<Arc<PoolTask>>) {
+/// A worker: runs tasks as they become ready, until the pool is dropped.
+fn work(ready: &Receiver<Arc<PoolTask>>, closed: &Receiver<()>) {
     ON_WORKER.with(|w| w.set(true));
-    while let Ok(task) = ready.recv() {
-        task.run();
+    loop {
+        crossbeam_channel::select! {
+            recv(ready) -> task => match task {
+                Ok(task) => task.run(),
+                Err(_) => return,
+            },
+            recv(closed) -> _ => return,
+        }
     }
 }
 
 /// The timer thread: schedules each task at the time it registered; a task that registered
 /// a later time since, or is gone, is skipped.
-fn time(timers: &Receiver<Timer>, epoch: Instant) {
+fn time(timers: &Receiver<Timer>, closed: &Receiver<()>, epoch: Instant) {
     let mut heap: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
     let mut tasks: std::collections::HashMap<u64, Weak<PoolTask>> = Default::default();
     let mut seq = 0u64;
@@ -161,18 +175,21 @@ fn time(timers: &Receiver<Timer>, epoch: Instant) {
                 }
             }
         }
-        let next = match heap.peek() {
-            Some(&Reverse((at, _))) => timers.recv_timeout(Duration::from_millis(at - now)),
-            None => timers.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        let wait = match heap.peek() {
+            Some(&Reverse((at, _))) => crossbeam_channel::after(Duration::from_millis(at - now)),
+            None => crossbeam_channel::never(),
         };
-        match next {
-            Ok(t) => {
-                seq += 1;
-                heap.push(Reverse((t.at, seq)));
-                tasks.insert(seq, t.task);
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => return,
+        crossbeam_channel::select! {
+            recv(timers) -> t => match t {
+                Ok(t) => {
+                    seq += 1;
+                    heap.push(Reverse((t.at, seq)));
+                    tasks.insert(seq, t.task);
+                }
+                Err(_) => return,
+            },
+            recv(closed) -> _ => return,
+            recv(wait) -> _ => {}
         }
     }
 }
@@ -228,14 +245,28 @@ pub(super) struct Pooled {
     /// The runtime owns its task (senders hold it weakly).
     _task: Arc<PoolTask>,
     done: Receiver<()>,
+    /// The pool's: disconnected once the pool is dropped.
+    closed: Receiver<()>,
 }
 
 impl Pooled {
-    /// Waits until a worker saw the loop stop (not on a worker thread, where it would wait
-    /// for itself).
+    /// The loop's answer on `rx`; `None` when the loop is gone, or the pool (a loop that will
+    /// not run again).
+    pub(super) fn answer<T>(&self, rx: &Receiver<T>) -> Option<T> {
+        crossbeam_channel::select! {
+            recv(rx) -> v => v.ok(),
+            recv(self.closed) -> _ => None,
+        }
+    }
+
+    /// Waits until a worker saw the loop stop, or the pool is gone (not on a worker thread,
+    /// where it would wait for itself).
     pub(super) fn wait_stopped(&self) {
         if !ON_WORKER.with(std::cell::Cell::get) {
-            let _ = self.done.recv();
+            crossbeam_channel::select! {
+                recv(self.done) -> _ => {}
+                recv(self.closed) -> _ => {}
+            }
         }
     }
 }
@@ -298,7 +329,11 @@ impl Runtime {
         // The first step sets the loop's timers (the cursor's persist cadence).
         task.schedule();
         debug!("pooled dispatcher started");
-        rt.pooled = Some(Pooled { _task: task, done });
+        rt.pooled = Some(Pooled {
+            _task: task,
+            done,
+            closed: pool.closed.clone(),
+        });
         rt
     }
 }
