@@ -210,3 +210,43 @@ fn a_runtime_outliving_its_pool_drops_without_waiting() {
     assert!(rt.stats().is_none(), "no loop runs once the pool is gone");
     drop(rt);
 }
+
+struct Panics;
+
+impl DeliverySink for Panics {
+    fn deliver(&mut self, _: Vec<Delivery>) -> Result<(), Refused> {
+        panic!("a sink that panics (planted)");
+    }
+
+    fn has_room(&self) -> bool {
+        true
+    }
+}
+
+/// A loop whose step panics stops alone: the worker goes on running the others, and the
+/// panicked runtime's shutdown returns.
+#[test]
+fn a_panicking_loop_stops_alone() {
+    let pool = DispatchPool::new(1);
+    let bad = pooled(DispatcherConfig::shared(), "bad", &pool);
+    let good = pooled(DispatcherConfig::shared(), "good", &pool);
+    let b = bad
+        .add_consumer_with_sink(ConsumerSpec::new(1, "b"), Box::new(Panics))
+        .unwrap();
+    b.flow(10);
+    bad.publish(vec![meta("x")]);
+    let c = good.add_consumer(ConsumerSpec::new(1, "c")).unwrap();
+    c.flow(10);
+    good.publish(vec![meta("y")]);
+    assert_eq!(
+        c.deliveries
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(bad.stats().is_none(), "the panicked loop answers nothing");
+    drop((b, c));
+    bad.shutdown();
+    good.shutdown();
+}

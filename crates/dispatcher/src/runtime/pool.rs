@@ -64,6 +64,9 @@ pub(super) struct PoolTask {
     timer_at: AtomicU64,
     /// Dropped by the worker that saw the loop stop: [`Runtime::stop`] waits for it.
     done: Mutex<Option<Sender<()>>>,
+    /// A step panicked: the loop never runs again (as a threaded runtime's thread that
+    /// panicked), and the pool's worker goes on with the others.
+    failed: AtomicBool,
     shared: Arc<Shared>,
 }
 
@@ -144,7 +147,12 @@ fn work(ready: &Receiver<Arc<PoolTask>>, closed: &Receiver<()>) {
     loop {
         crossbeam_channel::select! {
             recv(ready) -> task => match task {
-                Ok(task) => task.run(),
+                Ok(task) => {
+                    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| task.run()));
+                    if ran.is_err() {
+                        task.fail();
+                    }
+                }
                 Err(_) => return,
             },
             recv(closed) -> _ => return,
@@ -206,8 +214,18 @@ impl PoolTask {
         }
     }
 
+    /// After a panic in one of its steps: the loop is stopped for good.
+    fn fail(&self) {
+        self.failed.store(true, Ordering::SeqCst);
+        warn!("a pooled dispatcher loop panicked: it stops (its consumers get nothing more)");
+        drop(self.done.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+
     /// One step of the loop, on a worker; then its next wake-up.
     fn run(self: &Arc<Self>) {
+        if self.failed.load(Ordering::SeqCst) {
+            return;
+        }
         let mut stepper = self.stepper.lock().unwrap_or_else(|p| p.into_inner());
         // Events sent from here on schedule the task again.
         self.scheduled.store(false, Ordering::SeqCst);
@@ -250,11 +268,12 @@ pub(super) struct Pooled {
 }
 
 impl Pooled {
-    /// The loop's answer on `rx`; `None` when the loop is gone, or the pool (a loop that will
-    /// not run again).
+    /// The loop's answer on `rx`; `None` when the loop stopped (or panicked), or the pool is
+    /// gone: a loop that will not run again.
     pub(super) fn answer<T>(&self, rx: &Receiver<T>) -> Option<T> {
         crossbeam_channel::select! {
             recv(rx) -> v => v.ok(),
+            recv(self.done) -> _ => rx.try_recv().ok(),
             recv(self.closed) -> _ => None,
         }
     }
@@ -319,6 +338,7 @@ impl Runtime {
             scheduled: AtomicBool::new(false),
             timer_at: AtomicU64::new(u64::MAX),
             done: Mutex::new(Some(done_tx)),
+            failed: AtomicBool::new(false),
             shared: match &pool.shared {
                 Some(s) => s.clone(),
                 None => unreachable!("a pool's shared state is taken only when it is dropped"),
