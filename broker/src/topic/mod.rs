@@ -42,7 +42,7 @@ pub(crate) use producers::{
     Request as ProducerRequest,
 };
 pub(crate) use subscription::{
-    ConsumerInfo, InitialPosition, OutCounters, SubKind, SubscribeError, Subscription,
+    ConsumerInfo, InitialPosition, OutCounters, Runtimes, SubKind, SubscribeError, Subscription,
     SubscriptionDefaults,
 };
 
@@ -94,21 +94,6 @@ pub(crate) enum Published {
     Duplicate,
     /// Not stored: the topic is terminated.
     Terminated,
-}
-
-/// How a topic's subscriptions run their dispatchers.
-#[derive(Clone, Debug, Default)]
-pub(crate) enum Runtimes {
-    /// One dispatcher thread each (`--dispatch-threads 0`, and tests).
-    #[default]
-    Threads,
-    /// On the broker's dispatch pool: a few threads run every subscription's loop when it has
-    /// something to do (the broker's default).
-    Pool(Arc<dispatcher::DispatchPool>),
-    /// No thread: whoever drives the broker steps them at the time this clock reads
-    /// ([`BrokerState::step`](crate::state::BrokerState::step)), as the simulator does, with
-    /// these runtime options.
-    Stepped(dispatcher::StepClock, dispatcher::RuntimeOptions),
 }
 
 /// What a durable topic is opened with.

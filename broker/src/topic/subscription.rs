@@ -139,6 +139,21 @@ pub(crate) struct OutCounters {
     pub read_failures: AtomicU64,
 }
 
+/// How a topic's subscriptions run their dispatchers.
+#[derive(Clone, Debug, Default)]
+pub(crate) enum Runtimes {
+    /// One dispatcher thread each (`--dispatch-threads 0`, and tests).
+    #[default]
+    Threads,
+    /// On the broker's dispatch pool: a few threads run every subscription's loop when it has
+    /// something to do (the broker's default).
+    Pool(Arc<dispatcher::DispatchPool>),
+    /// No thread: whoever drives the broker steps them at the time this clock reads
+    /// ([`BrokerState::step`](crate::state::BrokerState::step)), as the simulator does, with
+    /// these runtime options.
+    Stepped(dispatcher::StepClock, dispatcher::RuntimeOptions),
+}
+
 /// One subscription: its dispatcher runtime and who is connected.
 pub(crate) struct Subscription {
     pub name: String,
@@ -318,12 +333,12 @@ impl Topic {
         };
         let cfg = kind.dispatcher_config(&self.defaults, &self.name);
         let runtime = match &self.runtimes {
-            super::Runtimes::Threads => Runtime::start(cfg, cursor, ledger),
-            super::Runtimes::Pool(pool) => {
+            Runtimes::Threads => Runtime::start(cfg, cursor, ledger),
+            Runtimes::Pool(pool) => {
                 let options = dispatcher::RuntimeOptions::default();
                 Runtime::start_pooled(cfg, cursor, ledger, options, pool)
             }
-            super::Runtimes::Stepped(clock, options) => {
+            Runtimes::Stepped(clock, options) => {
                 Runtime::start_stepped(cfg, cursor, ledger, *options, clock.clone())
             }
         };
