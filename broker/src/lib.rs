@@ -12,8 +12,8 @@
 //!
 //! * One acceptor thread; per connection a reader thread (reads, runs its session, acks on this
 //!   thread) and a writer thread (a bounded queue of encoded frames drained into the socket);
-//!   a subscription's dispatcher thread encodes its consumers' deliveries into MESSAGE frames
-//!   in that queue (a [`dispatcher::DeliverySink`]).
+//!   a subscription's dispatcher (on a worker of the dispatch pool) encodes its consumers'
+//!   deliveries into MESSAGE frames in that queue (a [`dispatcher::DeliverySink`]).
 //! * One dispatcher [`dispatcher::Runtime`] per subscription, its cursor over its topic's one
 //!   ledger ([`cursor::SharedLedger`]). Entries and their payloads are stored once per topic,
 //!   payloads verbatim, and sent back after each MESSAGE.

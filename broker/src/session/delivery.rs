@@ -1,5 +1,5 @@
-//! How one consumer's deliveries reach its connection: the subscription's dispatcher thread
-//! encodes each send as MESSAGE frames straight into the connection's write queue, and tells
+//! How one consumer's deliveries reach its connection: the subscription's dispatcher (on a
+//! dispatch worker) encodes each send as MESSAGE frames straight into the connection's write queue, and tells
 //! a Failover consumer whether it is active.
 
 use std::cell::Cell;
@@ -12,8 +12,8 @@ use tracing::{debug, info, warn};
 use crate::state::{Offer, Outbox};
 use crate::topic::{OutCounters, Topic};
 
-/// How one consumer's deliveries become MESSAGE frames: the subscription's dispatcher thread
-/// encodes each send straight into the connection's write queue (a [`DeliverySink`]).
+/// How one consumer's deliveries become MESSAGE frames: the subscription's dispatcher (on a
+/// dispatch worker) encodes each send straight into the connection's write queue (a [`DeliverySink`]).
 pub(crate) struct DeliveryRoute {
     /// The consumer id the client chose.
     pub(super) consumer_id: u64,

@@ -1,7 +1,7 @@
 //! The TCP shell of one client connection: a reader thread that feeds the socket's bytes and
 //! the time to the connection's [`Session`] and writes what it returns, and a writer thread
 //! that drains a bounded queue of encoded frames into the socket. The subscriptions'
-//! dispatcher threads put their consumers' MESSAGE frames into the same queue through the
+//! dispatchers (on the dispatch pool's workers) put their consumers' MESSAGE frames into the same queue through the
 //! connection's [`Outbox`]. Every protocol decision is the session's.
 
 use std::io::{ErrorKind, Read, Write};

@@ -28,7 +28,7 @@ pub(crate) trait Outbox: Send + Sync {
     /// read for that long loses the frame.
     fn push(&self, frame: Vec<u8>);
 
-    /// Queues a consumer's MESSAGE frames without waiting (a dispatcher thread calls it). A
+    /// Queues a consumer's MESSAGE frames without waiting (a dispatcher calls it). A
     /// queue that is nearly full refuses them, keeping room for the session's own replies.
     fn offer(&self, frames: Vec<u8>) -> Offer;
 

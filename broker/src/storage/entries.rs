@@ -17,7 +17,7 @@ use super::{StorageError, SyncPolicy};
 use crate::sync::{lock, read, write};
 
 /// A topic's entries by position. Appends come in position order from one writer at a time;
-/// reads come from any thread (the subscriptions' dispatcher threads).
+/// reads come from any thread (the dispatch pool's workers, for the subscriptions).
 ///
 /// What a distributed store implements too: ledgers in Apache BookKeeper would append and read
 /// by `(ledger, entry)` the same way.

@@ -303,7 +303,7 @@ impl Topic {
     /// its sequence id already: then nothing is stored. The subscriptions are not told: the
     /// caller calls [`notify_appended`](Self::notify_appended) once after the entries it
     /// stores in a row (a session: after each read's SENDs), so a read of many SENDs wakes each
-    /// dispatcher thread once, not once per entry.
+    /// dispatcher once, not once per entry.
     pub(crate) fn publish_once(
         &self,
         meta: EntryMeta,
@@ -312,7 +312,7 @@ impl Topic {
         self.store(meta, section, self.is_deduplicating())
     }
 
-    /// Tells every subscription's dispatcher thread that entries were appended (it reads all
+    /// Tells every subscription's dispatcher that entries were appended (it reads all
     /// there are; a notice already waiting makes this one free).
     pub(crate) fn notify_appended(&self) {
         for sub in lock(&self.state).subs.values() {
