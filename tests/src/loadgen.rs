@@ -711,6 +711,39 @@ fn consumer_loop(
     Ok(stats)
 }
 
+/// One connection holding subscriptions open (B4 measures what they cost the broker); they
+/// end when it is dropped.
+pub struct HeldSubscriptions {
+    _conn: Conn,
+}
+
+/// Subscribes the topics `persistent://public/default/{prefix}-{i}`, `i < n`, with one
+/// Key_Shared consumer each (subscription `s`, at the latest position), one after the other
+/// over one connection; returns them held open and how long subscribing took.
+pub fn subscribe_many(
+    service_url: &str,
+    prefix: &str,
+    n: u64,
+) -> Result<(HeldSubscriptions, Duration), String> {
+    let addr = service_url.trim_start_matches("pulsar://");
+    let mut c = Conn::open(addr, Duration::from_millis(100))?;
+    let start = Instant::now();
+    for i in 0..n {
+        let topic = format!("persistent://public/default/{prefix}-{i}");
+        c.send(&wire::commands::subscribe(
+            &topic,
+            "s",
+            i,
+            i + 1,
+            command_subscribe::SubType::KeyShared,
+            None,
+            command_subscribe::InitialPosition::Latest,
+        ))?;
+        c.expect(Type::Success)?;
+    }
+    Ok((HeldSubscriptions { _conn: c }, start.elapsed()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -20,6 +20,10 @@
 //! * `B3-start`: exec of the release binary to its first stdout line (the service URL), ms.
 //! * `B3-rss`: its VmRSS shortly (200 ms) after start, MB (read in B3-start's round, the same
 //!   way B2-p50 reads B2-p99's).
+//! * `B4-sub-kb`, `B4-threads`, `B4-subscribe`: the release binary (with `BENCH_BROKER_ARGS`)
+//!   given 2,000 topics with one Key_Shared consumer each, subscribed one after the other over
+//!   one connection: the RSS (KiB) and the threads each idle subscription added, and the ms
+//!   subscribing them took (the last two read in B4-sub-kb's round when it ran).
 //! * `B1-disk-*`, `B2-disk-*`: B1/B2 with `--data-dir <tmp>` and `--sync always|interval`
 //!   (300,000 and 100,000 messages a round).
 //!
@@ -30,7 +34,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -183,14 +187,16 @@ fn release_binary() -> Result<PathBuf, String> {
     Err("target/release/broker not found: `cargo build --release -p broker` first".into())
 }
 
-/// Execs the binary: (ms to the first stdout line, VmRSS in MB 200 ms after it).
-fn exec_broker() -> Result<(f64, f64), String> {
+/// Execs the release binary with `extra` flags: the child, its service URL, and the ms to
+/// its first stdout line.
+fn spawn_broker(extra: &[String]) -> Result<(Child, String, f64), String> {
     let bin = release_binary()?;
     let start = Instant::now();
     let mut child = Command::new(&bin)
         .args(["--listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+        .args(extra)
         .env("RUST_LOG", "warn")
-        // The broker's idle memory with malloc's defaults, not the harness's settings.
+        // The broker's memory with malloc's defaults, not the harness's settings.
         .env_remove("GLIBC_TUNABLES")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -203,21 +209,68 @@ fn exec_broker() -> Result<(f64, f64), String> {
         .take()
         .map(|o| BufReader::new(o).read_line(&mut line));
     let ms = start.elapsed().as_secs_f64() * 1e3;
-    let result = match read {
+    match read {
         Some(Ok(_)) if line.starts_with("pulsar://127.0.0.1:") => {
-            std::thread::sleep(Duration::from_millis(200));
-            let status = std::fs::read_to_string(format!("/proc/{}/status", child.id()))
-                .map_err(|e| e.to_string());
-            status.and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))
-                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-                    .map(|kb| (ms, kb / 1024.0))
-                    .ok_or_else(|| "no VmRSS in /proc/<pid>/status".to_string())
-            })
+            Ok((child, line.trim().to_owned(), ms))
         }
-        _ => Err(format!("first stdout line {line:?}, want the service URL")),
+        _ => {
+            let _ = child.kill();
+            let _ = child.wait();
+            Err(format!("first stdout line {line:?}, want the service URL"))
+        }
+    }
+}
+
+/// A process's VmRSS (KiB) and thread count, from `/proc/<pid>/status`.
+fn rss_and_threads(pid: u32) -> Result<(f64, f64), String> {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).map_err(|e| e.to_string())?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+            .ok_or_else(|| format!("no {name} in /proc/{pid}/status"))
     };
+    Ok((field("VmRSS:")?, field("Threads:")?))
+}
+
+/// Execs the binary: (ms to the first stdout line, VmRSS in MB 200 ms after it).
+fn exec_broker() -> Result<(f64, f64), String> {
+    let (mut child, _, ms) = spawn_broker(&[])?;
+    std::thread::sleep(Duration::from_millis(200));
+    let result = rss_and_threads(child.id()).map(|(kib, _)| (ms, kib / 1024.0));
+    let _ = child.kill();
+    let _ = child.wait();
+    result
+}
+
+/// Topics B4 subscribes, one Key_Shared consumer each.
+const B4_SUBSCRIPTIONS: u64 = 2_000;
+
+/// B4: execs the release binary (with `BENCH_BROKER_ARGS`), subscribes [`B4_SUBSCRIPTIONS`]
+/// topics over one connection, and returns the KiB of RSS and the threads each idle
+/// subscription added, and the ms subscribing them took.
+fn subscriptions_cost() -> Result<(f64, f64, f64), String> {
+    let extra: Vec<String> = std::env::var("BENCH_BROKER_ARGS")
+        .map(|a| a.split_whitespace().map(str::to_owned).collect())
+        .unwrap_or_default();
+    let (mut child, url, _) = spawn_broker(&extra)?;
+    let pid = child.id();
+    let result = (|| {
+        std::thread::sleep(Duration::from_millis(200));
+        let (rss0, threads0) = rss_and_threads(pid)?;
+        let (held, took) = loadgen::subscribe_many(&url, "b4", B4_SUBSCRIPTIONS)?;
+        std::thread::sleep(Duration::from_millis(500));
+        let (rss1, threads1) = rss_and_threads(pid)?;
+        drop(held);
+        let n = B4_SUBSCRIPTIONS as f64;
+        Ok((
+            (rss1 - rss0) / n,
+            (threads1 - threads0) / n,
+            took.as_secs_f64() * 1e3,
+        ))
+    })();
     let _ = child.kill();
     let _ = child.wait();
     result
@@ -317,6 +370,49 @@ pub fn workloads() -> Vec<Workload> {
         move || match rss.borrow_mut().pop_front() {
             Some(mb) => Ok(mb),
             None => Ok(exec_broker()?.1),
+        },
+    ));
+
+    let b4 = Rc::new(RefCell::new(VecDeque::<(f64, f64)>::new()));
+    let b4_out = b4.clone();
+    w.push(Workload::lower(
+        "B4-sub-kb",
+        "KiB/sub",
+        Some(72.0),
+        Some(7.2),
+        move || {
+            let (kib, threads, ms) = subscriptions_cost()?;
+            b4_out.borrow_mut().push_back((threads, ms));
+            Ok(kib)
+        },
+    ));
+    let b4_ms = Rc::new(RefCell::new(VecDeque::<f64>::new()));
+    let b4_ms_out = b4_ms.clone();
+    w.push(Workload::lower(
+        "B4-threads",
+        "threads/sub",
+        None,
+        Some(0.01),
+        move || {
+            let (threads, ms) = match b4.borrow_mut().pop_front() {
+                Some(x) => x,
+                None => {
+                    let (_, threads, ms) = subscriptions_cost()?;
+                    (threads, ms)
+                }
+            };
+            b4_ms_out.borrow_mut().push_back(ms);
+            Ok(threads)
+        },
+    ));
+    w.push(Workload::lower(
+        "B4-subscribe",
+        "ms",
+        Some(12_800.0),
+        Some(1_500.0),
+        move || match b4_ms.borrow_mut().pop_front() {
+            Some(ms) => Ok(ms),
+            None => Ok(subscriptions_cost()?.2),
         },
     ));
 
