@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use dispatcher::DispatchPool;
 use tracing::{info, warn};
 
 use crate::config::BrokerConfig;
@@ -89,10 +90,17 @@ impl Broker {
         };
         let (listener, service_addr) = bind("--listen", cfg.listen)?;
         let (admin_listener, admin_addr) = bind("--admin", cfg.admin)?;
-        let state = Arc::new(
-            BrokerState::pooled(cfg, format!("pulsar://{service_addr}"))
-                .with_admin_url(format!("http://{admin_addr}")),
-        );
+        let service_url = format!("pulsar://{service_addr}");
+        // The dispatch pool: every subscription's dispatcher runs on its workers (0: a thread
+        // per subscription).
+        let workers = cfg.dispatch_threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
+        });
+        let state = match workers {
+            0 => BrokerState::new(cfg, service_url),
+            n => BrokerState::on_pool(cfg, service_url, Arc::new(DispatchPool::new(n))),
+        };
+        let state = Arc::new(state.with_admin_url(format!("http://{admin_addr}")));
         let started = Instant::now();
         let recovered = state.recover_topics()?;
         if recovered > 0 {

@@ -109,16 +109,15 @@ impl BrokerState {
         }
     }
 
-    /// [`BrokerState::new`] whose subscriptions run on a dispatch pool of `--dispatch-threads`
-    /// workers (default: one per CPU), or each on a thread of its own with 0: the broker's.
-    pub(crate) fn pooled(cfg: BrokerConfig, service_url: String) -> BrokerState {
-        let workers = cfg.dispatch_threads.unwrap_or_else(|| {
-            std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
-        });
+    /// [`BrokerState::new`] whose subscriptions run on `pool` (the shell starts it with
+    /// `--dispatch-threads` workers).
+    pub(crate) fn on_pool(
+        cfg: BrokerConfig,
+        service_url: String,
+        pool: Arc<dispatcher::DispatchPool>,
+    ) -> BrokerState {
         let mut s = BrokerState::new(cfg, service_url);
-        if workers > 0 {
-            s.runtimes = Runtimes::Pool(Arc::new(dispatcher::DispatchPool::new(workers)));
-        }
+        s.runtimes = Runtimes::Pool(pool);
         s
     }
 
