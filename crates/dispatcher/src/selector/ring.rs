@@ -85,18 +85,117 @@ fn arc(prev: u32, p: u32) -> (HashRange, Option<HashRange>) {
     }
 }
 
+/// Points a [`PointSet`] keeps as a sorted list before it becomes a bitmap: a ring of one or two
+/// consumers at the default 100 points each (512 bytes against the bitmap's 8 KiB).
+const SMALL_POINTS: usize = 256;
+
+/// A set of ring points in `[0, 65535]`: a sorted list while it is small, a two-level bitmap
+/// beyond [`SMALL_POINTS`] (it stays one).
+#[derive(Clone, Debug)]
+enum PointSet {
+    Small(Vec<u16>),
+    Big(Bitmap),
+}
+
+impl PointSet {
+    fn new() -> Self {
+        PointSet::Small(Vec::new())
+    }
+
+    fn insert(&mut self, p: u32) {
+        match self {
+            PointSet::Small(v) => {
+                let Err(at) = v.binary_search(&(p as u16)) else {
+                    return;
+                };
+                if v.len() < SMALL_POINTS {
+                    v.insert(at, p as u16);
+                    return;
+                }
+                let mut b = Bitmap::new();
+                for &q in v.iter() {
+                    b.insert(u32::from(q));
+                }
+                b.insert(p);
+                *self = PointSet::Big(b);
+            }
+            PointSet::Big(b) => b.insert(p),
+        }
+    }
+
+    fn remove(&mut self, p: u32) {
+        match self {
+            PointSet::Small(v) => {
+                if let Ok(at) = v.binary_search(&(p as u16)) {
+                    v.remove(at);
+                }
+            }
+            PointSet::Big(b) => b.remove(p),
+        }
+    }
+
+    fn contains(&self, p: u32) -> bool {
+        match self {
+            PointSet::Small(v) => p <= MAX_SLOT && v.binary_search(&(p as u16)).is_ok(),
+            PointSet::Big(b) => b.contains(p),
+        }
+    }
+
+    /// Smallest point `>= x`.
+    fn next_at_or_after(&self, x: u32) -> Option<u32> {
+        match self {
+            PointSet::Small(v) => v
+                .get(v.partition_point(|&q| u32::from(q) < x))
+                .map(|&q| u32::from(q)),
+            PointSet::Big(b) => b.next_at_or_after(x),
+        }
+    }
+
+    /// Greatest point `<= x`.
+    fn prev_at_or_before(&self, x: u32) -> Option<u32> {
+        match self {
+            PointSet::Small(v) => v
+                .partition_point(|&q| u32::from(q) <= x)
+                .checked_sub(1)
+                .map(|k| u32::from(v[k])),
+            PointSet::Big(b) => b.prev_at_or_before(x),
+        }
+    }
+
+    /// Cyclic successor of `p` (strictly after, wrapping); `p` itself when it is the only point.
+    fn succ(&self, p: u32) -> Option<u32> {
+        self.next_at_or_after(p + 1)
+            .or_else(|| self.next_at_or_after(0))
+    }
+
+    /// Cyclic predecessor of `p` (strictly before, wrapping); `p` itself when it is the only point.
+    fn pred(&self, p: u32) -> Option<u32> {
+        p.checked_sub(1)
+            .and_then(|q| self.prev_at_or_before(q))
+            .or_else(|| self.prev_at_or_before(MAX_SLOT))
+    }
+
+    /// The points in ascending order.
+    fn iter(&self) -> Box<dyn Iterator<Item = u32> + '_> {
+        match self {
+            PointSet::Small(v) => Box::new(v.iter().map(|&q| u32::from(q))),
+            PointSet::Big(b) => Box::new(b.iter()),
+        }
+    }
+}
+
 /// A set of ring points in `[0, 65535]`: a two-level bitmap with O(1)-ish neighbour queries.
 #[derive(Clone, Debug)]
-struct PointSet {
+struct Bitmap {
     words: Box<[u64]>,
     summary: [u64; 16],
     len: usize,
 }
 
-impl PointSet {
+impl Bitmap {
     /// An empty set; its 8 KiB of words are allocated at the first insert.
     fn new() -> Self {
-        PointSet {
+        Bitmap {
             words: Box::default(),
             summary: [0; 16],
             len: 0,
@@ -194,19 +293,6 @@ impl PointSet {
             s -= 1;
             sm = self.summary[s];
         }
-    }
-
-    /// Cyclic successor of `p` (strictly after, wrapping); `p` itself when it is the only point.
-    fn succ(&self, p: u32) -> Option<u32> {
-        self.next_at_or_after(p + 1)
-            .or_else(|| self.next_at_or_after(0))
-    }
-
-    /// Cyclic predecessor of `p` (strictly before, wrapping); `p` itself when it is the only point.
-    fn pred(&self, p: u32) -> Option<u32> {
-        p.checked_sub(1)
-            .and_then(|q| self.prev_at_or_before(q))
-            .or_else(|| self.prev_at_or_before(MAX_SLOT))
     }
 
     fn iter(&self) -> impl Iterator<Item = u32> + '_ {
