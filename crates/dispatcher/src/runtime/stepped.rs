@@ -104,11 +104,10 @@ pub(super) struct Stepper<S: CursorStore, L: Ledger> {
     /// Productive steps since the last quiet one.
     unsettled: u64,
     livelock: Option<Livelock>,
-    /// Whether a loop that does not settle is stopped as livelocked (a simulator's stepped
-    /// runtime), or runs on (a pool's: a busy subscription is productive step after step).
-    bounded: bool,
-    /// Events one step handles at most (the others wait for the next step).
-    max_events: usize,
+    /// A pool's loop: it runs on when it does not settle (a busy subscription is productive
+    /// step after step) and handles at most [`POOLED_EVENTS_PER_STEP`] events a step; a
+    /// simulator's stepped loop is stopped as livelocked and handles every queued event.
+    pooled: bool,
 }
 
 /// Events a pooled loop handles per step, so that one busy subscription does not keep a
@@ -124,15 +123,14 @@ impl<S: CursorStore, L: Ledger> Stepper<S, L> {
             stopped: false,
             unsettled: 0,
             livelock: None,
-            bounded: false,
-            max_events: POOLED_EVENTS_PER_STEP,
+            pooled: true,
         }
     }
 
     /// Executes the core's commands (bounded for a stepped runtime: a livelock ends the
     /// loop).
     fn execute(&mut self) {
-        if !self.bounded {
+        if self.pooled {
             self.lp.execute();
         } else if !self.lp.execute_at_most(MAX_COMMANDS_PER_TURN) {
             self.livelock = Some(Livelock::Commands(MAX_COMMANDS_PER_TURN));
@@ -147,7 +145,12 @@ impl<S: CursorStore, L: Ledger> Step for Stepper<S, L> {
         }
         let mut did = false;
         let mut handled = 0;
-        while handled < self.max_events {
+        let max_events = if self.pooled {
+            POOLED_EVENTS_PER_STEP
+        } else {
+            usize::MAX
+        };
+        while handled < max_events {
             let Ok(ev) = self.rx.try_recv() else { break };
             handled += 1;
             did = true;
@@ -168,7 +171,7 @@ impl<S: CursorStore, L: Ledger> Step for Stepper<S, L> {
             did = true;
         }
         self.unsettled = if did { self.unsettled + 1 } else { 0 };
-        if self.bounded && self.unsettled > MAX_STEPS_UNSETTLED && self.livelock.is_none() {
+        if !self.pooled && self.unsettled > MAX_STEPS_UNSETTLED && self.livelock.is_none() {
             self.livelock = Some(Livelock::Steps(MAX_STEPS_UNSETTLED));
         }
         did
@@ -274,8 +277,7 @@ impl Runtime {
             stopped: false,
             unsettled: 0,
             livelock: None,
-            bounded: true,
-            max_events: usize::MAX,
+            pooled: false,
         });
         rt.stepped = Some(SteppedLoop {
             inner: Arc::new(Mutex::new(stepper)),
