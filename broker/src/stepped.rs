@@ -139,6 +139,8 @@ impl SteppedBroker {
             id,
             session,
             queue,
+            hold_writes: false,
+            writes: Vec::new(),
         }
     }
 
@@ -256,6 +258,9 @@ pub struct Connection {
     id: u64,
     session: Session,
     queue: Arc<Queue>,
+    /// See [`Connection::hold_writes`].
+    hold_writes: bool,
+    writes: Vec<crate::session::WriteRequest>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -277,8 +282,43 @@ impl Connection {
     /// (after the queued frames are delivered).
     pub fn handle_bytes(&mut self, bytes: &[u8]) -> Result<(), Closed> {
         let r = self.session.handle_bytes(self.now(), bytes);
+        while let Some(w) = self.session.poll_write() {
+            if self.hold_writes {
+                self.writes.push(w);
+            } else {
+                let outcome = w.run();
+                self.session.handle_written(w.id, &outcome);
+            }
+        }
         self.take_replies();
         r.map_err(Closed::from)
+    }
+
+    /// Whether the writes this connection's SENDs ask for wait for the caller
+    /// ([`complete_write`](Self::complete_write)) instead of running at once, as a store
+    /// on other machines completes later. Their receipts, and every reply after them, wait too;
+    /// their entries are neither stored nor dispatched until then.
+    pub fn hold_writes(&mut self, on: bool) {
+        self.hold_writes = on;
+    }
+
+    /// The topics of the writes waiting for the caller, oldest first.
+    pub fn pending_writes(&self) -> Vec<String> {
+        self.writes.iter().map(|w| w.topic().to_owned()).collect()
+    }
+
+    /// Runs the `i`th waiting write (in any order: writes of different topics complete in
+    /// any order) and hands its outcome to the session. `None` when there is no such write;
+    /// else whether the store took it.
+    pub fn complete_write(&mut self, i: usize) -> Option<bool> {
+        if i >= self.writes.len() {
+            return None;
+        }
+        let w = self.writes.remove(i);
+        let outcome = w.run();
+        self.session.handle_written(w.id, &outcome);
+        self.take_replies();
+        Some(outcome.is_ok())
     }
 
     /// Time passed without input: a keep-alive PING, or `Err` after two intervals.
@@ -311,6 +351,11 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        // Writes already asked for complete even though nobody hears of it (the store does
+        // not know the client left): their entries are stored, unreceipted.
+        for w in std::mem::take(&mut self.writes) {
+            let _ = w.run();
+        }
         self.session.close();
         self.state.unregister_outbox(self.id);
     }

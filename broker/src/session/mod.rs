@@ -26,7 +26,6 @@ use wire::proto::{base_command::Type, BaseCommand, ServerError};
 
 use crate::metadata::MetadataError;
 use crate::state::{BrokerState, TopicError};
-use crate::topic::Topic;
 
 mod consume;
 mod delivery;
@@ -34,9 +33,12 @@ mod discovery;
 mod produce;
 #[cfg(test)]
 pub(crate) mod tests;
+mod writes;
+
+pub(crate) use writes::WriteRequest;
 
 use consume::Consumer;
-use produce::{PendingReceipt, Producer};
+use produce::Producer;
 
 /// The newest protocol version this broker speaks (Pulsar's `ProtocolVersion` v21).
 pub const PROTOCOL_VERSION: i32 = 21;
@@ -88,11 +90,8 @@ pub(crate) struct Session {
     client_version: String,
     producers: BTreeMap<u64, Producer>,
     consumers: BTreeMap<u64, Consumer>,
-    /// Receipts waiting for their topic's commit (sync policy `always` or `interval`).
-    pending_receipts: Vec<PendingReceipt>,
-    /// Topics this read's SENDs stored entries in: their dispatchers are told once, after the
-    /// read (see `Topic::notify_appended`).
-    appended: Vec<Arc<Topic>>,
+    /// Write requests, and the receipts (and later replies) waiting for them.
+    writes: writes::Writes,
     out: VecDeque<Vec<u8>>,
     /// New consumers' delivery gates, opened once the frames queued before them (their
     /// SUBSCRIBE's SUCCESS) have been taken by the shell.
@@ -138,8 +137,7 @@ impl Session {
             client_version: String::new(),
             producers: BTreeMap::new(),
             consumers: BTreeMap::new(),
-            pending_receipts: Vec::new(),
-            appended: Vec::new(),
+            writes: writes::Writes::default(),
             out: VecDeque::new(),
             unopened: Vec::new(),
             last_input_ms: now.ms,
@@ -147,18 +145,15 @@ impl Session {
         }
     }
 
-    /// Bytes read from the socket: runs every whole frame they complete, then commits the
-    /// topics written (group commit) and queues the receipts. `Err` when the connection must
-    /// close (after writing what is queued).
+    /// Bytes read from the socket: runs every whole frame they complete; the topics its SENDs
+    /// wrote become write requests ([`poll_write`](Self::poll_write)), and their receipts wait
+    /// for them. `Err` when the connection must close (after writing what is queued).
     pub(crate) fn handle_bytes(&mut self, now: Now, bytes: &[u8]) -> Result<(), Close> {
         self.last_input_ms = now.ms;
         self.pinged = false;
         self.reader.feed(bytes);
         let result = self.drain_frames(now);
-        for topic in self.appended.drain(..) {
-            topic.notify_appended();
-        }
-        self.commit_receipts();
+        self.requests_ready();
         result
     }
 
@@ -180,7 +175,7 @@ impl Session {
     /// The next encoded frame (or frames) to write, in order.
     pub(crate) fn poll_transmit(&mut self) -> Option<Vec<u8>> {
         let frame = self.out.pop_front();
-        if frame.is_none() {
+        if frame.is_none() && !self.writes.holding() {
             // Everything queued so far is in the shell's hands (and, as the shell writes in
             // order, ahead of any MESSAGE): new consumers' deliveries may start.
             for ready in self.unopened.drain(..) {
@@ -239,12 +234,30 @@ impl Session {
     /// Queues one reply. Replies share buffers of up to [`OUT_BUFFER`] bytes, so the receipts
     /// of a read's SENDs reach the shell as one buffer (one hand-over to the writer thread).
     fn send(&mut self, cmd: &BaseCommand) {
+        if self.writes.holding() {
+            return self.send_held(cmd);
+        }
         match self.out.back_mut() {
             Some(buf) if buf.len() < OUT_BUFFER => wire::encode_command(cmd, buf),
             _ => {
                 let mut buf = Vec::with_capacity(256);
                 wire::encode_command(cmd, &mut buf);
                 self.out.push_back(buf);
+            }
+        }
+    }
+
+    /// Queues a reply behind a receipt that still waits.
+    fn send_held(&mut self, cmd: &BaseCommand) {
+        let held = &mut self.writes.held;
+        match held.back_mut() {
+            Some(writes::Held::Frames(buf)) if buf.len() < OUT_BUFFER => {
+                wire::encode_command(cmd, buf);
+            }
+            _ => {
+                let mut buf = Vec::with_capacity(256);
+                wire::encode_command(cmd, &mut buf);
+                held.push_back(writes::Held::Frames(buf));
             }
         }
     }

@@ -3,10 +3,9 @@
 use std::sync::Arc;
 
 use tracing::{debug, info, warn};
-use wire::proto::{BaseCommand, CommandProducer, CommandSend, MessageIdData, ServerError};
+use wire::proto::{BaseCommand, CommandProducer, ServerError};
 
 use super::{Now, Session};
-use crate::storage::StorageError;
 use crate::topic::{
     AccessMode, Admitted, InitialPosition, ProducerGate, ProducerInfo, ProducerRefused,
     ProducerRequest, Promoted, Published, SubKind, SubscribeError, Topic, TopicName,
@@ -70,14 +69,6 @@ fn producer_success(
         s.producer_ready = Some(ready);
     }
     cmd
-}
-
-/// A receipt that waits for its topic's commit.
-pub(super) struct PendingReceipt {
-    topic: Arc<Topic>,
-    producer_id: u64,
-    sequence_id: u64,
-    receipt: BaseCommand,
 }
 
 impl Session {
@@ -320,91 +311,38 @@ impl Session {
         }
         let topic = producer.topic.clone();
         let section = producer.arena.keep(&payload.section);
-        match topic.publish_once(meta, section) {
-            Ok(Published::Terminated) => {
-                self.send(&send_error(
-                    ServerError::TopicTerminatedError,
-                    "Topic was already terminated",
-                ));
-            }
-            Ok(Published::Stored(pos)) => {
-                self.stored_in(&topic);
-                let id = wire::convert::message_id(pos);
-                self.receipt(topic, s, id);
-            }
-            Ok(Published::Duplicate) => {
-                // Receipted as Pulsar does, with the id -1:-1.
-                let id = wire::proto::MessageIdData {
-                    ledger_id: u64::MAX,
-                    entry_id: u64::MAX,
-                    ..Default::default()
-                };
-                self.receipt(topic, s, id);
-            }
-            Err(e) => {
-                warn!(topic = %topic.name, error = %e, "entry not stored");
-                self.send(&send_error(
-                    ServerError::PersistenceError,
-                    &format!("not stored: {e}"),
-                ));
-            }
-        }
+        let published = topic.push(meta, section);
+        self.answer_push(&topic, s, published);
     }
 
-    /// Notes that this read stored an entry in `topic` (its dispatchers are told after the
-    /// read).
-    fn stored_in(&mut self, topic: &Arc<Topic>) {
-        if !self.appended.iter().any(|t| Arc::ptr_eq(t, topic)) {
-            self.appended.push(topic.clone());
-        }
-    }
-
-    /// Sends a stored entry's receipt, or, when the topic syncs, keeps it for the group commit:
-    /// receipts wait until the entries of this read's frames are written (and, with
-    /// `--sync always`, fsynced) in one go.
-    fn receipt(&mut self, topic: Arc<Topic>, s: &CommandSend, id: MessageIdData) {
+    /// What a SEND gets for what its topic did with the entry (see [`Published`]).
+    fn answer_push(&mut self, topic: &Arc<Topic>, s: &wire::proto::CommandSend, p: Published) {
         let (producer_id, sequence_id) = (s.producer_id, s.sequence_id);
         let receipt =
-            wire::commands::send_receipt(producer_id, sequence_id, s.highest_sequence_id, id);
-        if topic.sync_policy().is_some() {
-            self.pending_receipts.push(PendingReceipt {
-                topic,
-                producer_id,
-                sequence_id,
-                receipt,
-            });
-        } else {
-            self.send(&receipt);
-        }
-    }
-
-    /// Commits the topics written since the last call (see `Topic::commit`), then queues their
-    /// receipts (or SEND_ERROR when the commit failed).
-    pub(super) fn commit_receipts(&mut self) {
-        if self.pending_receipts.is_empty() {
-            return;
-        }
-        let pending = std::mem::take(&mut self.pending_receipts);
-        type Committed = Result<(), Arc<StorageError>>;
-        let mut committed: Vec<(Arc<Topic>, Committed)> = Vec::new();
-        for p in pending {
-            let result = match committed.iter().find(|(t, _)| Arc::ptr_eq(t, &p.topic)) {
-                Some((_, r)) => r.clone(),
-                None => {
-                    let r = p.topic.commit().map_err(Arc::new);
-                    committed.push((p.topic.clone(), r.clone()));
-                    r
-                }
-            };
-            match result {
-                Ok(()) => self.send(&p.receipt),
-                Err(e) => self.send(&wire::commands::send_error(
-                    p.producer_id,
-                    p.sequence_id,
-                    ServerError::PersistenceError,
-                    &format!("not synced: {e}"),
-                )),
+            |id| wire::commands::send_receipt(producer_id, sequence_id, s.highest_sequence_id, id);
+        let refuse = |error, message: &str| {
+            wire::commands::send_error(producer_id, sequence_id, error, message)
+        };
+        match p {
+            Published::Accepted(pos) => {
+                let r = receipt(wire::convert::message_id(pos));
+                self.hold_receipt(topic, pos, &r, (producer_id, sequence_id));
             }
+            // Receipted as Pulsar does, with the id -1:-1.
+            Published::Duplicate => self.send(&receipt(wire::proto::MessageIdData {
+                ledger_id: u64::MAX,
+                entry_id: u64::MAX,
+                ..Default::default()
+            })),
+            // Pulsar's words: the producer resends later, once the write completed.
+            Published::InFlight => self.send(&refuse(
+                ServerError::PersistenceError,
+                "Cannot determine whether the message is a duplicate at this time",
+            )),
+            Published::Terminated => self.send(&refuse(
+                ServerError::TopicTerminatedError,
+                "Topic was already terminated",
+            )),
         }
     }
 

@@ -16,6 +16,7 @@ use super::*;
 use crate::config::BrokerConfig;
 
 mod faults;
+mod writes;
 
 const T: &str = "persistent://public/default/t";
 
@@ -102,7 +103,16 @@ impl Peer {
         if let Err(c) = self.session.handle_bytes(self.now, bytes) {
             self.closed = Some(c);
         }
+        self.run_writes();
         self.take()
+    }
+
+    /// Runs the session's write requests, as the TCP shell does after each read.
+    fn run_writes(&mut self) {
+        while let Some(w) = self.session.poll_write() {
+            let outcome = w.run();
+            self.session.handle_written(w.id, &outcome);
+        }
     }
 
     fn take(&mut self) -> Vec<wire::Frame> {
@@ -425,6 +435,7 @@ fn no_message_overtakes_the_subscribe_reply() {
     wire::encode_command(&subscribe("s", 1, 2, SubType::Shared), &mut bytes);
     wire::encode_command(&wire::commands::flow(1, 100), &mut bytes);
     p.session.handle_bytes(p.now, &bytes).unwrap();
+    p.run_writes();
     std::thread::sleep(Duration::from_millis(100));
     assert!(
         p.outbox.1.lock().unwrap().is_empty(),
@@ -574,6 +585,7 @@ fn a_read_of_sends_is_answered_in_one_buffer_and_dispatched() {
         );
     }
     p.session.handle_bytes(p.now, &bytes).unwrap();
+    p.run_writes();
     let buffers: Vec<Vec<u8>> = std::iter::from_fn(|| p.session.poll_transmit()).collect();
     assert_eq!(buffers.len(), 1, "one buffer");
     let receipts = decode_all(&buffers[0]);

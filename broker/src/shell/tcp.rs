@@ -207,6 +207,7 @@ impl Conn {
                 }
                 Ok(n) => {
                     let r = self.session.handle_bytes(self.clock.now(), &buf[..n]);
+                    self.run_writes();
                     self.pump(Pump::Wait);
                     r
                 }
@@ -225,6 +226,16 @@ impl Conn {
                 debug!(conn = self.id, peer = %self.peer, ?reason, "connection closed by the broker");
                 return;
             }
+        }
+    }
+
+    /// Runs the session's write requests here, on the connection's thread (the store's IO:
+    /// a buffered write, and an `fsync` with `--sync always`), and hands back the outcomes:
+    /// the receipts that waited for them are then queued.
+    fn run_writes(&mut self) {
+        while let Some(w) = self.session.poll_write() {
+            let outcome = w.run();
+            self.session.handle_written(w.id, &outcome);
         }
     }
 

@@ -22,14 +22,27 @@ use crate::sync::{lock, read, write};
 /// What a distributed store implements too: ledgers in Apache BookKeeper would append and read
 /// by `(ledger, entry)` the same way.
 pub(crate) trait EntryStore: Send + Sync + std::fmt::Debug {
-    /// Stores the entry at `p`: readable at once, durable once [`commit`](Self::commit)ted.
-    /// `cache`: whether the file store keeps the section in the read cache too. Pass `false`
-    /// while the topic has no subscription (as Pulsar caches an added entry only for active
-    /// cursors): nobody reads it soon, and a topic written at full speed without readers would
-    /// otherwise hold the whole shared budget, so that every other topic's reads go to the disk.
-    fn append(&self, p: Position, section: Bytes, cache: bool) -> Result<(), StorageError>;
+    /// Stores `batch` (entries in position order, following what was stored before), made as
+    /// durable as `policy` promises, all or nothing: on `Err` none of the batch is stored
+    /// (what reached a file is cut off again) and the store takes its next entries in a later
+    /// ledger only (the topic moves on to one). `cache`: whether the file store keeps the
+    /// sections in the read cache too. Pass `false` while the topic has no subscription (as
+    /// Pulsar caches an added entry only for active cursors): nobody reads them soon, and a
+    /// topic written at full speed without readers would otherwise hold the whole shared
+    /// budget, so that every other topic's reads go to the disk.
+    ///
+    /// This is the call that does the IO: the broker's core never makes it; its shell runs a
+    /// topic's write request ([`Topic::write_through`](crate::topic::Topic::write_through)),
+    /// then hands the completion back to the session.
+    fn write(
+        &self,
+        batch: &[(Position, Bytes)],
+        cache: bool,
+        policy: SyncPolicy,
+    ) -> Result<(), StorageError>;
 
-    /// Makes what was appended as durable as `policy` promises (a no-op in memory).
+    /// Makes what was written as durable as `policy` promises (a no-op in memory): the
+    /// 100 ms sync of `--sync interval`.
     fn commit(&self, policy: SyncPolicy) -> Result<(), StorageError>;
 
     /// The section of the entry at `p`: `None` when the store does not have it (never
@@ -40,9 +53,6 @@ pub(crate) trait EntryStore: Send + Sync + std::fmt::Debug {
     /// Drops the entries below `below` (whole ledgers in the file store, the ledger being
     /// written excepted).
     fn delete_below(&self, below: Position);
-
-    /// Whether entries survive a restart (the sync policy applies to receipts).
-    fn durable(&self) -> bool;
 }
 
 /// Every entry in memory: the store without `--data-dir`.
@@ -52,8 +62,16 @@ pub(crate) struct MemoryEntries {
 }
 
 impl EntryStore for MemoryEntries {
-    fn append(&self, p: Position, section: Bytes, _cache: bool) -> Result<(), StorageError> {
-        write(&self.map).insert(p, section);
+    fn write(
+        &self,
+        batch: &[(Position, Bytes)],
+        _: bool,
+        _: SyncPolicy,
+    ) -> Result<(), StorageError> {
+        let mut map = write(&self.map);
+        for (p, section) in batch {
+            map.insert(*p, section.clone());
+        }
         Ok(())
     }
 
@@ -73,10 +91,6 @@ impl EntryStore for MemoryEntries {
         };
         // Freed here, after the lock: readers do not wait for the deallocation.
         drop(old);
-    }
-
-    fn durable(&self) -> bool {
-        false
     }
 }
 
@@ -111,6 +125,14 @@ impl LedgerIndex {
             end: 0,
             file: OnceLock::new(),
         }
+    }
+
+    /// Forgets the entries from `entry_id` on, whose records began at `offset`.
+    fn truncate(&mut self, entry_id: u64, offset: u64) {
+        self.count = entry_id.saturating_sub(self.base);
+        let blocks = usize::try_from(self.count.div_ceil(STRIDE)).unwrap_or(usize::MAX);
+        self.sparse.truncate(blocks);
+        self.end = offset;
     }
 
     /// The next entry (the file's `count`th) lies at `bytes`.
@@ -285,20 +307,95 @@ fn index_entry(
     }
 }
 
-impl EntryStore for FileEntries {
-    fn append(&self, p: Position, section: Bytes, cache: bool) -> Result<(), StorageError> {
+impl FileEntries {
+    /// Appends one entry to the log's write buffer and indexes it; returns where its record
+    /// starts in its ledger's file.
+    pub(super) fn append(
+        &self,
+        p: Position,
+        section: &Bytes,
+        cache: bool,
+    ) -> Result<u64, StorageError> {
         let bytes = {
             let mut log = lock(&self.log);
-            let bytes = log.append(p, &section)?;
+            let bytes = log.append(p, section)?;
             // Before the entry is indexed: a reader that finds it sees its ledger here.
             self.writing.store(p.ledger_id, Ordering::Release);
             bytes
         };
+        let start = bytes.start;
         index_entry(&mut write(&self.ledgers), &self.dir, p, bytes);
         if cache {
-            self.cache.insert(p, section);
+            self.cache.insert(p, section.clone());
         }
-        Ok(())
+        Ok(start)
+    }
+
+    /// Takes back the entries of a failed batch: every ledger file the batch started is
+    /// removed, the one it continued is cut where the batch's first record began, and the
+    /// index forgets them. `starts`: per ledger the batch wrote to, its first entry id there
+    /// and where that record started.
+    fn take_back(&self, starts: &[(u64, u64, u64)]) {
+        let mut log = lock(&self.log);
+        log.abandon();
+        let mut ledgers = write(&self.ledgers);
+        for &(ledger, first, offset) in starts {
+            let path = ledger_path(&self.dir, ledger);
+            let cut = ledgers.get_mut(&ledger).filter(|l| l.base < first);
+            let result = match cut {
+                Some(index) => {
+                    index.truncate(first, offset);
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .open(&path)
+                        .and_then(|f| f.set_len(offset).and_then(|()| f.sync_all()))
+                }
+                None => {
+                    ledgers.remove(&ledger);
+                    match std::fs::remove_file(&path) {
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                        r => r,
+                    }
+                }
+            };
+            if let Err(e) = result {
+                tracing::error!(file = %path.display(), error = %e, "cannot take a failed write back out of a ledger file; its entries are not receipted, but a restart may refuse the file");
+            }
+        }
+    }
+}
+
+impl EntryStore for FileEntries {
+    fn write(
+        &self,
+        batch: &[(Position, Bytes)],
+        cache: bool,
+        policy: SyncPolicy,
+    ) -> Result<(), StorageError> {
+        let mut starts: Vec<(u64, u64, u64)> = Vec::new();
+        let mut result = Ok(());
+        for (p, section) in batch {
+            let fresh = starts.last().is_none_or(|s| s.0 != p.ledger_id);
+            match self.append(*p, section, cache) {
+                Ok(start) if fresh => starts.push((p.ledger_id, p.entry_id, start)),
+                Ok(_) => {}
+                Err(e) => {
+                    if fresh {
+                        // Nothing of this ledger's part is in: a new file goes, an old one
+                        // is cut where this record would have started.
+                        let end = read(&self.ledgers).get(&p.ledger_id).map(|l| l.end);
+                        starts.push((p.ledger_id, p.entry_id, end.unwrap_or(0)));
+                    }
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        let result = result.and_then(|()| self.commit(policy));
+        if result.is_err() {
+            self.take_back(&starts);
+        }
+        result
     }
 
     fn commit(&self, policy: SyncPolicy) -> Result<(), StorageError> {
@@ -332,10 +429,6 @@ impl EntryStore for FileEntries {
         };
         drop(old);
         self.cache.remove_below(below);
-    }
-
-    fn durable(&self) -> bool {
-        true
     }
 }
 

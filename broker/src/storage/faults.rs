@@ -44,11 +44,16 @@ pub(crate) struct FaultyEntries {
 }
 
 impl EntryStore for FaultyEntries {
-    fn append(&self, p: Position, section: Bytes, cache: bool) -> Result<(), StorageError> {
+    fn write(
+        &self,
+        batch: &[(Position, Bytes)],
+        cache: bool,
+        policy: SyncPolicy,
+    ) -> Result<(), StorageError> {
         if self.faults.appends.load(Ordering::SeqCst) {
             return Err(StoreFaults::injected("append"));
         }
-        self.inner.append(p, section, cache)
+        self.inner.write(batch, cache, policy)
     }
 
     fn commit(&self, policy: SyncPolicy) -> Result<(), StorageError> {
@@ -64,9 +69,5 @@ impl EntryStore for FaultyEntries {
 
     fn delete_below(&self, below: Position) {
         self.inner.delete_below(below);
-    }
-
-    fn durable(&self) -> bool {
-        self.inner.durable()
     }
 }

@@ -145,6 +145,18 @@ impl TopicLog {
         Ok(start..*len)
     }
 
+    /// Drops the ledger being written without writing what its buffer holds (a failed write's
+    /// entries, taken back): the next append opens its ledger's file again.
+    pub(crate) fn abandon(&mut self) {
+        if let Some((_, f, _)) = self.current.take() {
+            let (file, _unwritten) = f.into_parts();
+            drop(file);
+        }
+        self.sync_file = None;
+        self.pending = 0;
+        self.synced = self.flushed;
+    }
+
     /// The ledger being written, if any.
     pub(crate) fn current_ledger(&self) -> Option<u64> {
         self.current.as_ref().map(|(id, _, _)| *id)

@@ -15,12 +15,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use cursor::{EntryMeta, InMemoryLedger, Ledger, Position, SharedLedger};
+#[cfg(test)]
+use cursor::EntryMeta;
+use cursor::{InMemoryLedger, Ledger, Position, SharedLedger};
 use tracing::debug;
 
 use crate::storage::{EntryStore, StorageError, SyncPolicy};
 use crate::sync::lock;
 
+mod appends;
 mod backend;
 mod catalog;
 mod dedup;
@@ -31,6 +34,7 @@ mod retention;
 mod subscription;
 mod terminate;
 
+pub(crate) use appends::{Published, Written};
 #[cfg(test)]
 pub(crate) use backend::FaultyBackend;
 pub(crate) use backend::{Backend, FileBackend, MemoryBackend};
@@ -83,17 +87,8 @@ struct TopicState {
     subs: BTreeMap<String, Arc<Subscription>>,
     /// The highest sequence id stored per producer (deduplication).
     sequences: dedup::Sequences,
-}
-
-/// What [`Topic::publish_once`] did with an entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Published {
-    /// Stored at this position.
-    Stored(Position),
-    /// Not stored: deduplication found its producer's sequence id stored already.
-    Duplicate,
-    /// Not stored: the topic is terminated.
-    Terminated,
+    /// Entries pushed and not yet in the ledger.
+    appends: appends::Appends,
 }
 
 /// What a durable topic is opened with.
@@ -139,6 +134,9 @@ pub(crate) struct Topic {
     /// Guards the subscriptions and the chunk index; taken before `ledger`'s write lock, and
     /// held while an append, a trim or a reset runs, so they happen one at a time.
     state: Mutex<TopicState>,
+    /// Held by the one write request running (see [`Topic::write_through`]): batches reach
+    /// the store, and then the ledger, in position order.
+    writer: Mutex<()>,
     /// The entries' metadata, read by every subscription's cursor (one copy per entry).
     ledger: SharedLedger,
     counters: Mutex<TopicCounters>,
@@ -250,7 +248,9 @@ impl Topic {
                 chunks,
                 subs: BTreeMap::new(),
                 sequences,
+                appends: appends::Appends::new(entries_per_ledger),
             }),
+            writer: Mutex::new(()),
             terminated: std::sync::atomic::AtomicBool::new(terminated),
             ledger: SharedLedger::new(ledger),
             counters: Mutex::new(counters),
@@ -268,95 +268,6 @@ impl Topic {
     /// Flushes appended entries to the disk (a no-op in memory or when nothing is pending).
     pub(crate) fn sync(&self) -> Result<(), StorageError> {
         self.entries.commit(SyncPolicy::Always)
-    }
-
-    /// Makes appended entries as durable as the sync policy promises before a receipt: handed
-    /// to the OS (`interval`) or fsynced (`always`).
-    pub(crate) fn commit(&self) -> Result<(), StorageError> {
-        self.entries.commit(self.sync)
-    }
-
-    /// The sync policy receipts wait for (`None` in memory).
-    pub(crate) fn sync_policy(&self) -> Option<SyncPolicy> {
-        self.entries.durable().then_some(self.sync)
-    }
-
-    /// Appends one entry with its stored payload section; every subscription sees it. With
-    /// `--data-dir` the entry is written to the topic's log first (durable once
-    /// [`Topic::sync`] returned, or at the next interval sync).
-    /// `None`: the topic is terminated, nothing was stored.
-    pub(crate) fn publish(
-        &self,
-        meta: EntryMeta,
-        section: Bytes,
-    ) -> Result<Option<Position>, StorageError> {
-        let stored = self.store(meta, section, false)?;
-        self.notify_appended();
-        match stored {
-            Published::Stored(p) => Ok(Some(p)),
-            Published::Duplicate => unreachable!("no duplicate without deduplication"),
-            Published::Terminated => Ok(None),
-        }
-    }
-
-    /// [`publish`](Self::publish), unless deduplication is on and the entry's producer stored
-    /// its sequence id already: then nothing is stored. The subscriptions are not told: the
-    /// caller calls [`notify_appended`](Self::notify_appended) once after the entries it
-    /// stores in a row (a session: after each read's SENDs), so a read of many SENDs wakes each
-    /// dispatcher once, not once per entry.
-    pub(crate) fn publish_once(
-        &self,
-        meta: EntryMeta,
-        section: Bytes,
-    ) -> Result<Published, StorageError> {
-        self.store(meta, section, self.is_deduplicating())
-    }
-
-    /// Tells every subscription's dispatcher that entries were appended (it reads all
-    /// there are; a notice already waiting makes this one free).
-    pub(crate) fn notify_appended(&self) {
-        for sub in lock(&self.state).subs.values() {
-            sub.runtime.entries_appended();
-        }
-    }
-
-    fn store(
-        &self,
-        meta: EntryMeta,
-        section: Bytes,
-        deduplicate: bool,
-    ) -> Result<Published, StorageError> {
-        let mut st = lock(&self.state);
-        if self.is_terminated() {
-            return Ok(Published::Terminated);
-        }
-        if deduplicate && st.sequences.is_duplicate(&meta) {
-            return Ok(Published::Duplicate);
-        }
-        let messages = u64::from(meta.messages());
-        let bytes = u64::from(meta.size);
-        let chunk_uuid = meta.chunk.as_ref().map(|c| c.uuid.clone());
-        let pos = {
-            let mut ledger = self.ledger.write();
-            // Stored first: an entry that is not in the store is never dispatched, and its
-            // payload is in place before any subscription can read the entry.
-            let readers = !st.subs.is_empty();
-            self.entries
-                .append(ledger.next_append_position(), section, readers)?;
-            // Its sequence id counts only now: after a failed append the producer's retry
-            // must be stored, not taken for a duplicate.
-            st.sequences.record(&meta);
-            ledger.append(meta)
-        };
-        if let Some(uuid) = chunk_uuid {
-            st.chunks.entry(uuid).or_default().push(pos);
-        }
-        drop(st);
-        let mut c = lock(&self.counters);
-        c.msg_in += messages;
-        c.bytes_in += bytes;
-        c.entries_in += 1;
-        Ok(Published::Stored(pos))
     }
 
     /// Turns deduplication on or off (the broker's flag or the namespace's policy changed).

@@ -262,6 +262,14 @@ impl InMemoryLedger {
         self.roll_pending = true;
     }
 
+    /// Makes the next append start a new ledger whose id is at least `id` (and above every id
+    /// used so far): a broker whose write to ledger `id - 1` failed never writes there again,
+    /// as a BookKeeper client abandons a ledger after a failed add.
+    pub fn roll_over_to(&mut self, id: u64) {
+        self.next_ledger_id = self.next_ledger_id.max(id);
+        self.roll_pending = true;
+    }
+
     /// Number of entries that currently exist (not trimmed).
     pub fn len(&self) -> usize {
         self.segs

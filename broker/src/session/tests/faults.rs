@@ -103,3 +103,46 @@ fn a_failed_append_does_not_count_its_sequence_id() {
     assert_eq!(p.receive(1, 1), [(stored, 0)]);
     p.session.close();
 }
+
+/// A write that fails refuses every SEND it held (SEND_ERROR, nothing dispatched), and the
+/// topic moves on to a new ledger: no position of a failed entry is ever used again, and a
+/// consumer gets exactly the entries that were receipted.
+#[test]
+fn a_failed_write_refuses_its_sends_and_the_topic_moves_on_to_a_new_ledger() {
+    let (st, faults) = faulty_state(BrokerConfig::default());
+    let mut p = Peer::connected(&st, 1);
+    p.call(&wire::commands::producer(T, 1, 1, None));
+    let before = p.publish(1, 0, meta(0));
+    faults.fail_appends(true);
+    let mut bytes = Vec::new();
+    for seq in 1..3 {
+        wire::encode_with_payload(
+            &wire::commands::send(1, seq, 1),
+            &meta(seq),
+            b"body",
+            &mut bytes,
+        );
+    }
+    let refused = p.feed(&bytes);
+    let errors: Vec<_> = refused.iter().map(|f| error_of(&f.command)).collect();
+    assert_eq!(errors, [Some(ServerError::PersistenceError); 2]);
+    faults.fail_appends(false);
+    let after = p.publish(1, 3, meta(3));
+    assert_eq!(
+        after,
+        Position::new(before.ledger_id + 1, 0),
+        "a new ledger after the failed one"
+    );
+    assert_eq!(
+        kinds(&p.call(&subscribe("s", 1, 2, SubType::Shared))),
+        [Type::Success]
+    );
+    p.call(&wire::commands::flow(1, 10));
+    assert_eq!(p.receive(1, 2), [(before, 0), (after, 0)]);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(
+        p.messages.is_empty() && p.outbox.1.lock().unwrap().is_empty(),
+        "nothing else delivered"
+    );
+    p.session.close();
+}

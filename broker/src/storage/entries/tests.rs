@@ -45,12 +45,12 @@ fn a_topic_without_readers_leaves_the_cache_to_the_others() {
     let read = FileEntries::open(&scratch("read-by-some"), cache.clone(), |_, _| Ok(())).unwrap();
     for i in 0..100 {
         quiet
-            .append(Position::new(1, i), section(i), false)
+            .append(Position::new(1, i), &section(i), false)
             .unwrap();
     }
     assert_eq!(cache.bytes(), 0, "appends nobody will read are not cached");
     for i in 0..4 {
-        read.append(Position::new(1, i), section(i), true).unwrap();
+        read.append(Position::new(1, i), &section(i), true).unwrap();
     }
     assert_eq!(
         cache.bytes(),
@@ -86,7 +86,7 @@ fn concurrent_commits_each_return_after_their_bytes_are_synced() {
                         let mut n = lock(&next);
                         // 30 entries a ledger: roll-overs happen between the commits.
                         let p = Position::new(1 + *n / 30, *n % 30);
-                        store.append(p, section(*n), false).unwrap();
+                        store.append(p, &section(*n), false).unwrap();
                         *n += 1;
                         let mut log = lock(&store.log);
                         log.flush().unwrap();
@@ -120,7 +120,7 @@ fn entries_read_back_from_cache_and_disk() {
     {
         let store = FileEntries::open(&dir, cache.clone(), |_, _| Ok(())).unwrap();
         for (i, p) in ps.iter().enumerate() {
-            store.append(*p, section(i as u64), true).unwrap();
+            store.append(*p, &section(i as u64), true).unwrap();
         }
         assert_eq!(cache.bytes(), budget, "the cache keeps to its budget");
         for (i, p) in ps.iter().enumerate().rev() {
@@ -161,7 +161,9 @@ fn blocks_read_back_whole_and_a_damaged_one_alone_fails() {
     {
         let store = FileEntries::open(&dir, Arc::new(ReadCache::new(0)), |_, _| Ok(())).unwrap();
         for i in 0..n {
-            store.append(Position::new(1, i), section(i), true).unwrap();
+            store
+                .append(Position::new(1, i), &section(i), true)
+                .unwrap();
         }
         for i in (0..n).rev() {
             assert_eq!(
@@ -212,4 +214,61 @@ impl<T: EntryStore + ?Sized> ReadOk for T {
     fn read_ok(&self, p: Position) -> Option<Bytes> {
         self.read(p).unwrap_or_else(|e| panic!("read {p}: {e}"))
     }
+}
+
+/// A write that fails half way is taken back whole: the ledger it continued is cut where the
+/// batch began, the ledger it started is removed, and the index forgets both. The store reopens
+/// without a corrupt-log error and holds exactly the entries written before, and a later
+/// ledger is written as usual. (Without the cut, the failed records would sit in the middle of
+/// the log once a later ledger is written, and the broker would refuse to start.)
+#[test]
+fn a_failed_batch_is_taken_back_out_of_the_files() {
+    let dir = scratch("take-back");
+    let cache = Arc::new(ReadCache::new(1 << 20));
+    let store = FileEntries::open(&dir, cache.clone(), |_, _| Ok(())).unwrap();
+    let kept = [
+        (Position::new(1, 0), section(0)),
+        (Position::new(1, 1), section(1)),
+    ];
+    store.write(&kept, true, SyncPolicy::Always).unwrap();
+    // What a batch that failed after these appends leaves behind, then its take-back.
+    let cut = store
+        .append(Position::new(1, 2), &section(2), true)
+        .unwrap();
+    let started = store
+        .append(Position::new(2, 0), &section(3), true)
+        .unwrap();
+    lock(&store.log).flush().unwrap();
+    store.take_back(&[(1, 2, cut), (2, 0, started)]);
+    assert!(
+        !ledger_path(&dir, 2).exists(),
+        "the ledger the batch started is gone"
+    );
+    store
+        .write(
+            &[(Position::new(3, 0), section(4))],
+            true,
+            SyncPolicy::Always,
+        )
+        .unwrap();
+    drop(store);
+    let mut seen = Vec::new();
+    let reopened = FileEntries::open(&dir, Arc::new(ReadCache::new(0)), |p, _| {
+        seen.push(p);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(
+        seen,
+        [
+            Position::new(1, 0),
+            Position::new(1, 1),
+            Position::new(3, 0)
+        ]
+    );
+    assert_eq!(reopened.read(Position::new(1, 2)).unwrap(), None);
+    assert_eq!(
+        reopened.read(Position::new(1, 1)).unwrap(),
+        Some(section(1))
+    );
 }

@@ -31,6 +31,22 @@ fn rolls_over_by_count_and_on_demand() {
 }
 
 #[test]
+fn a_roll_over_to_an_id_skips_the_ids_below_it_and_never_goes_back() {
+    let mut l = InMemoryLedger::new(10);
+    assert_eq!(l.append(EntryMeta::simple(1, 1)), pos(1, 0));
+    l.roll_over_to(5);
+    assert_eq!(l.next_append_position(), pos(5, 0));
+    assert_eq!(l.append(EntryMeta::simple(2, 1)), pos(5, 0));
+    l.roll_over_to(3);
+    assert_eq!(
+        l.append(EntryMeta::simple(3, 1)),
+        pos(6, 0),
+        "an id at or below one used is not used again"
+    );
+    assert_eq!(l.len(), 3);
+}
+
+#[test]
 fn navigation_reads_and_totals() {
     let mut l = InMemoryLedger::new(3);
     for i in 0..7u32 {
