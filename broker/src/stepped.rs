@@ -297,7 +297,9 @@ impl Connection {
     /// Whether the writes this connection's SENDs ask for wait for the caller
     /// ([`complete_write`](Self::complete_write)) instead of running at once, as a store
     /// on other machines completes later. Their receipts, and every reply after them, wait too;
-    /// their entries are neither stored nor dispatched until then.
+    /// their entries are neither stored nor dispatched until then. Writes still waiting when
+    /// the connection is dropped never run (a crash): their entries go with the topic's next
+    /// write, unreceipted, or not at all.
     pub fn hold_writes(&mut self, on: bool) {
         self.hold_writes = on;
     }
@@ -351,11 +353,6 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
-        // Writes already asked for complete even though nobody hears of it (the store does
-        // not know the client left): their entries are stored, unreceipted.
-        for w in std::mem::take(&mut self.writes) {
-            let _ = w.run();
-        }
         self.session.close();
         self.state.unregister_outbox(self.id);
     }

@@ -122,8 +122,9 @@ impl Topic {
         Published::Accepted(pos)
     }
 
-    /// Runs a write request: stores every entry pushed so far (unless a writer already took
-    /// the one at `through`), then puts them in the ledger and wakes the subscriptions.
+    /// Runs a write request: stores the entries pushed up to `through` that no writer took yet,
+    /// then puts them in the ledger and wakes the subscriptions (an entry is dispatched no
+    /// earlier than the write that asked for it completes).
     /// Returns what became of the entry at `through`. Blocks on the store: the shell calls
     /// it (or a simulator, when it chooses), never the core.
     pub(crate) fn write_through(&self, through: Position) -> Written {
@@ -134,11 +135,10 @@ impl Topic {
                 return done;
             }
             let a = &mut st.appends;
-            let taken = (
-                std::mem::take(&mut a.sections),
-                std::mem::take(&mut a.metas),
-            );
-            (taken.0, taken.1, !st.subs.is_empty())
+            let n = a.sections.partition_point(|(p, _)| *p <= through);
+            let sections: Vec<(Position, Bytes)> = a.sections.drain(..n).collect();
+            let metas: Vec<EntryMeta> = a.metas.drain(..n).collect();
+            (sections, metas, !st.subs.is_empty())
         };
         let (Some(&(first, _)), Some(&(last, _))) = (sections.first(), sections.last()) else {
             return Ok(());
