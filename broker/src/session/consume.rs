@@ -30,6 +30,10 @@ pub(super) struct Consumer {
     non_durable: bool,
     /// The last entry this consumer acked cumulatively (Exclusive and Failover subscriptions).
     acked_through: Option<Position>,
+    /// Its delivery gate (see `DeliveryRoute::ready`), forgotten when it closes.
+    gate: Arc<AtomicBool>,
+    /// Set when it closes (see `DeliveryRoute::closed`).
+    closed: Arc<AtomicBool>,
 }
 
 /// The subscription type a SUBSCRIBE asks for (AUTO_SPLIT with the broker's selector,
@@ -220,12 +224,14 @@ impl Session {
         };
         let counters = Arc::new(OutCounters::default());
         let ready = Arc::new(AtomicBool::new(false));
+        let closed = Arc::new(AtomicBool::new(false));
         let route = DeliveryRoute {
             consumer_id: s.consumer_id,
             counters: counters.clone(),
             topic: topic.clone(),
             out,
             ready: ready.clone(),
+            closed: closed.clone(),
             send_ack_set: !self.state.cfg.legacy.no_batch_ack_set,
             read_failures: Default::default(),
             backoff: Default::default(),
@@ -240,7 +246,7 @@ impl Session {
                 )
             }
         };
-        self.unopened.push(ready);
+        self.unopened.push(ready.clone());
         lock(&sub.consumers).insert(
             global,
             ConsumerInfo {
@@ -268,6 +274,8 @@ impl Session {
                 handle,
                 non_durable: s.durable == Some(false),
                 acked_through: None,
+                gate: ready,
+                closed,
             },
         );
         self.send_success(s.request_id);
@@ -515,9 +523,15 @@ impl Session {
             topic,
             sub,
             non_durable,
+            gate,
+            closed,
             ..
         } = c;
-        // The dispatcher drops the consumer's sink: no MESSAGE for it is written after this.
+        // No MESSAGE for it is written after this: a send its dispatcher makes before it
+        // handles the removal is refused as closed (its entries come back with the removal,
+        // a first chunk's pin moves back).
+        closed.store(true, Ordering::Release);
+        self.unopened.retain(|g| !Arc::ptr_eq(g, &gate));
         handle.close();
         if non_durable && last {
             let name = sub.name.clone();

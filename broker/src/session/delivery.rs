@@ -23,6 +23,10 @@ pub(crate) struct DeliveryRoute {
     /// Set once the SUBSCRIBE's SUCCESS is in the write queue (see `Session::poll_transmit`):
     /// no MESSAGE overtakes it.
     pub(super) ready: Arc<AtomicBool>,
+    /// Set when the session closed the consumer: a send its dispatcher makes before it handles
+    /// the removal is refused as [`Refused::Closed`] (not written; its entries come back with
+    /// the removal, and a first chunk's pin moves back).
+    pub(super) closed: Arc<AtomicBool>,
     /// Whether a partly acked batch carries its `ack_set` (off only under `--legacy
     /// no-batch-ack-set`).
     pub(super) send_ack_set: bool,
@@ -99,6 +103,9 @@ impl DeliverySink for DeliveryRoute {
     /// and pauses this consumer until [`has_room`](DeliverySink::has_room), which waits
     /// longer after each failure in a row); the ones before it are sent.
     fn deliver(&mut self, mut batch: Vec<Delivery>) -> Result<(), Refused> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Refused::Closed);
+        }
         if !self.ready.load(Ordering::Acquire) {
             return Err(Refused::Full(batch));
         }

@@ -468,6 +468,7 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
         }
         let pin = self.pins.get_mut(p);
         let previous = pin.consumer;
+        pin.previous = Some(previous);
         pin.consumer = consumer;
         pin.hint = i as u32;
         self.pins.touch(p, now);
@@ -574,6 +575,34 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
             self.pins.remove(o);
             self.stats.pins_evicted_count += 1;
         }
+    }
+
+    /// The first chunk of `uuid`, assigned to `consumer`, never reached it (the shell refused
+    /// the delivery, or the consumer was closing) and went back to replay: the pin its
+    /// assignment made or moved is undone, so a pin keeps pointing at the consumer that last
+    /// got the first chunk. A pin the assignment created is dropped; one it moved points back
+    /// at the consumer it pointed at before. Returns whether a pin changed (none when the pin
+    /// is not `consumer`'s: a later assignment moved it already).
+    pub fn first_chunk_returned(&mut self, uuid: &str, consumer: C) -> bool {
+        let (Some(p), _) = self.pins.lookup(uuid, false) else {
+            return false;
+        };
+        let pin = self.pins.get_mut(p);
+        if pin.consumer != consumer {
+            return false;
+        }
+        match pin.previous.take() {
+            Some(previous) => {
+                pin.consumer = previous;
+                pin.hint = 0;
+                debug!(uuid, consumer = ?previous, "first chunk not delivered; pin moved back");
+            }
+            None => {
+                self.pins.remove(p);
+                debug!(uuid, "first chunk not delivered; its new pin dropped");
+            }
+        }
+        true
     }
 
     /// Drops every pin to consumer `id` (call it when the consumer leaves); returns how many.

@@ -21,6 +21,11 @@ pub(crate) struct Pin<C> {
     /// The `assign` call (epoch) in which a chunk of this uuid went back to replay; later chunks
     /// of the uuid in the same call must follow it there.
     pub(crate) held_epoch: u64,
+    /// The consumer the pin pointed at before a redelivered first chunk moved it (until that
+    /// chunk is known delivered or given back, see [`ChunkAssignor::first_chunk_returned`]).
+    ///
+    /// [`ChunkAssignor::first_chunk_returned`]: crate::ChunkAssignor::first_chunk_returned
+    pub(crate) previous: Option<C>,
     hash: u64,
     older: u32,
     newer: u32,
@@ -153,6 +158,7 @@ impl<C: Copy + Eq> PinTable<C> {
                 p.hint = hint;
                 p.last_seen = now;
                 p.held_epoch = 0;
+                p.previous = None;
                 p.hash = hash;
                 i
             }
@@ -164,6 +170,7 @@ impl<C: Copy + Eq> PinTable<C> {
                     hint,
                     last_seen: now,
                     held_epoch: 0,
+                    previous: None,
                     hash,
                     older: NIL,
                     newer: NIL,

@@ -998,6 +998,14 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
         let Some(k) = self.consumers.iter().position(|o| o.id == consumer) else {
             return;
         };
+        // The first chunks in the send: if they do not reach the consumer, their pins go back.
+        let firsts: Vec<(Position, String)> = entries
+            .iter()
+            .filter_map(|e| {
+                let c = e.meta.chunk.as_ref().filter(|c| c.chunk_id == 0)?;
+                Some((e.position, c.uuid.clone()))
+            })
+            .collect();
         let refused = if self.consumers[k].paused {
             entries.iter().map(|e| e.position).collect()
         } else {
@@ -1007,11 +1015,21 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 Err(Refused::Closed) => {
                     // The handle is gone; its ConsumerRemoved is on the way.
                     debug!(consumer = %consumer, "consumer channel closed");
+                    let uuids: Vec<&str> = firsts.iter().map(|f| f.1.as_str()).collect();
+                    self.core.handle_first_chunks_undelivered(consumer, &uuids);
                     return;
                 }
                 Err(Refused::Full(d)) => d.iter().map(|d| d.position).collect::<Vec<_>>(),
             }
         };
+        if !firsts.is_empty() {
+            let uuids: Vec<&str> = firsts
+                .iter()
+                .filter(|f| refused.contains(&f.0))
+                .map(|f| f.1.as_str())
+                .collect();
+            self.core.handle_first_chunks_undelivered(consumer, &uuids);
+        }
         self.consumers[k].paused = true;
         let n = self.core.handle_send_refused(now, consumer, &refused);
         debug!(consumer = %consumer, refused = n, "delivery channel full; consumer paused");

@@ -616,3 +616,45 @@ fn duplicate_consumer_ids_do_not_panic() {
     assert_eq!(out.per_consumer.len(), 2);
     assert!(out.per_consumer.iter().all(|(_, v)| v.len() <= 1));
 }
+
+/// A first chunk that never reached its consumer undoes what its assignment did to the pin: a
+/// pin it created is dropped, a pin it moved (a redelivered first chunk) points back at the
+/// consumer that had the chunk before; a later call for the same consumer changes nothing.
+#[test]
+fn a_first_chunk_given_back_undelivered_undoes_its_pin() {
+    let mut a = assignor();
+    let consumers = cs(&[(1, 10, 0), (2, 10, 0)]);
+    let out = a.assign(0, vec![ch(1, "m", 0, 3)], &consumers);
+    assert_eq!(render(&out), "c1=[1] replay=[]");
+    assert!(a.first_chunk_returned("m", 1));
+    assert_eq!(
+        (a.pinned("m"), a.pin_count()),
+        (None, 0),
+        "a new pin is dropped"
+    );
+
+    let out = a.assign(1, vec![ch(1, "m", 0, 3)], &consumers);
+    let first = a.pinned("m").expect("pinned again");
+    assert_eq!(render(&out), format!("c{first}=[1] replay=[]"));
+    // The consumer returned it; with no permits left there, the redelivery goes to the other.
+    let other = 3 - first;
+    let busy = if first == 1 {
+        cs(&[(1, 0, 0), (2, 10, 0)])
+    } else {
+        cs(&[(1, 10, 0), (2, 0, 0)])
+    };
+    let out = a.assign(2, vec![ch(1, "m", 0, 3)], &busy);
+    assert_eq!(render(&out), format!("c{other}=[1] replay=[]"));
+    assert_eq!(a.pinned("m"), Some(other), "moved by the assignment");
+    assert!(
+        !a.first_chunk_returned("m", first),
+        "not the pin's consumer"
+    );
+    assert!(a.first_chunk_returned("m", other));
+    assert_eq!(a.pinned("m"), Some(first), "back where the first chunk was");
+    assert!(
+        a.first_chunk_returned("m", first),
+        "its own pin, made by no move: dropped"
+    );
+    assert_eq!(a.pin_count(), 0);
+}

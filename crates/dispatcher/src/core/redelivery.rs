@@ -269,6 +269,20 @@ impl Dispatcher {
         n
     }
 
+    /// The first chunks of these chunked messages (by uuid), sent to consumer `id`, never
+    /// reached it: the shell refused or dropped the delivery (call it before
+    /// [`handle_send_refused`](Self::handle_send_refused), or before the consumer's removal
+    /// when the delivery was dropped). On Shared, the pin each one's assignment made or moved
+    /// is undone, so a chunk pin keeps naming the consumer that has the message's first
+    /// chunk (see `ChunkAssignor::first_chunk_returned`). Other modes: no-op.
+    pub fn handle_first_chunks_undelivered(&mut self, id: ConsumerId, uuids: &[&str]) {
+        if let Mode::Shared(routing) = &mut self.mode {
+            for uuid in uuids {
+                routing.assignor.first_chunk_returned(uuid, id);
+            }
+        }
+    }
+
     /// The shell can deliver to consumer `id` again (its delivery queue drained): a consumer
     /// paused by [`handle_send_refused`](Self::handle_send_refused) uses its permits again.
     /// Unknown or not paused: no-op, false.
