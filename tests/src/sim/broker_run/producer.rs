@@ -90,12 +90,35 @@ impl Run {
         };
         let cmd = wire::commands::send(pid, m.sequence_id, n as i32);
         wire::encode_with_payload(&cmd, &m, &body, &mut bytes);
+        self.unreceipted.push_back((pid, m, n));
         if let Err(e) = self.producer.handle_bytes(&bytes) {
             self.simple(
                 ViolationKind::Model,
                 format!("the producer's connection closed: {e:?}"),
             );
         }
+        while self.write_due.len() < self.producer.pending_writes().len() {
+            let due = self.now + self.rng_time.range(1, 30);
+            self.write_due.push(due);
+        }
+        self.take_receipts();
+    }
+
+    /// Completes the oldest held write once it is due, and so on (a ledger's adds complete in
+    /// order, as BookKeeper's do: a later write that is due waits for the older one).
+    pub(super) fn due_writes(&mut self) {
+        while self.write_due.first().is_some_and(|&due| due <= self.now) {
+            self.write_due.remove(0);
+            if self.producer.complete_write(0) != Some(true) {
+                let d = "the oldest held write did not complete".to_string();
+                self.simple(ViolationKind::Model, d);
+            }
+            self.take_receipts();
+        }
+    }
+
+    /// The receipts among the producer's frames: each makes its entry published.
+    fn take_receipts(&mut self) {
         for f in self.producer_frames() {
             let Some(r) = f.command.send_receipt.as_ref() else {
                 continue;
@@ -103,7 +126,20 @@ impl Run {
             let Some(id) = r.message_id.as_ref() else {
                 continue;
             };
-            self.published_entry(Position::new(id.ledger_id, id.entry_id), &m, n);
+            match self.unreceipted.pop_front() {
+                Some((pid, m, n)) if (pid, m.sequence_id) == (r.producer_id, r.sequence_id) => {
+                    self.published_entry(Position::new(id.ledger_id, id.entry_id), &m, n);
+                }
+                other => {
+                    let d = format!(
+                        "a receipt for {}:{} out of send order (expected {:?})",
+                        r.producer_id,
+                        r.sequence_id,
+                        other.map(|o| (o.0, o.1.sequence_id))
+                    );
+                    self.simple(ViolationKind::Model, d);
+                }
+            }
         }
     }
 

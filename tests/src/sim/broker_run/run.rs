@@ -66,6 +66,7 @@ impl Run {
                 i += 1;
             }
             self.due_chunks();
+            self.due_writes();
             self.due_connections();
             self.poll_all();
             self.deliver_up();
@@ -84,7 +85,7 @@ impl Run {
             if !self.violations.is_empty() {
                 return;
             }
-            let quiet = i == steps.len() && self.later.is_empty();
+            let quiet = i == steps.len() && self.later.is_empty() && self.write_due.is_empty();
             let last = steps.last().map_or(0, |s| s.at).max(self.last_publish);
             if quiet && self.drained(housekeeping, last) {
                 return;
@@ -96,6 +97,7 @@ impl Run {
     /// The next time anything is due (at least 1 ms on).
     pub(super) fn next_time(&self, step: Option<u64>, house: u64) -> u64 {
         let mut t = vec![step, Some(house), self.later.keys().next().map(|k| k.0)];
+        t.push(self.write_due.first().copied());
         t.push(self.b.next_deadline().map(|d| d.saturating_sub(T0)));
         t.extend(self.dying.iter().map(|d| Some(d.0)));
         for c in self.cons.values() {
