@@ -605,6 +605,21 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
         true
     }
 
+    /// The last chunk of `uuid`, assigned to `consumer` (which released the pin), never reached
+    /// it and went back to replay: the message is half-delivered on `consumer` again, so it is
+    /// pinned there again (at `now`). Returns whether a pin was made (none when the uuid has
+    /// one).
+    pub fn last_chunk_returned(&mut self, now: u64, uuid: &str, consumer: C) -> bool {
+        let (found, hash) = self.pins.lookup(uuid, false);
+        if found.is_some() {
+            return false;
+        }
+        self.pins.insert(uuid, hash, consumer, 0, now);
+        self.evict_over_count();
+        debug!(uuid, consumer = ?consumer, "last chunk not delivered; pinned again");
+        true
+    }
+
     /// Drops every pin to consumer `id` (call it when the consumer leaves); returns how many.
     /// The remaining chunks of those messages become orphans.
     pub fn remove_consumer(&mut self, id: C) -> usize {

@@ -998,13 +998,10 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
         let Some(k) = self.consumers.iter().position(|o| o.id == consumer) else {
             return;
         };
-        // The first chunks in the send: if they do not reach the consumer, their pins go back.
-        let firsts: Vec<(Position, String)> = entries
+        // The chunks in the send: if they do not reach the consumer, their pins go back.
+        let chunks: Vec<(Position, cursor::ChunkMeta)> = entries
             .iter()
-            .filter_map(|e| {
-                let c = e.meta.chunk.as_ref().filter(|c| c.chunk_id == 0)?;
-                Some((e.position, c.uuid.clone()))
-            })
+            .filter_map(|e| Some((e.position, e.meta.chunk.clone()?)))
             .collect();
         let refused = if self.consumers[k].paused {
             entries.iter().map(|e| e.position).collect()
@@ -1015,20 +1012,20 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
                 Err(Refused::Closed) => {
                     // The handle is gone; its ConsumerRemoved is on the way.
                     debug!(consumer = %consumer, "consumer channel closed");
-                    let uuids: Vec<&str> = firsts.iter().map(|f| f.1.as_str()).collect();
-                    self.core.handle_first_chunks_undelivered(consumer, &uuids);
+                    let all: Vec<_> = chunks.iter().map(|(p, c)| (*p, c)).collect();
+                    self.core.handle_chunks_undelivered(now, consumer, &all);
                     return;
                 }
                 Err(Refused::Full(d)) => d.iter().map(|d| d.position).collect::<Vec<_>>(),
             }
         };
-        if !firsts.is_empty() {
-            let uuids: Vec<&str> = firsts
+        if !chunks.is_empty() {
+            let back: Vec<_> = chunks
                 .iter()
-                .filter(|f| refused.contains(&f.0))
-                .map(|f| f.1.as_str())
+                .filter(|(p, _)| refused.contains(p))
+                .map(|(p, c)| (*p, c))
                 .collect();
-            self.core.handle_first_chunks_undelivered(consumer, &uuids);
+            self.core.handle_chunks_undelivered(now, consumer, &back);
         }
         self.consumers[k].paused = true;
         let n = self.core.handle_send_refused(now, consumer, &refused);

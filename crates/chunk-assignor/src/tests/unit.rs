@@ -658,3 +658,28 @@ fn a_first_chunk_given_back_undelivered_undoes_its_pin() {
     );
     assert_eq!(a.pin_count(), 0);
 }
+
+/// A last chunk that never reached its consumer pins its message there again (the consumer has
+/// its earlier chunks); a uuid that is pinned keeps its pin.
+#[test]
+fn a_last_chunk_given_back_undelivered_pins_its_message_again() {
+    let mut a = assignor();
+    let consumers = cs(&[(1, 10, 0), (2, 10, 0)]);
+    let out = a.assign(0, vec![ch(1, "m", 0, 2), ch(2, "m", 1, 2)], &consumers);
+    assert_eq!(render(&out), "c1=[1 2] replay=[]");
+    assert_eq!(a.pin_count(), 0, "the last chunk released the pin");
+    assert!(a.last_chunk_returned(1, "m", 1));
+    assert_eq!(a.pinned("m"), Some(1));
+    let out = a.assign(2, vec![ch(2, "m", 1, 2)], &consumers);
+    assert_eq!(
+        render(&out),
+        "c1=[2] replay=[]",
+        "the replayed last chunk follows the pin"
+    );
+    assert_eq!(a.pin_count(), 0);
+    let out = a.assign(3, vec![ch(3, "n", 0, 2)], &consumers);
+    let first = a.pinned("n").unwrap();
+    assert_eq!(render(&out), format!("c{first}=[3] replay=[]"));
+    assert!(!a.last_chunk_returned(4, "n", 3 - first), "pinned already");
+    assert_eq!(a.pinned("n"), Some(first));
+}

@@ -15,6 +15,9 @@ struct UuidPin {
     hash: u32,
     /// Pin order (for eviction): larger is newer.
     seq: u64,
+    /// The consumer a re-sent chunk 0 moved the pin from, until that send is known delivered
+    /// or given back ([`ChunkPins::first_chunk_returned`]).
+    previous: Option<ConsumerId>,
 }
 
 /// uuid → consumer that received chunk 0 of a half-delivered chunked message, and hash →
@@ -74,6 +77,7 @@ impl ChunkPins {
         match self.by_uuid.get_mut(uuid) {
             Some(p) => {
                 self.order.remove(&p.seq);
+                p.previous = Some(p.consumer);
                 p.consumer = consumer;
                 p.hash = hash;
                 p.seq = seq;
@@ -89,6 +93,7 @@ impl ChunkPins {
                         consumer,
                         hash,
                         seq,
+                        previous: None,
                     },
                 );
                 self.order.insert(seq, uuid.to_string());
@@ -107,6 +112,35 @@ impl ChunkPins {
         if let Some(p) = self.by_uuid.remove(uuid) {
             self.order.remove(&p.seq);
             self.unpin_hash(p.hash);
+        }
+    }
+
+    /// Chunk 0 of `uuid`, sent to `consumer`, never reached it (the delivery was refused or
+    /// dropped): the pin its send made is dropped, or the one it moved points back at the
+    /// consumer it pointed at before. Nothing when the pin is not `consumer`'s.
+    pub(super) fn first_chunk_returned(&mut self, uuid: &str, consumer: ConsumerId) {
+        let Some(p) = self.by_uuid.get_mut(uuid) else {
+            return;
+        };
+        if p.consumer != consumer {
+            return;
+        }
+        match p.previous.take() {
+            Some(previous) => {
+                p.consumer = previous;
+                if let Some(h) = self.by_hash.get_mut(&p.hash) {
+                    h.0 = previous;
+                }
+            }
+            None => self.unpin(uuid),
+        }
+    }
+
+    /// The last chunk of `uuid` (key `hash`), sent to `consumer`, never reached it: the message
+    /// is half-delivered on `consumer` again, so it is pinned there again.
+    pub(super) fn last_chunk_returned(&mut self, uuid: &str, consumer: ConsumerId, hash: u32) {
+        if !self.by_uuid.contains_key(uuid) {
+            self.pin(uuid, consumer, hash);
         }
     }
 
@@ -170,5 +204,39 @@ mod tests {
         p.remove_consumer(b);
         assert_eq!(p.len(), 0);
         assert_eq!(p.consumer_of_hash(9), None);
+    }
+
+    /// A send that never reached its consumer gives the pins back: a new chunk 0's pin goes, a
+    /// re-sent chunk 0's pin (and its key's) points back at the consumer before, a last chunk
+    /// pins its message (and key) to the consumer that has its first chunks again; a chunk 0
+    /// of a pin now another consumer's changes nothing.
+    #[test]
+    fn an_undelivered_chunk_gives_its_pin_back() {
+        let (a, b) = (ConsumerId(1), ConsumerId(2));
+        let mut p = ChunkPins::new(10);
+        p.pin("u", a, 7);
+        p.first_chunk_returned("u", a);
+        assert_eq!((p.len(), p.consumer_of_hash(7)), (0, None));
+
+        p.pin("u", a, 7);
+        p.pin("u", b, 7); // chunk 0 re-sent to b
+        p.first_chunk_returned("u", a);
+        assert_eq!(p.consumer_of("u"), Some(b), "not a's pin any more");
+        p.first_chunk_returned("u", b);
+        assert_eq!(p.consumer_of("u"), Some(a));
+        assert_eq!(p.consumer_of_hash(7), Some(a));
+
+        p.unpin("u"); // the last chunk went to a...
+        p.last_chunk_returned("u", a, 7); // ...and never reached it
+        assert_eq!(
+            (p.consumer_of("u"), p.consumer_of_hash(7)),
+            (Some(a), Some(a))
+        );
+        p.last_chunk_returned("u", b, 7);
+        assert_eq!(
+            p.consumer_of("u"),
+            Some(a),
+            "a pinned message keeps its pin"
+        );
     }
 }

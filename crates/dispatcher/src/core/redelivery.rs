@@ -269,16 +269,43 @@ impl Dispatcher {
         n
     }
 
-    /// The first chunks of these chunked messages (by uuid), sent to consumer `id`, never
-    /// reached it: the shell refused or dropped the delivery (call it before
-    /// [`handle_send_refused`](Self::handle_send_refused), or before the consumer's removal
-    /// when the delivery was dropped). On Shared, the pin each one's assignment made or moved
-    /// is undone, so a chunk pin keeps naming the consumer that has the message's first
-    /// chunk (see `ChunkAssignor::first_chunk_returned`). Other modes: no-op.
-    pub fn handle_first_chunks_undelivered(&mut self, id: ConsumerId, uuids: &[&str]) {
-        if let Mode::Shared(routing) = &mut self.mode {
-            for uuid in uuids {
-                routing.assignor.first_chunk_returned(uuid, id);
+    /// These chunks (position and chunk metadata), sent to consumer `id`, never reached it:
+    /// the shell refused or dropped the delivery. Call it before
+    /// [`handle_send_refused`](Self::handle_send_refused) (or, for a dropped delivery, before
+    /// the consumer's removal), so the chunk pins name the consumer that has a message's
+    /// earlier chunks again: a first chunk's send undoes the pin it made or moved, a last
+    /// chunk's send pins its message to `id` again (Shared: the chunk assignor's pins;
+    /// Key_Shared: the uuid and key pins). Single-chunk messages and other chunks: nothing.
+    pub fn handle_chunks_undelivered(
+        &mut self,
+        now: u64,
+        id: ConsumerId,
+        chunks: &[(Position, &cursor::ChunkMeta)],
+    ) {
+        let Some(i) = self.find(id) else { return };
+        let pending = self.consumers[i].shared.clone();
+        // Undone in reverse: a send with a message's first and last chunks pinned, then
+        // unpinned it.
+        for &(p, ch) in chunks.iter().rev() {
+            if ch.num_chunks < 2 || ch.chunk_id >= ch.num_chunks {
+                continue;
+            }
+            let first = ch.chunk_id == 0;
+            let last = ch.chunk_id + 1 == ch.num_chunks;
+            match &mut self.mode {
+                Mode::Shared(r) if first => {
+                    r.assignor.first_chunk_returned(&ch.uuid, id);
+                }
+                Mode::Shared(r) if last => {
+                    r.assignor.last_chunk_returned(now, &ch.uuid, id);
+                }
+                Mode::KeyShared(k) if first => k.pins.first_chunk_returned(&ch.uuid, id),
+                Mode::KeyShared(k) if last => {
+                    if let Some(a) = pending.pending.get(pending_key(p)) {
+                        k.pins.last_chunk_returned(&ch.uuid, id, a.hash);
+                    }
+                }
+                _ => {}
             }
         }
     }
