@@ -56,4 +56,4 @@ pub use config::{
 };
 pub use session::PROTOCOL_VERSION;
 pub use shell::{Broker, StartError};
-pub use storage::{StorageError, SyncPolicy};
+pub use storage::{StorageError, StoreFaults, SyncPolicy};

@@ -34,7 +34,7 @@ use dispatcher::{RuntimeOptions, StepClock};
 use crate::config::BrokerConfig;
 use crate::session::{Close, Now, Session};
 use crate::state::{BrokerState, Offer, Outbox};
-use crate::storage::StorageError;
+use crate::storage::{StorageError, StoreFaults};
 use crate::sync::lock;
 
 #[cfg(test)]
@@ -49,6 +49,7 @@ pub struct SteppedBroker {
     state: Arc<BrokerState>,
     clock: StepClock,
     next_conn: u64,
+    faults: Arc<StoreFaults>,
 }
 
 impl std::fmt::Debug for SteppedBroker {
@@ -90,10 +91,18 @@ impl SteppedBroker {
     fn build(cfg: BrokerConfig, now_ms: u64, options: RuntimeOptions) -> SteppedBroker {
         let clock = StepClock::new(now_ms);
         let url = format!("pulsar://{}", cfg.listen);
+        let faults = Arc::new(StoreFaults::default());
         SteppedBroker {
-            state: Arc::new(BrokerState::new_stepped(cfg, url, clock.clone(), options)),
+            state: Arc::new(BrokerState::new_stepped(
+                cfg,
+                url,
+                clock.clone(),
+                options,
+                &faults,
+            )),
             clock,
             next_conn: 0,
+            faults,
         }
     }
 
@@ -108,6 +117,12 @@ impl SteppedBroker {
                 s.runtime.abandon();
             }
         }
+    }
+
+    /// The switches that make every topic's store refuse writes or reads, as a full disk or a
+    /// storage on other machines that fails would (see [`StoreFaults`]).
+    pub fn store_faults(&self) -> &StoreFaults {
+        &self.faults
     }
 
     /// Moves the clock to `now_ms` (an earlier time is ignored: the clock never goes back).

@@ -143,9 +143,15 @@ impl BrokerState {
         service_url: String,
         clock: dispatcher::StepClock,
         options: dispatcher::RuntimeOptions,
+        faults: &Arc<crate::storage::StoreFaults>,
     ) -> BrokerState {
         let mut s = BrokerState::new(cfg, service_url);
         s.runtimes = Runtimes::Stepped(clock, options);
+        let inner = std::mem::replace(&mut s.backend, Box::new(crate::topic::MemoryBackend));
+        s.backend = Box::new(crate::topic::FaultyBackend {
+            inner,
+            faults: faults.clone(),
+        });
         s
     }
 

@@ -1,5 +1,6 @@
-//! A store whose appends and reads fail on demand, for the tests that show what the broker does
-//! when its storage refuses (nothing receipted or dispatched is lost quietly).
+//! A store whose writes and reads fail on demand, for the tests and the simulator that show
+//! what the broker does when its storage refuses (nothing receipted or dispatched is lost
+//! quietly). Every stepped broker's store is wrapped in one (`SteppedBroker::store_faults`).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -9,21 +10,24 @@ use cursor::Position;
 
 use super::{EntryStore, StorageError, SyncPolicy};
 
-/// Which operations fail now; shared by every [`FaultyEntries`] made with it.
+/// Which storage operations fail now, for every topic of a stepped broker
+/// ([`SteppedBroker::store_faults`](crate::stepped::SteppedBroker::store_faults)).
 #[derive(Debug, Default)]
-pub(crate) struct StoreFaults {
+pub struct StoreFaults {
     appends: AtomicBool,
     reads: AtomicBool,
 }
 
 impl StoreFaults {
-    /// Makes appends fail (`true`) or succeed again.
-    pub(crate) fn fail_appends(&self, on: bool) {
+    /// Makes writes fail (`true`) or succeed again: a write request then fails whole, its
+    /// SENDs get SEND_ERROR and the topic moves on to a new ledger.
+    pub fn fail_appends(&self, on: bool) {
         self.appends.store(on, Ordering::SeqCst);
     }
 
-    /// Makes reads of stored entries fail (`true`) or succeed again.
-    pub(crate) fn fail_reads(&self, on: bool) {
+    /// Makes reads of stored entries fail (`true`) or succeed again: deliveries then wait
+    /// (the entries stay pending and come once reads work).
+    pub fn fail_reads(&self, on: bool) {
         self.reads.store(on, Ordering::SeqCst);
     }
 

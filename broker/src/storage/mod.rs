@@ -29,14 +29,13 @@ use std::path::{Path, PathBuf};
 
 mod cache;
 mod entries;
-#[cfg(test)]
 mod faults;
 mod log;
 
 pub(crate) use cache::ReadCache;
 pub(crate) use entries::{EntryStore, FileEntries, MemoryEntries};
-#[cfg(test)]
-pub(crate) use faults::{FaultyEntries, StoreFaults};
+pub(crate) use faults::FaultyEntries;
+pub use faults::StoreFaults;
 
 /// When an appended entry is flushed to the disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

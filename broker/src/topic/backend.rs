@@ -106,21 +106,21 @@ impl Backend for FileBackend {
     }
 }
 
-/// Topics in memory whose entry stores fail what `faults` says (tests).
-#[cfg(test)]
-#[derive(Debug, Default)]
+/// `inner`'s topics, whose entry stores fail what `faults` says (the stepped broker's, and
+/// tests').
+#[derive(Debug)]
 pub(crate) struct FaultyBackend {
+    pub inner: Box<dyn Backend>,
     pub faults: Arc<crate::storage::StoreFaults>,
 }
 
-#[cfg(test)]
 impl Backend for FaultyBackend {
     fn topics(&self) -> Result<Vec<String>, StorageError> {
-        Ok(Vec::new())
+        self.inner.topics()
     }
 
     fn open_topic(&self, full: &str, visit: Visit<'_>) -> Result<TopicStorage, StorageError> {
-        let (inner, catalog) = MemoryBackend.open_topic(full, visit)?;
+        let (inner, catalog) = self.inner.open_topic(full, visit)?;
         let entries = crate::storage::FaultyEntries {
             inner,
             faults: self.faults.clone(),
@@ -128,7 +128,7 @@ impl Backend for FaultyBackend {
         Ok((Arc::new(entries), catalog))
     }
 
-    fn delete_topic(&self, _: &str) -> Result<(), StorageError> {
-        Ok(())
+    fn delete_topic(&self, full: &str) -> Result<(), StorageError> {
+        self.inner.delete_topic(full)
     }
 }

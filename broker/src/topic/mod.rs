@@ -35,9 +35,7 @@ mod subscription;
 mod terminate;
 
 pub(crate) use appends::{Published, Written};
-#[cfg(test)]
-pub(crate) use backend::FaultyBackend;
-pub(crate) use backend::{Backend, FileBackend, MemoryBackend};
+pub(crate) use backend::{Backend, FaultyBackend, FileBackend, MemoryBackend};
 use catalog::TopicCatalog;
 
 pub(crate) use name::{partition_name, valid_name, TopicName, PARTITION_SUFFIX};

@@ -68,6 +68,11 @@ pub struct WorldConfig {
     /// complete at once, inside the broker step that issued them; otherwise the broker's input
     /// (flows, acks, redeliveries, joins) keeps arriving while a read is in flight.
     pub read_delay: (u64, u64),
+    /// The broker run's store refuses some writes and reads (`store_faults=on`): every write
+    /// of the producer is held (1–30 ms), one in 20 fails (its SENDs get SEND_ERROR, the
+    /// producer reconnects and sends again what was not receipted), and one completion in 50
+    /// starts 50 ms of failing reads.
+    pub store_faults: bool,
 }
 
 impl Default for WorldConfig {
@@ -85,6 +90,7 @@ impl Default for WorldConfig {
             max_unacked_sub: None,
             look_ahead: None,
             read_delay: (0, 0),
+            store_faults: false,
         }
     }
 }
@@ -444,6 +450,13 @@ fn parse_config(words: &[&str], c: &mut WorldConfig) -> Result<(), String> {
             "max_unacked_sub" => c.max_unacked_sub = Some(num(v, k)?),
             "look_ahead" => c.look_ahead = Some(num(v, k)?),
             "reads" => c.read_delay = range(v, "reads")?,
+            "store_faults" => {
+                c.store_faults = match v {
+                    "on" => true,
+                    "off" => false,
+                    _ => return Err(format!("store_faults is on or off, not `{v}`")),
+                }
+            }
             _ => return Err(format!("unknown config key `{k}`")),
         }
     }

@@ -12,6 +12,7 @@ use crate::topic::FaultyBackend;
 fn faulty_state(cfg: BrokerConfig) -> (Arc<BrokerState>, Arc<StoreFaults>) {
     let faults = Arc::new(StoreFaults::default());
     let backend = FaultyBackend {
+        inner: Box::new(crate::topic::MemoryBackend),
         faults: faults.clone(),
     };
     let url = "pulsar://127.0.0.1:6650".into();

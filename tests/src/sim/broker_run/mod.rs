@@ -147,6 +147,11 @@ struct Run {
     hold_writes: bool,
     /// When each held write is due, in the order the producer connection holds them.
     write_due: Vec<u64>,
+    /// A SEND_ERROR for a write the store refused came (`store_faults=on`): the producer
+    /// reconnects and sends again what was not receipted.
+    send_failed: bool,
+    /// Until when reads fail (`store_faults=on`): deliveries wait meanwhile.
+    reads_fail_until: Option<u64>,
     /// SENDs not yet receipted, in the order sent (receipts come in that order; the chunks of
     /// a message share its sequence id): (producer id, metadata, messages).
     unreceipted: VecDeque<(u64, MessageMetadata, u32)>,
@@ -255,7 +260,8 @@ impl Run {
             .map_err(|e| format!("the broker did not open its data directory: {e}"))?;
         let mut producer = b.connect("producer");
         // Not where the scenario's expect lines time deliveries to the millisecond.
-        let hold_writes = opts.seed % 4 == 1 && scenario.expects.is_empty();
+        let hold_writes =
+            scenario.config.store_faults || (opts.seed % 4 == 1 && scenario.expects.is_empty());
         producer.hold_writes(hold_writes);
         Ok(Run {
             b,
@@ -271,6 +277,8 @@ impl Run {
             producer,
             hold_writes,
             write_due: Vec::new(),
+            send_failed: false,
+            reads_fail_until: None,
             unreceipted: VecDeque::new(),
             producers_open: BTreeSet::new(),
             prod_seq: BTreeMap::new(),

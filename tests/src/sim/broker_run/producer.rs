@@ -107,13 +107,50 @@ impl Run {
     /// Completes the oldest held write once it is due, and so on (a ledger's adds complete in
     /// order, as BookKeeper's do: a later write that is due waits for the older one).
     pub(super) fn due_writes(&mut self) {
+        if self.reads_fail_until.is_some_and(|t| t <= self.now) {
+            self.reads_fail_until = None;
+            self.b.store_faults().fail_reads(false);
+            self.log("store: reads work again".into());
+        }
         while self.write_due.first().is_some_and(|&due| due <= self.now) {
             self.write_due.remove(0);
-            if self.producer.complete_write(0) != Some(true) {
-                let d = "the oldest held write did not complete".to_string();
+            let faults = self.cfg.store_faults;
+            let fail = faults && self.rng_time.range(0, 19) == 0;
+            if fail {
+                self.log("store: this write fails".into());
+                self.b.store_faults().fail_appends(true);
+            }
+            let done = self.producer.complete_write(0);
+            self.b.store_faults().fail_appends(false);
+            if done != Some(!fail) {
+                let d = format!("the oldest held write completed as {done:?}, fault {fail}");
                 self.simple(ViolationKind::Model, d);
             }
+            if faults && self.reads_fail_until.is_none() && self.rng_time.range(0, 49) == 0 {
+                self.log("store: reads fail for 50 ms".into());
+                self.b.store_faults().fail_reads(true);
+                self.reads_fail_until = Some(self.now + 50);
+            }
             self.take_receipts();
+            if std::mem::take(&mut self.send_failed) {
+                self.producer_resends();
+                return;
+            }
+        }
+    }
+
+    /// After a SEND_ERROR, as Pulsar's clients do: a new connection, and every message not
+    /// receipted sent again, in order.
+    fn producer_resends(&mut self) {
+        self.log("producer: SEND_ERROR, reconnects and sends again what was not receipted".into());
+        self.write_due.clear();
+        let resend = std::mem::take(&mut self.unreceipted);
+        self.producer = self.b.connect("producer");
+        self.producer.hold_writes(self.hold_writes);
+        self.producers_open.clear();
+        self.connect_producer();
+        for (pid, m, n) in resend {
+            self.send(pid as u32, m, n);
         }
     }
 
@@ -162,6 +199,10 @@ impl Run {
                     wire::encode_command(&wire::commands::pong(), &mut pong);
                     let _ = self.producer.handle_bytes(&pong);
                 }
+                Type::SendError if self.hold_writes && refused_by_store(f) => {
+                    // A write the store refused (see `due_writes`): resent after the receipts.
+                    self.send_failed = true;
+                }
                 Type::Error | Type::SendError => {
                     let d = format!("the broker refused a publish: {:?}", f.command);
                     self.simple(ViolationKind::Model, d);
@@ -208,4 +249,13 @@ impl Run {
             self.batches.insert(pos, n);
         }
     }
+}
+
+/// A SEND_ERROR for a write the store refused (`PersistenceError`).
+fn refused_by_store(f: &wire::Frame) -> bool {
+    let persistence = wire::proto::ServerError::PersistenceError as i32;
+    f.command
+        .send_error
+        .as_ref()
+        .is_some_and(|e| e.error == persistence)
 }

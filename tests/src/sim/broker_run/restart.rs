@@ -124,6 +124,7 @@ impl Run {
         // Held writes die with the broker: their SENDs were never receipted, and the producer
         // sends them again once it is back, as a client resends its pending messages.
         self.write_due.clear();
+        self.reads_fail_until = None;
         let resend = std::mem::take(&mut self.unreceipted);
         self.producers_open.clear();
         self.lose_consumer_connections();

@@ -85,7 +85,10 @@ impl Run {
             if !self.violations.is_empty() {
                 return;
             }
-            let quiet = i == steps.len() && self.later.is_empty() && self.write_due.is_empty();
+            let quiet = i == steps.len()
+                && self.later.is_empty()
+                && self.write_due.is_empty()
+                && self.reads_fail_until.is_none();
             let last = steps.last().map_or(0, |s| s.at).max(self.last_publish);
             if quiet && self.drained(housekeeping, last) {
                 return;
@@ -98,6 +101,7 @@ impl Run {
     pub(super) fn next_time(&self, step: Option<u64>, house: u64) -> u64 {
         let mut t = vec![step, Some(house), self.later.keys().next().map(|k| k.0)];
         t.push(self.write_due.first().copied());
+        t.push(self.reads_fail_until);
         t.push(self.b.next_deadline().map(|d| d.saturating_sub(T0)));
         t.extend(self.dying.iter().map(|d| Some(d.0)));
         for c in self.cons.values() {
