@@ -57,7 +57,13 @@ pub struct ChunkAssignor<C> {
     id_index: HashMap<C, u32, ahash::RandomState>,
     id_index_built: bool,
     doomed: Vec<u32>,
+    /// The last pins a last chunk released (uuid hash, consumer), newest last, at most
+    /// [`RELEASED_KEPT`]: what [`ChunkAssignor::last_chunk_returned`] may put back.
+    released: std::collections::VecDeque<(u64, C)>,
 }
+
+/// Released pins remembered for a last chunk whose delivery comes back.
+const RELEASED_KEPT: usize = 64;
 
 /// A pin not yet in the table: chunk 0 of a message was just assigned to `consumer`, and the
 /// chunks that come right after it in the batch, with its uuid, follow it there without a
@@ -159,6 +165,7 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
             id_index: HashMap::with_hasher(ahash::RandomState::with_seeds(1, 2, 3, 4)),
             id_index_built: false,
             doomed: Vec::new(),
+            released: std::collections::VecDeque::new(),
         }
     }
 
@@ -244,6 +251,7 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
                     if ch.is_last() {
                         open = None;
                         self.stats.pins_released += 1;
+                        self.note_released(o.hash, consumers[o.consumer].id);
                         debug!(uuid = %ch.uuid, consumer = ?consumers[o.consumer].id, "last chunk; pin released");
                     }
                     Some(o.consumer)
@@ -440,6 +448,8 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
                         if ch.is_last() {
                             self.pins.remove(p);
                             self.stats.pins_released += 1;
+                            let hash = self.pins.hash(ch.uuid);
+                            self.note_released(hash, pinned);
                             debug!(uuid = %ch.uuid, consumer = ?pinned, "last chunk; pin released");
                         } else {
                             self.pins.get_mut(p).hint = i as u32;
@@ -607,17 +617,30 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
 
     /// The last chunk of `uuid`, assigned to `consumer` (which released the pin), never reached
     /// it and went back to replay: the message is half-delivered on `consumer` again, so it is
-    /// pinned there again (at `now`). Returns whether a pin was made (none when the uuid has
-    /// one).
+    /// pinned there again (at `now`). Returns whether a pin was made: none when the uuid has
+    /// one, or when its assignment released none (an orphan last chunk; the last 64 releases
+    /// are remembered).
     pub fn last_chunk_returned(&mut self, now: u64, uuid: &str, consumer: C) -> bool {
         let (found, hash) = self.pins.lookup(uuid, false);
         if found.is_some() {
             return false;
         }
+        // Only a pin this chunk's assignment released (an orphan last chunk released none).
+        let Some(k) = self.released.iter().rposition(|r| *r == (hash, consumer)) else {
+            return false;
+        };
+        self.released.remove(k);
         self.pins.insert(uuid, hash, consumer, 0, now);
         self.evict_over_count();
         debug!(uuid, consumer = ?consumer, "last chunk not delivered; pinned again");
         true
+    }
+
+    fn note_released(&mut self, hash: u64, consumer: C) {
+        if self.released.len() == RELEASED_KEPT {
+            self.released.pop_front();
+        }
+        self.released.push_back((hash, consumer));
     }
 
     /// Drops every pin to consumer `id` (call it when the consumer leaves); returns how many.

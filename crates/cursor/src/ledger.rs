@@ -265,8 +265,17 @@ impl InMemoryLedger {
     /// Makes the next append start a new ledger whose id is at least `id` (and above every id
     /// used so far): a broker whose write to ledger `id - 1` failed never writes there again,
     /// as a BookKeeper client abandons a ledger after a failed add.
+    ///
+    /// The ids skipped get empty segments (as [`restore`](Self::restore) does for a gap
+    /// between stored ledgers): ledger ids stay contiguous, which lookups by position rely on.
     pub fn roll_over_to(&mut self, id: u64) {
-        self.next_ledger_id = self.next_ledger_id.max(id);
+        while self.next_ledger_id < id {
+            if let Some(s) = self.segs.last_mut() {
+                s.shrink();
+            }
+            self.segs.push(Segment::starting_at(self.next_ledger_id, 0));
+            self.next_ledger_id += 1;
+        }
         self.roll_pending = true;
     }
 

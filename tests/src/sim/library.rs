@@ -62,6 +62,14 @@ const SHIPPED: &[(&str, &str)] = &[
         "mix-key-shared-slow-reads",
         include_str!("../../scenarios/mix-key-shared-slow-reads.sim"),
     ),
+    (
+        "mix-key-shared-store-faults",
+        include_str!("../../scenarios/mix-key-shared-store-faults.sim"),
+    ),
+    (
+        "mix-shared-store-faults",
+        include_str!("../../scenarios/mix-shared-store-faults.sim"),
+    ),
     ("f01-join", include_str!("../../scenarios/f01-join.sim")),
     ("f02-leave", include_str!("../../scenarios/f02-leave.sim")),
     ("f03-ack", include_str!("../../scenarios/f03-ack.sim")),

@@ -44,6 +44,15 @@ fn a_roll_over_to_an_id_skips_the_ids_below_it_and_never_goes_back() {
         "an id at or below one used is not used again"
     );
     assert_eq!(l.len(), 3);
+    // Reads cross the skipped ids (each an empty ledger).
+    assert_eq!(l.next_position(pos(1, 0)), Some(pos(5, 0)));
+    assert_eq!(l.next_position(pos(5, 0)), Some(pos(6, 0)));
+    assert_eq!(l.entry_count(3), Some(0));
+    assert_eq!(
+        positions(&l.read_range(pos(1, 0), 10)),
+        [pos(1, 0), pos(5, 0), pos(6, 0)]
+    );
+    assert!(l.get(pos(6, 0)).is_some() && l.get(pos(4, 0)).is_none());
 }
 
 #[test]

@@ -32,7 +32,7 @@ pub(super) fn note_chunk_sent(
     if ch.chunk_id == 0 {
         key_shared.pins.pin(&ch.uuid, c, hash);
     } else if ch.chunk_id + 1 == ch.num_chunks {
-        key_shared.pins.unpin(&ch.uuid);
+        key_shared.pins.last_chunk_sent(&ch.uuid);
     }
 }
 

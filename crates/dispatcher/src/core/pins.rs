@@ -38,7 +38,13 @@ pub(super) struct ChunkPins {
     order: BTreeMap<u64, String>,
     next_seq: u64,
     max_pins: usize,
+    /// The last pins a sent last chunk released (uuid, consumer, hash), newest last, at most
+    /// [`RELEASED_KEPT`]: what [`ChunkPins::last_chunk_returned`] may put back.
+    released: std::collections::VecDeque<(String, ConsumerId, u32)>,
 }
+
+/// Released pins remembered for a last chunk whose delivery comes back.
+const RELEASED_KEPT: usize = 64;
 
 impl ChunkPins {
     pub(super) fn new(max_pins: usize) -> Self {
@@ -48,6 +54,7 @@ impl ChunkPins {
             order: BTreeMap::new(),
             next_seq: 0,
             max_pins: max_pins.max(1),
+            released: std::collections::VecDeque::new(),
         }
     }
 
@@ -136,10 +143,35 @@ impl ChunkPins {
         }
     }
 
-    /// The last chunk of `uuid` (key `hash`), sent to `consumer`, never reached it: the message
-    /// is half-delivered on `consumer` again, so it is pinned there again.
-    pub(super) fn last_chunk_returned(&mut self, uuid: &str, consumer: ConsumerId, hash: u32) {
-        if !self.by_uuid.contains_key(uuid) {
+    /// The last chunk of `uuid` was sent: its message and one count of its key are unpinned,
+    /// and the release is remembered for [`last_chunk_returned`](Self::last_chunk_returned).
+    pub(super) fn last_chunk_sent(&mut self, uuid: &str) {
+        let Some(p) = self.by_uuid.get(uuid).copied() else {
+            return;
+        };
+        self.unpin(uuid);
+        if self.released.len() == RELEASED_KEPT {
+            self.released.pop_front();
+        }
+        self.released
+            .push_back((uuid.to_string(), p.consumer, p.hash));
+    }
+
+    /// The last chunk of `uuid`, sent to `consumer`, never reached it: the pin its send
+    /// released is put back (the message is half-delivered on `consumer` again). Nothing when
+    /// its send released none (an orphan last chunk) or the uuid is pinned.
+    pub(super) fn last_chunk_returned(&mut self, uuid: &str, consumer: ConsumerId) {
+        if self.by_uuid.contains_key(uuid) {
+            return;
+        }
+        let Some(k) = self
+            .released
+            .iter()
+            .rposition(|r| r.0 == uuid && r.1 == consumer)
+        else {
+            return;
+        };
+        if let Some((_, _, hash)) = self.released.remove(k) {
             self.pin(uuid, consumer, hash);
         }
     }
@@ -226,17 +258,20 @@ mod tests {
         assert_eq!(p.consumer_of("u"), Some(a));
         assert_eq!(p.consumer_of_hash(7), Some(a));
 
-        p.unpin("u"); // the last chunk went to a...
-        p.last_chunk_returned("u", a, 7); // ...and never reached it
+        p.last_chunk_sent("u"); // the last chunk went to a...
+        assert_eq!(p.len(), 0);
+        p.last_chunk_returned("u", b);
+        assert_eq!(p.len(), 0, "b's send released nothing");
+        p.last_chunk_returned("u", a); // ...and never reached it
         assert_eq!(
             (p.consumer_of("u"), p.consumer_of_hash(7)),
             (Some(a), Some(a))
         );
-        p.last_chunk_returned("u", b, 7);
+        p.last_chunk_returned("orphan", a);
         assert_eq!(
-            p.consumer_of("u"),
-            Some(a),
-            "a pinned message keeps its pin"
+            p.len(),
+            1,
+            "an orphan last chunk released no pin, so none comes back"
         );
     }
 }

@@ -282,11 +282,12 @@ impl Dispatcher {
         id: ConsumerId,
         chunks: &[(Position, &cursor::ChunkMeta)],
     ) {
-        let Some(i) = self.find(id) else { return };
-        let pending = self.consumers[i].shared.clone();
+        if self.find(id).is_none() {
+            return;
+        }
         // Undone in reverse: a send with a message's first and last chunks pinned, then
         // unpinned it.
-        for &(p, ch) in chunks.iter().rev() {
+        for &(_, ch) in chunks.iter().rev() {
             if ch.num_chunks < 2 || ch.chunk_id >= ch.num_chunks {
                 continue;
             }
@@ -300,11 +301,7 @@ impl Dispatcher {
                     r.assignor.last_chunk_returned(now, &ch.uuid, id);
                 }
                 Mode::KeyShared(k) if first => k.pins.first_chunk_returned(&ch.uuid, id),
-                Mode::KeyShared(k) if last => {
-                    if let Some(a) = pending.pending.get(pending_key(p)) {
-                        k.pins.last_chunk_returned(&ch.uuid, id, a.hash);
-                    }
-                }
+                Mode::KeyShared(k) if last => k.pins.last_chunk_returned(&ch.uuid, id),
                 _ => {}
             }
         }
