@@ -170,6 +170,7 @@ fn broker_steps() -> anyhow::Result<()> {
         ("orphan-chunk-replay", "mix-shared-chunks", "1"),
         ("no-batch-ack-set", "mix-key-shared-batch-nack", "1"),
         ("replay-settle", "mix-key-shared-slow-reads", "1"),
+        ("early-receipt", "mix-key-shared-store-faults", "1"),
     ] {
         let json = format!("target/sim/ci-broker-legacy-{legacy}.json");
         sh(sim(&[

@@ -41,6 +41,11 @@ pub struct Legacy {
     /// for the simulator's `--legacy replay-settle` through this broker: with reads that
     /// complete later, a Key_Shared subscription can stall.
     pub replay_settle: bool,
+    /// Not a Pulsar bug and no `--legacy` value: this broker before its writes were requests,
+    /// for the simulator's `--legacy early-receipt`: a SEND_RECEIPT goes out when the entry is
+    /// queued, before its write completed (a write that then fails, or a crash, loses a
+    /// receipted message).
+    pub early_receipt: bool,
 }
 
 /// Everything [`crate::Broker::start`] needs.

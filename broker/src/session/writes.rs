@@ -102,6 +102,10 @@ impl Session {
     ) {
         let w = &mut self.writes;
         let request = w.request_for(topic, pos);
+        if self.state.cfg.legacy.early_receipt {
+            return self.send(receipt);
+        }
+        let w = &mut self.writes;
         match w.held.back_mut() {
             Some(Held::Receipts {
                 request: r,

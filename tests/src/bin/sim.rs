@@ -49,7 +49,8 @@ struct Cli {
     scenarios: Vec<String>,
     /// Bring back a bug the checkers must catch: mark-delete-cleanup (expects order),
     /// orphan-chunk-replay (a stall), unordered-nack (order), no-batch-ack-set
-    /// (acked-redelivered), no-delayed-delivery (early), replay-settle (a stall).
+    /// (acked-redelivered), no-delayed-delivery (early), replay-settle (a stall),
+    /// early-receipt (loss; broker runs with store_faults=on).
     #[arg(long, value_name = "NAME", value_parser = legacy)]
     legacy: Option<Legacy>,
     /// Exit 0 only if a violation of the legacy switch's kind was found.

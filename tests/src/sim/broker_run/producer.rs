@@ -122,9 +122,18 @@ impl Run {
             }
             let done = self.producer.complete_write(0);
             self.b.store_faults().fail_appends(false);
-            if done != Some(!fail) {
-                let d = format!("the oldest held write completed as {done:?}, fault {fail}");
-                self.simple(ViolationKind::Model, d);
+            match done {
+                Some(ok) if ok == !fail => {}
+                // Only a write that failed earlier fails the entries of later ones; the
+                // producer resent those after the SEND_ERROR, unless they were receipted.
+                Some(false) => {
+                    let d = "a write failed that the store did not refuse: it held entries of an earlier failed write, receipted anyway (lost)".to_string();
+                    self.simple(ViolationKind::Loss, d);
+                }
+                _ => {
+                    let d = format!("the oldest held write completed as {done:?}, fault {fail}");
+                    self.simple(ViolationKind::Model, d);
+                }
             }
             if faults && self.reads_fail_until.is_none() && self.rng_time.range(0, 49) == 0 {
                 self.log("store: reads fail for 50 ms".into());

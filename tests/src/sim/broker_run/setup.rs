@@ -37,6 +37,7 @@ pub(super) fn broker_config(c: &WorldConfig, legacy: Option<Legacy>) -> broker::
         Some(Legacy::NoDelayedDelivery) => cfg.delayed_delivery.enabled = false,
         Some(Legacy::NoBatchAckSet) => cfg.legacy.no_batch_ack_set = true,
         Some(Legacy::ReplaySettle) => cfg.legacy.replay_settle = true,
+        Some(Legacy::EarlyReceipt) => cfg.legacy.early_receipt = true,
     }
     cfg
 }

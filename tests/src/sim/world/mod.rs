@@ -52,6 +52,10 @@ pub enum Legacy {
     /// not keep its completion from settling the replay loop: expect a stall in a scenario
     /// whose reads take time (`reads=`).
     ReplaySettle,
+    /// Not a Pulsar bug: this broker before its writes were requests (`BrokerConfig`'s
+    /// `legacy.early_receipt`): a receipt before the write completed. Broker runs only, with
+    /// held writes (`store_faults=on`): expect a receipted message lost.
+    EarlyReceipt,
 }
 
 impl Legacy {
@@ -64,6 +68,7 @@ impl Legacy {
             "no-batch-ack-set" => Legacy::NoBatchAckSet,
             "no-delayed-delivery" => Legacy::NoDelayedDelivery,
             "replay-settle" => Legacy::ReplaySettle,
+            "early-receipt" => Legacy::EarlyReceipt,
             _ => return None,
         })
     }
@@ -77,6 +82,7 @@ impl Legacy {
             Legacy::NoBatchAckSet => "no-batch-ack-set",
             Legacy::NoDelayedDelivery => "no-delayed-delivery",
             Legacy::ReplaySettle => "replay-settle",
+            Legacy::EarlyReceipt => "early-receipt",
         }
     }
 
@@ -87,6 +93,7 @@ impl Legacy {
             Legacy::OrphanChunkReplay | Legacy::ReplaySettle => ViolationKind::Stall,
             Legacy::NoBatchAckSet => ViolationKind::AckedRedelivered,
             Legacy::NoDelayedDelivery => ViolationKind::Early,
+            Legacy::EarlyReceipt => ViolationKind::Loss,
         }
     }
 }
@@ -357,6 +364,8 @@ pub(crate) fn apply_legacy(d: &mut DispatcherConfig, legacy: Option<Legacy>) -> 
         // setting).
         Some(Legacy::NoBatchAckSet) => {}
         Some(Legacy::NoDelayedDelivery) => d.delayed_delivery.enabled = false,
+        // The world has no broker: nothing to switch.
+        Some(Legacy::EarlyReceipt) => {}
         None => {}
     }
     Ok(())
