@@ -123,7 +123,7 @@ impl Run {
             let done = self.producer.complete_write(0);
             self.b.store_faults().fail_appends(false);
             match done {
-                Some(ok) if ok == !fail => {}
+                Some(ok) if ok != fail => {}
                 // Only a write that failed earlier fails the entries of later ones; the
                 // producer resent those after the SEND_ERROR, unless they were receipted.
                 Some(false) => {
