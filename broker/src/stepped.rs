@@ -32,7 +32,7 @@ use std::sync::{Arc, Mutex};
 use dispatcher::{RuntimeOptions, StepClock};
 
 use crate::config::BrokerConfig;
-use crate::session::{Close, Now, Session};
+use crate::session::{Close, Now, Session, WriteRequest};
 use crate::state::{BrokerState, Offer, Outbox};
 use crate::storage::{StorageError, StoreFaults};
 use crate::sync::lock;
@@ -275,7 +275,7 @@ pub struct Connection {
     queue: Arc<Queue>,
     /// See [`Connection::hold_writes`].
     hold_writes: bool,
-    writes: Vec<crate::session::WriteRequest>,
+    writes: Vec<WriteRequest>,
 }
 
 impl std::fmt::Debug for Connection {
@@ -297,13 +297,11 @@ impl Connection {
     /// (after the queued frames are delivered).
     pub fn handle_bytes(&mut self, bytes: &[u8]) -> Result<(), Closed> {
         let r = self.session.handle_bytes(self.now(), bytes);
-        while let Some(w) = self.session.poll_write() {
-            if self.hold_writes {
-                self.writes.push(w);
-            } else {
-                let outcome = w.run();
-                self.session.handle_written(w.id, &outcome);
-            }
+        if self.hold_writes {
+            self.writes
+                .extend(std::iter::from_fn(|| self.session.poll_write()));
+        } else {
+            WriteRequest::run_all(&mut self.session);
         }
         self.take_replies();
         r.map_err(Closed::from)
@@ -319,9 +317,9 @@ impl Connection {
         self.hold_writes = on;
     }
 
-    /// The topics of the writes waiting for the caller, oldest first.
-    pub fn pending_writes(&self) -> Vec<String> {
-        self.writes.iter().map(|w| w.topic().to_owned()).collect()
+    /// How many writes wait for the caller.
+    pub fn held_writes(&self) -> usize {
+        self.writes.len()
     }
 
     /// Runs the `i`th waiting write (in any order: writes of different topics complete in

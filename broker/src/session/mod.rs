@@ -109,6 +109,22 @@ impl std::fmt::Debug for Session {
     }
 }
 
+/// Encodes `cmd` at the end of `last` while it holds less than [`OUT_BUFFER`] bytes; else into
+/// a new buffer, returned for the caller to queue.
+fn encode_onto(last: Option<&mut Vec<u8>>, cmd: &BaseCommand) -> Option<Vec<u8>> {
+    match last {
+        Some(buf) if buf.len() < OUT_BUFFER => {
+            wire::encode_command(cmd, buf);
+            None
+        }
+        _ => {
+            let mut buf = Vec::with_capacity(256);
+            wire::encode_command(cmd, &mut buf);
+            Some(buf)
+        }
+    }
+}
+
 fn command(t: Type) -> BaseCommand {
     BaseCommand {
         r#type: t as i32,
@@ -235,30 +251,17 @@ impl Session {
     /// of a read's SENDs reach the shell as one buffer (one hand-over to the writer thread).
     fn send(&mut self, cmd: &BaseCommand) {
         if self.writes.holding() {
-            return self.send_held(cmd);
-        }
-        match self.out.back_mut() {
-            Some(buf) if buf.len() < OUT_BUFFER => wire::encode_command(cmd, buf),
-            _ => {
-                let mut buf = Vec::with_capacity(256);
-                wire::encode_command(cmd, &mut buf);
-                self.out.push_back(buf);
-            }
-        }
-    }
-
-    /// Queues a reply behind a receipt that still waits.
-    fn send_held(&mut self, cmd: &BaseCommand) {
-        let held = &mut self.writes.held;
-        match held.back_mut() {
-            Some(writes::Held::Frames(buf)) if buf.len() < OUT_BUFFER => {
-                wire::encode_command(cmd, buf);
-            }
-            _ => {
-                let mut buf = Vec::with_capacity(256);
-                wire::encode_command(cmd, &mut buf);
+            // Behind a receipt that still waits.
+            let held = &mut self.writes.held;
+            let last = match held.back_mut() {
+                Some(writes::Held::Frames(buf)) => Some(buf),
+                _ => None,
+            };
+            if let Some(buf) = encode_onto(last, cmd) {
                 held.push_back(writes::Held::Frames(buf));
             }
+        } else if let Some(buf) = encode_onto(self.out.back_mut(), cmd) {
+            self.out.push_back(buf);
         }
     }
 

@@ -109,10 +109,7 @@ impl Peer {
 
     /// Runs the session's write requests, as the TCP shell does after each read.
     fn run_writes(&mut self) {
-        while let Some(w) = self.session.poll_write() {
-            let outcome = w.run();
-            self.session.handle_written(w.id, &outcome);
-        }
+        WriteRequest::run_all(&mut self.session);
     }
 
     fn take(&mut self) -> Vec<wire::Frame> {
@@ -190,6 +187,24 @@ fn meta(seq: u64) -> MessageMetadata {
         sequence_id: seq,
         publish_time: 1_000 + seq,
         ..Default::default()
+    }
+}
+
+/// One read's bytes: a SEND with `meta(seq)` for each `(producer id, sequence id)`.
+fn sends(of: &[(u64, u64)]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for &(producer, seq) in of {
+        let cmd = wire::commands::send(producer, seq, 1);
+        wire::encode_with_payload(&cmd, &meta(seq), b"body", &mut bytes);
+    }
+    bytes
+}
+
+/// The default configuration with deduplication on.
+fn deduplicating() -> BrokerConfig {
+    BrokerConfig {
+        deduplication: true,
+        ..BrokerConfig::default()
     }
 }
 
@@ -562,35 +577,4 @@ fn a_closed_session_leaves_its_topics() {
     p.session.close();
     assert!(sub.consumers.lock().unwrap().is_empty());
     assert!(topic.producers.lock().unwrap().len() == 0);
-}
-
-/// A read of many SENDs: the receipts leave in one buffer (one hand-over to the writer
-/// thread), and the entries reach the subscription's consumer (its dispatcher is told once,
-/// after the read).
-#[test]
-fn a_read_of_sends_is_answered_in_one_buffer_and_dispatched() {
-    let st = state();
-    let mut p = Peer::connected(&st, 1);
-    p.call(&wire::commands::producer(T, 1, 1, None));
-    let r = p.call(&subscribe("s", 1, 2, SubType::Shared));
-    assert_eq!(kinds(&r), [Type::Success]);
-    p.call(&wire::commands::flow(1, 1000));
-    let mut bytes = Vec::new();
-    for i in 0..100 {
-        wire::encode_with_payload(
-            &wire::commands::send(1, i, 1),
-            &meta(i),
-            b"body",
-            &mut bytes,
-        );
-    }
-    p.session.handle_bytes(p.now, &bytes).unwrap();
-    p.run_writes();
-    let buffers: Vec<Vec<u8>> = std::iter::from_fn(|| p.session.poll_transmit()).collect();
-    assert_eq!(buffers.len(), 1, "one buffer");
-    let receipts = decode_all(&buffers[0]);
-    assert_eq!(receipts.len(), 100);
-    assert!(receipts.iter().all(|f| f.command.send_receipt.is_some()));
-    assert_eq!(p.receive(1, 100).len(), 100);
-    p.session.close();
 }

@@ -34,8 +34,18 @@ impl WriteRequest {
     }
 
     /// The topic written.
+    #[cfg(test)]
     pub(crate) fn topic(&self) -> &str {
         &self.topic.name
+    }
+
+    /// Runs every write `session` asks for, here and now, handing each outcome back: what a
+    /// shell that does not keep writes waiting does (the TCP shell after each read).
+    pub(crate) fn run_all(session: &mut Session) {
+        while let Some(w) = session.poll_write() {
+            let outcome = w.run();
+            session.handle_written(w.id, &outcome);
+        }
     }
 }
 
@@ -100,13 +110,12 @@ impl Session {
         receipt: &wire::proto::BaseCommand,
         send: (u64, u64),
     ) {
-        let w = &mut self.writes;
-        let request = w.request_for(topic, pos);
+        let request = self.writes.request_for(topic, pos);
         if self.state.cfg.legacy.early_receipt {
             return self.send(receipt);
         }
-        let w = &mut self.writes;
-        match w.held.back_mut() {
+        let held = &mut self.writes.held;
+        match held.back_mut() {
             Some(Held::Receipts {
                 request: r,
                 ok,
@@ -115,15 +124,11 @@ impl Session {
                 wire::encode_command(receipt, ok);
                 sends.push(send);
             }
-            _ => {
-                let mut ok = Vec::with_capacity(256);
-                wire::encode_command(receipt, &mut ok);
-                w.held.push_back(Held::Receipts {
-                    request,
-                    ok,
-                    sends: vec![send],
-                });
-            }
+            _ => held.push_back(Held::Receipts {
+                request,
+                ok: super::encode_onto(None, receipt).unwrap_or_default(),
+                sends: vec![send],
+            }),
         }
     }
 

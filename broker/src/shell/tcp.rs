@@ -233,10 +233,7 @@ impl Conn {
     /// a buffered write, and an `fsync` with `--sync always`), and hands back the outcomes:
     /// the receipts that waited for them are then queued.
     fn run_writes(&mut self) {
-        while let Some(w) = self.session.poll_write() {
-            let outcome = w.run();
-            self.session.handle_written(w.id, &outcome);
-        }
+        crate::session::WriteRequest::run_all(&mut self.session);
     }
 
     /// Moves the session's queued frames to the writer.

@@ -376,7 +376,8 @@ impl EntryStore for FileEntries {
         let mut result = Ok(());
         for (p, section) in batch {
             let fresh = starts.last().is_none_or(|s| s.0 != p.ledger_id);
-            match self.append(*p, section, cache) {
+            // Cached below, once the whole batch is in: a failed one leaves nothing there.
+            match self.append(*p, section, false) {
                 Ok(start) if fresh => starts.push((p.ledger_id, p.entry_id, start)),
                 Ok(_) => {}
                 Err(e) => {
@@ -392,8 +393,12 @@ impl EntryStore for FileEntries {
             }
         }
         let result = result.and_then(|()| self.commit(policy));
-        if result.is_err() {
-            self.take_back(&starts);
+        match result {
+            Ok(()) if cache => batch
+                .iter()
+                .for_each(|(p, section)| self.cache.insert(*p, section.clone())),
+            Ok(()) => {}
+            Err(_) => self.take_back(&starts),
         }
         result
     }

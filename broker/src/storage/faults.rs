@@ -14,15 +14,15 @@ use super::{EntryStore, StorageError, SyncPolicy};
 /// ([`SteppedBroker::store_faults`](crate::stepped::SteppedBroker::store_faults)).
 #[derive(Debug, Default)]
 pub struct StoreFaults {
-    appends: AtomicBool,
+    writes: AtomicBool,
     reads: AtomicBool,
 }
 
 impl StoreFaults {
     /// Makes writes fail (`true`) or succeed again: a write request then fails whole, its
     /// SENDs get SEND_ERROR and the topic moves on to a new ledger.
-    pub fn fail_appends(&self, on: bool) {
-        self.appends.store(on, Ordering::SeqCst);
+    pub fn fail_writes(&self, on: bool) {
+        self.writes.store(on, Ordering::SeqCst);
     }
 
     /// Makes reads of stored entries fail (`true`) or succeed again: deliveries then wait
@@ -54,8 +54,8 @@ impl EntryStore for FaultyEntries {
         cache: bool,
         policy: SyncPolicy,
     ) -> Result<(), StorageError> {
-        if self.faults.appends.load(Ordering::SeqCst) {
-            return Err(StoreFaults::injected("append"));
+        if self.faults.writes.load(Ordering::SeqCst) {
+            return Err(StoreFaults::injected("write"));
         }
         self.inner.write(batch, cache, policy)
     }

@@ -43,7 +43,6 @@ pub(crate) type Written = Result<(), Arc<StorageError>>;
 /// The entries pushed and not yet in the ledger (part of the topic's state).
 #[derive(Debug)]
 pub(super) struct Appends {
-    entries_per_ledger: u64,
     /// Pushed, not yet taken by a writer, in position order.
     sections: Vec<(Position, Bytes)>,
     metas: Vec<EntryMeta>,
@@ -58,24 +57,14 @@ pub(super) struct Appends {
 }
 
 impl Appends {
-    pub(super) fn new(entries_per_ledger: u64) -> Appends {
+    pub(super) fn new() -> Appends {
         Appends {
-            entries_per_ledger: entries_per_ledger.max(1),
             sections: Vec::new(),
             metas: Vec::new(),
             last_pushed: None,
             taken_through: None,
             failed: VecDeque::new(),
             pushed: dedup::Sequences::default(),
-        }
-    }
-
-    /// The position after `p` (the ledger's rule: a new ledger after `entries_per_ledger`).
-    fn after(&self, p: Position) -> Position {
-        if p.entry_id + 1 < self.entries_per_ledger {
-            Position::new(p.ledger_id, p.entry_id + 1)
-        } else {
-            Position::new(p.ledger_id + 1, 0)
         }
     }
 
@@ -111,9 +100,12 @@ impl Topic {
             }
             st.appends.pushed.record(&meta);
         }
-        let pos = match st.appends.last_pushed {
-            Some(last) => st.appends.after(last),
-            None => self.ledger.read().next_append_position(),
+        let pos = {
+            let ledger = self.ledger.read();
+            match st.appends.last_pushed {
+                Some(last) => ledger.append_position_after(last),
+                None => ledger.next_append_position(),
+            }
         };
         let a = &mut st.appends;
         a.last_pushed = Some(pos);
@@ -140,46 +132,43 @@ impl Topic {
             let metas: Vec<EntryMeta> = a.metas.drain(..n).collect();
             (sections, metas, !st.subs.is_empty())
         };
-        let (Some(&(first, _)), Some(&(last, _))) = (sections.first(), sections.last()) else {
+        let Some(&(first, _)) = sections.first() else {
             return Ok(());
         };
         let result = self
             .entries
             .write(&sections, readers, self.sync)
             .map_err(Arc::new);
-        drop(sections);
         match &result {
-            Ok(()) => self.stored(first, last, metas),
+            Ok(()) => self.stored(&sections, metas),
             Err(e) => self.failed(first, e.clone()),
         }
         lock(&self.state).appends.outcome(through).unwrap_or(result)
     }
 
-    /// A batch from `first` to `last` is stored: into the ledger, the chunk index, the
-    /// deduplication record and the counters; the subscriptions are told.
-    fn stored(&self, first: Position, last: Position, metas: Vec<EntryMeta>) {
+    /// The batch `written` (with its entries' `metas`) is stored: into the ledger, the chunk
+    /// index, the deduplication record and the counters; the subscriptions are told.
+    fn stored(&self, written: &[(Position, Bytes)], metas: Vec<EntryMeta>) {
         let (mut messages, mut bytes, entries) = (0, 0, metas.len() as u64);
         {
             let mut st = lock(&self.state);
             let mut ledger = self.ledger.write();
-            let mut expected = first;
-            for meta in metas {
+            for (&(at, _), meta) in written.iter().zip(metas) {
                 messages += u64::from(meta.messages());
                 bytes += u64::from(meta.size);
                 st.sequences.record(&meta);
                 let chunk = meta.chunk.as_ref().map(|c| c.uuid.clone());
                 let pos = ledger.append(meta);
-                if pos != expected {
-                    tracing::error!(topic = %self.name, %pos, %expected, "an entry went into the ledger at another position than it was written at");
+                if pos != at {
+                    tracing::error!(topic = %self.name, %pos, written = %at, "an entry went into the ledger at another position than it was written at");
                 }
-                expected = st.appends.after(pos);
                 if let Some(uuid) = chunk {
                     st.chunks.entry(uuid).or_default().push(pos);
                 }
             }
             drop(ledger);
             let a = &mut st.appends;
-            a.taken_through = Some(last);
+            a.taken_through = written.last().map(|w| w.0);
             if a.sections.is_empty() {
                 a.last_pushed = None;
                 a.pushed = dedup::Sequences::default();

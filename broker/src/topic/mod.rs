@@ -246,7 +246,7 @@ impl Topic {
                 chunks,
                 subs: BTreeMap::new(),
                 sequences,
-                appends: appends::Appends::new(entries_per_ledger),
+                appends: appends::Appends::new(),
             }),
             writer: Mutex::new(()),
             terminated: std::sync::atomic::AtomicBool::new(terminated),

@@ -369,6 +369,17 @@ impl InMemoryLedger {
         }
     }
 
+    /// The position the append after one at `p` gets, when no roll-over is asked for in
+    /// between: for a writer that hands out positions before it appends their entries (the
+    /// first is [`next_append_position`](Self::next_append_position), each next one this).
+    pub fn append_position_after(&self, p: Position) -> Position {
+        if p.entry_id.saturating_add(1) < self.entries_per_ledger {
+            Position::new(p.ledger_id, p.entry_id + 1)
+        } else {
+            Position::new(p.ledger_id + 1, 0)
+        }
+    }
+
     /// The id the next new ledger gets (after a roll-over).
     pub fn next_ledger_id(&self) -> u64 {
         self.next_ledger_id

@@ -998,35 +998,30 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
         let Some(k) = self.consumers.iter().position(|o| o.id == consumer) else {
             return;
         };
-        // The chunks in the send: if they do not reach the consumer, their pins go back.
-        let chunks: Vec<(Position, cursor::ChunkMeta)> = entries
-            .iter()
-            .filter_map(|e| Some((e.position, e.meta.chunk.clone()?)))
-            .collect();
-        let refused = if self.consumers[k].paused {
-            entries.iter().map(|e| e.position).collect()
+        let refused: Vec<Entry> = if self.consumers[k].paused {
+            entries
         } else {
+            // A dropped send's chunks give their pins back too: keep them (an `Arc` each)
+            // while the send is out, only when it has any.
+            let chunks: Vec<Entry> = entries
+                .iter()
+                .filter(|e| e.meta.chunk.is_some())
+                .cloned()
+                .collect();
             let deliveries = self.deliveries(entries);
             match self.consumers[k].tx.deliver(deliveries) {
                 Ok(()) => return,
                 Err(Refused::Closed) => {
                     // The handle is gone; its ConsumerRemoved is on the way.
                     debug!(consumer = %consumer, "consumer channel closed");
-                    let all: Vec<_> = chunks.iter().map(|(p, c)| (*p, c)).collect();
-                    self.core.handle_chunks_undelivered(now, consumer, &all);
+                    self.core.handle_chunks_undelivered(now, consumer, &chunks);
                     return;
                 }
-                Err(Refused::Full(d)) => d.iter().map(|d| d.position).collect::<Vec<_>>(),
+                Err(Refused::Full(d)) => d.into_iter().map(|d| d.entry).collect(),
             }
         };
-        if !chunks.is_empty() {
-            let back: Vec<_> = chunks
-                .iter()
-                .filter(|(p, _)| refused.contains(p))
-                .map(|(p, c)| (*p, c))
-                .collect();
-            self.core.handle_chunks_undelivered(now, consumer, &back);
-        }
+        self.core.handle_chunks_undelivered(now, consumer, &refused);
+        let refused: Vec<Position> = refused.iter().map(|e| e.position).collect();
         self.consumers[k].paused = true;
         let n = self.core.handle_send_refused(now, consumer, &refused);
         debug!(consumer = %consumer, refused = n, "delivery channel full; consumer paused");

@@ -72,28 +72,18 @@ fn a_payload_that_cannot_be_read_stays_pending_and_comes_later() {
 /// message that was never stored.)
 #[test]
 fn a_failed_append_does_not_count_its_sequence_id() {
-    let cfg = BrokerConfig {
-        deduplication: true,
-        ..BrokerConfig::default()
-    };
-    let (st, faults) = faulty_state(cfg);
+    let (st, faults) = faulty_state(deduplicating());
     let mut p = Peer::connected(&st, 1);
     p.call(&wire::commands::producer(T, 1, 1, Some("p")));
-    faults.fail_appends(true);
-    let mut bytes = Vec::new();
-    wire::encode_with_payload(
-        &wire::commands::send(1, 0, 1),
-        &meta(0),
-        b"body",
-        &mut bytes,
-    );
+    faults.fail_writes(true);
+    let bytes = sends(&[(1, 0)]);
     let refused = p.feed(&bytes);
     assert_eq!(refused.len(), 1);
     assert_eq!(
         error_of(&refused[0].command),
         Some(ServerError::PersistenceError)
     );
-    faults.fail_appends(false);
+    faults.fail_writes(false);
     let stored = p.publish(1, 0, meta(0));
     assert_ne!(stored.ledger_id, u64::MAX, "receipted as a duplicate");
     assert_eq!(
@@ -114,20 +104,12 @@ fn a_failed_write_refuses_its_sends_and_the_topic_moves_on_to_a_new_ledger() {
     let mut p = Peer::connected(&st, 1);
     p.call(&wire::commands::producer(T, 1, 1, None));
     let before = p.publish(1, 0, meta(0));
-    faults.fail_appends(true);
-    let mut bytes = Vec::new();
-    for seq in 1..3 {
-        wire::encode_with_payload(
-            &wire::commands::send(1, seq, 1),
-            &meta(seq),
-            b"body",
-            &mut bytes,
-        );
-    }
+    faults.fail_writes(true);
+    let bytes = sends(&[(1, 1), (1, 2)]);
     let refused = p.feed(&bytes);
     let errors: Vec<_> = refused.iter().map(|f| error_of(&f.command)).collect();
     assert_eq!(errors, [Some(ServerError::PersistenceError); 2]);
-    faults.fail_appends(false);
+    faults.fail_writes(false);
     let after = p.publish(1, 3, meta(3));
     assert_eq!(
         after,

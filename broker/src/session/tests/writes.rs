@@ -7,13 +7,7 @@ use super::*;
 
 /// A SEND followed by a CLOSE_PRODUCER in one read, its write not yet run.
 fn send_then_close(p: &mut Peer, seq: u64) {
-    let mut bytes = Vec::new();
-    wire::encode_with_payload(
-        &wire::commands::send(1, seq, 1),
-        &meta(seq),
-        b"body",
-        &mut bytes,
-    );
+    let mut bytes = sends(&[(1, seq)]);
     wire::encode_command(&wire::commands::close_producer(1, 7), &mut bytes);
     p.session.handle_bytes(p.now, &bytes).unwrap();
 }
@@ -74,15 +68,7 @@ fn receipts_leave_in_send_order_whichever_write_completes_first() {
     let other = "persistent://public/default/other";
     p.call(&wire::commands::producer(T, 1, 1, None));
     p.call(&wire::commands::producer(other, 2, 2, None));
-    let mut bytes = Vec::new();
-    for (producer, seq) in [(1, 0), (2, 0), (1, 1)] {
-        wire::encode_with_payload(
-            &wire::commands::send(producer, seq, 1),
-            &meta(seq),
-            b"body",
-            &mut bytes,
-        );
-    }
+    let bytes = sends(&[(1, 0), (2, 0), (1, 1)]);
     p.session.handle_bytes(p.now, &bytes).unwrap();
     let first = p.session.poll_write().unwrap();
     let second = p.session.poll_write().unwrap();
@@ -113,24 +99,17 @@ fn receipts_leave_in_send_order_whichever_write_completes_first() {
 /// The entry is stored once.
 #[test]
 fn a_resend_while_its_write_is_in_flight_is_refused_then_a_duplicate() {
-    let cfg = BrokerConfig {
-        deduplication: true,
-        ..BrokerConfig::default()
-    };
-    let st = Arc::new(BrokerState::new(cfg, "pulsar://127.0.0.1:6650".into()));
+    let st = Arc::new(BrokerState::new(
+        deduplicating(),
+        "pulsar://127.0.0.1:6650".into(),
+    ));
     let mut first = Peer::connected(&st, 1);
     first.call(&wire::commands::producer(T, 1, 1, Some("p")));
     send_then_close(&mut first, 0);
     let write = first.session.poll_write().unwrap();
     let mut again = Peer::connected(&st, 2);
     again.call(&wire::commands::producer(T, 1, 1, Some("p")));
-    let mut bytes = Vec::new();
-    wire::encode_with_payload(
-        &wire::commands::send(1, 0, 1),
-        &meta(0),
-        b"body",
-        &mut bytes,
-    );
+    let bytes = sends(&[(1, 0)]);
     let refused = again.feed(&bytes);
     assert_eq!(
         error_of(&refused[0].command),
@@ -150,4 +129,28 @@ fn a_resend_while_its_write_is_in_flight_is_refused_then_a_duplicate() {
     assert_eq!(st.existing_topic(T).unwrap().storage().0.entries, 1);
     first.session.close();
     again.session.close();
+}
+
+/// A read of many SENDs: the receipts leave in one buffer (one hand-over to the writer
+/// thread), and the entries reach the subscription's consumer (its dispatcher is told once,
+/// after the read).
+#[test]
+fn a_read_of_sends_is_answered_in_one_buffer_and_dispatched() {
+    let st = state();
+    let mut p = Peer::connected(&st, 1);
+    p.call(&wire::commands::producer(T, 1, 1, None));
+    let r = p.call(&subscribe("s", 1, 2, SubType::Shared));
+    assert_eq!(kinds(&r), [Type::Success]);
+    p.call(&wire::commands::flow(1, 1000));
+    let all: Vec<(u64, u64)> = (0..100).map(|i| (1, i)).collect();
+    let bytes = sends(&all);
+    p.session.handle_bytes(p.now, &bytes).unwrap();
+    p.run_writes();
+    let buffers: Vec<Vec<u8>> = std::iter::from_fn(|| p.session.poll_transmit()).collect();
+    assert_eq!(buffers.len(), 1, "one buffer");
+    let receipts = decode_all(&buffers[0]);
+    assert_eq!(receipts.len(), 100);
+    assert!(receipts.iter().all(|f| f.command.send_receipt.is_some()));
+    assert_eq!(p.receive(1, 100).len(), 100);
+    p.session.close();
 }

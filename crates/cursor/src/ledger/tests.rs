@@ -31,6 +31,19 @@ fn rolls_over_by_count_and_on_demand() {
 }
 
 #[test]
+fn positions_handed_out_ahead_are_the_ones_appends_get() {
+    let mut l = InMemoryLedger::new(3);
+    l.roll_over();
+    let mut next = l.next_append_position();
+    for i in 0..8 {
+        let ahead = next;
+        next = l.append_position_after(ahead);
+        assert_eq!(l.append(EntryMeta::simple(i, 1)), ahead, "entry {i}");
+    }
+    assert_eq!(l.next_append_position(), next);
+}
+
+#[test]
 fn a_roll_over_to_an_id_skips_the_ids_below_it_and_never_goes_back() {
     let mut l = InMemoryLedger::new(10);
     assert_eq!(l.append(EntryMeta::simple(1, 1)), pos(1, 0));

@@ -269,28 +269,21 @@ impl Dispatcher {
         n
     }
 
-    /// These chunks (position and chunk metadata), sent to consumer `id`, never reached it:
-    /// the shell refused or dropped the delivery. Call it before
+    /// These entries, sent to consumer `id`, never reached it: the shell refused or dropped
+    /// the delivery. Call it before
     /// [`handle_send_refused`](Self::handle_send_refused) (or, for a dropped delivery, before
     /// the consumer's removal), so the chunk pins name the consumer that has a message's
     /// earlier chunks again: a first chunk's send undoes the pin it made or moved, a last
     /// chunk's send pins its message to `id` again (Shared: the chunk assignor's pins;
-    /// Key_Shared: the uuid and key pins). Single-chunk messages and other chunks: nothing.
-    pub fn handle_chunks_undelivered(
-        &mut self,
-        now: u64,
-        id: ConsumerId,
-        chunks: &[(Position, &cursor::ChunkMeta)],
-    ) {
+    /// Key_Shared: the uuid and key pins). Plain entries, single-chunk messages and middle
+    /// chunks: nothing.
+    pub fn handle_chunks_undelivered(&mut self, now: u64, id: ConsumerId, entries: &[Entry]) {
         if self.find(id).is_none() {
             return;
         }
         // Undone in reverse: a send with a message's first and last chunks pinned, then
         // unpinned it.
-        for &(_, ch) in chunks.iter().rev() {
-            if ch.num_chunks < 2 || ch.chunk_id >= ch.num_chunks {
-                continue;
-            }
+        for ch in entries.iter().rev().filter_map(key_shared::multi_chunk) {
             let first = ch.chunk_id == 0;
             let last = ch.chunk_id + 1 == ch.num_chunks;
             match &mut self.mode {

@@ -97,7 +97,7 @@ impl Run {
                 format!("the producer's connection closed: {e:?}"),
             );
         }
-        while self.write_due.len() < self.producer.pending_writes().len() {
+        while self.write_due.len() < self.producer.held_writes() {
             let due = self.now + self.rng_time.range(1, 30);
             self.write_due.push(due);
         }
@@ -118,10 +118,10 @@ impl Run {
             let fail = faults && self.rng_time.range(0, 19) == 0;
             if fail {
                 self.log("store: this write fails".into());
-                self.b.store_faults().fail_appends(true);
+                self.b.store_faults().fail_writes(true);
             }
             let done = self.producer.complete_write(0);
-            self.b.store_faults().fail_appends(false);
+            self.b.store_faults().fail_writes(false);
             match done {
                 Some(ok) if ok != fail => {}
                 // Only a write that failed earlier fails the entries of later ones; the
@@ -152,6 +152,12 @@ impl Run {
     /// receipted sent again, in order.
     fn producer_resends(&mut self) {
         self.log("producer: SEND_ERROR, reconnects and sends again what was not receipted".into());
+        self.reconnect_producer();
+    }
+
+    /// The producer on a new connection (its held writes, and the old connection, gone), then
+    /// every message not receipted sent again, in order: a SEND_ERROR or a broker restart.
+    pub(super) fn reconnect_producer(&mut self) {
         self.write_due.clear();
         let resend = std::mem::take(&mut self.unreceipted);
         self.producer = self.b.connect("producer");

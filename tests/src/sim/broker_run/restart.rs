@@ -122,10 +122,9 @@ impl Run {
         std::mem::replace(&mut self.b, stand_in).crash();
         self.producer = self.b.connect("producer");
         // Held writes die with the broker: their SENDs were never receipted, and the producer
-        // sends them again once it is back, as a client resends its pending messages.
-        self.write_due.clear();
+        // sends them again once it is back (`reconnect_producer`), as a client resends its
+        // pending messages.
         self.reads_fail_until = None;
-        let resend = std::mem::take(&mut self.unreceipted);
         self.producers_open.clear();
         self.lose_consumer_connections();
         let stored = match stored_cursor(&dir) {
@@ -152,16 +151,10 @@ impl Run {
             text(after.map(|p| p.to_string()))
         ));
         self.forget_lost_acks(after, stored.as_ref());
-        self.producer = self.b.connect("producer");
-        self.producer.hold_writes(self.hold_writes);
-        self.connect_producer();
-        for (pid, m, n) in resend {
-            self.log(format!(
-                "producer resends {} seq {}",
-                m.producer_name, m.sequence_id
-            ));
-            self.send(pid as u32, m, n);
+        if !self.unreceipted.is_empty() {
+            self.log("producer: sends again what was not receipted".into());
         }
+        self.reconnect_producer();
     }
 
     /// On Key_Shared, messages the client discarded (acked without handing them to an
