@@ -301,7 +301,8 @@ impl Connection {
             self.writes
                 .extend(std::iter::from_fn(|| self.session.poll_write()));
         } else {
-            WriteRequest::run_all(&mut self.session);
+            let now_ms = self.now().wall_ms;
+            WriteRequest::run_all(&mut self.session, now_ms);
         }
         self.take_replies();
         r.map_err(Closed::from)
@@ -330,7 +331,7 @@ impl Connection {
             return None;
         }
         let w = self.writes.remove(i);
-        let outcome = w.run();
+        let outcome = w.run(self.now().wall_ms);
         self.session.handle_written(w.id, &outcome);
         self.take_replies();
         Some(outcome.is_ok())

@@ -11,7 +11,8 @@ pub(super) fn route(req: &Request, state: &BrokerState, segs: &[&str]) -> Respon
     }
     let id = state.admin_url.trim_start_matches("http://").to_owned();
     match segs {
-        ["health"] | ["ready"] => Response::new(200, "text/plain", "ok"),
+        ["health"] => health(state, req.received_ms),
+        ["ready"] => Response::new(200, "text/plain", "ok"),
         [] | [crate::metadata::CLUSTER] => json(200, &[&id]),
         ["leaderBroker"] => json(
             200,
@@ -23,6 +24,33 @@ pub(super) fn route(req: &Request, state: &BrokerState, segs: &[&str]) -> Respon
         ["version"] => Response::new(200, "text/plain", state.server_version.clone()),
         _ => super::no_route(req),
     }
+}
+
+/// `GET /admin/v2/brokers/health`: 200 "ok", or 500 (as Pulsar's health check answers when
+/// its test message cannot be written) while a topic's storage refuses writes: its last write
+/// failed, less than a minute ago, and none succeeded since.
+fn health(state: &BrokerState, now_ms: u64) -> Response {
+    let failing: Vec<String> = state
+        .topics()
+        .iter()
+        .filter_map(|t| {
+            let h = t.write_health();
+            let e = h.last_error.as_ref().filter(|_| h.failing(now_ms))?;
+            Some(format!(
+                "{}: {} failed writes in a row, the last: {e}",
+                t.name, h.in_row
+            ))
+        })
+        .collect();
+    if failing.is_empty() {
+        return Response::new(200, "text/plain", "ok");
+    }
+    let reason = format!(
+        "storage refuses writes on {} topic(s): {}",
+        failing.len(),
+        failing.join("; ")
+    );
+    json(500, &serde_json::json!({ "reason": reason }))
 }
 
 /// The broker's settings under Pulsar's configuration names, as strings (Pulsar's form).

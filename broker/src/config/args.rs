@@ -112,6 +112,9 @@ pub(super) struct Args {
     /// ERROR and its connection closed.
     #[arg(long)]
     check_frames: bool,
+    /// For test suites: while FILE exists, every write of entries fails as on a full disk.
+    #[arg(long, value_name = "FILE")]
+    fail_writes_while_exists: Option<PathBuf>,
 }
 
 impl Args {
@@ -189,6 +192,9 @@ impl Args {
             self.schema_compatibility_strategy,
         );
         cfg.check_frames |= self.check_frames;
+        if let Some(f) = &self.fail_writes_while_exists {
+            cfg.fail_writes_while_exists = Some(f.clone());
+        }
     }
 }
 

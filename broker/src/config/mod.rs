@@ -99,6 +99,10 @@ pub struct BrokerConfig {
     /// field or a missing required field is logged at ERROR and its connection closed, so a
     /// test with any client fails on it. Costs a protobuf walk per frame.
     pub check_frames: bool,
+    /// For test suites (`--fail-writes-while-exists FILE`): while `FILE` exists every write
+    /// of entries fails with a full disk's error, so a suite can show what clients see when
+    /// storage refuses writes, and that writes resume once it is removed.
+    pub fail_writes_while_exists: Option<std::path::PathBuf>,
     /// Topics created on first use by a producer, a consumer or a partition look-up
     /// (`--allow-auto-topic-creation true|false`, Pulsar's `allowAutoTopicCreation`, default
     /// true). Off, a topic must be created with the admin API first.
@@ -147,6 +151,7 @@ impl Default for BrokerConfig {
             key_shared_max_unacked_per_key: 0,
             delayed_delivery: dispatcher::DelayedDelivery::default(),
             check_frames: false,
+            fail_writes_while_exists: None,
             allow_auto_topic_creation: true,
             auto_topic_partitioned: false,
             default_num_partitions: 1,

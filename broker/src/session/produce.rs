@@ -80,6 +80,7 @@ impl Session {
             Ok(n) => n,
             Err(e) => return self.send_error(p.request_id, e.code(), &e.to_string()),
         };
+        self.writes.closed.remove(&p.producer_id);
         if self.answered_again(p) {
             return;
         }
@@ -94,6 +95,15 @@ impl Session {
                 p.request_id,
                 ServerError::TopicTerminatedError,
                 "Topic was already terminated",
+            );
+        }
+        if let Some((e, left_ms)) = topic.refuses_producers(now.wall_ms) {
+            info!(conn = self.id, topic = %topic.name, error = %e, left_ms, "producer refused: the topic's storage refused its last write");
+            let message = format!("the topic's storage refused its last write ({e}): producers are refused for {left_ms} ms more");
+            return self.send_error(
+                p.request_id,
+                ServerError::ProducerBlockedQuotaExceededException,
+                &message,
             );
         }
         if let Err(e) = self.create_initial_subscription(&topic, p) {
@@ -274,6 +284,16 @@ impl Session {
             wire::commands::send_error(producer_id, sequence_id, error, message)
         };
         let Some(producer) = self.producers.get_mut(&producer_id) else {
+            if self.writes.closed.contains(&producer_id) {
+                // Sent before the client read our CLOSE_PRODUCER: it resends it.
+                debug!(
+                    conn = self.id,
+                    producer_id,
+                    sequence_id,
+                    "SEND for a producer closed after a failed write: dropped"
+                );
+                return;
+            }
             warn!(conn = self.id, producer_id, "SEND for an unknown producer");
             let reply = send_error(
                 ServerError::NotAllowedError,
@@ -353,6 +373,7 @@ impl Session {
         if let Some(p) = self.producers.remove(&c.producer_id) {
             self.producer_gone(&p.topic, c.producer_id);
         }
+        self.writes.closed.remove(&c.producer_id);
         self.send_success(c.request_id);
     }
 }

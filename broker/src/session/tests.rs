@@ -109,7 +109,7 @@ impl Peer {
 
     /// Runs the session's write requests, as the TCP shell does after each read.
     fn run_writes(&mut self) {
-        WriteRequest::run_all(&mut self.session);
+        WriteRequest::run_all(&mut self.session, self.now.wall_ms);
     }
 
     fn take(&mut self) -> Vec<wire::Frame> {

@@ -6,16 +6,14 @@
 //! later) and hands the outcome back ([`Session::handle_written`]). Each SEND's receipt waits
 //! in order: once it is held, every reply queued after it waits behind it too, so a client
 //! reads its receipts in sequence order and before, say, its CLOSE_PRODUCER's SUCCESS. A failed
-//! write turns its receipts into SEND_ERRORs (`PersistenceError`); Pulsar's clients then resend
-//! on a new connection.
+//! write closes its SENDs' producers instead (CLOSE_PRODUCER): the clients reopen them on the
+//! same connection and resend what was not receipted.
 
 use std::sync::Arc;
 
-use cursor::Position;
-use wire::proto::ServerError;
-
 use super::Session;
 use crate::topic::{Topic, Written};
+use cursor::Position;
 
 /// A write the session asks its shell to run: the topic's queued entries, through `through`.
 #[derive(Debug)]
@@ -28,9 +26,10 @@ pub(crate) struct WriteRequest {
 
 impl WriteRequest {
     /// Runs the write: the store's IO (an `fsync` with `--sync always`), on the caller's
-    /// thread. Shells and simulators call this; the session never does.
-    pub(crate) fn run(&self) -> Written {
-        self.topic.write_through(self.through)
+    /// thread, at `now_ms` (ms since the Unix epoch: a failure refuses new producers for a
+    /// while from then). Shells and simulators call this; the session never does.
+    pub(crate) fn run(&self, now_ms: u64) -> Written {
+        self.topic.write_through(self.through, now_ms)
     }
 
     /// The topic written.
@@ -41,9 +40,9 @@ impl WriteRequest {
 
     /// Runs every write `session` asks for, here and now, handing each outcome back: what a
     /// shell that does not keep writes waiting does (the TCP shell after each read).
-    pub(crate) fn run_all(session: &mut Session) {
+    pub(crate) fn run_all(session: &mut Session, now_ms: u64) {
         while let Some(w) = session.poll_write() {
-            let outcome = w.run();
+            let outcome = w.run(now_ms);
             session.handle_written(w.id, &outcome);
         }
     }
@@ -73,6 +72,9 @@ pub(super) struct Writes {
     /// Requests ready for the shell.
     ready: std::collections::VecDeque<WriteRequest>,
     pub(super) held: std::collections::VecDeque<Held>,
+    /// Producers the broker closed after a failed write, until the client opens or closes
+    /// the id again: their SENDs still on the way are dropped (the client resends them).
+    pub(super) closed: std::collections::BTreeSet<u64>,
 }
 
 impl Writes {
@@ -144,40 +146,69 @@ impl Session {
         self.writes.ready.pop_front()
     }
 
-    /// Write `id` completed: its receipts (or, if it failed, SEND_ERRORs) go out, with every
-    /// reply that waited behind them up to the next receipt still waiting.
+    /// Write `id` completed: its receipts go out, with every reply that waited behind them up
+    /// to the next receipt still waiting. If it failed, the producers of its SENDs are closed
+    /// instead (see [`close_after_failed_write`](Self::close_after_failed_write)).
     pub(crate) fn handle_written(&mut self, id: u64, outcome: &Written) {
-        for h in self.writes.held.iter_mut() {
+        let mut failed = Vec::new();
+        for (i, h) in self.writes.held.iter_mut().enumerate() {
             let Held::Receipts { request, ok, sends } = h else {
                 continue;
             };
             if *request != id {
                 continue;
             }
-            let frames = match outcome {
-                Ok(()) => std::mem::take(ok),
-                Err(e) => {
-                    tracing::warn!(conn = self.id, error = %e, sends = sends.len(), "a write failed; its SENDs get SEND_ERROR");
-                    let message = format!("not stored: {e}");
-                    let mut buf = Vec::new();
-                    for &(producer, sequence) in sends.iter() {
-                        let cmd = wire::commands::send_error(
-                            producer,
-                            sequence,
-                            ServerError::PersistenceError,
-                            &message,
-                        );
-                        wire::encode_command(&cmd, &mut buf);
-                    }
-                    buf
+            *h = match outcome {
+                Ok(()) => Held::Frames(std::mem::take(ok)),
+                Err(_) => {
+                    failed.push((i, std::mem::take(sends)));
+                    Held::Frames(Vec::new())
                 }
             };
-            *h = Held::Frames(frames);
+        }
+        if let Err(e) = outcome {
+            for (i, sends) in failed {
+                let frames = self.close_after_failed_write(&sends, e);
+                self.writes.held[i] = Held::Frames(frames);
+            }
         }
         while let Some(Held::Frames(_)) = self.writes.held.front() {
             if let Some(Held::Frames(f)) = self.writes.held.pop_front() {
-                self.out.push_back(f);
+                if !f.is_empty() {
+                    self.out.push_back(f);
+                }
             }
         }
+    }
+
+    /// The SENDs `sends` were not stored: their producers are closed (CLOSE_PRODUCER, in place
+    /// of the receipts), as Pulsar closes producers over a backlog quota. The clients keep the
+    /// connection (and its consumers), reopen the producer, and resend what was not
+    /// receipted; while the topic refuses producers ([`Topic::refuses_producers`]) the reopen
+    /// is refused with `ProducerBlockedQuotaExceededException`, which every client family
+    /// backs off from, failing the messages it holds to the application. A SEND_ERROR would
+    /// have closed the whole connection (every client does that on `PersistenceError`) and
+    /// retried at once. SENDs still arriving for a closed producer are dropped: they are
+    /// resent. Returns the frames to queue.
+    fn close_after_failed_write(
+        &mut self,
+        sends: &[(u64, u64)],
+        e: &crate::storage::StorageError,
+    ) -> Vec<u8> {
+        let mut frames = Vec::new();
+        let mut ids: Vec<u64> = sends.iter().map(|&(producer, _)| producer).collect();
+        ids.dedup();
+        for producer_id in ids {
+            let Some(p) = self.producers.remove(&producer_id) else {
+                continue;
+            };
+            tracing::warn!(conn = self.id, topic = %p.topic.name, producer_id, error = %e,
+                "a write failed: the producer is closed, and its client resends what was not receipted");
+            self.producer_gone(&p.topic, producer_id);
+            self.writes.closed.insert(producer_id);
+            let cmd = wire::commands::close_producer(producer_id, 0);
+            wire::encode_command(&cmd, &mut frames);
+        }
+        frames
     }
 }

@@ -233,7 +233,7 @@ impl Conn {
     /// a buffered write, and an `fsync` with `--sync always`), and hands back the outcomes:
     /// the receipts that waited for them are then queued.
     fn run_writes(&mut self) {
-        crate::session::WriteRequest::run_all(&mut self.session);
+        crate::session::WriteRequest::run_all(&mut self.session, super::wall_ms());
     }
 
     /// Moves the session's queued frames to the writer.

@@ -82,10 +82,17 @@ impl BrokerState {
         let read_cache = Arc::new(ReadCache::new(
             cfg.read_cache_mb.saturating_mul(1024 * 1024),
         ));
-        let backend: Box<dyn Backend> = match &cfg.data_dir {
+        let mut backend: Box<dyn Backend> = match &cfg.data_dir {
             Some(d) => Box::new(FileBackend::new(d.join("topics"), read_cache.clone())),
             None => Box::new(MemoryBackend),
         };
+        if let Some(file) = &cfg.fail_writes_while_exists {
+            let faults = crate::storage::StoreFaults::while_exists(file.clone());
+            backend = Box::new(crate::topic::FaultyBackend {
+                inner: backend,
+                faults: Arc::new(faults),
+            });
+        }
         let metadata_store: Box<dyn MetadataStore> = match &cfg.data_dir {
             Some(d) => Box::new(FileMetadata::new(crate::metadata::file_in(d))),
             None => Box::new(MemoryMetadata),

@@ -29,6 +29,8 @@ const TOPIC: &[Family<TopicStats>] = &[
     ("pulsar_msg_backlog", GAUGE, "Messages in the backlogs of all subscriptions.", |t| {
         t.subscriptions.values().map(|s| s.msg_backlog).sum::<u64>() as f64
     }),
+    ("keyordered_storage_write_failures_total", COUNTER, "Write batches the topic's storage refused.", |t| t.storage_write_failures as f64),
+    ("keyordered_storage_write_failures_in_a_row", GAUGE, "Write batches refused since the topic's last successful write (0: writing).", |t| t.storage_write_failures_in_a_row as f64),
     ("pulsar_consumers_count", GAUGE, "Connected consumers.", |t| {
         t.subscriptions.values().map(|s| s.consumers.len()).sum::<usize>() as f64
     }),

@@ -138,6 +138,11 @@ pub(crate) struct TopicStats {
     backlog_size: u64,
     publishers: Vec<PublisherStats>,
     subscriptions: BTreeMap<String, SubscriptionStats>,
+    /// This broker's own figures (not in Pulsar's stats): write batches the store refused
+    /// since the topic was loaded, and in a row (0 once a write succeeds; while it is not, new
+    /// producers are refused for a while after each failure).
+    storage_write_failures: u64,
+    storage_write_failures_in_a_row: u32,
 }
 
 /// One consumer's stats, from the dispatcher's figures and the registry's.
@@ -249,6 +254,7 @@ pub(crate) fn topic_stats(t: &Topic) -> TopicStats {
     let c = t.counters();
     let (rate_m, rate_b) = *lock(&t.rate_in);
     let (storage, _) = t.storage();
+    let health = t.write_health();
     let subscriptions: BTreeMap<String, SubscriptionStats> = t
         .subscriptions()
         .iter()
@@ -286,6 +292,8 @@ pub(crate) fn topic_stats(t: &Topic) -> TopicStats {
         backlog_size: subscriptions.values().map(|s| s.backlog_size).sum(),
         publishers,
         subscriptions,
+        storage_write_failures: health.failures,
+        storage_write_failures_in_a_row: health.in_row,
     }
 }
 

@@ -1,6 +1,8 @@
 //! A store whose writes and reads fail on demand, for the tests and the simulator that show
 //! what the broker does when its storage refuses (nothing receipted or dispatched is lost
-//! quietly). Every stepped broker's store is wrapped in one (`SteppedBroker::store_faults`).
+//! quietly). Every stepped broker's store is wrapped in one (`SteppedBroker::store_faults`);
+//! a broker started with `--fail-writes-while-exists PATH` (test suites) in one whose writes
+//! fail as on a full disk while that file exists.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,11 +18,14 @@ use super::{EntryStore, StorageError, SyncPolicy};
 pub struct StoreFaults {
     writes: AtomicBool,
     reads: AtomicBool,
+    /// Writes also fail while this file exists (`--fail-writes-while-exists`).
+    while_exists: Option<std::path::PathBuf>,
 }
 
 impl StoreFaults {
     /// Makes writes fail (`true`) or succeed again: a write request then fails whole, its
-    /// SENDs get SEND_ERROR and the topic moves on to a new ledger.
+    /// SENDs' producers are closed, new producers are refused for a while, and the topic
+    /// moves on to a new ledger.
     pub fn fail_writes(&self, on: bool) {
         self.writes.store(on, Ordering::SeqCst);
     }
@@ -29,6 +34,29 @@ impl StoreFaults {
     /// (the entries stay pending and come once reads work).
     pub fn fail_reads(&self, on: bool) {
         self.reads.store(on, Ordering::SeqCst);
+    }
+
+    /// Faults that fail every write while `path` exists, with a full disk's error.
+    pub(crate) fn while_exists(path: std::path::PathBuf) -> StoreFaults {
+        StoreFaults {
+            while_exists: Some(path),
+            ..StoreFaults::default()
+        }
+    }
+
+    fn write_fault(&self) -> Option<StorageError> {
+        if self.writes.load(Ordering::SeqCst) {
+            return Some(StoreFaults::injected("write"));
+        }
+        let path = self.while_exists.as_ref().filter(|p| p.exists())?;
+        Some(StorageError::Io {
+            op: "write",
+            path: path.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::StorageFull,
+                "No space left on device (injected: the fault file exists)",
+            ),
+        })
     }
 
     fn injected(op: &'static str) -> StorageError {
@@ -54,8 +82,8 @@ impl EntryStore for FaultyEntries {
         cache: bool,
         policy: SyncPolicy,
     ) -> Result<(), StorageError> {
-        if self.faults.writes.load(Ordering::SeqCst) {
-            return Err(StoreFaults::injected("write"));
+        if let Some(e) = self.faults.write_fault() {
+            return Err(e);
         }
         self.inner.write(batch, cache, policy)
     }

@@ -23,6 +23,54 @@ use crate::sync::lock;
 /// Failed batches remembered for the sessions whose requests they were part of.
 const FAILURES_KEPT: usize = 32;
 
+/// After a failed write, new producers are refused for this long, doubled per failure in a
+/// row up to [`REFUSAL_MAX_MS`]; a successful write ends it.
+const REFUSAL_MS: u64 = 1_000;
+const REFUSAL_MAX_MS: u64 = 16_000;
+
+/// How long after the last failed write (with none succeeding since) the health check and
+/// `storageWriteFailing` report the topic's storage as failing.
+pub(crate) const FAILING_REPORTED_MS: u64 = 60_000;
+
+/// How the topic's writes fare: what the stats, the metrics and the health check show, and
+/// whether a new producer is refused ([`Topic::refuses_producers`]).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct WriteHealth {
+    /// Write batches that failed since the topic was loaded.
+    pub failures: u64,
+    /// Failed in a row (0: the last write succeeded, or none failed).
+    pub in_row: u32,
+    /// The last failure's error, and when it happened (ms since the Unix epoch).
+    pub last_error: Option<Arc<StorageError>>,
+    pub failed_at_ms: u64,
+    /// New producers are refused until then.
+    pub refused_until_ms: u64,
+}
+
+impl WriteHealth {
+    fn failed(&mut self, error: Arc<StorageError>, now_ms: u64) {
+        self.failures += 1;
+        self.in_row = self.in_row.saturating_add(1);
+        self.last_error = Some(error);
+        self.failed_at_ms = now_ms;
+        let window = (REFUSAL_MS << (self.in_row - 1).min(4)).min(REFUSAL_MAX_MS);
+        self.refused_until_ms = now_ms.saturating_add(window);
+    }
+
+    fn succeeded(&mut self) {
+        self.in_row = 0;
+        self.refused_until_ms = 0;
+    }
+
+    /// Whether the storage counts as failing at `now_ms`: the last write failed, less than
+    /// [`FAILING_REPORTED_MS`] ago.
+    pub(crate) fn failing(&self, now_ms: u64) -> bool {
+        self.in_row > 0
+            && now_ms >= self.failed_at_ms
+            && now_ms - self.failed_at_ms < FAILING_REPORTED_MS
+    }
+}
+
 /// What [`Topic::push`] did with an entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Published {
@@ -54,6 +102,7 @@ pub(super) struct Appends {
     failed: VecDeque<(Position, Position, Arc<StorageError>)>,
     /// Sequence ids pushed and not yet stored (deduplication).
     pushed: dedup::Sequences,
+    health: WriteHealth,
 }
 
 impl Appends {
@@ -65,6 +114,7 @@ impl Appends {
             taken_through: None,
             failed: VecDeque::new(),
             pushed: dedup::Sequences::default(),
+            health: WriteHealth::default(),
         }
     }
 
@@ -118,8 +168,9 @@ impl Topic {
     /// then puts them in the ledger and wakes the subscriptions (an entry is dispatched no
     /// earlier than the write that asked for it completes).
     /// Returns what became of the entry at `through`. Blocks on the store: the shell calls
-    /// it (or a simulator, when it chooses), never the core.
-    pub(crate) fn write_through(&self, through: Position) -> Written {
+    /// it (or a simulator, when it chooses), never the core. `now_ms` (since the Unix epoch)
+    /// dates a failure: new producers are refused for a while after it.
+    pub(crate) fn write_through(&self, through: Position, now_ms: u64) -> Written {
         let _writer = lock(&self.writer);
         let (sections, metas, readers) = {
             let mut st = lock(&self.state);
@@ -141,7 +192,7 @@ impl Topic {
             .map_err(Arc::new);
         match &result {
             Ok(()) => self.stored(&sections, metas),
-            Err(e) => self.failed(first, e.clone()),
+            Err(e) => self.failed(first, e.clone(), now_ms),
         }
         lock(&self.state).appends.outcome(through).unwrap_or(result)
     }
@@ -168,6 +219,7 @@ impl Topic {
             }
             drop(ledger);
             let a = &mut st.appends;
+            a.health.succeeded();
             a.taken_through = written.last().map(|w| w.0);
             if a.sections.is_empty() {
                 a.last_pushed = None;
@@ -184,9 +236,10 @@ impl Topic {
 
     /// A batch starting at `first` failed: it and everything pushed after it fail (their
     /// positions follow it), and the next entry starts a ledger after every one they used.
-    fn failed(&self, first: Position, error: Arc<StorageError>) {
+    fn failed(&self, first: Position, error: Arc<StorageError>, now_ms: u64) {
         let mut st = lock(&self.state);
         let a = &mut st.appends;
+        a.health.failed(error.clone(), now_ms);
         let last = a.last_pushed.unwrap_or(first);
         tracing::warn!(topic = %self.name, %first, %last, error = %error, "a write failed: its entries and those queued after them are refused, the topic moves on to a new ledger");
         a.sections.clear();
@@ -209,9 +262,27 @@ impl Topic {
         section: Bytes,
     ) -> Result<Option<Position>, Arc<StorageError>> {
         match self.push(meta, section) {
-            Published::Accepted(p) => self.write_through(p).map(|()| Some(p)),
+            Published::Accepted(p) => self.write_through(p, 0).map(|()| Some(p)),
             _ => Ok(None),
         }
+    }
+
+    /// How the topic's writes fare (stats, metrics, the health check).
+    pub(crate) fn write_health(&self) -> WriteHealth {
+        lock(&self.state).appends.health.clone()
+    }
+
+    /// Whether a new producer is refused at `now_ms` (ms since the Unix epoch), and if so the
+    /// store's last error and how many ms the refusal lasts: a write failed less than a
+    /// second ago (up to 16 s after several in a row) and none succeeded since. Pulsar's
+    /// clients back off from the refusal and fail the messages they hold, as they do for a
+    /// producer over a backlog quota.
+    pub(crate) fn refuses_producers(&self, now_ms: u64) -> Option<(Arc<StorageError>, u64)> {
+        let st = lock(&self.state);
+        let h = &st.appends.health;
+        let refusing = h.in_row > 0 && h.failed_at_ms <= now_ms && now_ms < h.refused_until_ms;
+        let error = h.last_error.clone().filter(|_| refusing)?;
+        Some((error, h.refused_until_ms - now_ms))
     }
 
     /// Tells every subscription's dispatcher that entries were appended (it reads all
@@ -220,5 +291,50 @@ impl Topic {
         for sub in lock(&self.state).subs.values() {
             sub.runtime.entries_appended();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each failure in a row doubles how long new producers are refused, 1 s up to 16 s; a
+    /// successful write ends the refusal; the storage counts as failing for a minute after the
+    /// last failure, unless a write succeeded since.
+    #[test]
+    fn refusals_double_per_failure_in_a_row_and_end_on_success() {
+        let error = || {
+            Arc::new(StorageError::Io {
+                op: "write",
+                path: "t".into(),
+                source: std::io::Error::other("full"),
+            })
+        };
+        let mut h = WriteHealth::default();
+        let windows: Vec<u64> = (0..6)
+            .map(|i| {
+                let now = 100_000 * i;
+                h.failed(error(), now);
+                h.refused_until_ms - now
+            })
+            .collect();
+        assert_eq!(windows, [1_000, 2_000, 4_000, 8_000, 16_000, 16_000]);
+        assert_eq!((h.failures, h.in_row), (6, 6));
+        let last = h.failed_at_ms;
+        assert!(h.failing(last + FAILING_REPORTED_MS - 1));
+        assert!(!h.failing(last + FAILING_REPORTED_MS));
+        assert!(
+            !h.failing(last - 1),
+            "a clock that went back reports nothing"
+        );
+        h.succeeded();
+        assert!(!h.failing(last));
+        assert_eq!((h.failures, h.in_row, h.refused_until_ms), (6, 0, 0));
+        h.failed(error(), last + 1);
+        assert_eq!(
+            h.refused_until_ms - h.failed_at_ms,
+            1_000,
+            "back to a second"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! What a session does when its topic's store refuses: a payload that cannot be read stays
-//! pending and comes later, a failed append's sequence id does not count.
+//! pending and comes later; a failed write closes its producers, not the connection, and
+//! its sequence ids do not count.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -66,28 +67,28 @@ fn a_payload_that_cannot_be_read_stays_pending_and_comes_later() {
     p.session.close();
 }
 
-/// With deduplication, a SEND whose append failed gets SEND_ERROR and its sequence id does
-/// not count: the producer's retry is stored and receipted with its position. (Before, the id
-/// was recorded ahead of the append, and the retry was receipted `-1:-1` as a duplicate of a
-/// message that was never stored.)
+/// With deduplication, a SEND whose append failed does not count its sequence id: once the
+/// producer is open again, its resend is stored and receipted with its position. (Before, the
+/// id was recorded ahead of the append, and the retry was receipted `-1:-1` as a duplicate of
+/// a message that was never stored.)
 #[test]
 fn a_failed_append_does_not_count_its_sequence_id() {
     let (st, faults) = faulty_state(deduplicating());
     let mut p = Peer::connected(&st, 1);
     p.call(&wire::commands::producer(T, 1, 1, Some("p")));
     faults.fail_writes(true);
-    let bytes = sends(&[(1, 0)]);
-    let refused = p.feed(&bytes);
-    assert_eq!(refused.len(), 1);
-    assert_eq!(
-        error_of(&refused[0].command),
-        Some(ServerError::PersistenceError)
-    );
+    let closed = p.feed(&sends(&[(1, 0)]));
+    assert_eq!(kinds_of(&closed), [Type::CloseProducer]);
     faults.fail_writes(false);
+    p.now.wall_ms += REFUSED_MS;
+    assert_eq!(
+        kinds(&p.call(&wire::commands::producer(T, 1, 2, Some("p")))),
+        [Type::ProducerSuccess]
+    );
     let stored = p.publish(1, 0, meta(0));
     assert_ne!(stored.ledger_id, u64::MAX, "receipted as a duplicate");
     assert_eq!(
-        kinds(&p.call(&subscribe("s", 1, 2, SubType::Shared))),
+        kinds(&p.call(&subscribe("s", 1, 3, SubType::Shared))),
         [Type::Success]
     );
     p.call(&wire::commands::flow(1, 10));
@@ -95,33 +96,84 @@ fn a_failed_append_does_not_count_its_sequence_id() {
     p.session.close();
 }
 
-/// A write that fails refuses every SEND it held (SEND_ERROR, nothing dispatched), and the
-/// topic moves on to a new ledger: no position of a failed entry is ever used again, and a
-/// consumer gets exactly the entries that were receipted.
+/// How long the first refusal lasts (a second).
+const REFUSED_MS: u64 = 1_000;
+
+fn kinds_of(frames: &[wire::Frame]) -> Vec<Type> {
+    frames.iter().map(|f| f.command.r#type()).collect()
+}
+
+/// The topic's stats as JSON.
+fn topic_stats(st: &BrokerState) -> serde_json::Value {
+    let topic = st.existing_topic(T).unwrap();
+    serde_json::to_value(crate::stats::topic_stats(&topic)).unwrap()
+}
+
+/// A write that fails closes its SENDs' producer (CLOSE_PRODUCER, no SEND_ERROR: every client
+/// closes its whole connection on one), keeps the connection and its consumer, which still
+/// gets what was receipted; SENDs still on the way are dropped (the client resends them); a
+/// reopen is refused with `ProducerBlockedQuotaExceededException` for a second, which the
+/// clients back off from; stats and the health check say so; then the producer opens, and the
+/// topic has moved on to a new ledger: no position of a failed entry is used again, and the
+/// consumer gets exactly the receipted entries. (Before, the SENDs got SEND_ERROR
+/// `PersistenceError`, and the clients closed the connection with the consumer on it and
+/// reconnected at once, in a loop.)
 #[test]
-fn a_failed_write_refuses_its_sends_and_the_topic_moves_on_to_a_new_ledger() {
+fn a_failed_write_closes_its_producer_not_the_connection() {
     let (st, faults) = faulty_state(BrokerConfig::default());
     let mut p = Peer::connected(&st, 1);
     p.call(&wire::commands::producer(T, 1, 1, None));
-    let before = p.publish(1, 0, meta(0));
-    faults.fail_writes(true);
-    let bytes = sends(&[(1, 1), (1, 2)]);
-    let refused = p.feed(&bytes);
-    let errors: Vec<_> = refused.iter().map(|f| error_of(&f.command)).collect();
-    assert_eq!(errors, [Some(ServerError::PersistenceError); 2]);
-    faults.fail_writes(false);
-    let after = p.publish(1, 3, meta(3));
-    assert_eq!(
-        after,
-        Position::new(before.ledger_id + 1, 0),
-        "a new ledger after the failed one"
-    );
     assert_eq!(
         kinds(&p.call(&subscribe("s", 1, 2, SubType::Shared))),
         [Type::Success]
     );
     p.call(&wire::commands::flow(1, 10));
-    assert_eq!(p.receive(1, 2), [(before, 0), (after, 0)]);
+    let before = p.publish(1, 0, meta(0));
+    faults.fail_writes(true);
+    let closed = p.feed(&sends(&[(1, 1), (1, 2)]));
+    assert_eq!(
+        kinds_of(&closed),
+        [Type::CloseProducer],
+        "one close, no error"
+    );
+    assert!(p.closed.is_none(), "the connection stays");
+    assert!(
+        p.feed(&sends(&[(1, 3)])).is_empty(),
+        "a SEND on the way: dropped"
+    );
+    assert_eq!(
+        p.receive(1, 1),
+        [(before, 0)],
+        "the consumer still receives"
+    );
+    let refused = p.call(&wire::commands::producer(T, 1, 3, None));
+    assert_eq!(
+        error_of(&refused[0]),
+        Some(ServerError::ProducerBlockedQuotaExceededException)
+    );
+    let stats = topic_stats(&st);
+    assert_eq!(stats["storageWriteFailures"], 1, "{stats}");
+    assert_eq!(stats["storageWriteFailuresInARow"], 1, "{stats}");
+    let health = |st: &BrokerState, now| {
+        let req = crate::admin::Request::new("GET", "/admin/v2/brokers/health", Vec::new(), now);
+        crate::admin::route(&req, st).status
+    };
+    assert_eq!(health(&st, p.now.wall_ms), 500);
+    faults.fail_writes(false);
+    p.now.wall_ms += REFUSED_MS;
+    assert_eq!(
+        kinds(&p.call(&wire::commands::producer(T, 1, 4, None))),
+        [Type::ProducerSuccess]
+    );
+    let after = p.publish(1, 1, meta(1));
+    assert_eq!(
+        after,
+        Position::new(before.ledger_id + 1, 0),
+        "a new ledger after the failed one"
+    );
+    assert_eq!(topic_stats(&st)["storageWriteFailuresInARow"], 0);
+    assert_eq!(health(&st, p.now.wall_ms), 200);
+    assert_eq!(p.receive(1, 1), [(after, 0)]);
     std::thread::sleep(Duration::from_millis(50));
     assert!(
         p.messages.is_empty() && p.outbox.1.lock().unwrap().is_empty(),

@@ -41,7 +41,7 @@ fn the_receipt_and_every_later_reply_wait_for_the_write() {
     );
     let topic = st.existing_topic(T).unwrap();
     assert_eq!(topic.storage().0.entries, 0, "not in the ledger yet");
-    let outcome = write.run();
+    let outcome = write.run(0);
     assert!(outcome.is_ok());
     assert!(
         p.take().is_empty(),
@@ -73,13 +73,13 @@ fn receipts_leave_in_send_order_whichever_write_completes_first() {
     let first = p.session.poll_write().unwrap();
     let second = p.session.poll_write().unwrap();
     assert_eq!(second.topic(), other);
-    let done = second.run();
+    let done = second.run(0);
     p.session.handle_written(second.id, &done);
     assert!(
         p.take().is_empty(),
         "the other topic's receipt waits behind the first SEND's"
     );
-    let done = first.run();
+    let done = first.run(0);
     p.session.handle_written(first.id, &done);
     let order: Vec<(u64, u64)> = p
         .take()
@@ -115,7 +115,7 @@ fn a_resend_while_its_write_is_in_flight_is_refused_then_a_duplicate() {
         error_of(&refused[0].command),
         Some(ServerError::PersistenceError)
     );
-    let outcome = write.run();
+    let outcome = write.run(0);
     first.session.handle_written(write.id, &outcome);
     let dup = again.feed(&bytes);
     let id = dup[0]
