@@ -363,6 +363,12 @@ impl Session {
                 ServerError::TopicTerminatedError,
                 "Topic was already terminated",
             )),
+            // An earlier entry of its producer failed, in a write of this session whose
+            // completion is still to come: that closes the producer (its CLOSE_PRODUCER in
+            // its place among the replies), and the client resends this after the failed ones.
+            Published::ProducerFailed => {
+                debug!(conn = self.id, producer_id, sequence_id, "SEND after a failed one of its producer: dropped");
+            }
         }
     }
 

@@ -199,16 +199,25 @@ impl Session {
         let mut ids: Vec<u64> = sends.iter().map(|&(producer, _)| producer).collect();
         ids.dedup();
         for producer_id in ids {
-            let Some(p) = self.producers.remove(&producer_id) else {
-                continue;
-            };
-            tracing::warn!(conn = self.id, topic = %p.topic.name, producer_id, error = %e,
-                "a write failed: the producer is closed, and its client resends what was not receipted");
-            self.producer_gone(&p.topic, producer_id);
-            self.writes.closed.insert(producer_id);
-            let cmd = wire::commands::close_producer(producer_id, 0);
-            wire::encode_command(&cmd, &mut frames);
+            if self.close_failed_producer(producer_id, &e.to_string()) {
+                let cmd = wire::commands::close_producer(producer_id, 0);
+                wire::encode_command(&cmd, &mut frames);
+            }
         }
         frames
+    }
+
+    /// Forgets producer `producer_id`, whose entries a write failed, and drops its SENDs until
+    /// the client opens or closes it again; whether it was open (then the caller queues its
+    /// CLOSE_PRODUCER).
+    pub(super) fn close_failed_producer(&mut self, producer_id: u64, why: &str) -> bool {
+        let Some(p) = self.producers.remove(&producer_id) else {
+            return false;
+        };
+        tracing::warn!(conn = self.id, topic = %p.topic.name, producer_id, error = why,
+            "a write failed: the producer is closed, and its client resends what was not receipted");
+        self.producer_gone(&p.topic, producer_id);
+        self.writes.closed.insert(producer_id);
+        true
     }
 }

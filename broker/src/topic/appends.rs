@@ -83,6 +83,11 @@ pub(crate) enum Published {
     InFlight,
     /// Not queued: the topic is terminated.
     Terminated,
+    /// Not queued: an earlier entry of its producer failed to be written, and the producer has
+    /// not been opened again since. Storing it would put it ahead of the failed ones, which the
+    /// client sends again once the producer is open; the session closes the producer when it
+    /// hears of the failed write.
+    ProducerFailed,
 }
 
 /// The outcome of a write request.
@@ -103,6 +108,8 @@ pub(super) struct Appends {
     /// Sequence ids pushed and not yet stored (deduplication).
     pushed: dedup::Sequences,
     health: WriteHealth,
+    /// Producers (by name) with an entry in a failed write, until they are opened again.
+    failed_producers: std::collections::BTreeSet<String>,
 }
 
 impl Appends {
@@ -115,6 +122,7 @@ impl Appends {
             failed: VecDeque::new(),
             pushed: dedup::Sequences::default(),
             health: WriteHealth::default(),
+            failed_producers: std::collections::BTreeSet::new(),
         }
     }
 
@@ -140,6 +148,15 @@ impl Topic {
         let mut st = lock(&self.state);
         if self.is_terminated() {
             return Published::Terminated;
+        }
+        let failed = &st.appends.failed_producers;
+        if !failed.is_empty()
+            && meta
+                .producer_name
+                .as_ref()
+                .is_some_and(|n| failed.contains(n))
+        {
+            return Published::ProducerFailed;
         }
         if deduplicate {
             if st.sequences.is_duplicate(&meta) {
@@ -192,7 +209,7 @@ impl Topic {
             .map_err(Arc::new);
         match &result {
             Ok(()) => self.stored(&sections, metas),
-            Err(e) => self.failed(first, e.clone(), now_ms),
+            Err(e) => self.failed(first, &metas, e.clone(), now_ms),
         }
         lock(&self.state).appends.outcome(through).unwrap_or(result)
     }
@@ -236,10 +253,15 @@ impl Topic {
 
     /// A batch starting at `first` failed: it and everything pushed after it fail (their
     /// positions follow it), and the next entry starts a ledger after every one they used.
-    fn failed(&self, first: Position, error: Arc<StorageError>, now_ms: u64) {
+    fn failed(&self, first: Position, taken: &[EntryMeta], error: Arc<StorageError>, now_ms: u64) {
         let mut st = lock(&self.state);
         let a = &mut st.appends;
         a.health.failed(error.clone(), now_ms);
+        let names = taken
+            .iter()
+            .chain(&a.metas)
+            .filter_map(|m| m.producer_name.clone());
+        a.failed_producers.extend(names);
         let last = a.last_pushed.unwrap_or(first);
         tracing::warn!(topic = %self.name, %first, %last, error = %error, "a write failed: its entries and those queued after them are refused, the topic moves on to a new ledger");
         a.sections.clear();
@@ -265,6 +287,12 @@ impl Topic {
             Published::Accepted(p) => self.write_through(p, 0).map(|()| Some(p)),
             _ => Ok(None),
         }
+    }
+
+    /// Producer `name` was opened (again): its SENDs are queued again after a failed write
+    /// (see [`Published::ProducerFailed`]).
+    pub(crate) fn producer_opened(&self, name: &str) {
+        lock(&self.state).appends.failed_producers.remove(name);
     }
 
     /// How the topic's writes fare (stats, metrics, the health check).

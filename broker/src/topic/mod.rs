@@ -296,7 +296,10 @@ impl Topic {
     /// (a name already connected: Pulsar's ProducerBusy; two producers with one name would
     /// send the same chunk uuids). See [`Producers::admit`].
     pub(crate) fn add_producer(&self, r: ProducerRequest) -> Result<Admitted, ProducerRefused> {
-        lock(&self.producers).admit(r)
+        let name = r.info.name.clone();
+        let admitted = lock(&self.producers).admit(r)?;
+        self.producer_opened(&name);
+        Ok(admitted)
     }
 
     /// A producer closed: its registration and its name are gone. Returns the waiting producer

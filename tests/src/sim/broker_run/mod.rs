@@ -69,6 +69,7 @@ mod consumers;
 mod frames;
 mod model;
 mod producer;
+mod reopen;
 mod restart;
 mod run;
 mod setup;
@@ -147,9 +148,20 @@ struct Run {
     hold_writes: bool,
     /// When each held write is due, in the order the producer connection holds them.
     write_due: Vec<u64>,
-    /// A SEND_ERROR for a write the store refused came (`store_faults=on`): the producer
-    /// reconnects and sends again what was not receipted.
-    send_failed: bool,
+    /// Producers the broker closed after a failed write (`store_faults=on`), by id: when their
+    /// next PRODUCER goes and the wait after a refusal (see `reopen.rs`).
+    reopen: BTreeMap<u64, (u64, u64)>,
+    /// Reopening PRODUCERs sent: request id → producer id.
+    reopening: BTreeMap<u64, u64>,
+    /// Producers whose reopen succeeded, their held-back messages still to send.
+    reopened: Vec<u64>,
+    /// Messages of closed producers, in the order sent, sent again once open.
+    held_back: VecDeque<(u64, MessageMetadata, u32)>,
+    next_request: u64,
+    /// Held writes that fail with the one the store refused (pushed before it failed).
+    doomed: usize,
+    /// A CLOSE_PRODUCER came in the producer's frames (checked after a refused write).
+    closed_seen: bool,
     /// Until when reads fail (`store_faults=on`): deliveries wait meanwhile.
     reads_fail_until: Option<u64>,
     /// SENDs not yet receipted, in the order sent (receipts come in that order; the chunks of
@@ -277,7 +289,13 @@ impl Run {
             producer,
             hold_writes,
             write_due: Vec::new(),
-            send_failed: false,
+            reopen: BTreeMap::new(),
+            reopening: BTreeMap::new(),
+            reopened: Vec::new(),
+            held_back: VecDeque::new(),
+            next_request: 0,
+            doomed: 0,
+            closed_seen: false,
             reads_fail_until: None,
             unreceipted: VecDeque::new(),
             producers_open: BTreeSet::new(),

@@ -73,11 +73,23 @@ impl Run {
         self.producer_frames();
     }
 
-    /// One SEND (with PRODUCER first for a new producer) and its receipt.
+    /// One SEND (with PRODUCER first for a new producer) and its receipt. A message of a
+    /// producer the broker closed waits until it is open again.
     pub(super) fn send(&mut self, producer: u32, mut m: MessageMetadata, n: u32) {
         m.publish_time = T0 + self.now;
         self.last_publish = self.now;
         let pid = u64::from(producer);
+        if self.reopen.contains_key(&pid) {
+            self.held_back.push_back((pid, m, n));
+            return;
+        }
+        if self.cfg.store_faults && !self.producers_open.contains(&producer) {
+            // The broker may refuse a new producer while the store refuses writes: open it
+            // first, as a client does, and send once it is open (`reopen.rs`).
+            self.held_back.push_back((pid, m, n));
+            self.open_later(pid);
+            return;
+        }
         let mut bytes = Vec::new();
         if self.producers_open.insert(producer) {
             let cmd = wire::commands::producer(TOPIC, pid, pid + 1, Some(&m.producer_name));
@@ -101,7 +113,7 @@ impl Run {
             let due = self.now + self.rng_time.range(1, 30);
             self.write_due.push(due);
         }
-        self.take_receipts();
+        self.producer_frames();
     }
 
     /// Completes the oldest held write once it is due, and so on (a ledger's adds complete in
@@ -122,12 +134,13 @@ impl Run {
             }
             let done = self.producer.complete_write(0);
             self.b.store_faults().fail_writes(false);
+            // A failed write fails the held writes pushed before it failed too.
+            let doomed = self.doomed > 0;
+            self.doomed = self.doomed.saturating_sub(1);
             match done {
-                Some(ok) if ok != fail => {}
-                // Only a write that failed earlier fails the entries of later ones; the
-                // producer resent those after the SEND_ERROR, unless they were receipted.
+                Some(ok) if ok != (fail || doomed) => {}
                 Some(false) => {
-                    let d = "a write failed that the store did not refuse: it held entries of an earlier failed write, receipted anyway (lost)".to_string();
+                    let d = "a write failed that the store did not refuse, and no earlier failure explains".to_string();
                     self.simple(ViolationKind::Loss, d);
                 }
                 _ => {
@@ -135,31 +148,33 @@ impl Run {
                     self.simple(ViolationKind::Model, d);
                 }
             }
+            if fail && !doomed {
+                self.doomed = self.producer.held_writes();
+            }
             if faults && self.reads_fail_until.is_none() && self.rng_time.range(0, 49) == 0 {
                 self.log("store: reads fail for 50 ms".into());
                 self.b.store_faults().fail_reads(true);
                 self.reads_fail_until = Some(self.now + 50);
             }
-            self.take_receipts();
-            if std::mem::take(&mut self.send_failed) {
-                self.producer_resends();
-                return;
+            self.closed_seen = false;
+            self.producer_frames();
+            if fail && !doomed && !std::mem::take(&mut self.closed_seen) {
+                let d = "a write the store refused closed no producer: its SENDs had been receipted before it completed (lost)".to_string();
+                self.simple(ViolationKind::Loss, d);
             }
         }
     }
 
-    /// After a SEND_ERROR, as Pulsar's clients do: a new connection, and every message not
-    /// receipted sent again, in order.
-    fn producer_resends(&mut self) {
-        self.log("producer: SEND_ERROR, reconnects and sends again what was not receipted".into());
-        self.reconnect_producer();
-    }
-
-    /// The producer on a new connection (its held writes, and the old connection, gone), then
-    /// every message not receipted sent again, in order: a SEND_ERROR or a broker restart.
+    /// The producer on a new connection after a broker restart (its held writes, and the old
+    /// connection, gone), then every message not receipted sent again, in order per producer.
     pub(super) fn reconnect_producer(&mut self) {
         self.write_due.clear();
-        let resend = std::mem::take(&mut self.unreceipted);
+        self.doomed = 0;
+        self.reopen.clear();
+        self.reopening.clear();
+        self.reopened.clear();
+        let mut resend = std::mem::take(&mut self.held_back);
+        resend.extend(std::mem::take(&mut self.unreceipted));
         self.producer = self.b.connect("producer");
         self.producer.hold_writes(self.hold_writes);
         self.producers_open.clear();
@@ -169,34 +184,31 @@ impl Run {
         }
     }
 
-    /// The receipts among the producer's frames: each makes its entry published.
-    fn take_receipts(&mut self) {
-        for f in self.producer_frames() {
-            let Some(r) = f.command.send_receipt.as_ref() else {
-                continue;
-            };
-            let Some(id) = r.message_id.as_ref() else {
-                continue;
-            };
-            match self.unreceipted.pop_front() {
-                Some((pid, m, n)) if (pid, m.sequence_id) == (r.producer_id, r.sequence_id) => {
-                    self.published_entry(Position::new(id.ledger_id, id.entry_id), &m, n);
-                }
-                other => {
-                    let d = format!(
-                        "a receipt for {}:{} out of send order (expected {:?})",
-                        r.producer_id,
-                        r.sequence_id,
-                        other.map(|o| (o.0, o.1.sequence_id))
-                    );
-                    self.simple(ViolationKind::Model, d);
-                }
+    /// A receipt: its entry is published.
+    fn receipted(&mut self, r: &wire::proto::CommandSendReceipt) {
+        let Some(id) = r.message_id.as_ref() else {
+            return;
+        };
+        match self.unreceipted.pop_front() {
+            Some((pid, m, n)) if (pid, m.sequence_id) == (r.producer_id, r.sequence_id) => {
+                self.published_entry(Position::new(id.ledger_id, id.entry_id), &m, n);
+            }
+            other => {
+                let d = format!(
+                    "a receipt for {}:{} out of send order (expected {:?})",
+                    r.producer_id,
+                    r.sequence_id,
+                    other.map(|o| (o.0, o.1.sequence_id))
+                );
+                self.simple(ViolationKind::Model, d);
             }
         }
     }
 
-    /// The producer connection's frames (PING answered); errors are violations.
-    pub(super) fn producer_frames(&mut self) -> Vec<wire::Frame> {
+    /// The producer connection's frames, in order: receipts publish their entries, PINGs are
+    /// answered, a CLOSE_PRODUCER and the answers to reopening PRODUCERs go to
+    /// [`reopen`](super::reopen); any other error is a violation.
+    pub(super) fn producer_frames(&mut self) {
         let mut out = Vec::new();
         while let Some(buf) = self.producer.poll_transmit() {
             match frames_of(&buf) {
@@ -208,24 +220,36 @@ impl Run {
             }
         }
         for f in &out {
-            match f.command.r#type() {
+            let c = &f.command;
+            match c.r#type() {
                 Type::Ping => {
                     let mut pong = Vec::new();
                     wire::encode_command(&wire::commands::pong(), &mut pong);
                     let _ = self.producer.handle_bytes(&pong);
                 }
-                Type::SendError if self.hold_writes && refused_by_store(f) => {
-                    // A write the store refused (see `due_writes`): resent after the receipts.
-                    self.send_failed = true;
+                Type::SendReceipt => {
+                    if let Some(r) = &c.send_receipt {
+                        self.receipted(r);
+                    }
                 }
+                Type::CloseProducer => {
+                    if let Some(cp) = &c.close_producer {
+                        self.producer_closed(cp.producer_id);
+                    }
+                }
+                Type::ProducerSuccess => {
+                    if let Some(ps) = &c.producer_success {
+                        self.producer_reopened(ps.request_id);
+                    }
+                }
+                Type::Error if self.reopen_refused(c) => {}
                 Type::Error | Type::SendError => {
-                    let d = format!("the broker refused a publish: {:?}", f.command);
+                    let d = format!("the broker refused a publish: {c:?}");
                     self.simple(ViolationKind::Model, d);
                 }
                 _ => {}
             }
         }
-        out
     }
 
     pub(super) fn published_entry(&mut self, pos: Position, m: &MessageMetadata, n: u32) {
@@ -264,13 +288,4 @@ impl Run {
             self.batches.insert(pos, n);
         }
     }
-}
-
-/// A SEND_ERROR for a write the store refused (`PersistenceError`).
-fn refused_by_store(f: &wire::Frame) -> bool {
-    let persistence = wire::proto::ServerError::PersistenceError as i32;
-    f.command
-        .send_error
-        .as_ref()
-        .is_some_and(|e| e.error == persistence)
 }
