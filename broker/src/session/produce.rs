@@ -367,7 +367,10 @@ impl Session {
             // completion is still to come: that closes the producer (its CLOSE_PRODUCER in
             // its place among the replies), and the client resends this after the failed ones.
             Published::ProducerFailed => {
-                debug!(conn = self.id, producer_id, sequence_id, "SEND after a failed one of its producer: dropped");
+                debug!(
+                    conn = self.id,
+                    producer_id, sequence_id, "SEND after a failed one of its producer: dropped"
+                );
             }
         }
     }

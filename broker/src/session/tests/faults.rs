@@ -181,3 +181,42 @@ fn a_failed_write_closes_its_producer_not_the_connection() {
     );
     p.session.close();
 }
+
+/// A producer's SEND that arrives after its earlier entry failed, but before the session has
+/// heard of that write's failure, is not stored: stored, it would come ahead of the failed
+/// entry, which the client sends again once the producer is open. It is dropped, the failed
+/// write's completion closes the producer, and the resent entries are stored in send order.
+/// (The simulator found this: the first cut stored it.)
+#[test]
+fn a_send_after_its_producers_failed_one_is_not_stored_ahead_of_it() {
+    let (st, faults) = faulty_state(BrokerConfig::default());
+    let mut p = Peer::connected(&st, 1);
+    p.call(&wire::commands::producer(T, 1, 1, Some("p")));
+    p.session.handle_bytes(p.now, &sends(&[(1, 0)])).unwrap();
+    let first = p.session.poll_write().expect("a write");
+    faults.fail_writes(true);
+    let failed = first.run(p.now.wall_ms);
+    faults.fail_writes(false);
+    assert!(failed.is_err());
+    p.session.handle_bytes(p.now, &sends(&[(1, 1)])).unwrap();
+    assert!(
+        p.session.poll_write().is_none(),
+        "the later SEND is not queued"
+    );
+    p.session.handle_written(first.id, &failed);
+    assert_eq!(kinds_of(&p.take()), [Type::CloseProducer]);
+    p.now.wall_ms += REFUSED_MS;
+    assert_eq!(
+        kinds(&p.call(&wire::commands::producer(T, 1, 2, Some("p")))),
+        [Type::ProducerSuccess]
+    );
+    let resent = [p.publish(1, 0, meta(0)), p.publish(1, 1, meta(1))];
+    assert!(resent[0] < resent[1]);
+    let topic = st.existing_topic(T).unwrap();
+    assert_eq!(
+        topic.storage().0.entries,
+        2,
+        "only the resent entries are stored"
+    );
+    p.session.close();
+}
