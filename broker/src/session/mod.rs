@@ -125,13 +125,6 @@ fn encode_onto(last: Option<&mut Vec<u8>>, cmd: &BaseCommand) -> Option<Vec<u8>>
     }
 }
 
-fn command(t: Type) -> BaseCommand {
-    BaseCommand {
-        r#type: t as i32,
-        ..Default::default()
-    }
-}
-
 impl Session {
     /// A session for connection `id` from `peer`; `service_url` is what LOOKUP answers (the
     /// address the client reached).
@@ -183,7 +176,7 @@ impl Session {
         }
         if idle >= keep_alive && !self.pinged && self.connected {
             self.pinged = true;
-            self.send(&command(Type::Ping));
+            self.send(&wire::commands::ping());
         }
         Ok(())
     }
@@ -292,7 +285,7 @@ impl Session {
         }
         match t {
             Type::Connect => self.on_connect(&cmd),
-            Type::Ping => self.send(&command(Type::Pong)),
+            Type::Ping => self.send(&wire::commands::pong()),
             Type::Pong => {}
             Type::PartitionedMetadata => self.on_partitioned_metadata(&cmd),
             Type::Lookup => self.on_lookup(&cmd),

@@ -112,9 +112,14 @@ impl Peer {
         WriteRequest::run_all(&mut self.session, self.now.wall_ms);
     }
 
+    /// What the session transmits, each frame checked as Java's client reads it.
     fn take(&mut self) -> Vec<wire::Frame> {
         let mut out = Vec::new();
         while let Some(buf) = self.session.poll_transmit() {
+            for frame in wire::strict::frames(&buf) {
+                let checked = frame.and_then(wire::strict::check_frame);
+                assert_eq!(checked, Ok(()), "a frame Java's client refuses");
+            }
             out.extend(decode_all(&buf));
         }
         out

@@ -9,6 +9,9 @@
 //!
 //! * a non-repeated field that occurs twice in one message ([`StrictError::Repeated`]);
 //! * a required field that is absent ([`StrictError::MissingRequired`]);
+//! * a command without the body its type names, say a PONG without its `pong` field, which
+//!   Java's decoder checks for every type and answers by closing the connection
+//!   ([`StrictError::MissingBody`]);
 //! * a known field with another wire type than its declaration ([`StrictError::WireType`]);
 //! * bytes that are not protobuf ([`StrictError::Malformed`]).
 //!
@@ -99,6 +102,14 @@ pub enum StrictError {
         /// The field's name in the .proto.
         field: &'static str,
     },
+    /// The command's type names a body field (its number is the type's value) that is absent.
+    #[error("a {kind} command without its body (field {field})")]
+    MissingBody {
+        /// The type's name in the .proto.
+        kind: String,
+        /// The body field's number.
+        field: u32,
+    },
     /// A known field is encoded with another wire type than declared.
     #[error("{message}.{field} has wire type {got}")]
     WireType {
@@ -140,7 +151,46 @@ pub fn check_frame(frame: &[u8]) -> Result<(), StrictError> {
 
 /// Checks the bytes of one `BaseCommand`.
 pub fn check_command(bytes: &[u8]) -> Result<(), StrictError> {
-    check_message(BASE_COMMAND, bytes, 0)
+    check_message(BASE_COMMAND, bytes, 0)?;
+    check_body(bytes)
+}
+
+/// A command's body is the field whose number is its type's value (true of every type in
+/// Pulsar's .proto; a test holds it): that field must be present.
+fn check_body(mut bytes: &[u8]) -> Result<(), StrictError> {
+    let (mut kind, mut present) = (None, Vec::new());
+    while !bytes.is_empty() {
+        let Some(key) = varint(&mut bytes) else {
+            break;
+        };
+        let wire = (key & 7) as u8;
+        if key >> 3 == 1 && wire == 0 {
+            kind = varint(&mut bytes);
+            continue;
+        }
+        present.push(key >> 3);
+        if take_value(wire, &mut bytes).is_none() {
+            break;
+        }
+    }
+    let Some(kind) = kind.and_then(|k| u32::try_from(k).ok()) else {
+        return Ok(()); // the required `type` is checked with the other fields
+    };
+    let is_body = MESSAGES[BASE_COMMAND]
+        .fields
+        .binary_search_by_key(&kind, |f| f.number)
+        .is_ok_and(|i| MESSAGES[BASE_COMMAND].fields[i].message.is_some());
+    if !is_body || present.contains(&u64::from(kind)) {
+        return Ok(());
+    }
+    let name = i32::try_from(kind)
+        .ok()
+        .and_then(|k| crate::proto::base_command::Type::try_from(k).ok())
+        .map_or_else(|| kind.to_string(), |t| t.as_str_name().to_owned());
+    Err(StrictError::MissingBody {
+        kind: name,
+        field: kind,
+    })
 }
 
 /// Splits a buffer of whole frames (as a writer queue holds them) into frames; the last item is
@@ -316,6 +366,50 @@ mod tests {
     use super::*;
     use crate::{commands, encode_command, pip493, proto};
     use prost::Message;
+
+    /// Every command type's body is the BaseCommand field numbered as the type's value, a
+    /// message field: what [`check_body`] relies on.
+    #[test]
+    fn every_type_names_its_body_by_number() {
+        let base = &MESSAGES[BASE_COMMAND];
+        for v in 2..=200 {
+            let Ok(t) = proto::base_command::Type::try_from(v) else {
+                continue;
+            };
+            let i = base
+                .fields
+                .binary_search_by_key(&(v as u32), |f| f.number)
+                .unwrap_or_else(|_| panic!("{t:?}: no field {v}"));
+            assert!(
+                base.fields[i].message.is_some(),
+                "{t:?}: field {v} is not a message"
+            );
+        }
+    }
+
+    /// A PONG or PING without its body is refused (the broker sent such PONGs, and Java's
+    /// client closed its connection at its first keep-alive, 30 s in); with it, accepted.
+    #[test]
+    fn a_command_without_its_body_is_refused() {
+        let bare = proto::BaseCommand {
+            r#type: proto::base_command::Type::Pong as i32,
+            ..Default::default()
+        };
+        let mut frame = Vec::new();
+        encode_command(&bare, &mut frame);
+        assert_eq!(
+            check_frame(&frame),
+            Err(StrictError::MissingBody {
+                kind: "PONG".into(),
+                field: 19
+            })
+        );
+        for cmd in [commands::pong(), commands::ping()] {
+            let mut ok = Vec::new();
+            encode_command(&cmd, &mut ok);
+            assert_eq!(check_frame(&ok), Ok(()));
+        }
+    }
 
     fn frame_of(cmd_bytes: &[u8]) -> Vec<u8> {
         let mut out = Vec::new();
