@@ -110,8 +110,11 @@ impl Session {
             let message = format!("could not create the initial subscription: {e}");
             return self.send_error(p.request_id, ServerError::PersistenceError, &message);
         }
-        let producer_name = match (&p.producer_name, p.user_provided_producer_name()) {
-            (Some(n), true) if !n.is_empty() => n.clone(),
+        // As Pulsar: the name the client gives, whether its application chose it or the
+        // broker gave it earlier (a reconnecting client sends the name it was given, and its
+        // messages carry it); a new one otherwise.
+        let producer_name = match &p.producer_name {
+            Some(n) if !n.is_empty() => n.clone(),
             _ => self.state.producer_name(),
         };
         let info = self.producer_info(now, p, &producer_name);

@@ -122,7 +122,7 @@ fn topic_stats(st: &BrokerState) -> serde_json::Value {
 fn a_failed_write_closes_its_producer_not_the_connection() {
     let (st, faults) = faulty_state(BrokerConfig::default());
     let mut p = Peer::connected(&st, 1);
-    p.call(&wire::commands::producer(T, 1, 1, None));
+    p.call(&wire::commands::producer(T, 1, 1, Some("p")));
     assert_eq!(
         kinds(&p.call(&subscribe("s", 1, 2, SubType::Shared))),
         [Type::Success]
@@ -146,7 +146,7 @@ fn a_failed_write_closes_its_producer_not_the_connection() {
         [(before, 0)],
         "the consumer still receives"
     );
-    let refused = p.call(&wire::commands::producer(T, 1, 3, None));
+    let refused = p.call(&wire::commands::producer(T, 1, 3, Some("p")));
     assert_eq!(
         error_of(&refused[0]),
         Some(ServerError::ProducerBlockedQuotaExceededException)
@@ -162,7 +162,7 @@ fn a_failed_write_closes_its_producer_not_the_connection() {
     faults.fail_writes(false);
     p.now.wall_ms += REFUSED_MS;
     assert_eq!(
-        kinds(&p.call(&wire::commands::producer(T, 1, 4, None))),
+        kinds(&p.call(&wire::commands::producer(T, 1, 4, Some("p")))),
         [Type::ProducerSuccess]
     );
     let after = p.publish(1, 1, meta(1));

@@ -154,3 +154,29 @@ fn a_read_of_sends_is_answered_in_one_buffer_and_dispatched() {
     assert_eq!(p.receive(1, 100).len(), 100);
     p.session.close();
 }
+
+/// A producer opened again keeps the name the broker gave it, as Pulsar does: the client sends
+/// that name back (not flagged as its application's) and its messages carry it. (Before, the
+/// broker gave it a new name: after a failed write its resent messages, still carrying the old
+/// name, were refused as the failed producer's, and deduplication lost track of it.)
+#[test]
+fn a_reopened_producer_keeps_the_name_it_was_given() {
+    let st = state();
+    let mut p = Peer::connected(&st, 1);
+    let first = p.call(&wire::commands::producer(T, 1, 1, None));
+    let given = first[0]
+        .producer_success
+        .as_ref()
+        .unwrap()
+        .producer_name
+        .clone();
+    p.call(&wire::commands::close_producer(1, 2));
+    let mut again = wire::commands::producer(T, 1, 3, None);
+    if let Some(cmd) = again.producer.as_mut() {
+        cmd.producer_name = Some(given.clone());
+    }
+    let reply = p.call(&again);
+    let name = &reply[0].producer_success.as_ref().unwrap().producer_name;
+    assert_eq!(name, &given);
+    p.session.close();
+}
