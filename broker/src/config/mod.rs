@@ -103,6 +103,10 @@ pub struct BrokerConfig {
     /// of entries fails with a full disk's error, so a suite can show what clients see when
     /// storage refuses writes, and that writes resume once it is removed.
     pub fail_writes_while_exists: Option<std::path::PathBuf>,
+    /// How long a topic refuses new producers after a failed write, ms ([`WRITE_REFUSAL_MS`];
+    /// doubled per failure in a row, up to 16 times this; a successful write ends it). Not a
+    /// flag: the simulator shortens it.
+    pub write_refusal_ms: u64,
     /// Topics created on first use by a producer, a consumer or a partition look-up
     /// (`--allow-auto-topic-creation true|false`, Pulsar's `allowAutoTopicCreation`, default
     /// true). Off, a topic must be created with the admin API first.
@@ -135,6 +139,9 @@ pub struct BrokerConfig {
     pub dispatch: DispatchLimits,
 }
 
+/// A topic refuses new producers for this long after a failed write (ms).
+pub const WRITE_REFUSAL_MS: u64 = 1_000;
+
 impl Default for BrokerConfig {
     fn default() -> Self {
         BrokerConfig {
@@ -152,6 +159,7 @@ impl Default for BrokerConfig {
             delayed_delivery: dispatcher::DelayedDelivery::default(),
             check_frames: false,
             fail_writes_while_exists: None,
+            write_refusal_ms: WRITE_REFUSAL_MS,
             allow_auto_topic_creation: true,
             auto_topic_partitioned: false,
             default_num_partitions: 1,

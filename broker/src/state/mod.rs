@@ -283,6 +283,7 @@ impl BrokerState {
             defaults,
             kept_metas: crate::topic::KEPT_METAS,
             runtimes: self.runtimes.clone(),
+            write_refusal_ms: self.cfg.write_refusal_ms,
         };
         let t = Topic::open(full.clone(), &*self.backend, config)?;
         t.set_deduplicating(deduplicate);

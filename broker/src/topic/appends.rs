@@ -23,10 +23,9 @@ use crate::sync::lock;
 /// Failed batches remembered for the sessions whose requests they were part of.
 const FAILURES_KEPT: usize = 32;
 
-/// After a failed write, new producers are refused for this long, doubled per failure in a
-/// row up to [`REFUSAL_MAX_MS`]; a successful write ends it.
-const REFUSAL_MS: u64 = 1_000;
-const REFUSAL_MAX_MS: u64 = 16_000;
+/// After a failed write, new producers are refused for the topic's refusal time, doubled per
+/// failure in a row up to this many times it; a successful write ends it.
+const REFUSAL_MAX_FACTOR: u64 = 16;
 
 /// How long after the last failed write (with none succeeding since) the health check and
 /// `storageWriteFailing` report the topic's storage as failing.
@@ -36,6 +35,8 @@ pub(crate) const FAILING_REPORTED_MS: u64 = 60_000;
 /// whether a new producer is refused ([`Topic::refuses_producers`]).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct WriteHealth {
+    /// The first refusal's length, ms (`BrokerConfig::write_refusal_ms`).
+    pub refusal_ms: u64,
     /// Write batches that failed since the topic was loaded.
     pub failures: u64,
     /// Failed in a row (0: the last write succeeded, or none failed).
@@ -53,7 +54,8 @@ impl WriteHealth {
         self.in_row = self.in_row.saturating_add(1);
         self.last_error = Some(error);
         self.failed_at_ms = now_ms;
-        let window = (REFUSAL_MS << (self.in_row - 1).min(4)).min(REFUSAL_MAX_MS);
+        let doubled = self.refusal_ms << (self.in_row - 1).min(4);
+        let window = doubled.min(self.refusal_ms.saturating_mul(REFUSAL_MAX_FACTOR));
         self.refused_until_ms = now_ms.saturating_add(window);
     }
 
@@ -113,7 +115,7 @@ pub(super) struct Appends {
 }
 
 impl Appends {
-    pub(super) fn new() -> Appends {
+    pub(super) fn new(refusal_ms: u64) -> Appends {
         Appends {
             sections: Vec::new(),
             metas: Vec::new(),
@@ -121,7 +123,10 @@ impl Appends {
             taken_through: None,
             failed: VecDeque::new(),
             pushed: dedup::Sequences::default(),
-            health: WriteHealth::default(),
+            health: WriteHealth {
+                refusal_ms,
+                ..WriteHealth::default()
+            },
             failed_producers: std::collections::BTreeSet::new(),
         }
     }
@@ -301,8 +306,9 @@ impl Topic {
     }
 
     /// Whether a new producer is refused at `now_ms` (ms since the Unix epoch), and if so the
-    /// store's last error and how many ms the refusal lasts: a write failed less than a
-    /// second ago (up to 16 s after several in a row) and none succeeded since. Pulsar's
+    /// store's last error and how many ms the refusal lasts: a write failed less than the
+    /// refusal time ago (a second by default, doubled per failure in a row up to 16 times that)
+    /// and none succeeded since. Pulsar's
     /// clients back off from the refusal and fail the messages they hold, as they do for a
     /// producer over a backlog quota.
     pub(crate) fn refuses_producers(&self, now_ms: u64) -> Option<(Arc<StorageError>, u64)> {
@@ -338,7 +344,10 @@ mod tests {
                 source: std::io::Error::other("full"),
             })
         };
-        let mut h = WriteHealth::default();
+        let mut h = WriteHealth {
+            refusal_ms: 1_000,
+            ..WriteHealth::default()
+        };
         let windows: Vec<u64> = (0..6)
             .map(|i| {
                 let now = 100_000 * i;

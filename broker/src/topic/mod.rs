@@ -103,6 +103,9 @@ pub(crate) struct TopicConfig {
     pub kept_metas: usize,
     /// Threaded or stepped dispatchers.
     pub runtimes: Runtimes,
+    /// How long new producers are refused after a failed write, ms (doubled per failure in a
+    /// row, up to 16 times this; [`BrokerConfig::write_refusal_ms`](crate::config::BrokerConfig)).
+    pub write_refusal_ms: u64,
 }
 
 pub(crate) use meta::KEPT_METAS;
@@ -174,6 +177,7 @@ impl Topic {
             defaults: SubscriptionDefaults::default(),
             kept_metas: KEPT_METAS,
             runtimes: Runtimes::Threads,
+            write_refusal_ms: crate::config::WRITE_REFUSAL_MS,
         };
         match Topic::open(name, &MemoryBackend, config) {
             Ok(t) => t,
@@ -195,6 +199,7 @@ impl Topic {
             defaults,
             kept_metas,
             runtimes,
+            write_refusal_ms,
         } = config;
         let source = Arc::new(meta::StoredMeta::new(name.clone()));
         let mut ledger =
@@ -246,7 +251,7 @@ impl Topic {
                 chunks,
                 subs: BTreeMap::new(),
                 sequences,
-                appends: appends::Appends::new(),
+                appends: appends::Appends::new(write_refusal_ms),
             }),
             writer: Mutex::new(()),
             terminated: std::sync::atomic::AtomicBool::new(terminated),

@@ -281,6 +281,7 @@ fn metadata_beyond_the_kept_window_is_read_back_from_the_stored_entries() {
         defaults: SubscriptionDefaults::default(),
         runtimes: Runtimes::Threads,
         kept_metas: 4,
+        write_refusal_ms: crate::config::WRITE_REFUSAL_MS,
     };
     let cache = Arc::new(crate::storage::ReadCache::new(1 << 20));
     let file = FileBackend::new(dir.clone(), cache);

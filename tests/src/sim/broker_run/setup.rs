@@ -14,6 +14,9 @@ pub(super) fn broker_config(c: &WorldConfig, legacy: Option<Legacy>) -> broker::
             tick: 16,
             strict: true,
         },
+        // A tenth of the broker's second after a failed write (the sim's producers back off
+        // a tenth of a client's time too): the same refusals, in fewer simulated seconds.
+        write_refusal_ms: 100,
         ..broker::BrokerConfig::default()
     };
     // The world's dispatcher settings, as the broker's flags.
