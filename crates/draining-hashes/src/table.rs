@@ -141,9 +141,11 @@ fn split(hash: u32) -> (usize, usize) {
 }
 
 impl<C: Copy + Eq> Table<C> {
+    /// An empty table. The page index (2 KiB) is allocated with the first dense entry: an
+    /// idle subscription's tracker holds none.
     pub(crate) fn new() -> Self {
         Table {
-            pages: (0..PAGES).map(|_| None).collect(),
+            pages: Box::default(),
             overflow: HashMap::default(),
             len: 0,
         }
@@ -151,6 +153,12 @@ impl<C: Copy + Eq> Table<C> {
 
     pub(crate) fn len(&self) -> usize {
         self.len
+    }
+
+    /// Test check: whether the page index is still unallocated.
+    #[cfg(test)]
+    pub(crate) fn is_unallocated(&self) -> bool {
+        self.pages.is_empty()
     }
 
     /// Test check: how many dense pages are allocated.
@@ -226,6 +234,9 @@ impl<C: Copy + Eq> Table<C> {
         }
         if hash < DENSE_LIMIT {
             let (p, s) = split(hash);
+            if self.pages.is_empty() {
+                self.pages = (0..PAGES).map(|_| None).collect();
+            }
             let Some(page_slot) = self.pages.get_mut(p) else {
                 return;
             };

@@ -231,8 +231,9 @@ impl<C: Copy + Eq + Hash> Inner<C> {
 pub struct DrainingHashes<C> {
     inner: Mutex<Inner<C>>,
     /// One bit per dense hash: set while that hash has an entry. Written only under `inner`'s
-    /// lock; read without it for the fast "not draining" path.
-    occupied: Box<[AtomicU64]>,
+    /// lock; read without it for the fast "not draining" path. Allocated (8 KiB) by the first
+    /// mark: an idle subscription's tracker has none.
+    occupied: std::sync::OnceLock<Box<[AtomicU64]>>,
     /// How many bits of `occupied` are set; written only under `inner`'s lock. The lock-free
     /// path reads it first: while nothing drains (most of a subscription's life) every check is
     /// one load of this always-cached word instead of a bitmap word per hash.
@@ -257,9 +258,7 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
                 cleared_run: None,
                 stale: HashMap::default(),
             }),
-            occupied: (0..(DENSE_LIMIT as usize).div_ceil(64))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
+            occupied: std::sync::OnceLock::new(),
             occupied_bits: AtomicU64::new(0),
             listener,
         }
@@ -277,9 +276,12 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
             return false;
         }
         let (w, m) = bit(hash);
-        self.occupied
-            .get(w)
-            .is_some_and(|a| a.load(Ordering::Acquire) & m != 0)
+        // Set up before the first count was published; `None` cannot be seen after a count.
+        self.occupied.get().is_none_or(|words| {
+            words
+                .get(w)
+                .is_some_and(|a| a.load(Ordering::Acquire) & m != 0)
+        })
     }
 
     /// Called under the lock when an entry is created. Every writer of the bitmap holds the
@@ -289,7 +291,12 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
     fn mark(&self, hash: u32) {
         if hash < DENSE_LIMIT {
             let (w, m) = bit(hash);
-            if let Some(a) = self.occupied.get(w) {
+            let words = self.occupied.get_or_init(|| {
+                (0..(DENSE_LIMIT as usize).div_ceil(64))
+                    .map(|_| AtomicU64::new(0))
+                    .collect()
+            });
+            if let Some(a) = words.get(w) {
                 let word = a.load(Ordering::Relaxed);
                 if word & m == 0 {
                     let n = self.occupied_bits.load(Ordering::Relaxed);
@@ -305,7 +312,7 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
     fn unmark(&self, hash: u32) {
         if hash < DENSE_LIMIT {
             let (w, m) = bit(hash);
-            if let Some(a) = self.occupied.get(w) {
+            if let Some(a) = self.occupied.get().and_then(|words| words.get(w)) {
                 let word = a.load(Ordering::Relaxed);
                 if word & m != 0 {
                     a.store(word & !m, Ordering::Release);
@@ -693,7 +700,12 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
         g.stats.clear();
         g.cleared_run = None;
         g.stale.clear();
-        for a in self.occupied.iter() {
+        for a in self
+            .occupied
+            .get()
+            .into_iter()
+            .flat_map(|words| words.iter())
+        {
             a.store(0, Ordering::Release);
         }
         self.occupied_bits.store(0, Ordering::Release);

@@ -41,6 +41,21 @@ const A: u32 = 1;
 const B: u32 = 2;
 const C3: u32 = 3;
 
+/// A tracker that never drained holds neither the occupancy bitmap (8 KiB) nor the page
+/// index (2 KiB): an idle Key_Shared subscription costs a few hundred bytes here. The first
+/// entry allocates both; a check before it, and after it on another hash, answers right.
+#[test]
+fn an_idle_tracker_allocates_no_bitmap_or_pages() {
+    let (_, t) = tracker();
+    assert!(!t.maybe_draining(5));
+    assert!(t.occupied.get().is_none());
+    assert!(lock(&t.inner).table.is_unallocated());
+    assert_eq!(t.add_entry(A, 5), Ok(()));
+    assert!(t.occupied.get().is_some());
+    assert!(t.maybe_draining(5) && !t.maybe_draining(6));
+    assert!(!lock(&t.inner).table.is_unallocated());
+}
+
 #[test]
 fn add_same_owner_increments() {
     let (_, t) = tracker();
@@ -809,7 +824,9 @@ fn run_model(seed: u64, steps: usize) -> Result<(), String> {
         // The lock-free fast path reads this count first: it must equal the bits set.
         let bits: u64 = t
             .occupied
-            .iter()
+            .get()
+            .into_iter()
+            .flat_map(|words| words.iter())
             .map(|w| u64::from(w.load(Ordering::Relaxed).count_ones()))
             .sum();
         let counted = t.occupied_bits.load(Ordering::Relaxed);
