@@ -340,6 +340,7 @@ fn schema_versions_survive_a_restart() {
         defaults: SubscriptionDefaults::default(),
         runtimes: Runtimes::Threads,
         kept_metas: KEPT_METAS,
+        write_refusal_ms: crate::config::WRITE_REFUSAL_MS,
     };
     let schema = |data: &[u8]| wire::proto::Schema {
         name: "s".into(),
