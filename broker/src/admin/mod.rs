@@ -12,6 +12,7 @@ use crate::state::{BrokerState, TopicError};
 
 mod brokers;
 pub(crate) mod http;
+mod lookup;
 mod messages;
 mod schemas;
 mod subscriptions;
@@ -27,6 +28,9 @@ pub(crate) struct Request {
     pub body: Vec<u8>,
     /// When it arrived (ms since the Unix epoch): "now" for expiry.
     pub received_ms: u64,
+    /// The local address the client reached, when the shell knows it: an HTTP lookup
+    /// answers the service URL on that host when the broker listens on every address.
+    pub reached: Option<std::net::IpAddr>,
 }
 
 /// One response.
@@ -89,6 +93,7 @@ impl Request {
             query: query.to_owned(),
             body,
             received_ms,
+            reached: None,
         }
     }
 }
@@ -155,6 +160,7 @@ pub(crate) fn route(req: &Request, state: &BrokerState) -> Response {
             }
         }
         ["admin", "v2", "persistent", rest @ ..] => topics::route(req, state, rest),
+        ["lookup", "v2", "topic", rest @ ..] => lookup::route(req, state, rest),
         _ => no_route(req),
     }
 }

@@ -115,6 +115,22 @@ fn terminate_partitions(state: &BrokerState, name: &TopicName) -> Response {
 fn partitions(req: &Request, state: &BrokerState, name: &TopicName) -> Response {
     let full = name.full();
     match req.method.as_str() {
+        // A client given the web URL asks this with `checkAllowAutoCreation=true` (its
+        // PARTITIONED_METADATA over HTTP): a missing topic is then created as the binary
+        // command would create it.
+        "GET"
+            if parse_query(&req.query)
+                .get("checkAllowAutoCreation")
+                .is_some_and(|v| v == "true") =>
+        {
+            match state.partitioned_metadata(name, true) {
+                Ok(n) => json(
+                    200,
+                    &serde_json::json!({ "partitions": n, "deleted": false }),
+                ),
+                Err(e) => topic_error(e),
+            }
+        }
         "GET" => match state.partition_count(name) {
             Ok(n) => {
                 let mut body = serde_json::json!({ "partitions": n, "deleted": false });

@@ -82,7 +82,8 @@ fn connection(mut stream: TcpStream, state: &BrokerState) -> io::Result<()> {
         match framing.next() {
             Next::Request(p) => {
                 request_started = None;
-                let req = Request::new(&p.method, &p.target, p.body, crate::shell::wall_ms());
+                let mut req = Request::new(&p.method, &p.target, p.body, crate::shell::wall_ms());
+                req.reached = stream.local_addr().ok().map(|a| a.ip());
                 let close = p.close || state.closing.load(Ordering::SeqCst);
                 stream.write_all(&encode(&route(&req, state), close))?;
                 if close {
