@@ -1,6 +1,7 @@
 //! The namespace policies the broker enforces: message TTL and backlog quotas with
 //! `consumer_backlog_eviction` move a subscription's mark-delete position without acks, on the
-//! housekeeping thread; the policies it does not enforce are refused by name.
+//! housekeeping thread; the producer-side quotas close and refuse producers; the policies it
+//! does not enforce are refused by name.
 
 mod common;
 
@@ -77,10 +78,10 @@ fn a_backlog_quota_evicts_the_oldest_backlog() {
         &b,
         "POST",
         &quota,
-        r#"{"limitSize": 10, "limitTime": -1, "policy": "producer_request_hold"}"#,
+        r#"{"limitSize": 10, "limitTime": -1, "policy": "no_such_policy"}"#,
     );
     assert_eq!(status, 400, "{body}");
-    assert!(body.contains("producer_request_hold"), "{body}");
+    assert!(body.contains("no_such_policy"), "{body}");
     let (status, body) = http(
         &b,
         "POST",
@@ -283,5 +284,53 @@ fn deduplication_drops_a_producers_resent_messages() {
         "without deduplication it is stored"
     );
     assert_eq!(msg_in(), 4);
+    b.shutdown(Duration::from_secs(5));
+}
+
+/// The producer-side backlog quotas, as Pulsar's: once the backlog is over a
+/// `producer_exception` quota the topic's producers are closed (CLOSE_PRODUCER) and a reopen is
+/// refused with `ProducerBlockedQuotaExceededException` (the client fails what it holds);
+/// under `producer_request_hold` with `ProducerBlockedQuotaExceededError` (the client waits and
+/// retries); once the backlog is cleared the producer opens again. (Before, both policies were
+/// refused by the admin API.)
+#[test]
+fn producer_side_quotas_close_and_refuse_producers() {
+    let b = start_broker(&["--backlog-quota-check-interval-ms", "50"]);
+    let topic = "persistent://public/default/quota-producers";
+    let _sub = subscription_with_backlog(&b, topic, 20);
+    let mut p = Raw::connected(&b);
+    p.send(&wire::commands::producer(topic, 1, 1, Some("qp")));
+    p.expect(Type::ProducerSuccess);
+    let quota = |policy: &str| {
+        let body = format!(r#"{{"limitSize": 10, "limitTime": -1, "policy": "{policy}"}}"#);
+        assert_eq!(
+            http(&b, "POST", &format!("{NS}/backlogQuota"), &body).0,
+            204
+        );
+    };
+    quota("producer_exception");
+    p.expect(Type::CloseProducer);
+    let reopen = |p: &mut Raw, request_id| {
+        p.send(&wire::commands::producer(topic, 1, request_id, Some("qp")));
+        p.next(Duration::from_secs(5)).unwrap().unwrap().command
+    };
+    let refused = reopen(&mut p, 2).error.expect("an ERROR");
+    assert_eq!(
+        refused.error(),
+        wire::proto::ServerError::ProducerBlockedQuotaExceededException
+    );
+    assert_eq!(
+        refused.message,
+        "Cannot create producer on topic with backlog quota exceeded"
+    );
+    quota("producer_request_hold");
+    let held = reopen(&mut p, 3).error.expect("an ERROR");
+    assert_eq!(
+        held.error(),
+        wire::proto::ServerError::ProducerBlockedQuotaExceededError
+    );
+    let skip_all = "/admin/v2/persistent/public/default/quota-producers/subscription/sub/skip_all";
+    assert_eq!(http(&b, "POST", skip_all, "").0, 204);
+    assert_eq!(reopen(&mut p, 4).r#type(), Type::ProducerSuccess);
     b.shutdown(Duration::from_secs(5));
 }

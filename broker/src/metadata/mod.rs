@@ -17,7 +17,10 @@ use crate::topic::valid_name;
 mod policies;
 mod store;
 
-pub(crate) use policies::{BacklogQuota, NamespacePolicies, QuotaKind, RetentionPolicies, LIMITS};
+pub(crate) use policies::{
+    BacklogQuota, NamespacePolicies, QuotaKind, RetentionPolicies, EVICTION, EXCEPTION, HOLD,
+    LIMITS,
+};
 pub(crate) use store::{FileMetadata, MemoryMetadata, MetadataStore};
 
 /// The one cluster this broker is (Pulsar standalone's name).

@@ -116,8 +116,9 @@ impl QuotaKind {
     }
 }
 
-/// A backlog quota, as Pulsar's admin API sends it. Only the `consumer_backlog_eviction`
-/// policy is kept: the producer-side policies are refused by the admin API.
+/// A backlog quota, as Pulsar's admin API sends it: `consumer_backlog_eviction` moves the
+/// slowest subscriptions on; `producer_request_hold` and `producer_exception` close the
+/// topic's producers and refuse new ones while the backlog is over the quota.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct BacklogQuota {
@@ -127,7 +128,7 @@ pub(crate) struct BacklogQuota {
     /// Seconds (`message_age`); -1 = none.
     #[serde(default = "minus_one")]
     pub limit_time: i64,
-    /// `consumer_backlog_eviction`.
+    /// `consumer_backlog_eviction`, `producer_request_hold` or `producer_exception`.
     pub policy: String,
 }
 
@@ -135,8 +136,13 @@ fn minus_one() -> i64 {
     -1
 }
 
-/// The one backlog-quota policy the broker enforces.
+/// The backlog-quota policy that moves subscriptions on.
 pub(crate) const EVICTION: &str = "consumer_backlog_eviction";
+/// The backlog-quota policy whose refused producers wait (`ProducerBlockedQuotaExceededError`).
+pub(crate) const HOLD: &str = "producer_request_hold";
+/// The backlog-quota policy whose refused producers fail their pending messages
+/// (`ProducerBlockedQuotaExceededException`).
+pub(crate) const EXCEPTION: &str = "producer_exception";
 
 /// Why a backlog quota is refused (the admin API answers 400 with the message).
 #[derive(Debug, thiserror::Error)]
@@ -147,8 +153,8 @@ pub(crate) enum QuotaError {
     /// No `policy` field.
     #[error("a BacklogQuota needs a `policy`")]
     NoPolicy,
-    /// A policy the broker does not enforce.
-    #[error("backlog quota policy `{0}` is not supported by this broker (only {EVICTION})")]
+    /// A policy Pulsar does not have.
+    #[error("backlog quota policy `{0}` is not one of {EVICTION}, {HOLD}, {EXCEPTION}")]
     Unsupported(String),
 }
 
@@ -162,7 +168,7 @@ impl BacklogQuota {
             .get("policy")
             .and_then(serde_json::Value::as_str)
             .ok_or(QuotaError::NoPolicy)?;
-        if policy != EVICTION {
+        if ![EVICTION, HOLD, EXCEPTION].contains(&policy) {
             return Err(QuotaError::Unsupported(policy.to_owned()));
         }
         Ok(BacklogQuota {

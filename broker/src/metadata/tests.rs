@@ -100,11 +100,20 @@ fn partitioned_topics_are_created_grown_and_deleted() {
 }
 
 #[test]
-fn only_eviction_quotas_are_accepted() {
+fn pulsars_three_quota_policies_are_accepted() {
+    for policy in [
+        "consumer_backlog_eviction",
+        "producer_request_hold",
+        "producer_exception",
+    ] {
+        let body = format!(r#"{{"limitSize": 1, "policy": "{policy}"}}"#);
+        let q = BacklogQuota::from_body(body.as_bytes()).unwrap();
+        assert_eq!((q.limit_size, q.policy.as_str()), (1, policy));
+    }
     for (body, refused) in [
         (
-            &br#"{"limitSize": 1, "policy": "producer_request_hold"}"#[..],
-            "producer_request_hold",
+            &br#"{"limitSize": 1, "policy": "drop_everything"}"#[..],
+            "drop_everything",
         ),
         (br#"{"limitSize": 1}"#, "needs a `policy`"),
         (b"[1", "not a BacklogQuota"),

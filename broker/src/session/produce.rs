@@ -106,6 +106,10 @@ impl Session {
                 &message,
             );
         }
+        if let Some((code, message)) = self.state.backlog_quota_refusal(&topic, now.wall_ms) {
+            info!(conn = self.id, topic = %topic.name, ?code, "producer refused: the backlog is over the quota");
+            return self.send_error(p.request_id, code, message);
+        }
         if let Err(e) = self.create_initial_subscription(&topic, p) {
             let message = format!("could not create the initial subscription: {e}");
             return self.send_error(p.request_id, ServerError::PersistenceError, &message);

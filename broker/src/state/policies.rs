@@ -1,8 +1,11 @@
 //! The namespace policies' jobs, run by the shell's housekeeping thread with the time it
-//! passes in: message TTL (expiry) and backlog quotas with `consumer_backlog_eviction`. Each
-//! moves a subscription's mark-delete position without acks, exactly as the admin API's
+//! passes in: message TTL (expiry) and backlog quotas. Expiry and `consumer_backlog_eviction`
+//! move a subscription's mark-delete position without acks, exactly as the admin API's
 //! expire and skip do, through the topic (so the dispatcher keeps a draining key with its
 //! owner; `--legacy mark-delete-cleanup` shows Pulsar releasing it instead).
+//! `producer_request_hold` and `producer_exception` close the producers of a topic whose
+//! backlog is over the quota, and PRODUCER is refused while it is
+//! ([`BrokerState::backlog_quota_refusal`]).
 
 use std::sync::atomic::Ordering;
 
@@ -10,7 +13,12 @@ use dispatcher::AdminOp;
 use tracing::info;
 
 use super::BrokerState;
-use crate::metadata::{NamespacePolicies, QuotaKind};
+use crate::metadata::{BacklogQuota, NamespacePolicies, QuotaKind, EVICTION, EXCEPTION, HOLD};
+use crate::topic::Topic;
+
+/// Why a PRODUCER is refused under a producer-side backlog quota: the error code Pulsar
+/// answers with, and its words.
+pub(crate) type QuotaRefusal = (wire::proto::ServerError, &'static str);
 
 impl BrokerState {
     /// Expires, on every subscription of a namespace with a message TTL, the messages
@@ -31,9 +39,15 @@ impl BrokerState {
     /// past the quota: above `limitSize` bytes (`destination_storage`), or older than
     /// `limitTime` seconds (`message_age`). Returns how many subscriptions moved.
     pub(crate) fn enforce_backlog_quotas(&self, now_ms: u64) -> usize {
+        let eviction = |p: &NamespacePolicies, kind| {
+            p.backlog_quota_map
+                .get(&kind)
+                .filter(|q| q.policy == EVICTION)
+                .cloned()
+        };
         let by_size = self.enforce(
             |p| {
-                let q = p.backlog_quota_map.get(&QuotaKind::DestinationStorage)?;
+                let q = eviction(p, QuotaKind::DestinationStorage)?;
                 u64::try_from(q.limit_size).ok().map(AdminOp::EvictToSize)
             },
             "backlog quota (size)",
@@ -41,14 +55,71 @@ impl BrokerState {
         );
         let by_age = self.enforce(
             |p| {
-                let q = p.backlog_quota_map.get(&QuotaKind::MessageAge)?;
+                let q = eviction(p, QuotaKind::MessageAge)?;
                 let secs = u64::try_from(q.limit_time).ok()?;
                 Some(AdminOp::Expire(now_ms.saturating_sub(secs * 1000)))
             },
             "backlog quota (age)",
             now_ms,
         );
+        self.close_producers_over_quota(now_ms);
         by_size + by_age
+    }
+
+    /// Closes the producers of every topic over a producer-side backlog quota (as Pulsar's
+    /// quota check disconnects them); their clients reopen and are refused while it lasts.
+    fn close_producers_over_quota(&self, now_ms: u64) {
+        for t in self.topics() {
+            if t.producer_ids().is_empty() {
+                continue;
+            }
+            if let Some((_, why)) = self.backlog_quota_refusal(&t, now_ms) {
+                info!(topic = %t.name, reason = why, "producers closed: the backlog is over a producer-side quota");
+                self.close_producers(&t);
+            }
+        }
+    }
+
+    /// Whether `topic` refuses new producers at `now_ms` under its namespace's
+    /// `producer_request_hold` or `producer_exception` backlog quota: its slowest
+    /// subscription's backlog is over `limitSize` bytes (`destination_storage`), or its oldest
+    /// unacknowledged entry was published more than `limitTime` seconds ago (`message_age`).
+    pub(crate) fn backlog_quota_refusal(&self, topic: &Topic, now_ms: u64) -> Option<QuotaRefusal> {
+        let name = crate::topic::TopicName::parse(&topic.name).ok()?;
+        let policies = self
+            .metadata()
+            .policies(&name.tenant, &name.namespace)
+            .ok()?
+            .clone();
+        let over = |q: &BacklogQuota, kind: QuotaKind| match kind {
+            QuotaKind::DestinationStorage => u64::try_from(q.limit_size).is_ok_and(|limit| {
+                topic
+                    .subscriptions()
+                    .iter()
+                    .any(|s| s.runtime.cursor_view().backlog.bytes > limit)
+            }),
+            QuotaKind::MessageAge => u64::try_from(q.limit_time).is_ok_and(|secs| {
+                let before = now_ms.saturating_sub(secs * 1000);
+                topic.subscriptions().iter().any(|s| {
+                    let view = s.runtime.cursor_view();
+                    view.backlog.entries > 0
+                        && topic
+                            .meta(view.read)
+                            .is_some_and(|m| m.publish_time < before)
+                })
+            }),
+        };
+        policies.backlog_quota_map.iter().find_map(|(&kind, q)| {
+            let code = match q.policy.as_str() {
+                HOLD => wire::proto::ServerError::ProducerBlockedQuotaExceededError,
+                EXCEPTION => wire::proto::ServerError::ProducerBlockedQuotaExceededException,
+                _ => return None,
+            };
+            over(q, kind).then_some((
+                code,
+                "Cannot create producer on topic with backlog quota exceeded",
+            ))
+        })
     }
 
     /// Drops what each topic's retention lets go (see `Topic::trim`), under its namespace's

@@ -324,9 +324,11 @@ impl BrokerState {
     }
 
     /// Sends CLOSE_PRODUCER to every producer of `topic` (its client reconnects, and meets
-    /// what changed: a deleted topic, a terminated one).
-    fn close_producers(&self, topic: &Topic) {
+    /// what changed: a deleted topic, a terminated one, a backlog over its quota). The
+    /// producers leave the topic's registry, so the reopening PRODUCER is decided anew.
+    pub(crate) fn close_producers(&self, topic: &Topic) {
         for (conn, producer_id) in topic.producer_ids() {
+            let _ = topic.remove_producer(conn, producer_id);
             self.push_to(conn, &wire::commands::close_producer(producer_id, 0));
         }
     }

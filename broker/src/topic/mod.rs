@@ -15,9 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-#[cfg(test)]
-use cursor::EntryMeta;
-use cursor::{InMemoryLedger, Ledger, Position, SharedLedger};
+use cursor::{EntryMeta, InMemoryLedger, Ledger, Position, SharedLedger};
 use tracing::debug;
 
 use crate::storage::{EntryStore, StorageError, SyncPolicy};
@@ -383,7 +381,6 @@ impl Topic {
     }
 
     /// The metadata of the entry at `p`, if it still exists (and can be read).
-    #[cfg(test)]
     pub(crate) fn meta(&self, p: Position) -> Option<Arc<EntryMeta>> {
         self.ledger.get(p).map(|e| e.meta)
     }

@@ -113,12 +113,16 @@ class ApiNamespacePoliciesTest {
             map = r.ok("getBacklogQuotaMap after remove all", () -> n.getBacklogQuotaMap(ns));
             check(map.isEmpty(), "after removeBacklogQuota(): " + map);
 
-            for (RetentionPolicy refused : new RetentionPolicy[] {RetentionPolicy.producer_request_hold,
+            for (RetentionPolicy producerSide : new RetentionPolicy[] {RetentionPolicy.producer_request_hold,
                     RetentionPolicy.producer_exception}) {
-                BacklogQuota q = BacklogQuota.builder().limitSize(1 << 20).retentionPolicy(refused).build();
-                r.refused("setBacklogQuota(" + refused + ")", PulsarAdminException.class, 400, refused.name(),
-                        () -> n.setBacklogQuota(ns, q));
+                BacklogQuota q = BacklogQuota.builder().limitSize(1 << 20).retentionPolicy(producerSide).build();
+                r.ok("setBacklogQuota(" + producerSide + ")", () -> n.setBacklogQuota(ns, q));
+                BacklogQuota got = r.ok("getBacklogQuotaMap", () -> n.getBacklogQuotaMap(ns))
+                        .get(BacklogQuotaType.destination_storage);
+                check(got != null && got.getPolicy() == producerSide && got.getLimitSize() == 1 << 20,
+                        "after setBacklogQuota(" + producerSide + "): " + got);
             }
+            r.ok("removeBacklogQuota", () -> n.removeBacklogQuota(ns));
             r.refused("setBacklogQuota (missing namespace)", NotFoundException.class, 404, null,
                     () -> n.setBacklogQuota("public/no-such-ns", size));
             report.messages(20);
