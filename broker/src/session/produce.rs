@@ -90,25 +90,8 @@ impl Session {
                 return self.send_error(p.request_id, super::topic_error_code(&e), &e.to_string())
             }
         };
-        if topic.is_terminated() {
-            return self.send_error(
-                p.request_id,
-                ServerError::TopicTerminatedError,
-                "Topic was already terminated",
-            );
-        }
-        if let Some((e, left_ms)) = topic.refuses_producers(now.wall_ms) {
-            info!(conn = self.id, topic = %topic.name, error = %e, left_ms, "producer refused: the topic's storage refused its last write");
-            let message = format!("the topic's storage refused its last write ({e}): producers are refused for {left_ms} ms more");
-            return self.send_error(
-                p.request_id,
-                ServerError::ProducerBlockedQuotaExceededException,
-                &message,
-            );
-        }
-        if let Some((code, message)) = self.state.backlog_quota_refusal(&topic, now.wall_ms) {
-            info!(conn = self.id, topic = %topic.name, ?code, "producer refused: the backlog is over the quota");
-            return self.send_error(p.request_id, code, message);
+        if let Some((code, message)) = self.topic_refuses_producers(&topic, now) {
+            return self.send_error(p.request_id, code, &message);
         }
         if let Err(e) = self.create_initial_subscription(&topic, p) {
             let message = format!("could not create the initial subscription: {e}");
@@ -162,6 +145,23 @@ impl Session {
             admitted.epoch,
             admitted.ready,
         ));
+    }
+
+    /// Why `topic` refuses any new producer now, if it does: it is terminated, its storage
+    /// refused its last write a moment ago, or its backlog is over a producer-side quota.
+    fn topic_refuses_producers(&self, topic: &Topic, now: Now) -> Option<(ServerError, String)> {
+        if topic.is_terminated() {
+            let why = "Topic was already terminated";
+            return Some((ServerError::TopicTerminatedError, why.into()));
+        }
+        if let Some((e, left_ms)) = topic.refuses_producers(now.wall_ms) {
+            info!(conn = self.id, topic = %topic.name, error = %e, left_ms, "producer refused: the topic's storage refused its last write");
+            let message = format!("the topic's storage refused its last write ({e}): producers are refused for {left_ms} ms more");
+            return Some((ServerError::ProducerBlockedQuotaExceededException, message));
+        }
+        let (code, message) = self.state.backlog_quota_refusal(topic, now.wall_ms)?;
+        info!(conn = self.id, topic = %topic.name, ?code, "producer refused: the backlog is over the quota");
+        Some((code, message.into()))
     }
 
     /// How the topic's registry and stats describe producer `name` of PRODUCER `p`.

@@ -11,6 +11,11 @@
 /// `Arc<dyn UnblockListener>` where loom's cannot (the same choice as `pending_acks::Arc`).
 pub use std::sync::Arc;
 
+/// The cell the occupancy bitmap is allocated in on first use. The standard library's in every
+/// build: loom has none. Readers look into it only after seeing a count the first mark
+/// published (a `Release` store after the cell was set), and that ordering is loom's to check.
+pub(crate) use std::sync::OnceLock;
+
 #[cfg(not(feature = "loom"))]
 pub(crate) use std::sync::{
     atomic::{AtomicU64, Ordering},

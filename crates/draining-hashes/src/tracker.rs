@@ -6,7 +6,7 @@ use std::hash::Hash;
 
 use tracing::{debug, trace, warn};
 
-use crate::sync::{lock, Arc, AtomicU64, Mutex, Ordering};
+use crate::sync::{lock, Arc, AtomicU64, Mutex, OnceLock, Ordering};
 use crate::table::{FxBuild, Table, TableReduce, DENSE_LIMIT};
 
 /// Told that at least one draining hash was released while it was blocking another consumer.
@@ -233,7 +233,7 @@ pub struct DrainingHashes<C> {
     /// One bit per dense hash: set while that hash has an entry. Written only under `inner`'s
     /// lock; read without it for the fast "not draining" path. Allocated (8 KiB) by the first
     /// mark: an idle subscription's tracker has none.
-    occupied: std::sync::OnceLock<Box<[AtomicU64]>>,
+    occupied: OnceLock<Box<[AtomicU64]>>,
     /// How many bits of `occupied` are set; written only under `inner`'s lock. The lock-free
     /// path reads it first: while nothing drains (most of a subscription's life) every check is
     /// one load of this always-cached word instead of a bitmap word per hash.
@@ -258,7 +258,7 @@ impl<C: Copy + Eq + Hash + Debug + Send + Sync + 'static> DrainingHashes<C> {
                 cleared_run: None,
                 stale: HashMap::default(),
             }),
-            occupied: std::sync::OnceLock::new(),
+            occupied: OnceLock::new(),
             occupied_bits: AtomicU64::new(0),
             listener,
         }
