@@ -1,6 +1,6 @@
 //! Subscriptions that exist before their consumers: a producer's initial subscription, and a
 //! subscription that changes type while no consumer is connected (both as Pulsar does); and a
-//! consumer's figures over CONSUMER_STATS.
+//! consumer's figures over CONSUMER_STATS; a Reader rolled back by publish time.
 
 mod common;
 
@@ -161,5 +161,54 @@ fn consumer_stats_answers_the_consumers_figures() {
     assert_eq!(r.msg_backlog, Some(3));
     assert_eq!(r.r#type.as_deref(), Some("Shared"));
     assert!(r.consumer_name.is_some_and(|n| !n.is_empty()));
+    b.shutdown(Duration::from_secs(5));
+}
+
+/// A Reader's `start_message_rollback_duration_sec` (Java's
+/// `startMessageFromRollbackDuration`) starts its subscription at the first entry published
+/// within that many seconds before now, as Pulsar's does. (Before, the field was ignored: a
+/// Reader from the latest id got nothing.)
+#[test]
+fn a_reader_rolls_back_by_publish_time() {
+    let b = common::start_broker(&[]);
+    let topic = "persistent://public/default/rollback";
+    let mut p = Raw::connected(&b);
+    let name = common::open_producer(&mut p, topic);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let hours_ago = |h: u64| now_ms - h * 3_600_000;
+    let mut positions = Vec::new();
+    for (i, at) in [hours_ago(3), hours_ago(2), now_ms - 1_000, now_ms]
+        .into_iter()
+        .enumerate()
+    {
+        let mut meta = common::metadata(&name, i as u64, None);
+        meta.publish_time = at;
+        p.send_message(&wire::commands::send(1, i as u64, 1), &meta, b"m");
+        let r = p.expect(Type::SendReceipt).command.send_receipt.unwrap();
+        let id = r.message_id.unwrap();
+        positions.push(Position::new(id.ledger_id, id.entry_id));
+    }
+    let mut cmd = wire::commands::subscribe(
+        topic,
+        "reader",
+        1,
+        1,
+        SubType::Exclusive,
+        None,
+        InitialPosition::Latest,
+    );
+    if let Some(s) = cmd.subscribe.as_mut() {
+        s.durable = Some(false);
+        s.start_message_rollback_duration_sec = Some(3_600);
+    }
+    let mut r = Raw::connected(&b);
+    r.send(&cmd);
+    r.expect(Type::Success);
+    r.send(&wire::commands::flow(1, 10));
+    assert_eq!(receive(&mut r, 2), positions[2..]);
+    assert!(quiet(&mut r, 200), "nothing older than an hour");
     b.shutdown(Duration::from_secs(5));
 }

@@ -180,6 +180,15 @@ impl Session {
             let start = topic.resolve_message_id(id.ledger_id, id.entry_id);
             topic.reset(&sub, start);
         }
+        if let (true, Some(secs)) = (
+            fresh,
+            s.start_message_rollback_duration_sec.filter(|&d| d > 0),
+        ) {
+            // A Reader's `startMessageFromRollbackDuration`: as Pulsar, its subscription starts
+            // at the first entry published within that many seconds before now.
+            let since = now.wall_ms.saturating_sub(secs.saturating_mul(1000));
+            topic.reset(&sub, topic.position_at_time(since));
+        }
         self.start_consumer(now, s, topic, sub, (kind, ranges));
     }
 
