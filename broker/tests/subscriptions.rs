@@ -1,6 +1,7 @@
 //! Subscriptions that exist before their consumers: a producer's initial subscription, and a
 //! subscription that changes type while no consumer is connected (both as Pulsar does); and a
-//! consumer's figures over CONSUMER_STATS; a Reader rolled back by publish time.
+//! consumer's figures over CONSUMER_STATS; a Reader rolled back by publish time; a SUBSCRIBE
+//! that may not create its topic.
 
 mod common;
 
@@ -210,5 +211,44 @@ fn a_reader_rolls_back_by_publish_time() {
     r.send(&wire::commands::flow(1, 10));
     assert_eq!(receive(&mut r, 2), positions[2..]);
     assert!(quiet(&mut r, 200), "nothing older than an hour");
+    b.shutdown(Duration::from_secs(5));
+}
+
+/// SUBSCRIBE with `force_topic_creation = false` (Java's pattern and multi-topic consumers)
+/// is refused with `TopicNotFound` while the topic does not exist, and accepted once it does,
+/// as Pulsar does. (Before, the field was ignored and the topic created.)
+#[test]
+fn a_subscribe_that_may_not_create_its_topic_is_refused_until_it_exists() {
+    let b = start_broker(&[]);
+    let topic = "persistent://public/default/no-force";
+    let cmd = |request_id| {
+        let mut cmd = wire::commands::subscribe(
+            topic,
+            "s",
+            1,
+            request_id,
+            SubType::Shared,
+            None,
+            InitialPosition::Earliest,
+        );
+        if let Some(s) = cmd.subscribe.as_mut() {
+            s.force_topic_creation = Some(false);
+        }
+        cmd
+    };
+    let mut c = Raw::connected(&b);
+    c.send(&cmd(1));
+    let e = c.expect(Type::Error).command.error.unwrap();
+    assert_eq!(e.error(), wire::proto::ServerError::TopicNotFound);
+    let stats = common::http(
+        &b,
+        "GET",
+        "/admin/v2/persistent/public/default/no-force/stats",
+        "",
+    );
+    assert_eq!(stats.0, 404, "the topic was not created");
+    produce(&b, topic, 1, None);
+    c.send(&cmd(2));
+    c.expect(Type::Success);
     b.shutdown(Duration::from_secs(5));
 }

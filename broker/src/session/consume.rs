@@ -150,6 +150,11 @@ impl Session {
             // A re-subscribe after the broker closed the consumer (seek): the old one is gone.
             self.drop_consumer(old);
         }
+        if s.force_topic_creation == Some(false) && !self.state.topic_exists(&name) {
+            // As Pulsar: a consumer that asks not to create its topic (Java's pattern and
+            // multi-topic consumers do) is refused when it does not exist.
+            return self.send_error(rid, ServerError::TopicNotFound, "Topic does not exist");
+        }
         let topic = match self.state.topic_for_client(&name) {
             Ok(t) => t,
             Err(e) => return self.send_error(rid, super::topic_error_code(&e), &e.to_string()),

@@ -80,6 +80,20 @@ impl BrokerState {
     /// allows it (a partition of a partitioned topic always is). Refused when its namespace
     /// does not exist, when it is a partitioned topic itself, or when it is a partition past
     /// its topic's count.
+    /// Whether topic `name` exists for a client that asks not to create it (SUBSCRIBE's
+    /// `force_topic_creation = false`): it is open, or it is a partition of a partitioned topic
+    /// (whose partitions all exist as far as clients can tell).
+    pub(crate) fn topic_exists(&self, name: &TopicName) -> bool {
+        let full = name.full();
+        if self.existing_topic(&full).is_some() {
+            return true;
+        }
+        let m = self.metadata();
+        name.partition_of()
+            .and_then(|(base, i)| Some(i < m.partitions(&base)?))
+            .unwrap_or(false)
+    }
+
     pub(crate) fn topic_for_client(&self, name: &TopicName) -> Result<Arc<Topic>, TopicError> {
         let full = name.full();
         if let Some(t) = self.existing_topic(&full) {
