@@ -356,6 +356,13 @@ impl Metadata {
             .collect()
     }
 
+    /// Whether `partition` (a name's [`partition_of`](crate::topic::TopicName::partition_of))
+    /// is one of its partitioned topic's partitions: the topic is partitioned and the index is
+    /// below its count.
+    pub(crate) fn is_partition(&self, partition: Option<(String, u32)>) -> bool {
+        partition.is_some_and(|(base, i)| self.partitions(&base).is_some_and(|n| i < n))
+    }
+
     /// The partition count of topic `full`, if it is partitioned.
     pub(crate) fn partitions(&self, full: &str) -> Option<u32> {
         self.partitioned.get(full).copied()

@@ -196,9 +196,8 @@ impl Session {
         e: &crate::storage::StorageError,
     ) -> Vec<u8> {
         let mut frames = Vec::new();
-        let mut ids: Vec<u64> = sends.iter().map(|&(producer, _)| producer).collect();
-        ids.dedup();
-        for producer_id in ids {
+        // A producer closes once: its later SENDs find it gone.
+        for &(producer_id, _) in sends {
             if self.close_failed_producer(producer_id, &e.to_string()) {
                 let cmd = wire::commands::close_producer(producer_id, 0);
                 wire::encode_command(&cmd, &mut frames);

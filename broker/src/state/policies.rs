@@ -86,11 +86,23 @@ impl BrokerState {
     /// unacknowledged entry was published more than `limitTime` seconds ago (`message_age`).
     pub(crate) fn backlog_quota_refusal(&self, topic: &Topic, now_ms: u64) -> Option<QuotaRefusal> {
         let name = crate::topic::TopicName::parse(&topic.name).ok()?;
-        let policies = self
+        // Only the producer-side quotas, copied out of the metadata lock: most namespaces have
+        // none, and a PRODUCER then costs no more than this look-up.
+        let quotas: Vec<(QuotaKind, BacklogQuota, wire::proto::ServerError)> = self
             .metadata()
             .policies(&name.tenant, &name.namespace)
             .ok()?
-            .clone();
+            .backlog_quota_map
+            .iter()
+            .filter_map(|(&kind, q)| {
+                let code = match q.policy.as_str() {
+                    HOLD => wire::proto::ServerError::ProducerBlockedQuotaExceededError,
+                    EXCEPTION => wire::proto::ServerError::ProducerBlockedQuotaExceededException,
+                    _ => return None,
+                };
+                Some((kind, q.clone(), code))
+            })
+            .collect();
         let over = |q: &BacklogQuota, kind: QuotaKind| match kind {
             QuotaKind::DestinationStorage => u64::try_from(q.limit_size).is_ok_and(|limit| {
                 topic
@@ -109,13 +121,8 @@ impl BrokerState {
                 })
             }),
         };
-        policies.backlog_quota_map.iter().find_map(|(&kind, q)| {
-            let code = match q.policy.as_str() {
-                HOLD => wire::proto::ServerError::ProducerBlockedQuotaExceededError,
-                EXCEPTION => wire::proto::ServerError::ProducerBlockedQuotaExceededException,
-                _ => return None,
-            };
-            over(q, kind).then_some((
+        quotas.into_iter().find_map(|(kind, q, code)| {
+            over(&q, kind).then_some((
                 code,
                 "Cannot create producer on topic with backlog quota exceeded",
             ))

@@ -84,14 +84,8 @@ impl BrokerState {
     /// `force_topic_creation = false`): it is open, or it is a partition of a partitioned topic
     /// (whose partitions all exist as far as clients can tell).
     pub(crate) fn topic_exists(&self, name: &TopicName) -> bool {
-        let full = name.full();
-        if self.existing_topic(&full).is_some() {
-            return true;
-        }
-        let m = self.metadata();
-        name.partition_of()
-            .and_then(|(base, i)| Some(i < m.partitions(&base)?))
-            .unwrap_or(false)
+        self.existing_topic(&name.full()).is_some()
+            || self.metadata().is_partition(name.partition_of())
     }
 
     pub(crate) fn topic_for_client(&self, name: &TopicName) -> Result<Arc<Topic>, TopicError> {
@@ -143,11 +137,7 @@ impl BrokerState {
             if let Some(n) = m.partitions(&full) {
                 return Ok(n);
             }
-            let a_partition = name
-                .partition_of()
-                .and_then(|(base, i)| Some(i < m.partitions(&base)?))
-                .unwrap_or(false);
-            if a_partition || self.existing_topic(&full).is_some() {
+            if m.is_partition(name.partition_of()) || self.existing_topic(&full).is_some() {
                 return Ok(0);
             }
             if !auto_create {

@@ -64,6 +64,15 @@ impl WriteHealth {
         self.refused_until_ms = 0;
     }
 
+    /// How many ms new producers are still refused at `now_ms`, if they are: a write failed
+    /// less than its refusal window ago and none succeeded since.
+    fn refused_for(&self, now_ms: u64) -> Option<u64> {
+        let refusing = self.in_row > 0 && self.failed_at_ms <= now_ms;
+        refusing
+            .then(|| self.refused_until_ms.saturating_sub(now_ms))
+            .filter(|&left| left > 0)
+    }
+
     /// Whether the storage counts as failing at `now_ms`: the last write failed, less than
     /// [`FAILING_REPORTED_MS`] ago.
     pub(crate) fn failing(&self, now_ms: u64) -> bool {
@@ -314,9 +323,8 @@ impl Topic {
     pub(crate) fn refuses_producers(&self, now_ms: u64) -> Option<(Arc<StorageError>, u64)> {
         let st = lock(&self.state);
         let h = &st.appends.health;
-        let refusing = h.in_row > 0 && h.failed_at_ms <= now_ms && now_ms < h.refused_until_ms;
-        let error = h.last_error.clone().filter(|_| refusing)?;
-        Some((error, h.refused_until_ms - now_ms))
+        let left = h.refused_for(now_ms)?;
+        Some((h.last_error.clone()?, left))
     }
 
     /// Tells every subscription's dispatcher that entries were appended (it reads all
@@ -352,7 +360,9 @@ mod tests {
             .map(|i| {
                 let now = 100_000 * i;
                 h.failed(error(), now);
-                h.refused_until_ms - now
+                let left = h.refused_for(now).unwrap_or(0);
+                assert_eq!(h.refused_for(now + left), None, "over after its window");
+                left
             })
             .collect();
         assert_eq!(windows, [1_000, 2_000, 4_000, 8_000, 16_000, 16_000]);
@@ -364,8 +374,14 @@ mod tests {
             !h.failing(last - 1),
             "a clock that went back reports nothing"
         );
+        assert_eq!(
+            h.refused_for(last - 1),
+            None,
+            "a clock that went back refuses nothing"
+        );
         h.succeeded();
         assert!(!h.failing(last));
+        assert_eq!(h.refused_for(last), None, "a success ends the refusal");
         assert_eq!((h.failures, h.in_row, h.refused_until_ms), (6, 0, 0));
         h.failed(error(), last + 1);
         assert_eq!(

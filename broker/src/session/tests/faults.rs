@@ -80,11 +80,7 @@ fn a_failed_append_does_not_count_its_sequence_id() {
     let closed = p.feed(&sends(&[(1, 0)]));
     assert_eq!(kinds_of(&closed), [Type::CloseProducer]);
     faults.fail_writes(false);
-    p.now.wall_ms += REFUSED_MS;
-    assert_eq!(
-        kinds(&p.call(&wire::commands::producer(T, 1, 2, Some("p")))),
-        [Type::ProducerSuccess]
-    );
+    reopen_after_refusal(&mut p, 2);
     let stored = p.publish(1, 0, meta(0));
     assert_ne!(stored.ledger_id, u64::MAX, "receipted as a duplicate");
     assert_eq!(
@@ -98,6 +94,14 @@ fn a_failed_append_does_not_count_its_sequence_id() {
 
 /// How long the first refusal lasts (a second).
 const REFUSED_MS: u64 = 1_000;
+
+/// Producer 1 (named `p`) opened again with request `request_id` once the refusal after a
+/// failed write is over.
+fn reopen_after_refusal(p: &mut Peer, request_id: u64) {
+    p.now.wall_ms += REFUSED_MS;
+    let reply = p.call(&wire::commands::producer(T, 1, request_id, Some("p")));
+    assert_eq!(kinds(&reply), [Type::ProducerSuccess]);
+}
 
 fn kinds_of(frames: &[wire::Frame]) -> Vec<Type> {
     frames.iter().map(|f| f.command.r#type()).collect()
@@ -160,11 +164,7 @@ fn a_failed_write_closes_its_producer_not_the_connection() {
     };
     assert_eq!(health(&st, p.now.wall_ms), 500);
     faults.fail_writes(false);
-    p.now.wall_ms += REFUSED_MS;
-    assert_eq!(
-        kinds(&p.call(&wire::commands::producer(T, 1, 4, Some("p")))),
-        [Type::ProducerSuccess]
-    );
+    reopen_after_refusal(&mut p, 4);
     let after = p.publish(1, 1, meta(1));
     assert_eq!(
         after,
@@ -205,11 +205,7 @@ fn a_send_after_its_producers_failed_one_is_not_stored_ahead_of_it() {
     );
     p.session.handle_written(first.id, &failed);
     assert_eq!(kinds_of(&p.take()), [Type::CloseProducer]);
-    p.now.wall_ms += REFUSED_MS;
-    assert_eq!(
-        kinds(&p.call(&wire::commands::producer(T, 1, 2, Some("p")))),
-        [Type::ProducerSuccess]
-    );
+    reopen_after_refusal(&mut p, 2);
     let resent = [p.publish(1, 0, meta(0)), p.publish(1, 1, meta(1))];
     assert!(resent[0] < resent[1]);
     let topic = st.existing_topic(T).unwrap();
