@@ -61,6 +61,23 @@ pub struct LoadConfig {
     pub pace: Duration,
     /// The whole run fails after this long.
     pub timeout: Duration,
+    /// The subscription's type: `Shared` (the default) or `Key_Shared`.
+    pub sub_type: command_subscribe::SubType,
+    /// Each message's key (`partition_key`). Unbatched runs only.
+    pub keys: Keys,
+}
+
+/// How the producers key their messages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Keys {
+    /// No key.
+    #[default]
+    None,
+    /// One of `n` keys per producer (entry `s` has key `s % n`); the consumers check that each
+    /// key's entries arrive in the order they were sent, across consumers.
+    Fixed(u32),
+    /// A new key per message (pulsar-perf's `-mk random`); no order to check.
+    Random,
 }
 
 impl Default for LoadConfig {
@@ -76,6 +93,8 @@ impl Default for LoadConfig {
             rate: None,
             pace: Duration::from_micros(200),
             timeout: Duration::from_secs(60),
+            sub_type: command_subscribe::SubType::Shared,
+            keys: Keys::None,
         }
     }
 }
@@ -254,6 +273,10 @@ struct Shared {
     /// One bit per (producer, entry).
     seen: Vec<Vec<AtomicU64>>,
     duplicates: AtomicU64,
+    /// With [`Keys::Fixed`]: per (producer, key), one past the highest sequence id received.
+    key_next: Vec<AtomicU64>,
+    /// Entries that arrived after a later entry of their key.
+    out_of_order: AtomicU64,
     failed: AtomicBool,
 }
 
@@ -349,6 +372,12 @@ impl Conn {
 
 /// Runs one load: sets every connection up, releases them together, waits for every entry.
 pub fn run(service_url: &str, topic: &str, cfg: &LoadConfig) -> Result<LoadResult, String> {
+    if cfg.keys != Keys::None && cfg.batch > 1 {
+        return Err("keyed runs are unbatched (a batch would need key-based batching)".into());
+    }
+    if cfg.keys == Keys::Fixed(0) {
+        return Err("Keys::Fixed(0): at least one key".into());
+    }
     let addr = service_url.trim_start_matches("pulsar://").to_owned();
     let n = cfg.producers.max(1);
     let m = cfg.consumers.max(1);
@@ -363,6 +392,11 @@ pub fn run(service_url: &str, topic: &str, cfg: &LoadConfig) -> Result<LoadResul
             .map(|_| (0..words).map(|_| AtomicU64::new(0)).collect())
             .collect(),
         duplicates: AtomicU64::new(0),
+        key_next: match cfg.keys {
+            Keys::Fixed(k) => (0..n * k as usize).map(|_| AtomicU64::new(0)).collect(),
+            _ => Vec::new(),
+        },
+        out_of_order: AtomicU64::new(0),
         failed: AtomicBool::new(false),
     });
     let barrier = Arc::new(Barrier::new(n + m + 1));
@@ -450,6 +484,12 @@ pub fn run(service_url: &str, topic: &str, cfg: &LoadConfig) -> Result<LoadResul
         .map(|w| u64::from(w.load(Ordering::Relaxed).count_ones()))
         .sum();
     let want_msgs = shared.expected * u64::from(cfg.batch.max(1));
+    let disordered = shared.out_of_order.load(Ordering::Relaxed);
+    if disordered > 0 {
+        return Err(format!(
+            "{disordered} entries arrived after a later entry of their key"
+        ));
+    }
     if dups > 0 || marked != shared.expected || entries != shared.expected || messages != want_msgs
     {
         return Err(format!(
@@ -568,6 +608,7 @@ fn producer_run(
             payload[12..20].copy_from_slice(&sent.to_le_bytes());
             meta.sequence_id = sent;
             meta.publish_time = now / 1_000_000;
+            meta.partition_key = key_of(cfg.keys, index, sent);
             if let Some(send) = cmd.send.as_mut() {
                 send.sequence_id = sent;
             }
@@ -586,6 +627,27 @@ fn producer_run(
     result.and(r)
 }
 
+/// The key of producer `index`'s entry `seq`.
+fn key_of(keys: Keys, index: usize, seq: u64) -> Option<String> {
+    match keys {
+        Keys::None => None,
+        Keys::Fixed(n) => Some(format!("k{}", seq % u64::from(n))),
+        Keys::Random => {
+            // A 64-bit mix of (producer, sequence): distinct keys, spread over the hash range.
+            let mut x = (index as u64) << 48 ^ seq;
+            x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            Some(format!("{:x}", x ^ (x >> 31)))
+        }
+    }
+}
+
+/// Records entry `seq` of a key whose next expected sequence id is in `next`: false when a
+/// later entry of the key came first.
+fn in_key_order(next: &AtomicU64, seq: u64) -> bool {
+    next.fetch_max(seq + 1, Ordering::AcqRel) <= seq
+}
+
 struct ConsumerStats {
     /// (publish ns, latency ns) per entry.
     latencies_ns: Vec<(u64, u64)>,
@@ -601,7 +663,7 @@ fn consumer_setup(addr: &str, topic: &str, id: u64, cfg: &LoadConfig) -> Result<
         "bench",
         id,
         1,
-        command_subscribe::SubType::Shared,
+        cfg.sub_type,
         None,
         command_subscribe::InitialPosition::Earliest,
     ))?;
@@ -666,6 +728,12 @@ fn consumer_loop(
                     let bit = 1u64 << (seq % 64);
                     if slot.fetch_or(bit, Ordering::Relaxed) & bit != 0 {
                         shared.duplicates.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if let Keys::Fixed(k) = cfg.keys {
+                        let at = producer as usize * k as usize + (seq % u64::from(k)) as usize;
+                        if shared.key_next.get(at).is_some_and(|n| !in_key_order(n, seq)) {
+                            shared.out_of_order.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     stats.messages += u64::from(n);
                     used += n;
@@ -785,5 +853,37 @@ mod tests {
             assert!(r.ack_commands > 0);
         }
         b.shutdown(Duration::from_secs(5));
+    }
+
+    /// Key_Shared over 3 consumers: every entry once, each key's entries in the order sent.
+    #[test]
+    fn key_shared_keeps_each_keys_order() {
+        let b = broker();
+        for (i, keys) in [Keys::Fixed(7), Keys::Random].into_iter().enumerate() {
+            let cfg = LoadConfig {
+                producers: 2,
+                consumers: 3,
+                entries_per_producer: 2_000,
+                permits: 50,
+                sub_type: command_subscribe::SubType::KeyShared,
+                keys,
+                timeout: Duration::from_secs(30),
+                ..LoadConfig::default()
+            };
+            let url = b.service_url();
+            let r = run(&url, &format!("persistent://public/default/lg-ks-{i}"), &cfg).unwrap();
+            assert_eq!(r.entries, 4_000);
+        }
+        b.shutdown(Duration::from_secs(5));
+    }
+
+    #[test]
+    fn an_entry_after_a_later_one_of_its_key_is_out_of_order() {
+        let next = AtomicU64::new(0);
+        assert!(in_key_order(&next, 3));
+        assert!(in_key_order(&next, 10));
+        assert!(!in_key_order(&next, 5));
+        assert!(in_key_order(&next, 17));
+        assert!(!in_key_order(&next, 17));
     }
 }

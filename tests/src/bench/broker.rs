@@ -147,7 +147,38 @@ fn load(messages: u64, batch: u32, rate: Option<f64>) -> LoadConfig {
         rate,
         pace: Duration::from_micros(200),
         timeout: Duration::from_secs(60),
+        ..LoadConfig::default()
     }
+}
+
+/// B5's offered rate, msg/s (the Key_Shared row `cargo xtask versus-pulsar` runs on both brokers).
+const B5_RATE: f64 = 20_000.0;
+/// B5's consumers on the Key_Shared subscription.
+const B5_CONSUMERS: usize = 4;
+
+/// One B5 round: one producer at [`B5_RATE`] for [`LATENCY_ROUND`], `keys` keys, four
+/// Key_Shared consumers; (p50, p99) in ms. The load generator checks each key's order.
+fn key_shared_latency(host: &mut Host, keys: loadgen::Keys) -> Result<(f64, f64), String> {
+    let url = host.url()?;
+    let cfg = LoadConfig {
+        producers: 1,
+        consumers: B5_CONSUMERS,
+        entries_per_producer: (B5_RATE * LATENCY_ROUND.as_secs_f64()) as u64,
+        rate: Some(B5_RATE),
+        sub_type: wire::proto::command_subscribe::SubType::KeyShared,
+        keys,
+        ..LoadConfig::default()
+    };
+    let r = loadgen::run(&url, &topic(), &cfg)?;
+    if let Ok(path) = std::env::var("B5_TIMELINE") {
+        let lines: String = r
+            .timeline
+            .iter()
+            .map(|(at, lat)| format!("{at} {lat}\n"))
+            .collect();
+        let _ = std::fs::write(path, lines);
+    }
+    Ok((r.latency_ms(0.50), r.latency_ms(0.99)))
 }
 
 fn throughput(host: &mut Host, messages: u64, batch: u32) -> Result<f64, String> {
@@ -348,6 +379,18 @@ pub fn workloads() -> Vec<Workload> {
         let r = throughput(host, B2_MESSAGES, 1)? / 2.0;
         Ok(latency(host, r)?.0)
     }));
+
+    for (id, keys) in [
+        ("B5-ks-p99", loadgen::Keys::Random),
+        ("B5-ks1k-p99", loadgen::Keys::Fixed(1000)),
+    ] {
+        let mut host = None::<Host>;
+        w.push(Workload::lower(id, "ms", None, None, move || {
+            let (p50, p99) = key_shared_latency(host.get_or_insert_with(Host::memory), keys)?;
+            eprintln!("{id}: p50 {p50:.2} ms, p99 {p99:.2} ms");
+            Ok(p99)
+        }));
+    }
 
     let rss = Rc::new(RefCell::new(VecDeque::<f64>::new()));
     let rss_out = rss.clone();
