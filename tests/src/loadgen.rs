@@ -359,13 +359,39 @@ impl Conn {
                 match f.command.r#type() {
                     x if x == t => return Ok(f),
                     Type::Ping => self.send(&wire::commands::pong())?,
-                    _ => return Err(format!("expected {t:?}, got {:?}", f.command)),
+                    other => {
+                        let c = &f.command;
+                        let why = c
+                            .error
+                            .as_ref()
+                            .map(|e| format!("{:?}: {}", e.error(), e.message))
+                            .or_else(|| {
+                                c.lookup_topic_response.as_ref().map(|l| {
+                                    format!("{:?} {:?}: {}", l.response(), l.error(), l.message())
+                                })
+                            })
+                            .unwrap_or_default();
+                        return Err(format!("expected {t:?}, got {other:?} {why}"));
+                    }
                 }
             }
             if Instant::now() >= until {
                 return Err(format!("no {t:?} within 5 s"));
             }
             self.fill()?;
+        }
+    }
+
+    /// LOOKUP `topic` as a stock client does before PRODUCER or SUBSCRIBE (Apache Pulsar
+    /// serves a topic only once a lookup made its broker own the namespace bundle). A
+    /// redirect to another broker is an error: the generator talks to one broker.
+    fn lookup(&mut self, topic: &str) -> Result<(), String> {
+        use wire::proto::command_lookup_topic_response::LookupType;
+        self.send(&wire::commands::lookup(topic, 90))?;
+        let f = self.expect(Type::LookupResponse)?;
+        match f.command.lookup_topic_response.map(|l| l.response()) {
+            Some(LookupType::Connect) => Ok(()),
+            other => Err(format!("lookup of {topic}: {other:?}")),
         }
     }
 }
@@ -428,6 +454,7 @@ pub fn run(service_url: &str, topic: &str, cfg: &LoadConfig) -> Result<LoadResul
                 .name(format!("lg-producer-{p}"))
                 .spawn(move || {
                     let setup = Conn::open(&addr, Duration::from_millis(5)).and_then(|mut c| {
+                        c.lookup(&topic)?;
                         c.send(&wire::commands::producer(&topic, 1, 1, None))?;
                         let ps = c.expect(Type::ProducerSuccess)?;
                         let name = ps
@@ -658,6 +685,7 @@ struct ConsumerStats {
 
 fn consumer_setup(addr: &str, topic: &str, id: u64, cfg: &LoadConfig) -> Result<Conn, String> {
     let mut c = Conn::open(addr, Duration::from_millis(1))?;
+    c.lookup(topic)?;
     c.send(&wire::commands::subscribe(
         topic,
         "bench",

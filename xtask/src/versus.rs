@@ -17,6 +17,7 @@
 //! takes minutes).
 
 mod load;
+mod own;
 mod procs;
 
 use std::fs;
@@ -87,11 +88,13 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let (pulsar_cp, programs_cp) = resolve(&root, &dir, opts.version)?;
     let mut build = cargo();
     build.args(["build", "--release", "--locked", "-p", "broker"]);
+    build.args(["-p", "tests", "--bin", "loadgen"]);
     sh(build)?;
     let ctx = Ctx {
         java,
         programs_cp,
         broker: root.join("target/release/broker"),
+        loadgen: root.join("target/release/loadgen"),
         dir: dir.clone(),
     };
     let mut out = json!({ "pulsar": opts.version, "machine_cores": cores() });
@@ -121,6 +124,7 @@ struct Ctx {
     java: PathBuf,
     programs_cp: String,
     broker: PathBuf,
+    loadgen: PathBuf,
     dir: PathBuf,
 }
 
@@ -438,15 +442,14 @@ fn load_rows(
     version: &str,
 ) -> anyhow::Result<Value> {
     let mut pulsar = start_pulsar(ctx, pulsar_cp)?;
-    let mut theirs = load::rows(
-        perf,
-        &load::Subject {
-            name: "pulsar",
-            broker_port: pulsar.broker_port,
-            admin_port: pulsar.web_port,
-            pid: pulsar.group.pid(),
-        },
-    )?;
+    let subject = load::Subject {
+        name: "pulsar",
+        broker_port: pulsar.broker_port,
+        admin_port: pulsar.web_port,
+        pid: pulsar.group.pid(),
+    };
+    let mut theirs = load::rows(perf, &subject)?;
+    theirs["own"] = own::rows(&ctx.loadgen, &subject)?;
     theirs["key_shared_1000_keys"] = key_shared_load(
         ctx,
         Target {
@@ -458,15 +461,14 @@ fn load_rows(
     pulsar.group.stop();
     let mut ours = Ours::new(ctx, "load", &["--sync", "always"])?;
     let pid = ours.group.as_ref().map_or(0, Group::pid);
-    let mut mine = load::rows(
-        perf,
-        &load::Subject {
-            name: "ours",
-            broker_port: ours.broker_port,
-            admin_port: ours.admin_port,
-            pid,
-        },
-    )?;
+    let subject = load::Subject {
+        name: "ours",
+        broker_port: ours.broker_port,
+        admin_port: ours.admin_port,
+        pid,
+    };
+    let mut mine = load::rows(perf, &subject)?;
+    mine["own"] = own::rows(&ctx.loadgen, &subject)?;
     let (bp, ap) = (ours.broker_port, ours.admin_port);
     mine["key_shared_1000_keys"] = key_shared_load(
         ctx,
@@ -528,24 +530,24 @@ fn print_load(out: &Value, version: &str) {
         ),
         ("RSS after the batched run, MiB", &["rss_after_load_mib"]),
         (
-            "publish p50 at half max, ms",
-            &["latency_at_half", "publish_p50_ms"],
+            "publish p50 at 20k msg/s, ms",
+            &["latency_at_rate", "publish_p50_ms"],
         ),
         (
-            "publish p99 at half max, ms",
-            &["latency_at_half", "publish_p99_ms"],
+            "publish p99 at 20k msg/s, ms",
+            &["latency_at_rate", "publish_p99_ms"],
         ),
         (
-            "end-to-end p50 at half max, ms",
-            &["latency_at_half", "e2e_p50_ms"],
+            "end-to-end p50 at 20k msg/s, ms",
+            &["latency_at_rate", "e2e_p50_ms"],
         ),
         (
-            "end-to-end p99 at half max, ms",
-            &["latency_at_half", "e2e_p99_ms"],
+            "end-to-end p99 at 20k msg/s, ms",
+            &["latency_at_rate", "e2e_p99_ms"],
         ),
         (
-            "at half max, share of the messages received in the run",
-            &["latency_at_half", "received_fraction"],
+            "at 20k msg/s, share of the messages received in the run",
+            &["latency_at_rate", "received_fraction"],
         ),
         (
             "Key_Shared 4 consumers (20k msg/s offered), share received",
@@ -580,7 +582,7 @@ fn print_load(out: &Value, version: &str) {
             &["rss_with_backlog_mib"],
         ),
     ];
-    for (label, path) in rows {
+    for (label, path) in rows.iter().chain(own::TABLE) {
         let get =
             |who: &str| -> Option<f64> { path.iter().fold(&out[who], |v, k| &v[*k]).as_f64() };
         let (t, o) = (get("pulsar"), get("ours"));
