@@ -20,13 +20,23 @@ use crate::topic::{InitialPosition, SubKind, TopicName};
 /// `ex` (Exclusive), all from the earliest entry.
 pub const ADMIN_TOPIC: &str = "persistent://public/default/t";
 
+/// Dispatchers that run only when stepped: a fuzz input never starts a thread, and an admin
+/// request that asks a dispatcher runs its loop inline.
+fn no_threads() -> std::sync::Arc<crate::topic::SteppedRuntimes> {
+    std::sync::Arc::new(crate::topic::SteppedRuntimes::default())
+}
+
 /// Answers one admin HTTP request given as the raw bytes a client sent (the connection closes
 /// after them), against a fresh in-memory broker holding [`ADMIN_TOPIC`]: the server's own
 /// framing (head, `Content-Length` or chunked body) and then its routing. Returns the status
 /// and the body. Every input must get a status (400 for bytes that are not a whole request),
 /// never a panic or a hang.
 pub fn admin_request(bytes: &[u8]) -> (u16, String) {
-    let state = BrokerState::new(BrokerConfig::default(), "pulsar://127.0.0.1:6650".into());
+    let state = BrokerState::new(
+        BrokerConfig::default(),
+        "pulsar://127.0.0.1:6650".into(),
+        no_threads(),
+    );
     let name = TopicName::parse(ADMIN_TOPIC).expect("a valid topic name");
     let topic = state.topic(&name).expect("an in-memory topic");
     publish_samples(&topic);
@@ -80,7 +90,7 @@ pub fn write_sample_data_dir(dir: &Path) -> Result<(), Box<dyn std::error::Error
         data_dir: Some(dir.to_path_buf()),
         ..BrokerConfig::default()
     };
-    let state = BrokerState::new(cfg, "pulsar://127.0.0.1:6650".into());
+    let state = BrokerState::new(cfg, "pulsar://127.0.0.1:6650".into(), no_threads());
     let name = TopicName::parse(ADMIN_TOPIC).expect("a valid topic name");
     let topic = state.topic(&name)?;
     publish_samples(&topic);
@@ -101,7 +111,7 @@ pub fn recover_data_dir(dir: &Path) -> Result<usize, StorageError> {
         data_dir: Some(dir.to_path_buf()),
         ..BrokerConfig::default()
     };
-    BrokerState::new(cfg, "pulsar://127.0.0.1:6650".into()).recover_topics()
+    BrokerState::new(cfg, "pulsar://127.0.0.1:6650".into(), no_threads()).recover_topics()
 }
 
 /// The directory name a topic's files live under in a `--data-dir` (`topics/<this>`).

@@ -759,7 +759,11 @@ fn consumer_loop(
                     }
                     if let Keys::Fixed(k) = cfg.keys {
                         let at = producer as usize * k as usize + (seq % u64::from(k)) as usize;
-                        if shared.key_next.get(at).is_some_and(|n| !in_key_order(n, seq)) {
+                        if shared
+                            .key_next
+                            .get(at)
+                            .is_some_and(|n| !in_key_order(n, seq))
+                        {
                             shared.out_of_order.fetch_add(1, Ordering::Relaxed);
                         }
                     }
@@ -899,7 +903,12 @@ mod tests {
                 ..LoadConfig::default()
             };
             let url = b.service_url();
-            let r = run(&url, &format!("persistent://public/default/lg-ks-{i}"), &cfg).unwrap();
+            let r = run(
+                &url,
+                &format!("persistent://public/default/lg-ks-{i}"),
+                &cfg,
+            )
+            .unwrap();
             assert_eq!(r.entries, 4_000);
         }
         b.shutdown(Duration::from_secs(5));

@@ -73,7 +73,11 @@ mod tests {
     /// ones empty but present), 404 for a missing namespace, 412 for a name Pulsar refuses.
     #[test]
     fn a_lookup_answers_this_broker_or_why_not() {
-        let st = BrokerState::new(BrokerConfig::default(), "pulsar://127.0.0.1:6650".into());
+        let st = BrokerState::new(
+            BrokerConfig::default(),
+            "pulsar://127.0.0.1:6650".into(),
+            std::sync::Arc::new(crate::topic::SteppedRuntimes::default()),
+        );
         let get = |path: &str| route(&Request::new("GET", path, Vec::new(), 0), &st);
         let ok = get("/lookup/v2/topic/persistent/public/default/t-partition-1");
         assert_eq!(ok.status, 200);

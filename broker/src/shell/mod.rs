@@ -18,7 +18,10 @@ use crate::state::BrokerState;
 use crate::sync::lock;
 
 pub(crate) mod http;
+mod runtimes;
 mod tcp;
+
+pub(crate) use runtimes::{PoolRuntimes, ThreadRuntimes};
 
 /// Milliseconds since the Unix epoch, from the system clock.
 pub(crate) fn wall_ms() -> u64 {
@@ -96,10 +99,11 @@ impl Broker {
         let workers = cfg.dispatch_threads.unwrap_or_else(|| {
             std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
         });
-        let state = match workers {
-            0 => BrokerState::new(cfg, service_url),
-            n => BrokerState::on_pool(cfg, service_url, Arc::new(DispatchPool::new(n))),
+        let runtimes: Arc<dyn crate::topic::Runtimes> = match workers {
+            0 => Arc::new(ThreadRuntimes),
+            n => Arc::new(PoolRuntimes(Arc::new(DispatchPool::new(n)))),
         };
+        let state = BrokerState::new(cfg, service_url, runtimes);
         let state = Arc::new(state.with_admin_url(format!("http://{admin_addr}")));
         let started = Instant::now();
         let recovered = state.recover_topics()?;

@@ -72,13 +72,19 @@ pub(crate) struct BrokerState {
     metadata: Mutex<Metadata>,
     /// Where the metadata is kept.
     metadata_store: Box<dyn MetadataStore>,
-    /// Threaded dispatchers, or stepped ones ([`BrokerState::new_stepped`]).
-    runtimes: Runtimes,
+    /// Starts the subscriptions' dispatchers: the shell's threads or pool, or stepped ones
+    /// ([`BrokerState::new_stepped`]).
+    runtimes: Arc<dyn Runtimes>,
 }
 
 impl BrokerState {
-    /// The broker's state with no topic loaded yet (no socket, no thread).
-    pub(crate) fn new(cfg: BrokerConfig, service_url: String) -> BrokerState {
+    /// The broker's state with no topic loaded yet (no socket, no thread); its subscriptions'
+    /// dispatchers are started by `runtimes`.
+    pub(crate) fn new(
+        cfg: BrokerConfig,
+        service_url: String,
+        runtimes: Arc<dyn Runtimes>,
+    ) -> BrokerState {
         let read_cache = Arc::new(ReadCache::new(
             cfg.read_cache_mb.saturating_mul(1024 * 1024),
         ));
@@ -111,34 +117,15 @@ impl BrokerState {
             backend,
             metadata: Mutex::new(Metadata::default()),
             metadata_store,
-            runtimes: Runtimes::Threads,
+            runtimes,
             cfg,
         }
     }
 
-    /// [`BrokerState::new`] whose subscriptions run on `pool` (the shell starts it with
-    /// `--dispatch-threads` workers).
-    pub(crate) fn on_pool(
-        cfg: BrokerConfig,
-        service_url: String,
-        pool: Arc<dispatcher::DispatchPool>,
-    ) -> BrokerState {
-        let mut s = BrokerState::new(cfg, service_url);
-        s.runtimes = Runtimes::Pool(pool);
-        s
-    }
-
-    /// A broker state whose topics are stored in `backend` (tests: one that fails on demand).
+    /// This state with its topics stored in `backend` (tests: one that fails on demand).
     #[cfg(test)]
-    pub(crate) fn with_backend(
-        cfg: BrokerConfig,
-        service_url: String,
-        backend: Box<dyn Backend>,
-    ) -> BrokerState {
-        BrokerState {
-            backend,
-            ..BrokerState::new(cfg, service_url)
-        }
+    pub(crate) fn with_backend(self, backend: Box<dyn Backend>) -> BrokerState {
+        BrokerState { backend, ..self }
     }
 
     /// A broker state whose subscriptions' dispatchers have no thread: they run when
@@ -152,8 +139,8 @@ impl BrokerState {
         options: dispatcher::RuntimeOptions,
         faults: &Arc<crate::storage::StoreFaults>,
     ) -> BrokerState {
-        let mut s = BrokerState::new(cfg, service_url);
-        s.runtimes = Runtimes::Stepped(clock, options);
+        let runtimes = Arc::new(crate::topic::SteppedRuntimes { clock, options });
+        let mut s = BrokerState::new(cfg, service_url, runtimes);
         let inner = std::mem::replace(&mut s.backend, Box::new(crate::topic::MemoryBackend));
         s.backend = Box::new(crate::topic::FaultyBackend {
             inner,
@@ -166,7 +153,7 @@ impl BrokerState {
     /// dispatcher loop (topics by name, subscriptions by name) until none has anything left to
     /// do at the clock's time; whether anything ran. A threaded state: nothing, `false`.
     pub(crate) fn step(&self) -> bool {
-        if !matches!(self.runtimes, Runtimes::Stepped(..)) {
+        if !self.runtimes.stepped() {
             return false;
         }
         let topics = self.topics();

@@ -36,14 +36,15 @@ pub(crate) use appends::{Published, Written};
 pub(crate) use backend::{Backend, FaultyBackend, FileBackend, MemoryBackend};
 use catalog::TopicCatalog;
 
+pub(crate) use catalog::SubStore;
 pub(crate) use name::{partition_name, valid_name, TopicName, PARTITION_SUFFIX};
 pub(crate) use producers::{
     AccessMode, Admitted, ProducerGate, ProducerKey, ProducerRefused, Producers, Promoted,
     Request as ProducerRequest,
 };
 pub(crate) use subscription::{
-    ConsumerInfo, InitialPosition, OutCounters, Runtimes, SubKind, SubscribeError, Subscription,
-    SubscriptionDefaults,
+    ConsumerInfo, InitialPosition, OutCounters, Runtimes, SteppedRuntimes, SubKind, SubscribeError,
+    Subscription, SubscriptionDefaults,
 };
 
 /// A producer attached to a topic, as the registry knows it.
@@ -99,8 +100,8 @@ pub(crate) struct TopicConfig {
     /// How many of the newest entries keep their decoded metadata in memory
     /// ([`KEPT_METAS`]).
     pub kept_metas: usize,
-    /// Threaded or stepped dispatchers.
-    pub runtimes: Runtimes,
+    /// Starts the subscriptions' dispatchers (threads, the pool, or stepped).
+    pub runtimes: Arc<dyn Runtimes>,
     /// How long new producers are refused after a failed write, ms (doubled per failure in a
     /// row, up to 16 times this; [`BrokerConfig::write_refusal_ms`](crate::config::BrokerConfig)).
     pub write_refusal_ms: u64,
@@ -128,8 +129,8 @@ pub(crate) struct Topic {
     sync: SyncPolicy,
     /// The settings of new subscriptions' dispatchers.
     pub defaults: SubscriptionDefaults,
-    /// Threaded or stepped dispatchers.
-    runtimes: Runtimes,
+    /// Starts the subscriptions' dispatchers (threads, the pool, or stepped).
+    runtimes: Arc<dyn Runtimes>,
     /// Guards the subscriptions and the chunk index; taken before `ledger`'s write lock, and
     /// held while an append, a trim or a reset runs, so they happen one at a time.
     state: Mutex<TopicState>,
@@ -166,23 +167,6 @@ impl std::fmt::Debug for Topic {
 }
 
 impl Topic {
-    /// An in-memory topic (tests).
-    #[cfg(test)]
-    pub(crate) fn new(name: String, entries_per_ledger: u64) -> Topic {
-        let config = TopicConfig {
-            entries_per_ledger,
-            sync: SyncPolicy::Always,
-            defaults: SubscriptionDefaults::default(),
-            kept_metas: KEPT_METAS,
-            runtimes: Runtimes::Threads,
-            write_refusal_ms: crate::config::WRITE_REFUSAL_MS,
-        };
-        match Topic::open(name, &MemoryBackend, config) {
-            Ok(t) => t,
-            Err(e) => unreachable!("an in-memory topic cannot fail to open: {e}"),
-        }
-    }
-
     /// The topic `name` from `backend`: its stored entries are read back (their metadata and
     /// the chunk index; payloads stay in the store) and its recorded subscriptions restarted
     /// from their cursors. New entries start a new ledger id, so no position is ever reused.

@@ -139,19 +139,47 @@ pub(crate) struct OutCounters {
     pub read_failures: AtomicU64,
 }
 
-/// How a topic's subscriptions run their dispatchers.
+/// How a topic's subscriptions run their dispatchers. The core never starts a thread: the shell
+/// hands the broker state one of these (a thread per subscription, or its dispatch pool), and
+/// a stepped broker [`SteppedRuntimes`], whose loops run only when its driver steps them.
+pub(crate) trait Runtimes: Send + Sync + std::fmt::Debug {
+    /// Starts the dispatcher of a subscription over `ledger` from `cursor`.
+    fn start(
+        &self,
+        cfg: DispatcherConfig,
+        cursor: ManagedCursor<super::SubStore>,
+        ledger: cursor::SharedLedger,
+    ) -> Runtime;
+
+    /// Whether the dispatchers started run only when stepped
+    /// ([`BrokerState::step`](crate::state::BrokerState::step)).
+    fn stepped(&self) -> bool {
+        false
+    }
+}
+
+/// No thread: whoever drives the broker steps the dispatchers at the time `clock` reads
+/// ([`BrokerState::step`](crate::state::BrokerState::step)), as the simulator does, with
+/// `options`. An admin request to a dispatcher runs its loop inline.
 #[derive(Clone, Debug, Default)]
-pub(crate) enum Runtimes {
-    /// One dispatcher thread each (`--dispatch-threads 0`, and tests).
-    #[default]
-    Threads,
-    /// On the broker's dispatch pool: a few threads run every subscription's loop when it has
-    /// something to do (the broker's default).
-    Pool(Arc<dispatcher::DispatchPool>),
-    /// No thread: whoever drives the broker steps them at the time this clock reads
-    /// ([`BrokerState::step`](crate::state::BrokerState::step)), as the simulator does, with
-    /// these runtime options.
-    Stepped(dispatcher::StepClock, dispatcher::RuntimeOptions),
+pub(crate) struct SteppedRuntimes {
+    pub clock: dispatcher::StepClock,
+    pub options: dispatcher::RuntimeOptions,
+}
+
+impl Runtimes for SteppedRuntimes {
+    fn start(
+        &self,
+        cfg: DispatcherConfig,
+        cursor: ManagedCursor<super::SubStore>,
+        ledger: cursor::SharedLedger,
+    ) -> Runtime {
+        Runtime::start_stepped(cfg, cursor, ledger, self.options, self.clock.clone())
+    }
+
+    fn stepped(&self) -> bool {
+        true
+    }
 }
 
 /// One subscription: its dispatcher runtime and who is connected.
@@ -332,16 +360,7 @@ impl Topic {
             }
         };
         let cfg = kind.dispatcher_config(&self.defaults, &self.name);
-        let runtime = match &self.runtimes {
-            Runtimes::Threads => Runtime::start(cfg, cursor, ledger),
-            Runtimes::Pool(pool) => {
-                let options = dispatcher::RuntimeOptions::default();
-                Runtime::start_pooled(cfg, cursor, ledger, options, pool)
-            }
-            Runtimes::Stepped(clock, options) => {
-                Runtime::start_stepped(cfg, cursor, ledger, *options, clock.clone())
-            }
-        };
+        let runtime = self.runtimes.start(cfg, cursor, ledger);
         info!(topic = %self.name, subscription = name, kind = kind.pulsar_name(), recovered = recover, "subscription started");
         Ok(Arc::new(Subscription {
             name: name.to_owned(),

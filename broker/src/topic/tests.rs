@@ -4,6 +4,19 @@ use bytes::Bytes;
 
 use super::*;
 
+/// An in-memory topic whose dispatchers run on threads of their own.
+fn topic(name: String, entries_per_ledger: u64) -> Topic {
+    let config = TopicConfig {
+        entries_per_ledger,
+        sync: SyncPolicy::Always,
+        defaults: SubscriptionDefaults::default(),
+        kept_metas: KEPT_METAS,
+        runtimes: Arc::new(crate::shell::ThreadRuntimes),
+        write_refusal_ms: crate::config::WRITE_REFUSAL_MS,
+    };
+    Topic::open(name, &MemoryBackend, config).expect("an in-memory topic opens")
+}
+
 /// A consumer on `s` with permits, and the first `n` deliveries it receives (within 5 s).
 fn deliveries(
     s: &Subscription,
@@ -34,7 +47,7 @@ fn receive(s: &Subscription, n: usize) -> (dispatcher::ConsumerHandle, Vec<Posit
 #[test]
 fn retention_trims_ledgers_below_the_slowest_mark_delete() {
     // One entry per ledger, so each acked entry is a whole ledger.
-    let t = Topic::new("persistent://p/d/r".into(), 1);
+    let t = topic("persistent://p/d/r".into(), 1);
     let section = Bytes::from_static(b"x");
     let fast = t
         .subscription("fast", SubKind::Shared, InitialPosition::Earliest)
@@ -88,7 +101,7 @@ fn retention_trims_ledgers_below_the_slowest_mark_delete() {
 
 #[test]
 fn earliest_and_latest_message_ids_resolve_to_the_ends() {
-    let t = Topic::new("persistent://p/d/t".into(), 3);
+    let t = topic("persistent://p/d/t".into(), 3);
     assert_eq!(
         t.resolve_message_id(u64::MAX, u64::MAX),
         Position::new(1, 0)
@@ -120,7 +133,7 @@ fn earliest_and_latest_message_ids_resolve_to_the_ends() {
 
 #[test]
 fn a_late_subscription_sees_the_same_positions() {
-    let t = Topic::new("persistent://p/d/t".into(), 3);
+    let t = topic("persistent://p/d/t".into(), 3);
     let section = Bytes::from_static(b"x");
     let p0 = t
         .publish(EntryMeta::simple(1, 1), section.clone())
@@ -168,7 +181,7 @@ fn a_late_subscription_sees_the_same_positions() {
 #[test]
 fn a_topic_without_subscriptions_drops_closed_ledgers_after_ten_minutes() {
     // Ledgers of 2 entries; entries published at t = 0, 0 | 5 min, 5 min | 9 min.
-    let t = Topic::new("persistent://p/d/n".into(), 2);
+    let t = topic("persistent://p/d/n".into(), 2);
     let section = Bytes::from_static(b"x");
     let minute = 60_000;
     let ps: Vec<_> = [0, 0, 5, 5, 9]
@@ -203,7 +216,7 @@ fn a_topic_without_subscriptions_drops_closed_ledgers_after_ten_minutes() {
 #[test]
 fn a_retention_policy_keeps_consumed_ledgers_for_its_time_and_up_to_its_size() {
     // Ledgers of 2 entries published at 0, 0 | 5, 5 | 9 minutes; everything is acked.
-    let t = Topic::new("persistent://p/d/kept".into(), 2);
+    let t = topic("persistent://p/d/kept".into(), 2);
     let section = Bytes::from_static(b"x");
     let minute = 60_000;
     let sub = t
@@ -279,7 +292,7 @@ fn metadata_beyond_the_kept_window_is_read_back_from_the_stored_entries() {
         entries_per_ledger: 7,
         sync: SyncPolicy::Always,
         defaults: SubscriptionDefaults::default(),
-        runtimes: Runtimes::Threads,
+        runtimes: Arc::new(crate::shell::ThreadRuntimes),
         kept_metas: 4,
         write_refusal_ms: crate::config::WRITE_REFUSAL_MS,
     };
@@ -338,7 +351,7 @@ fn schema_versions_survive_a_restart() {
         entries_per_ledger: 10,
         sync: SyncPolicy::Always,
         defaults: SubscriptionDefaults::default(),
-        runtimes: Runtimes::Threads,
+        runtimes: Arc::new(crate::shell::ThreadRuntimes),
         kept_metas: KEPT_METAS,
         write_refusal_ms: crate::config::WRITE_REFUSAL_MS,
     };

@@ -69,7 +69,9 @@ fn keys(s: &str) -> Result<Keys, String> {
         "random" => Ok(Keys::Random),
         n => match n.parse::<u32>() {
             Ok(k) if k > 0 => Ok(Keys::Fixed(k)),
-            _ => Err(format!("{n:?}: none, random or a number of keys (at least 1)")),
+            _ => Err(format!(
+                "{n:?}: none, random or a number of keys (at least 1)"
+            )),
         },
     }
 }

@@ -27,7 +27,10 @@ const SECS: u32 = 12;
 /// Runs the generator once against `s`; its JSON line, with the broker's CPU seconds per
 /// million messages added.
 fn run(bin: &Path, s: &Subject<'_>, tag: &str, args: &[String]) -> anyhow::Result<Value> {
-    let topic = format!("persistent://public/default/own-{tag}-{}", std::process::id());
+    let topic = format!(
+        "persistent://public/default/own-{tag}-{}",
+        std::process::id()
+    );
     let before = load::cpu_s(s.pid);
     let out = Command::new(bin)
         .args(["--url", &format!("pulsar://127.0.0.1:{}", s.broker_port)])
@@ -81,7 +84,11 @@ pub(crate) fn rows(bin: &Path, s: &Subject<'_>) -> anyhow::Result<Value> {
     let messages = (RATE * SECS).to_string();
     let rate = RATE.to_string();
     let at_rate = |consumers: &str, keys: &str| {
-        let sub = if keys == "none" { "shared" } else { "key-shared" };
+        let sub = if keys == "none" {
+            "shared"
+        } else {
+            "key-shared"
+        };
         strings(&[
             "--rate",
             &rate,

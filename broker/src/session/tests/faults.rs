@@ -17,7 +17,8 @@ fn faulty_state(cfg: BrokerConfig) -> (Arc<BrokerState>, Arc<StoreFaults>) {
         faults: faults.clone(),
     };
     let url = "pulsar://127.0.0.1:6650".into();
-    let st = BrokerState::with_backend(cfg, url, Box::new(backend));
+    let st = BrokerState::new(cfg, url, Arc::new(crate::shell::ThreadRuntimes))
+        .with_backend(Box::new(backend));
     (Arc::new(st), faults)
 }
 
