@@ -247,8 +247,8 @@ impl Session {
             ready: ready.clone(),
             closed: closed.clone(),
             send_ack_set: !self.state.cfg.legacy.no_batch_ack_set,
-            read_failures: Default::default(),
-            backoff: Default::default(),
+            reads: Default::default(),
+            events: sub.runtime.events(),
         };
         let handle = match sub.runtime.add_consumer_with_sink(spec, Box::new(route)) {
             Ok(h) => h,

@@ -2,15 +2,15 @@
 //! dispatch worker) encodes each send as MESSAGE frames straight into the connection's write queue, and tells
 //! a Failover consumer whether it is active.
 
-use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
 use dispatcher::{Delivery, DeliverySink, Refused};
 use tracing::{debug, info, warn};
 
 use crate::state::{Offer, Outbox};
-use crate::topic::{OutCounters, Topic};
+use crate::storage::Cached;
+use crate::topic::{OutCounters, ReadRequest, Topic};
 
 /// How one consumer's deliveries become MESSAGE frames: the subscription's dispatcher (on a
 /// dispatch worker) encodes each send straight into the connection's write queue (a [`DeliverySink`]).
@@ -30,14 +30,26 @@ pub(crate) struct DeliveryRoute {
     /// Whether a partly acked batch carries its `ack_set` (off only under `--legacy
     /// no-batch-ack-set`).
     pub(super) send_ack_set: bool,
-    /// Payload reads that failed in a row (0: the last one succeeded).
-    pub(super) read_failures: Cell<u32>,
-    /// Looks at [`DeliverySink::has_room`] still to answer "no" before the next try after a
-    /// failed read.
-    pub(super) backoff: Cell<u32>,
+    /// This consumer's read request in flight, and the reads that failed in a row.
+    pub(super) reads: Arc<ReadState>,
+    /// The subscription's dispatcher loop: a read's completion wakes it, so the paused
+    /// consumer is looked at again at once.
+    pub(super) events: dispatcher::EventSender,
 }
 
-/// After a payload read failed, how many of the dispatcher's looks at a paused consumer
+/// A consumer's reads of entries that were not in memory: whether one is in flight (another is
+/// not asked for meanwhile, and the consumer stays paused), how many failed in a row (0: the
+/// last one succeeded), and the looks at [`DeliverySink::has_room`] still to answer "no"
+/// before the next try after a failure. Shared with the read's completion, which runs where
+/// the read ran.
+#[derive(Debug, Default)]
+pub(crate) struct ReadState {
+    in_flight: AtomicBool,
+    failures: AtomicU32,
+    backoff: AtomicU32,
+}
+
+/// After payload reads failed, how many of the dispatcher's looks at a paused consumer
 /// ([`DeliverySink::has_room`], every few milliseconds) pass before it tries again, at most:
 /// the wait doubles per failure in a row up to this (about a second at the runtime's 5 ms).
 const MAX_READ_BACKOFF: u32 = 256;
@@ -46,22 +58,27 @@ impl DeliveryRoute {
     /// Appends one MESSAGE frame per delivered entry to `frames`: the stored payload section
     /// after the command, the redelivery count, and for a batch entry with acked messages the
     /// `ack_set` (a set bit = still unacked). Returns the messages and bytes encoded and, when
-    /// an entry's payload could not be read, that entry's index: it and the entries after it
-    /// are not encoded.
+    /// an entry's payload is not in memory, that entry's index: it and the entries after it
+    /// are not encoded (see [`DeliveryRoute::ask_read`]).
     fn encode(&self, batch: &[Delivery], frames: &mut Vec<u8>) -> (u64, u64, Option<usize>) {
         let (mut messages_out, mut bytes_out) = (0, 0);
         for (i, d) in batch.iter().enumerate() {
-            let section = match self.topic.payload(d.position) {
-                Ok(Some(section)) => section,
+            let section = match self.topic.payload_cached(d.position) {
+                Cached::Hit(section) => section,
                 // Gone from the store: trimmed below every cursor, nothing to deliver.
-                Ok(None) => {
+                Cached::Gone => {
                     tracing::warn!(position = %d.position, "no stored payload for a delivered entry");
                     continue;
                 }
-                Err(e) => {
-                    self.read_failed(d, &e);
-                    return (messages_out, bytes_out, Some(i));
-                }
+                Cached::Miss => match self.ask_read(&batch[i..]) {
+                    // Read at once (the stepped broker's reads): take it now.
+                    true => match self.topic.payload_cached(d.position) {
+                        Cached::Hit(section) => section,
+                        Cached::Gone => continue,
+                        Cached::Miss => return (messages_out, bytes_out, Some(i)),
+                    },
+                    false => return (messages_out, bytes_out, Some(i)),
+                },
             };
             let messages = d.meta.messages();
             let ack_set = (self.send_ack_set && !d.acked_indexes.is_empty())
@@ -80,28 +97,75 @@ impl DeliveryRoute {
         (messages_out, bytes_out, None)
     }
 
-    /// Counts a payload read that failed and sets the wait before the next try; the first
-    /// failure in a row is a WARN, the others are counted (`readFailures` in the stats).
-    fn read_failed(&self, d: &Delivery, e: &crate::storage::StorageError) {
-        let failures = self.read_failures.get().saturating_add(1);
-        self.read_failures.set(failures);
-        self.backoff
-            .set(1u32 << failures.min(MAX_READ_BACKOFF.trailing_zeros()));
-        self.counters.read_failures.fetch_add(1, Ordering::Relaxed);
-        if failures == 1 {
-            warn!(consumer_id = self.consumer_id, position = %d.position, error = %e,
-                "an entry's payload could not be read: it stays pending for this consumer's dispatcher and is tried again");
-        } else {
-            debug!(consumer_id = self.consumer_id, position = %d.position, failures, error = %e, "payload read failed again");
+    /// The entries from `missing` on were not in memory: asks for them to be read (unless a
+    /// read is in flight). True when the read already completed and succeeded (a request run
+    /// inline); else sets the wait before the next try: one look, or after failed reads a
+    /// wait that doubles per failure in a row up to [`MAX_READ_BACKOFF`] looks.
+    fn ask_read(&self, missing: &[Delivery]) -> bool {
+        if !self.reads.in_flight.swap(true, Ordering::AcqRel) {
+            self.request(missing);
         }
+        !self.reads.in_flight.load(Ordering::Acquire)
+            && self.reads.failures.load(Ordering::Acquire) == 0
+    }
+
+    /// Asks for the entries of `missing` to be read; the completion clears `in_flight`.
+    fn request(&self, missing: &[Delivery]) {
+        let (reads, counters, consumer_id) =
+            (self.reads.clone(), self.counters.clone(), self.consumer_id);
+        let events = self.events.clone();
+        let first = missing.first().map(|d| d.position);
+        self.topic.request_read(ReadRequest {
+            topic: self.topic.clone(),
+            positions: missing.iter().map(|d| d.position).collect(),
+            done: Box::new(move |r| {
+                read_done(&reads, &counters, consumer_id, first, r);
+                let _ = events.send(dispatcher::Event::Wake);
+            }),
+        });
     }
 }
 
+/// A read request's completion: counts a failure (the first of a row is a WARN; the entry stays
+/// pending and is tried again) or ends a row of them.
+fn read_done(
+    reads: &ReadState,
+    counters: &OutCounters,
+    consumer_id: u64,
+    first: Option<cursor::Position>,
+    r: Result<(), crate::storage::StorageError>,
+) {
+    match r {
+        Ok(()) => {
+            if reads.failures.swap(0, Ordering::AcqRel) > 0 {
+                info!(consumer_id, "payload reads succeed again");
+            }
+        }
+        Err(e) => {
+            let failures = reads.failures.fetch_add(1, Ordering::AcqRel) + 1;
+            reads.backoff.store(
+                1u32 << failures.min(MAX_READ_BACKOFF.trailing_zeros()),
+                Ordering::Release,
+            );
+            counters.read_failures.fetch_add(1, Ordering::Relaxed);
+            let position = first.map(|p| p.to_string()).unwrap_or_default();
+            if failures == 1 {
+                warn!(consumer_id, position, error = %e,
+                    "an entry's payload could not be read: it stays pending for this consumer's dispatcher and is tried again");
+            } else {
+                debug!(consumer_id, position, failures, error = %e, "payload read failed again");
+            }
+        }
+    }
+    reads.in_flight.store(false, Ordering::Release);
+}
+
 impl DeliverySink for DeliveryRoute {
-    /// Encodes the send into the write queue. An entry whose payload cannot be read now is
+    /// Encodes the send into the write queue. An entry whose payload is not in memory is
     /// given back with the ones after it ([`Refused::Full`]: the dispatcher takes them back
-    /// and pauses this consumer until [`has_room`](DeliverySink::has_room), which waits
-    /// longer after each failure in a row); the ones before it are sent.
+    /// and pauses this consumer until [`has_room`](DeliverySink::has_room)) while a read
+    /// request fetches them (a wait of one look, longer after each failed read in a row); the
+    /// ones before it are sent.
     fn deliver(&mut self, mut batch: Vec<Delivery>) -> Result<(), Refused> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Refused::Closed);
@@ -111,11 +175,8 @@ impl DeliverySink for DeliveryRoute {
         }
         let mut frames = Vec::with_capacity(batch.len() * 128);
         let (messages, bytes, failed_at) = self.encode(&batch, &mut frames);
-        if failed_at.is_none() && self.read_failures.replace(0) > 0 {
-            info!(
-                consumer_id = self.consumer_id,
-                "payload reads succeed again"
-            );
+        if let Some(i) = failed_at {
+            self.ask_read(&batch[i..]);
         }
         if !frames.is_empty() {
             match self.out.offer(frames) {
@@ -136,9 +197,12 @@ impl DeliverySink for DeliveryRoute {
     }
 
     fn has_room(&self) -> bool {
-        let waiting = self.backoff.get();
+        if self.reads.in_flight.load(Ordering::Acquire) {
+            return false;
+        }
+        let waiting = self.reads.backoff.load(Ordering::Acquire);
         if waiting > 0 {
-            self.backoff.set(waiting - 1);
+            self.reads.backoff.store(waiting - 1, Ordering::Release);
             return false;
         }
         self.ready.load(Ordering::Acquire) && self.out.drained()

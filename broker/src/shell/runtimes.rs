@@ -1,17 +1,52 @@
 //! The dispatcher runtimes the shell starts for the broker's subscriptions: a thread each
-//! (`--dispatch-threads 0`, and tests) or the broker's dispatch pool (the default). The core asks
-//! through [`Runtimes`]; only here are the threads started.
+//! (`--dispatch-threads 0`, and tests) or the broker's dispatch pool (the default), and the
+//! reader thread that runs the read requests of deliveries whose entries are not in memory.
+//! The core asks through [`Runtimes`]; only here are the threads started.
 
 use std::sync::Arc;
 
+use crossbeam_channel::Sender;
 use cursor::{ManagedCursor, SharedLedger};
 use dispatcher::{DispatchPool, DispatcherConfig, Runtime, RuntimeOptions};
+use tracing::warn;
 
-use crate::topic::{Runtimes, SubStore};
+use crate::topic::{ReadRequest, Runtimes, SubStore};
+
+/// The storage reader thread: runs read requests in the order they come (each reads its
+/// entries into the read cache and completes). It ends when its last sender is dropped.
+#[derive(Debug)]
+struct Reader(Sender<ReadRequest>);
+
+impl Reader {
+    fn start() -> Reader {
+        let (tx, rx) = crossbeam_channel::unbounded::<ReadRequest>();
+        let spawned = std::thread::Builder::new()
+            .name("storage-reader".into())
+            .spawn(move || rx.into_iter().for_each(ReadRequest::run));
+        if let Err(e) = spawned {
+            warn!(error = %e, "no storage reader thread: reads run on the dispatch workers");
+        }
+        Reader(tx)
+    }
+
+    fn read(&self, request: ReadRequest) {
+        if let Err(e) = self.0.send(request) {
+            // No reader thread: read here rather than never.
+            e.into_inner().run();
+        }
+    }
+}
 
 /// One dispatcher thread per subscription.
-#[derive(Debug, Default)]
-pub(crate) struct ThreadRuntimes;
+#[derive(Debug)]
+pub(crate) struct ThreadRuntimes(Reader);
+
+impl ThreadRuntimes {
+    /// Starts the reader thread.
+    pub(crate) fn new() -> ThreadRuntimes {
+        ThreadRuntimes(Reader::start())
+    }
+}
 
 impl Runtimes for ThreadRuntimes {
     fn start(
@@ -22,11 +57,22 @@ impl Runtimes for ThreadRuntimes {
     ) -> Runtime {
         Runtime::start(cfg, cursor, ledger)
     }
+
+    fn read(&self, request: ReadRequest) {
+        self.0.read(request);
+    }
 }
 
 /// Every subscription's loop on the pool's workers, stepped when it has something to do.
 #[derive(Debug)]
-pub(crate) struct PoolRuntimes(pub Arc<DispatchPool>);
+pub(crate) struct PoolRuntimes(Arc<DispatchPool>, Reader);
+
+impl PoolRuntimes {
+    /// Runs the loops on `pool`; starts the reader thread.
+    pub(crate) fn new(pool: Arc<DispatchPool>) -> PoolRuntimes {
+        PoolRuntimes(pool, Reader::start())
+    }
+}
 
 impl Runtimes for PoolRuntimes {
     fn start(
@@ -36,5 +82,9 @@ impl Runtimes for PoolRuntimes {
         ledger: SharedLedger,
     ) -> Runtime {
         Runtime::start_pooled(cfg, cursor, ledger, RuntimeOptions::default(), &self.0)
+    }
+
+    fn read(&self, request: ReadRequest) {
+        self.1.read(request);
     }
 }

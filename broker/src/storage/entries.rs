@@ -50,9 +50,25 @@ pub(crate) trait EntryStore: Send + Sync + std::fmt::Debug {
     /// now (the caller keeps the entry and tries again later: it is not lost).
     fn read(&self, p: Position) -> Result<Option<Bytes>, StorageError>;
 
+    /// The section of the entry at `p` if the store has it without IO (in memory, or in the
+    /// read cache): what a dispatch worker calls. [`Cached::Miss`]: it is on the disk; ask
+    /// for a read ([`ReadRequest`](crate::topic::ReadRequest)), which runs where IO may.
+    fn read_cached(&self, p: Position) -> Cached;
+
     /// Drops the entries below `below` (whole ledgers in the file store, the ledger being
     /// written excepted).
     fn delete_below(&self, below: Position);
+}
+
+/// What a store holds for a position without doing IO ([`EntryStore::read_cached`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Cached {
+    /// The entry's section.
+    Hit(Bytes),
+    /// Not in the store (never appended, or deleted below a position).
+    Gone,
+    /// Stored, but not in memory: a read must fetch it.
+    Miss,
 }
 
 /// Every entry in memory: the store without `--data-dir`.
@@ -81,6 +97,13 @@ impl EntryStore for MemoryEntries {
 
     fn read(&self, p: Position) -> Result<Option<Bytes>, StorageError> {
         Ok(read(&self.map).get(&p).cloned())
+    }
+
+    fn read_cached(&self, p: Position) -> Cached {
+        read(&self.map)
+            .get(&p)
+            .cloned()
+            .map_or(Cached::Gone, Cached::Hit)
     }
 
     fn delete_below(&self, below: Position) {
@@ -415,6 +438,20 @@ impl EntryStore for FileEntries {
             return Ok(Some(s));
         }
         self.read_from_disk(p)
+    }
+
+    fn read_cached(&self, p: Position) -> Cached {
+        if let Some(s) = self.cache.get(p) {
+            return Cached::Hit(s);
+        }
+        let indexed = read(&self.ledgers)
+            .get(&p.ledger_id)
+            .is_some_and(|l| l.block_of(p.entry_id).is_some());
+        if indexed {
+            Cached::Miss
+        } else {
+            Cached::Gone
+        }
     }
 
     fn delete_below(&self, below: Position) {

@@ -99,6 +99,15 @@ impl EntryStore for FaultyEntries {
         self.inner.read(p)
     }
 
+    /// While reads fail, nothing is had without a read (which then fails): the delivery asks
+    /// for one, as it would on a cache miss.
+    fn read_cached(&self, p: Position) -> super::entries::Cached {
+        if self.faults.reads.load(Ordering::SeqCst) {
+            return super::entries::Cached::Miss;
+        }
+        self.inner.read_cached(p)
+    }
+
     fn delete_below(&self, below: Position) {
         self.inner.delete_below(below);
     }

@@ -33,7 +33,7 @@ mod faults;
 mod log;
 
 pub(crate) use cache::ReadCache;
-pub(crate) use entries::{EntryStore, FileEntries, MemoryEntries};
+pub(crate) use entries::{Cached, EntryStore, FileEntries, MemoryEntries};
 pub(crate) use faults::FaultyEntries;
 pub use faults::StoreFaults;
 

@@ -28,6 +28,7 @@ mod dedup;
 mod meta;
 mod name;
 mod producers;
+mod reads;
 mod retention;
 mod subscription;
 mod terminate;
@@ -42,6 +43,7 @@ pub(crate) use producers::{
     AccessMode, Admitted, ProducerGate, ProducerKey, ProducerRefused, Producers, Promoted,
     Request as ProducerRequest,
 };
+pub(crate) use reads::ReadRequest;
 pub(crate) use subscription::{
     ConsumerInfo, InitialPosition, OutCounters, Runtimes, SteppedRuntimes, SubKind, SubscribeError,
     Subscription, SubscriptionDefaults,

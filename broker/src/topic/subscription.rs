@@ -151,6 +151,10 @@ pub(crate) trait Runtimes: Send + Sync + std::fmt::Debug {
         ledger: cursor::SharedLedger,
     ) -> Runtime;
 
+    /// Runs `request` (the reading of entries a delivery did not find in memory) where IO
+    /// may, now or later, and completes it.
+    fn read(&self, request: super::ReadRequest);
+
     /// Whether the dispatchers started run only when stepped
     /// ([`BrokerState::step`](crate::state::BrokerState::step)).
     fn stepped(&self) -> bool {
@@ -160,7 +164,9 @@ pub(crate) trait Runtimes: Send + Sync + std::fmt::Debug {
 
 /// No thread: whoever drives the broker steps the dispatchers at the time `clock` reads
 /// ([`BrokerState::step`](crate::state::BrokerState::step)), as the simulator does, with
-/// `options`. An admin request to a dispatcher runs its loop inline.
+/// `options`. An admin request to a dispatcher runs its loop inline, and so does a read
+/// request, on the stepping thread (the stepped broker's store is in memory, its faults
+/// injected).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SteppedRuntimes {
     pub clock: dispatcher::StepClock,
@@ -175,6 +181,10 @@ impl Runtimes for SteppedRuntimes {
         ledger: cursor::SharedLedger,
     ) -> Runtime {
         Runtime::start_stepped(cfg, cursor, ledger, self.options, self.clock.clone())
+    }
+
+    fn read(&self, request: super::ReadRequest) {
+        request.run();
     }
 
     fn stepped(&self) -> bool {

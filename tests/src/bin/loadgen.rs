@@ -55,6 +55,14 @@ struct Args {
     /// The run fails after this many seconds.
     #[arg(long, default_value_t = 120)]
     timeout_s: u64,
+    /// Instead of a run: subscribe N topics named `<topic>-<i>`, one Key_Shared consumer each,
+    /// over one connection, hold them for `--hold-s` seconds, and print how long subscribing
+    /// took (to measure what idle subscriptions cost a broker).
+    #[arg(long)]
+    hold_subscriptions: Option<u64>,
+    /// How long `--hold-subscriptions` holds them.
+    #[arg(long, default_value_t = 10)]
+    hold_s: u64,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -78,6 +86,24 @@ fn keys(s: &str) -> Result<Keys, String> {
 
 fn main() -> ExitCode {
     let a = Args::parse();
+    if let Some(n) = a.hold_subscriptions {
+        let prefix = a.topic.rsplit('/').next().unwrap_or(&a.topic);
+        return match loadgen::subscribe_many(&a.url, prefix, n) {
+            Ok((held, took)) => {
+                println!(
+                    "{}",
+                    serde_json::json!({ "subscriptions": n, "subscribe_ms": took.as_secs_f64() * 1e3 })
+                );
+                std::thread::sleep(Duration::from_secs(a.hold_s));
+                drop(held);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("loadgen: {e}");
+                ExitCode::from(2)
+            }
+        };
+    }
     let producers = a.producers.max(1);
     let per_producer = (a.messages / producers as u64 / u64::from(a.batch.max(1))).max(1);
     let cfg = LoadConfig {

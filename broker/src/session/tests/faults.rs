@@ -17,7 +17,7 @@ fn faulty_state(cfg: BrokerConfig) -> (Arc<BrokerState>, Arc<StoreFaults>) {
         faults: faults.clone(),
     };
     let url = "pulsar://127.0.0.1:6650".into();
-    let st = BrokerState::new(cfg, url, Arc::new(crate::shell::ThreadRuntimes))
+    let st = BrokerState::new(cfg, url, Arc::new(crate::shell::ThreadRuntimes::new()))
         .with_backend(Box::new(backend));
     (Arc::new(st), faults)
 }
@@ -65,6 +65,82 @@ fn a_payload_that_cannot_be_read_stays_pending_and_comes_later() {
     let stats = sub_stats(&st);
     assert_eq!(stats["msgOutCounter"], 3, "{stats}");
     assert_eq!(stats["unackedMessages"], 3, "{stats}");
+    p.session.close();
+}
+
+/// Dispatchers on threads, and read requests held in a list until the test runs them.
+#[derive(Debug)]
+struct HeldReads {
+    runtimes: crate::shell::ThreadRuntimes,
+    held: std::sync::Mutex<Vec<crate::topic::ReadRequest>>,
+}
+
+impl crate::topic::Runtimes for HeldReads {
+    fn start(
+        &self,
+        cfg: dispatcher::DispatcherConfig,
+        cursor: cursor::ManagedCursor<crate::topic::SubStore>,
+        ledger: cursor::SharedLedger,
+    ) -> dispatcher::Runtime {
+        self.runtimes.start(cfg, cursor, ledger)
+    }
+
+    fn read(&self, request: crate::topic::ReadRequest) {
+        self.held.lock().unwrap().push(request);
+    }
+}
+
+/// An entry that is not in memory is read by a request that runs elsewhere, never by the
+/// dispatch worker: nothing is sent while the request waits, one request is asked however
+/// often the dispatcher looks, and the entries come once it ran (its completion wakes the
+/// dispatcher).
+#[test]
+fn an_entry_not_in_memory_is_read_by_a_request_then_delivered() {
+    let held = Arc::new(HeldReads {
+        runtimes: crate::shell::ThreadRuntimes::new(),
+        held: Default::default(),
+    });
+    let faults = Arc::new(StoreFaults::default());
+    let backend = FaultyBackend {
+        inner: Box::new(crate::topic::MemoryBackend),
+        faults: faults.clone(),
+    };
+    let url = "pulsar://127.0.0.1:6650".into();
+    let st = Arc::new(
+        BrokerState::new(BrokerConfig::default(), url, held.clone())
+            .with_backend(Box::new(backend)),
+    );
+    let mut p = Peer::connected(&st, 1);
+    p.call(&wire::commands::producer(T, 1, 1, None));
+    assert_eq!(
+        kinds(&p.call(&subscribe("s", 1, 2, SubType::Shared))),
+        [Type::Success]
+    );
+    p.call(&wire::commands::flow(1, 100));
+    // While reads fail, the store has nothing in memory: every entry is a miss.
+    faults.fail_reads(true);
+    let published: Vec<Position> = (0..3).map(|i| p.publish(1, i, meta(i))).collect();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while held.held.lock().unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "no read request within 5 s");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let requests = std::mem::take(&mut *held.held.lock().unwrap());
+    assert_eq!(requests.len(), 1, "one request in flight");
+    assert_eq!(requests[0].positions.first(), Some(&published[0]));
+    assert!(
+        p.outbox.1.lock().unwrap().is_empty(),
+        "nothing sent before the read"
+    );
+    faults.fail_reads(false);
+    requests
+        .into_iter()
+        .for_each(crate::topic::ReadRequest::run);
+    let got = p.receive(1, 3);
+    let want: Vec<(Position, u32)> = published.iter().map(|&pos| (pos, 0)).collect();
+    assert_eq!(got, want);
+    assert_eq!(sub_stats(&st)["readFailures"], 0);
     p.session.close();
 }
 

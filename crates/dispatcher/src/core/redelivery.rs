@@ -275,14 +275,17 @@ impl Dispatcher {
     /// the consumer's removal), so the chunk pins name the consumer that has a message's
     /// earlier chunks again: a first chunk's send undoes the pin it made or moved, a last
     /// chunk's send pins its message to `id` again (Shared: the chunk assignor's pins;
-    /// Key_Shared: the uuid and key pins). Plain entries, single-chunk messages and middle
-    /// chunks: nothing.
+    /// Key_Shared: the uuid and key pins), and a Shared orphan chunk is taken off the
+    /// orphan count (it counts when it is sent again). Plain entries, single-chunk messages
+    /// and pinned middle chunks: nothing.
     pub fn handle_chunks_undelivered(&mut self, now: u64, id: ConsumerId, entries: &[Entry]) {
         if self.find(id).is_none() {
             return;
         }
         // Undone in reverse: a send with a message's first and last chunks pinned, then
-        // unpinned it.
+        // unpinned it. A Shared orphan chunk that comes back is not counted as dispatched (it
+        // is counted again when it is sent again).
+        let mut orphans_back = 0;
         for ch in entries.iter().rev().filter_map(key_shared::multi_chunk) {
             let first = ch.chunk_id == 0;
             let last = ch.chunk_id + 1 == ch.num_chunks;
@@ -291,13 +294,17 @@ impl Dispatcher {
                     r.assignor.first_chunk_returned(&ch.uuid, id);
                 }
                 Mode::Shared(r) if last => {
-                    r.assignor.last_chunk_returned(now, &ch.uuid, id);
+                    let pinned_again = r.assignor.last_chunk_returned(now, &ch.uuid, id);
+                    let orphan = !pinned_again && r.assignor.pinned(&ch.uuid).is_none();
+                    orphans_back += u64::from(orphan);
                 }
+                Mode::Shared(r) if r.assignor.pinned(&ch.uuid).is_none() => orphans_back += 1,
                 Mode::KeyShared(k) if first => k.pins.first_chunk_returned(&ch.uuid, id),
                 Mode::KeyShared(k) if last => k.pins.last_chunk_returned(&ch.uuid, id),
                 _ => {}
             }
         }
+        self.counters.orphan_chunks = self.counters.orphan_chunks.saturating_sub(orphans_back);
     }
 
     /// The shell can deliver to consumer `id` again (its delivery queue drained): a consumer
