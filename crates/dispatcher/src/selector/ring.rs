@@ -89,6 +89,63 @@ fn arc(prev: u32, p: u32) -> (HashRange, Option<HashRange>) {
 /// consumers at the default 100 points each (512 bytes against the bitmap's 8 KiB).
 const SMALL_POINTS: usize = 256;
 
+/// Each ring point's owning member index: a sorted list of `(point, owner)` while it is small
+/// (4 bytes a point: 400 bytes for a consumer at the default 100 points, against a hash map's
+/// 1.2 KiB), a hash map beyond [`SMALL_POINTS`] (it stays one).
+#[derive(Clone, Debug)]
+enum PointOwners {
+    Small(Vec<(u16, u16)>),
+    Big(AHashMap<u32, u16>),
+}
+
+impl PointOwners {
+    fn get(&self, p: u32) -> Option<u16> {
+        match self {
+            PointOwners::Small(v) => {
+                let p = u16::try_from(p).ok()?;
+                v.binary_search_by_key(&p, |&(q, _)| q)
+                    .ok()
+                    .map(|i| v[i].1)
+            }
+            PointOwners::Big(m) => m.get(&p).copied(),
+        }
+    }
+
+    fn insert(&mut self, p: u32, owner: u16) {
+        if let PointOwners::Small(v) = self {
+            let at = u16::try_from(p)
+                .ok()
+                .map(|q| (q, v.binary_search_by_key(&q, |&(x, _)| x)));
+            match at {
+                Some((_, Ok(i))) => return v[i].1 = owner,
+                Some((q, Err(i))) if v.len() < SMALL_POINTS => return v.insert(i, (q, owner)),
+                _ => {
+                    let m = v.iter().map(|&(x, o)| (u32::from(x), o)).collect();
+                    *self = PointOwners::Big(m);
+                }
+            }
+        }
+        if let PointOwners::Big(m) = self {
+            m.insert(p, owner);
+        }
+    }
+
+    fn remove(&mut self, p: u32) {
+        match self {
+            PointOwners::Small(v) => {
+                if let Ok(q) = u16::try_from(p) {
+                    if let Ok(i) = v.binary_search_by_key(&q, |&(x, _)| x) {
+                        v.remove(i);
+                    }
+                }
+            }
+            PointOwners::Big(m) => {
+                m.remove(&p);
+            }
+        }
+    }
+}
+
 /// A set of ring points in `[0, 65535]`: a sorted list while it is small, a two-level bitmap
 /// beyond [`SMALL_POINTS`] (it stays one).
 #[derive(Clone, Debug)]
@@ -349,7 +406,7 @@ pub struct ConsistentHashingSelector<C> {
     /// Without a table: the owner of every slot (`NONE` when the ring is empty).
     only: u16,
     /// point → owning member index, for the points on the ring.
-    point_owner: AHashMap<u32, u16>,
+    point_owner: PointOwners,
     points: PointSet,
     /// Colliding consumers queued behind a point's owner, FIFO.
     queues: AHashMap<u32, VecDeque<u16>>,
@@ -384,7 +441,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
             points_per_consumer: points_per_consumer.max(1),
             table: None,
             only: NONE,
-            point_owner: AHashMap::new(),
+            point_owner: PointOwners::Small(Vec::new()),
             points: PointSet::new(),
             queues: AHashMap::new(),
             queued: PointSet::new(),
@@ -418,7 +475,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
     /// The owner of ring point `point` and the consumers queued behind it (FIFO), or `None` when
     /// no point sits there.
     pub fn point_entry(&self, point: u32) -> Option<(C, Vec<C>)> {
-        let owner = *self.point_owner.get(&point)?;
+        let owner = self.point_owner.get(point)?;
         let owner = *self.ids.get(owner as usize)?;
         let queued = self
             .queues
@@ -469,7 +526,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> ConsistentHashingSelector<C> {
 
     /// The owner of ring point `p` (`NONE` when no point is there).
     fn owner(&self, p: u32) -> u16 {
-        self.point_owner.get(&p).copied().unwrap_or(NONE)
+        self.point_owner.get(p).unwrap_or(NONE)
     }
 
     /// After a join or a leave: the slot table exists exactly while two or more consumers are
@@ -586,7 +643,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
         let mut gained: Vec<HashRange> = Vec::with_capacity(sorted.len() + 1);
         let mut owned = 0usize;
         for &p in &sorted {
-            if self.point_owner.contains_key(&p) {
+            if self.point_owner.get(p).is_some() {
                 self.queues.entry(p).or_default().push_back(idx);
                 self.queued.insert(p);
                 continue;
@@ -673,7 +730,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
             } else {
                 None
             };
-            let owned = self.point_owner.get(&p) == Some(&idx);
+            let owned = self.point_owner.get(p) == Some(idx);
             let emptied = match queue {
                 Some(q) => {
                     if owned {
@@ -687,7 +744,7 @@ impl<C: Copy + Eq + Hash + Ord + Debug> StickyKeySelector<C> for ConsistentHashi
                 }
                 None => {
                     if owned {
-                        self.point_owner.remove(&p);
+                        self.point_owner.remove(p);
                         self.points.remove(p);
                     }
                     false
