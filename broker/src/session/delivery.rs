@@ -177,7 +177,10 @@ impl DeliverySink for DeliveryRoute {
         let (messages, bytes, failed_at) = self.encode(&batch, &mut frames);
         if failed_at.is_none() && self.reads.failures.swap(0, Ordering::AcqRel) > 0 {
             // Every payload was at hand: whatever failed before works again.
-            info!(consumer_id = self.consumer_id, "payload reads succeed again");
+            info!(
+                consumer_id = self.consumer_id,
+                "payload reads succeed again"
+            );
         }
         if !frames.is_empty() {
             match self.out.offer(frames) {

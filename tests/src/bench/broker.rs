@@ -170,14 +170,7 @@ fn key_shared_latency(host: &mut Host, keys: loadgen::Keys) -> Result<(f64, f64)
         ..LoadConfig::default()
     };
     let r = loadgen::run(&url, &topic(), &cfg)?;
-    if let Ok(path) = std::env::var("B5_TIMELINE") {
-        let lines: String = r
-            .timeline
-            .iter()
-            .map(|(at, lat)| format!("{at} {lat}\n"))
-            .collect();
-        let _ = std::fs::write(path, lines);
-    }
+    write_timeline("B5_TIMELINE", &r);
     Ok((r.latency_ms(0.50), r.latency_ms(0.99)))
 }
 
@@ -192,7 +185,14 @@ fn latency(host: &mut Host, rate: f64) -> Result<(f64, f64), String> {
     let url = host.url()?;
     let messages = (rate * LATENCY_ROUND.as_secs_f64()) as u64;
     let r = loadgen::run(&url, &topic(), &load(messages.max(1000), 1, Some(rate)))?;
-    if let Ok(path) = std::env::var("B2_TIMELINE") {
+    write_timeline("B2_TIMELINE", &r);
+    Ok((r.latency_ms(0.50), r.latency_ms(0.99)))
+}
+
+/// With the environment variable `var` set to a file: writes the round's entries there, one
+/// `publish-ns latency-ns` line each.
+fn write_timeline(var: &str, r: &loadgen::LoadResult) {
+    if let Ok(path) = std::env::var(var) {
         let lines: String = r
             .timeline
             .iter()
@@ -200,7 +200,6 @@ fn latency(host: &mut Host, rate: f64) -> Result<(f64, f64), String> {
             .collect();
         let _ = std::fs::write(path, lines);
     }
-    Ok((r.latency_ms(0.50), r.latency_ms(0.99)))
 }
 
 fn release_binary() -> Result<PathBuf, String> {

@@ -11,15 +11,32 @@ use crate::topic::FaultyBackend;
 
 /// A broker state whose topics fail what `faults` says.
 fn faulty_state(cfg: BrokerConfig) -> (Arc<BrokerState>, Arc<StoreFaults>) {
+    faulty_state_on(cfg, Arc::new(crate::shell::ThreadRuntimes::new()))
+}
+
+/// [`faulty_state`] whose dispatchers and reads `runtimes` runs.
+fn faulty_state_on(
+    cfg: BrokerConfig,
+    runtimes: Arc<dyn crate::topic::Runtimes>,
+) -> (Arc<BrokerState>, Arc<StoreFaults>) {
     let faults = Arc::new(StoreFaults::default());
     let backend = FaultyBackend {
         inner: Box::new(crate::topic::MemoryBackend),
         faults: faults.clone(),
     };
     let url = "pulsar://127.0.0.1:6650".into();
-    let st = BrokerState::new(cfg, url, Arc::new(crate::shell::ThreadRuntimes::new()))
-        .with_backend(Box::new(backend));
+    let st = BrokerState::new(cfg, url, runtimes).with_backend(Box::new(backend));
     (Arc::new(st), faults)
+}
+
+/// A producer (id 1) and a Shared consumer (id 1, subscription `s`) with 100 permits.
+fn producer_and_consumer(p: &mut Peer) {
+    p.call(&wire::commands::producer(T, 1, 1, None));
+    assert_eq!(
+        kinds(&p.call(&subscribe("s", 1, 2, SubType::Shared))),
+        [Type::Success]
+    );
+    p.call(&wire::commands::flow(1, 100));
 }
 
 /// Subscription `s`'s stats as JSON.
@@ -37,12 +54,7 @@ fn sub_stats(st: &BrokerState) -> serde_json::Value {
 fn a_payload_that_cannot_be_read_stays_pending_and_comes_later() {
     let (st, faults) = faulty_state(BrokerConfig::default());
     let mut p = Peer::connected(&st, 1);
-    p.call(&wire::commands::producer(T, 1, 1, None));
-    assert_eq!(
-        kinds(&p.call(&subscribe("s", 1, 2, SubType::Shared))),
-        [Type::Success]
-    );
-    p.call(&wire::commands::flow(1, 100));
+    producer_and_consumer(&mut p);
     faults.fail_reads(true);
     let published: Vec<Position> = (0..3).map(|i| p.publish(1, i, meta(i))).collect();
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -100,23 +112,9 @@ fn an_entry_not_in_memory_is_read_by_a_request_then_delivered() {
         runtimes: crate::shell::ThreadRuntimes::new(),
         held: Default::default(),
     });
-    let faults = Arc::new(StoreFaults::default());
-    let backend = FaultyBackend {
-        inner: Box::new(crate::topic::MemoryBackend),
-        faults: faults.clone(),
-    };
-    let url = "pulsar://127.0.0.1:6650".into();
-    let st = Arc::new(
-        BrokerState::new(BrokerConfig::default(), url, held.clone())
-            .with_backend(Box::new(backend)),
-    );
+    let (st, faults) = faulty_state_on(BrokerConfig::default(), held.clone());
     let mut p = Peer::connected(&st, 1);
-    p.call(&wire::commands::producer(T, 1, 1, None));
-    assert_eq!(
-        kinds(&p.call(&subscribe("s", 1, 2, SubType::Shared))),
-        [Type::Success]
-    );
-    p.call(&wire::commands::flow(1, 100));
+    producer_and_consumer(&mut p);
     // While reads fail, the store has nothing in memory: every entry is a miss.
     faults.fail_reads(true);
     let published: Vec<Position> = (0..3).map(|i| p.publish(1, i, meta(i))).collect();

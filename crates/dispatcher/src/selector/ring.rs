@@ -103,9 +103,7 @@ impl PointOwners {
         match self {
             PointOwners::Small(v) => {
                 let p = u16::try_from(p).ok()?;
-                v.binary_search_by_key(&p, |&(q, _)| q)
-                    .ok()
-                    .map(|i| v[i].1)
+                v.binary_search_by_key(&p, |&(q, _)| q).ok().map(|i| v[i].1)
             }
             PointOwners::Big(m) => m.get(&p).copied(),
         }
