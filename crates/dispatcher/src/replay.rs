@@ -512,6 +512,33 @@ impl<P: Ord + Copy, C: Copy + Eq + std::hash::Hash> ReplaySet<P, C> {
         self.delays.clear();
     }
 
+    /// Drops the pin to `c` of the entries of `hash` after `after` (continuation chunks whose
+    /// message's first chunk, at `after`, did not reach `c` after all).
+    pub fn unpin_after(&mut self, c: C, hash: u32, after: P) {
+        let mut dropped = 0;
+        for (_, e) in self
+            .entries
+            .range_mut((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded))
+            .chain(
+                self.behind
+                    .range_mut((std::ops::Bound::Excluded(after), std::ops::Bound::Unbounded)),
+            )
+        {
+            if e.pinned == Some(c) && e.hash == hash {
+                e.pinned = None;
+                dropped += 1;
+            }
+        }
+        if dropped > 0 {
+            if let Some(n) = self.pinned_counts.get_mut(&(c, hash)) {
+                *n = n.saturating_sub(dropped);
+                if *n == 0 {
+                    self.pinned_counts.remove(&(c, hash));
+                }
+            }
+        }
+    }
+
     /// Drops the pin of every entry pinned to `c`.
     pub fn unpin(&mut self, mut is_c: impl FnMut(C) -> bool) {
         for e in self.entries.values_mut().chain(self.behind.values_mut()) {
@@ -633,6 +660,26 @@ mod tests {
         assert!(s.contains_pinned(2, 4));
         s.remove(3);
         assert!(!s.contains_pinned(2, 4));
+    }
+
+    /// A first chunk that did not reach its consumer drops the pins to it of its key's
+    /// later entries only: earlier ones, other keys and other consumers keep theirs.
+    #[test]
+    fn unpin_after_drops_one_keys_later_pins_to_one_consumer() {
+        let mut s = Set::new(true);
+        s.add(2, 4, Some(1)); // before the first chunk: kept
+        s.add(6, 4, Some(1)); // the continuation: dropped
+        s.add(7, 5, Some(1)); // another key: kept
+        s.add(8, 4, Some(2)); // another consumer: kept
+        s.unpin_after(1, 4, 5);
+        assert_eq!(s.pinned_of(6), None);
+        assert_eq!(s.pinned_of(2), Some(1));
+        assert_eq!(s.pinned_of(7), Some(1));
+        assert_eq!(s.pinned_of(8), Some(2));
+        assert!(s.contains_pinned(1, 4), "2 still pins key 4 to 1");
+        s.remove(2);
+        assert!(!s.contains_pinned(1, 4));
+        assert!(s.contains(6), "the continuation stays in replay, unpinned");
     }
 
     #[test]

@@ -286,9 +286,20 @@ impl Dispatcher {
         // unpinned it. A Shared orphan chunk that comes back is not counted as dispatched (it
         // is counted again when it is sent again).
         let mut orphans_back = 0;
-        for ch in entries.iter().rev().filter_map(key_shared::multi_chunk) {
+        // Key_Shared first chunks whose pin left `id`: (hash, position).
+        let mut left = Vec::new();
+        for e in entries.iter().rev() {
+            let Some(ch) = key_shared::multi_chunk(e) else {
+                continue;
+            };
             let first = ch.chunk_id == 0;
             let last = ch.chunk_id + 1 == ch.num_chunks;
+            let key_shared_first = first && matches!(self.mode, Mode::KeyShared(_));
+            let hash = if key_shared_first {
+                self.entry_hash(e)
+            } else {
+                0
+            };
             match &mut self.mode {
                 Mode::Shared(r) if first => {
                     r.assignor.first_chunk_returned(&ch.uuid, id);
@@ -299,12 +310,23 @@ impl Dispatcher {
                     orphans_back += u64::from(orphan);
                 }
                 Mode::Shared(r) if r.assignor.pinned(&ch.uuid).is_none() => orphans_back += 1,
-                Mode::KeyShared(k) if first => k.pins.first_chunk_returned(&ch.uuid, id),
+                Mode::KeyShared(k) if first => {
+                    k.pins.first_chunk_returned(&ch.uuid, id);
+                    if k.pins.consumer_of(&ch.uuid) != Some(id) {
+                        left.push((hash, e.position));
+                    }
+                }
                 Mode::KeyShared(k) if last => k.pins.last_chunk_returned(&ch.uuid, id),
                 _ => {}
             }
         }
         self.counters.orphan_chunks = self.counters.orphan_chunks.saturating_sub(orphans_back);
+        // A continuation refused earlier kept a pin to `id` in replay; its first chunk did not
+        // reach `id` after all and goes wherever it goes next: the continuation follows it
+        // (by its message's pin when routed), and until then holds its key for everyone.
+        for (hash, first) in left {
+            self.replay.unpin_after(id, hash, first);
+        }
     }
 
     /// The shell can deliver to consumer `id` again (its delivery queue drained): a consumer
