@@ -24,7 +24,7 @@ fn state() -> Arc<BrokerState> {
     Arc::new(BrokerState::new(
         BrokerConfig::default(),
         "pulsar://127.0.0.1:6650".into(),
-        Arc::new(crate::shell::ThreadRuntimes::new()),
+        Arc::new(crate::shell::ShellRuntimes::threads()),
     ))
 }
 

@@ -21,7 +21,7 @@ pub(crate) mod http;
 mod runtimes;
 mod tcp;
 
-pub(crate) use runtimes::{PoolRuntimes, ThreadRuntimes};
+pub(crate) use runtimes::ShellRuntimes;
 
 /// Milliseconds since the Unix epoch, from the system clock.
 pub(crate) fn wall_ms() -> u64 {
@@ -100,8 +100,8 @@ impl Broker {
             std::thread::available_parallelism().map_or(2, std::num::NonZeroUsize::get)
         });
         let runtimes: Arc<dyn crate::topic::Runtimes> = match workers {
-            0 => Arc::new(ThreadRuntimes::new()),
-            n => Arc::new(PoolRuntimes::new(Arc::new(DispatchPool::new(n)))),
+            0 => Arc::new(ShellRuntimes::threads()),
+            n => Arc::new(ShellRuntimes::pooled(Arc::new(DispatchPool::new(n)))),
         };
         let state = BrokerState::new(cfg, service_url, runtimes);
         let state = Arc::new(state.with_admin_url(format!("http://{admin_addr}")));

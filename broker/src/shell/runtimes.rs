@@ -37,54 +37,49 @@ impl Reader {
     }
 }
 
-/// One dispatcher thread per subscription.
+/// The subscriptions' dispatchers: a thread each, or every loop on a dispatch pool's workers
+/// (stepped when it has something to do); and the reader thread.
 #[derive(Debug)]
-pub(crate) struct ThreadRuntimes(Reader);
+pub(crate) struct ShellRuntimes {
+    pool: Option<Arc<DispatchPool>>,
+    reader: Reader,
+}
 
-impl ThreadRuntimes {
-    /// Starts the reader thread.
-    pub(crate) fn new() -> ThreadRuntimes {
-        ThreadRuntimes(Reader::start())
+impl ShellRuntimes {
+    /// A dispatcher thread per subscription (`--dispatch-threads 0`, and tests); starts the
+    /// reader thread.
+    pub(crate) fn threads() -> ShellRuntimes {
+        ShellRuntimes {
+            pool: None,
+            reader: Reader::start(),
+        }
+    }
+
+    /// Every loop on `pool`; starts the reader thread.
+    pub(crate) fn pooled(pool: Arc<DispatchPool>) -> ShellRuntimes {
+        ShellRuntimes {
+            pool: Some(pool),
+            reader: Reader::start(),
+        }
     }
 }
 
-impl Runtimes for ThreadRuntimes {
+impl Runtimes for ShellRuntimes {
     fn start(
         &self,
         cfg: DispatcherConfig,
         cursor: ManagedCursor<SubStore>,
         ledger: SharedLedger,
     ) -> Runtime {
-        Runtime::start(cfg, cursor, ledger)
+        match &self.pool {
+            Some(pool) => {
+                Runtime::start_pooled(cfg, cursor, ledger, RuntimeOptions::default(), pool)
+            }
+            None => Runtime::start(cfg, cursor, ledger),
+        }
     }
 
     fn read(&self, request: ReadRequest) {
-        self.0.read(request);
-    }
-}
-
-/// Every subscription's loop on the pool's workers, stepped when it has something to do.
-#[derive(Debug)]
-pub(crate) struct PoolRuntimes(Arc<DispatchPool>, Reader);
-
-impl PoolRuntimes {
-    /// Runs the loops on `pool`; starts the reader thread.
-    pub(crate) fn new(pool: Arc<DispatchPool>) -> PoolRuntimes {
-        PoolRuntimes(pool, Reader::start())
-    }
-}
-
-impl Runtimes for PoolRuntimes {
-    fn start(
-        &self,
-        cfg: DispatcherConfig,
-        cursor: ManagedCursor<SubStore>,
-        ledger: SharedLedger,
-    ) -> Runtime {
-        Runtime::start_pooled(cfg, cursor, ledger, RuntimeOptions::default(), &self.0)
-    }
-
-    fn read(&self, request: ReadRequest) {
-        self.1.read(request);
+        self.reader.read(request);
     }
 }

@@ -11,7 +11,7 @@ fn topic(name: String, entries_per_ledger: u64) -> Topic {
         sync: SyncPolicy::Always,
         defaults: SubscriptionDefaults::default(),
         kept_metas: KEPT_METAS,
-        runtimes: Arc::new(crate::shell::ThreadRuntimes::new()),
+        runtimes: Arc::new(crate::shell::ShellRuntimes::threads()),
         write_refusal_ms: crate::config::WRITE_REFUSAL_MS,
     };
     Topic::open(name, &MemoryBackend, config).expect("an in-memory topic opens")
@@ -292,7 +292,7 @@ fn metadata_beyond_the_kept_window_is_read_back_from_the_stored_entries() {
         entries_per_ledger: 7,
         sync: SyncPolicy::Always,
         defaults: SubscriptionDefaults::default(),
-        runtimes: Arc::new(crate::shell::ThreadRuntimes::new()),
+        runtimes: Arc::new(crate::shell::ShellRuntimes::threads()),
         kept_metas: 4,
         write_refusal_ms: crate::config::WRITE_REFUSAL_MS,
     };
@@ -351,7 +351,7 @@ fn schema_versions_survive_a_restart() {
         entries_per_ledger: 10,
         sync: SyncPolicy::Always,
         defaults: SubscriptionDefaults::default(),
-        runtimes: Arc::new(crate::shell::ThreadRuntimes::new()),
+        runtimes: Arc::new(crate::shell::ShellRuntimes::threads()),
         kept_metas: KEPT_METAS,
         write_refusal_ms: crate::config::WRITE_REFUSAL_MS,
     };

@@ -11,7 +11,7 @@ use crate::topic::FaultyBackend;
 
 /// A broker state whose topics fail what `faults` says.
 fn faulty_state(cfg: BrokerConfig) -> (Arc<BrokerState>, Arc<StoreFaults>) {
-    faulty_state_on(cfg, Arc::new(crate::shell::ThreadRuntimes::new()))
+    faulty_state_on(cfg, Arc::new(crate::shell::ShellRuntimes::threads()))
 }
 
 /// [`faulty_state`] whose dispatchers and reads `runtimes` runs.
@@ -83,7 +83,7 @@ fn a_payload_that_cannot_be_read_stays_pending_and_comes_later() {
 /// Dispatchers on threads, and read requests held in a list until the test runs them.
 #[derive(Debug)]
 struct HeldReads {
-    runtimes: crate::shell::ThreadRuntimes,
+    runtimes: crate::shell::ShellRuntimes,
     held: std::sync::Mutex<Vec<crate::topic::ReadRequest>>,
 }
 
@@ -109,7 +109,7 @@ impl crate::topic::Runtimes for HeldReads {
 #[test]
 fn an_entry_not_in_memory_is_read_by_a_request_then_delivered() {
     let held = Arc::new(HeldReads {
-        runtimes: crate::shell::ThreadRuntimes::new(),
+        runtimes: crate::shell::ShellRuntimes::threads(),
         held: Default::default(),
     });
     let (st, faults) = faulty_state_on(BrokerConfig::default(), held.clone());

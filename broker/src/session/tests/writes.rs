@@ -102,7 +102,7 @@ fn a_resend_while_its_write_is_in_flight_is_refused_then_a_duplicate() {
     let st = Arc::new(BrokerState::new(
         deduplicating(),
         "pulsar://127.0.0.1:6650".into(),
-        Arc::new(crate::shell::ThreadRuntimes::new()),
+        Arc::new(crate::shell::ShellRuntimes::threads()),
     ));
     let mut first = Peer::connected(&st, 1);
     first.call(&wire::commands::producer(T, 1, 1, Some("p")));
