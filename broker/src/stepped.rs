@@ -112,6 +112,7 @@ impl SteppedBroker {
     /// [`open`](Self::open) the same `data_dir` to restart. Its files are closed once the
     /// connections are gone.
     pub fn crash(self) {
+        self.faults.forget_reads();
         for t in self.state.topics() {
             for s in t.subscriptions() {
                 s.runtime.abandon();
@@ -240,6 +241,7 @@ impl SteppedBroker {
 /// it is stepped.
 impl Drop for SteppedBroker {
     fn drop(&mut self) {
+        self.faults.forget_reads();
         for t in self.state.topics() {
             t.close();
         }

@@ -249,6 +249,7 @@ impl Session {
             send_ack_set: !self.state.cfg.legacy.no_batch_ack_set,
             reads: Default::default(),
             events: sub.runtime.events(),
+            dispatcher_id: global,
         };
         let handle = match sub.runtime.add_consumer_with_sink(spec, Box::new(route)) {
             Ok(h) => h,

@@ -2,15 +2,18 @@
 //! dispatch worker) encodes each send as MESSAGE frames straight into the connection's write queue, and tells
 //! a Failover consumer whether it is active.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use dispatcher::{Delivery, DeliverySink, Refused};
+use bytes::Bytes;
+use cursor::Position;
+use dispatcher::{ConsumerId, Delivery, DeliverySink, Refused};
 use tracing::{debug, info, warn};
 
 use crate::state::{Offer, Outbox};
 use crate::storage::Cached;
-use crate::topic::{OutCounters, ReadRequest, Topic};
+use crate::topic::{OutCounters, ReadOutcome, ReadRequest, Topic};
 
 /// How one consumer's deliveries become MESSAGE frames: the subscription's dispatcher (on a
 /// dispatch worker) encodes each send straight into the connection's write queue (a [`DeliverySink`]).
@@ -30,23 +33,34 @@ pub(crate) struct DeliveryRoute {
     /// Whether a partly acked batch carries its `ack_set` (off only under `--legacy
     /// no-batch-ack-set`).
     pub(super) send_ack_set: bool,
-    /// This consumer's read request in flight, and the reads that failed in a row.
-    pub(super) reads: Arc<ReadState>,
-    /// The subscription's dispatcher loop: a read's completion wakes it, so the paused
-    /// consumer is looked at again at once.
+    /// This consumer's read request in flight, the reads that failed in a row, what the last
+    /// read brought.
+    pub(super) reads: ReadState,
+    /// The subscription's dispatcher loop: a read's completion comes back through it
+    /// ([`dispatcher::Event::ToSink`]), on the dispatcher's thread.
     pub(super) events: dispatcher::EventSender,
+    /// This consumer's id in the dispatcher (the completion's address).
+    pub(super) dispatcher_id: ConsumerId,
 }
 
 /// A consumer's reads of entries that were not in memory: whether one is in flight (another is
 /// not asked for meanwhile, and the consumer stays paused), how many failed in a row (0: the
-/// last one succeeded), and the looks at [`DeliverySink::has_room`] still to answer "no"
-/// before the next try after a failure. Shared with the read's completion, which runs where
-/// the read ran.
+/// last one succeeded), the looks at [`DeliverySink::has_room`] still to answer "no" before
+/// the next try after a failure, and the payloads the last read brought (taken by the next
+/// sends). Owned by the delivery route, on the dispatcher's thread: the read's completion
+/// reaches it as a [`ReadDone`] through the dispatcher's events, so nothing here is shared.
 #[derive(Debug, Default)]
 pub(crate) struct ReadState {
-    in_flight: AtomicBool,
-    failures: AtomicU32,
-    backoff: AtomicU32,
+    in_flight: bool,
+    failures: u32,
+    backoff: Cell<u32>,
+    fetched: Vec<(Position, Bytes)>,
+}
+
+/// A read request's completion, on its way to the route that asked ([`DeliverySink::receive`]).
+struct ReadDone {
+    outcome: ReadOutcome,
+    first: Option<Position>,
 }
 
 /// After payload reads failed, how many of the dispatcher's looks at a paused consumer
@@ -58,26 +72,27 @@ impl DeliveryRoute {
     /// Appends one MESSAGE frame per delivered entry to `frames`: the stored payload section
     /// after the command, the redelivery count, and for a batch entry with acked messages the
     /// `ack_set` (a set bit = still unacked). Returns the messages and bytes encoded and, when
-    /// an entry's payload is not in memory, that entry's index: it and the entries after it
-    /// are not encoded (see [`DeliveryRoute::ask_read`]).
-    fn encode(&self, batch: &[Delivery], frames: &mut Vec<u8>) -> (u64, u64, Option<usize>) {
+    /// an entry's payload is not at hand (not brought by the last read, not in memory), that
+    /// entry's index: it and the entries after it are not encoded, and a read is asked for
+    /// them (see [`DeliveryRoute::request`]).
+    fn encode(&mut self, batch: &[Delivery], frames: &mut Vec<u8>) -> (u64, u64, Option<usize>) {
         let (mut messages_out, mut bytes_out) = (0, 0);
         for (i, d) in batch.iter().enumerate() {
-            let section = match self.topic.payload_cached(d.position) {
-                Cached::Hit(section) => section,
-                // Gone from the store: trimmed below every cursor, nothing to deliver.
-                Cached::Gone => {
-                    tracing::warn!(position = %d.position, "no stored payload for a delivered entry");
-                    continue;
-                }
-                Cached::Miss => match self.ask_read(&batch[i..]) {
-                    // Read at once (the stepped broker's reads): take it now.
-                    true => match self.topic.payload_cached(d.position) {
-                        Cached::Hit(section) => section,
-                        Cached::Gone => continue,
-                        Cached::Miss => return (messages_out, bytes_out, Some(i)),
-                    },
-                    false => return (messages_out, bytes_out, Some(i)),
+            let section = match self.take_fetched(d.position) {
+                Some(section) => section,
+                None => match self.topic.payload_cached(d.position) {
+                    Cached::Hit(section) => section,
+                    // Gone from the store: trimmed below every cursor, nothing to deliver.
+                    Cached::Gone => {
+                        tracing::warn!(position = %d.position, "no stored payload for a delivered entry");
+                        continue;
+                    }
+                    Cached::Miss => {
+                        if !self.reads.in_flight {
+                            self.request(&batch[i..]);
+                        }
+                        return (messages_out, bytes_out, Some(i));
+                    }
                 },
             };
             let messages = d.meta.messages();
@@ -97,67 +112,63 @@ impl DeliveryRoute {
         (messages_out, bytes_out, None)
     }
 
-    /// The entries from `missing` on were not in memory: asks for them to be read (unless a
-    /// read is in flight). True when the read already completed and succeeded (a request run
-    /// inline); else sets the wait before the next try: one look, or after failed reads a
-    /// wait that doubles per failure in a row up to [`MAX_READ_BACKOFF`] looks.
-    fn ask_read(&self, missing: &[Delivery]) -> bool {
-        if !self.reads.in_flight.swap(true, Ordering::AcqRel) {
-            self.request(missing);
-        }
-        !self.reads.in_flight.load(Ordering::Acquire)
-            && self.reads.failures.load(Ordering::Acquire) == 0
+    /// The payload of `p` if the last read brought it (taken: a later send of it looks in
+    /// memory again).
+    fn take_fetched(&mut self, p: Position) -> Option<Bytes> {
+        let fetched = &mut self.reads.fetched;
+        let i = fetched.iter().position(|(q, _)| *q == p)?;
+        Some(fetched.remove(i).1)
     }
 
-    /// Asks for the entries of `missing` to be read; the completion clears `in_flight`.
-    fn request(&self, missing: &[Delivery]) {
-        let (reads, counters, consumer_id) =
-            (self.reads.clone(), self.counters.clone(), self.consumer_id);
-        let events = self.events.clone();
+    /// Asks for the entries of `missing` to be read; the consumer stays paused until the
+    /// completion comes back ([`DeliverySink::receive`]) with them.
+    fn request(&mut self, missing: &[Delivery]) {
+        self.reads.in_flight = true;
+        self.reads.fetched.clear();
+        let (events, id) = (self.events.clone(), self.dispatcher_id);
         let first = missing.first().map(|d| d.position);
         self.topic.request_read(ReadRequest {
             topic: self.topic.clone(),
             positions: missing.iter().map(|d| d.position).collect(),
-            done: Box::new(move |r| {
-                read_done(&reads, &counters, consumer_id, first, r);
-                let _ = events.send(dispatcher::Event::Wake);
+            done: Box::new(move |outcome| {
+                let done = ReadDone { outcome, first };
+                let _ = events.send(dispatcher::Event::ToSink(id, Box::new(done)));
             }),
         });
     }
-}
 
-/// A read request's completion: counts a failure (the first of a row is a WARN; the entry stays
-/// pending and is tried again) or ends a row of them.
-fn read_done(
-    reads: &ReadState,
-    counters: &OutCounters,
-    consumer_id: u64,
-    first: Option<cursor::Position>,
-    r: Result<(), crate::storage::StorageError>,
-) {
-    match r {
-        Ok(()) => {
-            if reads.failures.swap(0, Ordering::AcqRel) > 0 {
-                info!(consumer_id, "payload reads succeed again");
+    /// A read request's completion: keeps what it brought, or counts a failure (the first of
+    /// a row is a WARN; the entries stay pending and are tried again after a wait that doubles
+    /// per failure in a row up to [`MAX_READ_BACKOFF`] looks).
+    fn read_done(&mut self, done: ReadDone) {
+        self.reads.in_flight = false;
+        match done.outcome {
+            Ok(fetched) => {
+                self.reads.fetched = fetched;
+                if std::mem::take(&mut self.reads.failures) > 0 {
+                    info!(
+                        consumer_id = self.consumer_id,
+                        "payload reads succeed again"
+                    );
+                }
             }
-        }
-        Err(e) => {
-            let failures = reads.failures.fetch_add(1, Ordering::AcqRel) + 1;
-            reads.backoff.store(
-                1u32 << failures.min(MAX_READ_BACKOFF.trailing_zeros()),
-                Ordering::Release,
-            );
-            counters.read_failures.fetch_add(1, Ordering::Relaxed);
-            let position = first.map(|p| p.to_string()).unwrap_or_default();
-            if failures == 1 {
-                warn!(consumer_id, position, error = %e,
-                    "an entry's payload could not be read: it stays pending for this consumer's dispatcher and is tried again");
-            } else {
-                debug!(consumer_id, position, failures, error = %e, "payload read failed again");
+            Err(e) => {
+                self.reads.failures += 1;
+                let failures = self.reads.failures;
+                let shift = failures.min(MAX_READ_BACKOFF.trailing_zeros());
+                self.reads.backoff.set(1u32 << shift);
+                self.counters.read_failures.fetch_add(1, Ordering::Relaxed);
+                let (consumer_id, position) = (self.consumer_id, done.first.map(|p| p.to_string()));
+                let position = position.unwrap_or_default();
+                if failures == 1 {
+                    warn!(consumer_id, position, error = %e,
+                        "an entry's payload could not be read: it stays pending for this consumer's dispatcher and is tried again");
+                } else {
+                    debug!(consumer_id, position, failures, error = %e, "payload read failed again");
+                }
             }
         }
     }
-    reads.in_flight.store(false, Ordering::Release);
 }
 
 impl DeliverySink for DeliveryRoute {
@@ -175,7 +186,7 @@ impl DeliverySink for DeliveryRoute {
         }
         let mut frames = Vec::with_capacity(batch.len() * 128);
         let (messages, bytes, failed_at) = self.encode(&batch, &mut frames);
-        if failed_at.is_none() && self.reads.failures.swap(0, Ordering::AcqRel) > 0 {
+        if failed_at.is_none() && std::mem::take(&mut self.reads.failures) > 0 {
             // Every payload was at hand: whatever failed before works again.
             info!(
                 consumer_id = self.consumer_id,
@@ -201,12 +212,12 @@ impl DeliverySink for DeliveryRoute {
     }
 
     fn has_room(&self) -> bool {
-        if self.reads.in_flight.load(Ordering::Acquire) {
+        if self.reads.in_flight {
             return false;
         }
-        let waiting = self.reads.backoff.load(Ordering::Acquire);
+        let waiting = self.reads.backoff.get();
         if waiting > 0 {
-            self.reads.backoff.store(waiting - 1, Ordering::Release);
+            self.reads.backoff.set(waiting - 1);
             return false;
         }
         self.ready.load(Ordering::Acquire) && self.out.drained()
@@ -214,6 +225,12 @@ impl DeliverySink for DeliveryRoute {
 
     /// Failover: ACTIVE_CONSUMER_CHANGE. Pushed with the session's own replies (room is kept
     /// for them), so a full delivery queue does not lose it.
+    fn receive(&mut self, message: Box<dyn std::any::Any + Send>) {
+        if let Ok(done) = message.downcast::<ReadDone>() {
+            self.read_done(*done);
+        }
+    }
+
     fn active_changed(&mut self, active: bool) {
         debug!(
             consumer_id = self.consumer_id,

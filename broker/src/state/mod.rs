@@ -139,7 +139,11 @@ impl BrokerState {
         options: dispatcher::RuntimeOptions,
         faults: &Arc<crate::storage::StoreFaults>,
     ) -> BrokerState {
-        let runtimes = Arc::new(crate::topic::SteppedRuntimes { clock, options });
+        let runtimes = Arc::new(crate::topic::SteppedRuntimes {
+            clock,
+            options,
+            faults: faults.clone(),
+        });
         let mut s = BrokerState::new(cfg, service_url, runtimes);
         let inner = std::mem::replace(&mut s.backend, Box::new(crate::topic::MemoryBackend));
         s.backend = Box::new(crate::topic::FaultyBackend {

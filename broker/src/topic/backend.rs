@@ -121,10 +121,7 @@ impl Backend for FaultyBackend {
 
     fn open_topic(&self, full: &str, visit: Visit<'_>) -> Result<TopicStorage, StorageError> {
         let (inner, catalog) = self.inner.open_topic(full, visit)?;
-        let entries = crate::storage::FaultyEntries {
-            inner,
-            faults: self.faults.clone(),
-        };
+        let entries = crate::storage::FaultyEntries::new(inner, self.faults.clone());
         Ok((Arc::new(entries), catalog))
     }
 

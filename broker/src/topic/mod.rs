@@ -43,7 +43,7 @@ pub(crate) use producers::{
     AccessMode, Admitted, ProducerGate, ProducerKey, ProducerRefused, Producers, Promoted,
     Request as ProducerRequest,
 };
-pub(crate) use reads::ReadRequest;
+pub(crate) use reads::{ReadOutcome, ReadRequest};
 pub(crate) use subscription::{
     ConsumerInfo, InitialPosition, OutCounters, Runtimes, SteppedRuntimes, SubKind, SubscribeError,
     Subscription, SubscriptionDefaults,

@@ -164,13 +164,14 @@ pub(crate) trait Runtimes: Send + Sync + std::fmt::Debug {
 
 /// No thread: whoever drives the broker steps the dispatchers at the time `clock` reads
 /// ([`BrokerState::step`](crate::state::BrokerState::step)), as the simulator does, with
-/// `options`. An admin request to a dispatcher runs its loop inline, and so does a read
-/// request, on the stepping thread (the stepped broker's store is in memory, its faults
-/// injected).
+/// `options`. An admin request to a dispatcher runs its loop inline; a read request runs
+/// inline too, or waits until the driver completes it while `faults` hold reads
+/// ([`StoreFaults::hold_reads`](crate::storage::StoreFaults::hold_reads)).
 #[derive(Clone, Debug, Default)]
 pub(crate) struct SteppedRuntimes {
     pub clock: dispatcher::StepClock,
     pub options: dispatcher::RuntimeOptions,
+    pub faults: Arc<crate::storage::StoreFaults>,
 }
 
 impl Runtimes for SteppedRuntimes {
@@ -184,7 +185,7 @@ impl Runtimes for SteppedRuntimes {
     }
 
     fn read(&self, request: super::ReadRequest) {
-        request.run();
+        self.faults.run_read(Box::new(move || request.run()));
     }
 
     fn stepped(&self) -> bool {

@@ -57,9 +57,10 @@ pub struct ChunkAssignor<C> {
     id_index: HashMap<C, u32, ahash::RandomState>,
     id_index_built: bool,
     doomed: Vec<u32>,
-    /// The last pins a last chunk released (uuid hash, consumer), newest last, at most
-    /// [`RELEASED_KEPT`]: what [`ChunkAssignor::last_chunk_returned`] may put back.
-    released: std::collections::VecDeque<(u64, C)>,
+    /// The last pins a last chunk released (uuid hash, consumer, the consumer the pin
+    /// pointed at before its first chunk's last assignment), newest last, at most
+    /// [`RELEASED_KEPT`]: what [`ChunkAssignor::last_chunk_returned`] may put back, as it was.
+    released: std::collections::VecDeque<(u64, C, Option<C>)>,
 }
 
 /// Released pins remembered for a last chunk whose delivery comes back.
@@ -251,7 +252,7 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
                     if ch.is_last() {
                         open = None;
                         self.stats.pins_released += 1;
-                        self.note_released(o.hash, consumers[o.consumer].id);
+                        self.note_released(o.hash, consumers[o.consumer].id, None);
                         debug!(uuid = %ch.uuid, consumer = ?consumers[o.consumer].id, "last chunk; pin released");
                     }
                     Some(o.consumer)
@@ -442,6 +443,7 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
             self.pins.touch(p, now);
             let pin = self.pins.get(p);
             let (pinned, hint, held_epoch) = (pin.consumer, pin.hint, pin.held_epoch);
+            let previous = pin.previous;
             if held_epoch != self.epoch {
                 if let Some(i) = self.locate(batch.consumers, pinned, hint) {
                     if batch.permits[i] > 0 {
@@ -449,7 +451,7 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
                             self.pins.remove(p);
                             self.stats.pins_released += 1;
                             let hash = self.pins.hash(ch.uuid);
-                            self.note_released(hash, pinned);
+                            self.note_released(hash, pinned, previous);
                             debug!(uuid = %ch.uuid, consumer = ?pinned, "last chunk; pin released");
                         } else {
                             self.pins.get_mut(p).hint = i as u32;
@@ -517,6 +519,14 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
         match self.config.orphan_policy {
             OrphanPolicy::DispatchToDefault => {
                 let i = batch.next_default(&mut self.rr)?;
+                if ch.is_last() {
+                    // This assignment released no pin: an older release of the same message's
+                    // pin by this consumer (an earlier delivery of it) must not make the
+                    // chunk's return pin it again.
+                    let hash = self.pins.hash(ch.uuid);
+                    let id = batch.consumers[i].id;
+                    self.released.retain(|r| (r.0, r.1) != (hash, id));
+                }
                 warn!(
                     uuid = %ch.uuid,
                     chunk_id = ch.chunk_id,
@@ -617,7 +627,8 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
 
     /// The last chunk of `uuid`, assigned to `consumer` (which released the pin), never reached
     /// it and went back to replay: the message is half-delivered on `consumer` again, so it is
-    /// pinned there again (at `now`). Returns whether a pin was made: none when the uuid has
+    /// pinned there again (at `now`), as the pin was before the release (a first chunk that
+    /// then comes back too moves it back where that chunk's assignment found it). Returns whether a pin was made: none when the uuid has
     /// one, or when its assignment released none (an orphan last chunk; the last 64 releases
     /// are remembered).
     pub fn last_chunk_returned(&mut self, now: u64, uuid: &str, consumer: C) -> bool {
@@ -626,21 +637,28 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
             return false;
         }
         // Only a pin this chunk's assignment released (an orphan last chunk released none).
-        let Some(k) = self.released.iter().rposition(|r| *r == (hash, consumer)) else {
+        let Some(k) = self
+            .released
+            .iter()
+            .rposition(|r| (r.0, r.1) == (hash, consumer))
+        else {
             return false;
         };
-        self.released.remove(k);
-        self.pins.insert(uuid, hash, consumer, 0, now);
+        let previous = self.released.remove(k).and_then(|r| r.2);
+        let p = self.pins.insert(uuid, hash, consumer, 0, now);
+        self.pins.get_mut(p).previous = previous;
         self.evict_over_count();
         debug!(uuid, consumer = ?consumer, "last chunk not delivered; pinned again");
         true
     }
 
-    fn note_released(&mut self, hash: u64, consumer: C) {
+    fn note_released(&mut self, hash: u64, consumer: C, previous: Option<C>) {
+        // One record per (message, consumer): the latest release is the one a return undoes.
+        self.released.retain(|r| (r.0, r.1) != (hash, consumer));
         if self.released.len() == RELEASED_KEPT {
             self.released.pop_front();
         }
-        self.released.push_back((hash, consumer));
+        self.released.push_back((hash, consumer, previous));
     }
 
     /// Drops every pin to consumer `id` (call it when the consumer leaves); returns how many.

@@ -229,6 +229,10 @@ pub enum Event {
     Admin(AdminOp, Sender<Option<MarkDeleteMove>>),
     /// The ack path unblocked something.
     Wake,
+    /// A message for one consumer's [`DeliverySink`] ([`DeliverySink::receive`]), handed
+    /// over on the dispatcher's thread: how work the sink asked for elsewhere completes
+    /// without a lock between the two (a consumer that is gone drops it).
+    ToSink(ConsumerId, Box<dyn std::any::Any + Send>),
     /// Read the current stats.
     Stats(Sender<(DispatcherStats, Vec<ConsumerStats>)>),
     /// Explain why a hash or key is not dispatched ([`Runtime::why_blocked`]).
@@ -252,6 +256,7 @@ impl std::fmt::Debug for Event {
             Event::PublishWait(m, _) => write!(f, "PublishWait({} entries)", m.len()),
             Event::Admin(op, _) => write!(f, "Admin({op:?})"),
             Event::Wake => f.write_str("Wake"),
+            Event::ToSink(c, _) => write!(f, "ToSink({c})"),
             Event::Stats(_) => f.write_str("Stats"),
             Event::WhyBlocked(q, _) => write!(f, "WhyBlocked({q:?})"),
             Event::Shutdown => f.write_str("Shutdown"),
@@ -950,6 +955,11 @@ impl<S: CursorStore, L: Ledger> Loop<S, L> {
             Event::Wake => {
                 self.waker.pending.store(false, StdOrdering::SeqCst);
                 self.core.handle_wake(now);
+            }
+            Event::ToSink(id, message) => {
+                if let Some(o) = self.consumers.iter_mut().find(|o| o.id == id) {
+                    o.tx.receive(message);
+                }
             }
             Event::Stats(reply) => {
                 let _ = reply.send((self.core.stats(), self.core.consumer_stats()));

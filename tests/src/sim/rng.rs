@@ -14,6 +14,8 @@ pub enum Purpose {
     Network = 3,
     /// Application processing times and ack/nack decisions.
     Timing = 4,
+    /// When the broker's held storage reads complete.
+    Reads = 5,
 }
 
 /// One seeded stream.

@@ -142,6 +142,29 @@ fn an_entry_not_in_memory_is_read_by_a_request_then_delivered() {
     p.session.close();
 }
 
+/// A read's completion carries the payloads it read, and the delivery sends them without asking
+/// the store again: a cold store that keeps only the last 2 entries it read in memory, and
+/// deliveries of more. (Before, the completion only said the read was done; the delivery found
+/// the first ones evicted again, asked for them again, and so on: nothing was ever sent.)
+#[test]
+fn a_read_larger_than_the_cache_is_delivered_from_its_completion() {
+    let (st, faults) = faulty_state(BrokerConfig::default());
+    let mut p = Peer::connected(&st, 1);
+    p.call(&wire::commands::producer(T, 1, 1, None));
+    assert_eq!(
+        kinds(&p.call(&subscribe("s", 1, 2, SubType::Exclusive))),
+        [Type::Success]
+    );
+    let published: Vec<Position> = (0..100).map(|i| p.publish(1, i, meta(i))).collect();
+    faults.cold_reads(Some(2));
+    p.call(&wire::commands::flow(1, 100));
+    let got = p.receive(1, 100);
+    let want: Vec<(Position, u32)> = published.iter().map(|&pos| (pos, 0)).collect();
+    assert_eq!(got, want);
+    assert_eq!(sub_stats(&st)["readFailures"], 0);
+    p.session.close();
+}
+
 /// With deduplication, a SEND whose append failed does not count its sequence id: once the
 /// producer is open again, its resend is stored and receipted with its position. (Before, the
 /// id was recorded ahead of the append, and the retry was receipted `-1:-1` as a duplicate of

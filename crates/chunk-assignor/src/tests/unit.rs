@@ -683,3 +683,48 @@ fn a_last_chunk_given_back_undelivered_pins_its_message_again() {
     assert!(!a.last_chunk_returned(4, "n", 3 - first), "pinned already");
     assert_eq!(a.pinned("n"), Some(first));
 }
+
+/// A redelivered message whose first and last chunks both come back undelivered (undone last
+/// chunk first): the pin goes back to the consumer that had the first chunk before, not away.
+/// The last chunk's return restores the pin as it was before its release, `previous` included.
+#[test]
+fn a_whole_redelivery_given_back_leaves_the_pin_where_it_was() {
+    let mut a = assignor();
+    let consumers = cs(&[(1, 10, 0), (2, 10, 0)]);
+    let out = a.assign(0, vec![ch(1, "m", 0, 2)], &consumers);
+    let first = a.pinned("m").expect("pinned");
+    assert_eq!(render(&out), format!("c{first}=[1] replay=[]"));
+    // The consumer gives the first chunk back (a redelivery); it comes again with the last.
+    let out = a.assign(1, vec![ch(1, "m", 0, 2), ch(2, "m", 1, 2)], &consumers);
+    let again = if out.for_consumer(1).is_empty() { 2 } else { 1 };
+    assert_eq!(out.for_consumer(again).len(), 2);
+    assert_eq!(a.pin_count(), 0, "the last chunk released the pin");
+    // Both refused by the shell: undone last chunk first.
+    assert!(a.last_chunk_returned(2, "m", again));
+    assert!(a.first_chunk_returned("m", again));
+    assert_eq!(
+        a.pinned("m"),
+        Some(first),
+        "back on the consumer the first chunk reached"
+    );
+}
+
+/// An orphan last chunk (its message has no pin) released nothing: when it comes back
+/// undelivered it pins nothing, even though the same consumer released that message's pin in
+/// an earlier delivery.
+#[test]
+fn an_orphan_last_chunk_given_back_pins_nothing() {
+    let mut a = assignor();
+    let consumers = cs(&[(1, 10, 0)]);
+    let out = a.assign(0, vec![ch(1, "m", 0, 2), ch(2, "m", 1, 2)], &consumers);
+    assert_eq!(render(&out), "c1=[1 2] replay=[]");
+    assert_eq!(a.pin_count(), 0);
+    // Redelivered: the last chunk alone now (the first was acked), an orphan.
+    let out = a.assign(1, vec![ch(2, "m", 1, 2)], &consumers);
+    assert_eq!(render(&out), "c1=[2] replay=[]");
+    assert!(
+        !a.last_chunk_returned(2, "m", 1),
+        "its assignment released no pin"
+    );
+    assert_eq!(a.pin_count(), 0);
+}

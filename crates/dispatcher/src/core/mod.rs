@@ -196,6 +196,12 @@ struct SharedRouting {
     assignor: ChunkAssignor<ConsumerId>,
     /// The consumers' snapshot of the current batch (a buffer reused across batches).
     slots: Vec<ConsumerSlot<ConsumerId>>,
+    /// Chunked messages whose first chunk came back undelivered with no pin to fall back on
+    /// (uuid, the first chunk's position): their later chunks wait in replay until it is
+    /// assigned again (else they would go out as orphans ahead of it, and the message would
+    /// be split across consumers). An entry ends when its first chunk is assigned, or is
+    /// neither in replay nor in the batch (acked or dropped).
+    awaiting_first: Vec<(String, Position)>,
 }
 
 impl Mode {
@@ -442,6 +448,7 @@ impl Dispatcher {
                 Mode::Shared(SharedRouting {
                     assignor: ChunkAssignor::new(cfg.assignor),
                     slots: Vec::new(),
+                    awaiting_first: Vec::new(),
                 }),
                 false,
             ),

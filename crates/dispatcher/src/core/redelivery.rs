@@ -303,6 +303,10 @@ impl Dispatcher {
             match &mut self.mode {
                 Mode::Shared(r) if first => {
                     r.assignor.first_chunk_returned(&ch.uuid, id);
+                    let unpinned = r.assignor.pinned(&ch.uuid).is_none();
+                    if unpinned && !r.awaiting_first.iter().any(|(u, _)| *u == ch.uuid) {
+                        r.awaiting_first.push((ch.uuid.clone(), e.position));
+                    }
                 }
                 Mode::Shared(r) if last => {
                     let pinned_again = r.assignor.last_chunk_returned(now, &ch.uuid, id);

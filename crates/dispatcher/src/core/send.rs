@@ -227,10 +227,23 @@ impl Dispatcher {
         let Mode::Shared(routing) = &mut self.mode else {
             return;
         };
+        let entries = match routing.awaiting_first.is_empty() {
+            true => entries,
+            false => hold_for_first_chunks(routing, &mut self.replay, entries),
+        };
         let before = routing.assignor.stats().orphan_chunks;
         let items = entries.into_iter().map(AssignedEntry);
         let a = routing.assignor.assign(now, items.collect(), slots);
         self.counters.orphan_chunks += routing.assignor.stats().orphan_chunks - before;
+        if !routing.awaiting_first.is_empty() {
+            // A first chunk assigned again: its message's chunks follow its pin from now on.
+            let assigned = a.per_consumer.iter().flat_map(|(_, l)| l.iter());
+            for e in assigned.filter_map(|e| e.0.meta.chunk.as_ref()) {
+                if e.chunk_id == 0 {
+                    routing.awaiting_first.retain(|(u, _)| *u != e.uuid);
+                }
+            }
+        }
         for (cid, list) in a.per_consumer {
             if list.is_empty() {
                 continue;
@@ -289,4 +302,36 @@ impl Dispatcher {
             self.replay.add(e.position, 0, None);
         }
     }
+}
+
+/// The entries of a Shared batch to assign: a later chunk of a message whose first chunk came
+/// back undelivered ([`SharedRouting::awaiting_first`]) goes back to replay unless that first
+/// chunk comes before it in this batch. Forgets the messages whose first chunk is neither in
+/// replay nor in the batch (acked, or dropped by a cursor move): their chunks go as before.
+fn hold_for_first_chunks(
+    routing: &mut SharedRouting,
+    replay: &mut ReplaySet<Position, ConsumerId>,
+    entries: Vec<Entry>,
+) -> Vec<Entry> {
+    routing.awaiting_first.retain(|(_, first)| {
+        replay.contains(*first) || entries.iter().any(|e| e.position == *first)
+    });
+    // The awaited messages whose first chunk this batch has (their later chunks follow it).
+    let mut seen: Vec<String> = Vec::new();
+    let mut out = Vec::with_capacity(entries.len());
+    for e in entries {
+        let waiting = e.meta.chunk.as_ref().filter(|c| {
+            routing.awaiting_first.iter().any(|(u, _)| *u == c.uuid) && !seen.contains(&c.uuid)
+        });
+        match waiting {
+            Some(c) if c.chunk_id == 0 => seen.push(c.uuid.clone()),
+            Some(_) => {
+                replay.add(e.position, 0, None);
+                continue;
+            }
+            None => {}
+        }
+        out.push(e);
+    }
+    out
 }

@@ -27,6 +27,15 @@ pub trait DeliverySink: Send {
     fn active_changed(&mut self, active: bool) {
         let _ = active;
     }
+
+    /// Something the sink's owner sent it through the dispatcher's events
+    /// ([`Event::ToSink`](super::Event::ToSink)), handed over on the dispatcher's thread: the
+    /// completion of work the sink asked for elsewhere (a broker's storage read, with the
+    /// entries it read). A paused consumer is looked at again right after. Must not block.
+    /// Default: dropped.
+    fn receive(&mut self, message: Box<dyn std::any::Any + Send>) {
+        drop(message);
+    }
 }
 
 /// Why a [`DeliverySink`] did not take a send.
@@ -71,6 +80,13 @@ impl Destination {
     pub(super) fn active_changed(&mut self, active: bool) {
         if let Destination::Sink(s) = self {
             s.active_changed(active);
+        }
+    }
+
+    /// Hands `message` to a sink ([`DeliverySink::receive`]); a channel drops it.
+    pub(super) fn receive(&mut self, message: Box<dyn std::any::Any + Send>) {
+        if let Destination::Sink(s) = self {
+            s.receive(message);
         }
     }
 

@@ -69,6 +69,7 @@ mod consumers;
 mod frames;
 mod model;
 mod producer;
+mod reads;
 mod reopen;
 mod restart;
 mod run;
@@ -164,6 +165,11 @@ struct Run {
     closed_seen: bool,
     /// Until when reads fail (`store_faults=on`): deliveries wait meanwhile.
     reads_fail_until: Option<u64>,
+    /// Whether the store is cold and its reads complete later (see `reads.rs`).
+    hold_reads: bool,
+    /// When each held read is due, in the order the store holds them.
+    read_due: Vec<u64>,
+    rng_reads: Rng,
     /// SENDs not yet receipted, in the order sent (receipts come in that order; the chunks of
     /// a message share its sequence id): (producer id, metadata, messages).
     unreceipted: VecDeque<(u64, MessageMetadata, u32)>,
@@ -275,7 +281,9 @@ impl Run {
         let hold_writes =
             scenario.config.store_faults || (opts.seed % 4 == 1 && scenario.expects.is_empty());
         producer.hold_writes(hold_writes);
-        Ok(Run {
+        let hold_reads =
+            scenario.config.store_faults || (opts.seed % 4 == 2 && scenario.expects.is_empty());
+        let mut r = Run {
             b,
             bcfg,
             ropts,
@@ -297,6 +305,9 @@ impl Run {
             doomed: 0,
             closed_seen: false,
             reads_fail_until: None,
+            hold_reads,
+            read_due: Vec::new(),
+            rng_reads: Rng::new(opts.seed, Purpose::Reads),
             unreceipted: VecDeque::new(),
             producers_open: BTreeSet::new(),
             prod_seq: BTreeMap::new(),
@@ -328,6 +339,8 @@ impl Run {
             lines: 0,
             tail: VecDeque::new(),
             full: opts.keep_log.then(Vec::new),
-        })
+        };
+        r.apply_read_mode();
+        Ok(r)
     }
 }

@@ -135,7 +135,10 @@ impl Run {
             }
         };
         match SteppedBroker::open_with(self.bcfg.clone(), T0 + self.now, self.ropts) {
-            Ok(b) => self.b = b,
+            Ok(b) => {
+                self.b = b;
+                self.apply_read_mode();
+            }
             Err(e) => {
                 let d = format!("the broker did not open its data directory again: {e}");
                 return self.simple(ViolationKind::Model, d);

@@ -67,11 +67,13 @@ impl Run {
             }
             self.due_chunks();
             self.due_writes();
+            self.due_reads();
             self.due_reopens();
             self.due_connections();
             self.poll_all();
             self.deliver_up();
             while self.b.step() {}
+            self.note_reads();
             self.check_livelock();
             self.check_replay_idle();
             self.poll_all();
@@ -89,6 +91,7 @@ impl Run {
             let quiet = i == steps.len()
                 && self.later.is_empty()
                 && self.write_due.is_empty()
+                && self.read_due.is_empty()
                 && self.producers_settled()
                 && self.reads_fail_until.is_none();
             let last = steps.last().map_or(0, |s| s.at).max(self.last_publish);
@@ -104,6 +107,7 @@ impl Run {
         let mut t = vec![step, Some(house), self.later.keys().next().map(|k| k.0)];
         t.push(self.write_due.first().copied());
         t.push(self.reads_fail_until);
+        t.push(self.next_read());
         t.push(self.next_reopen());
         t.push(self.b.next_deadline().map(|d| d.saturating_sub(T0)));
         t.extend(self.dying.iter().map(|d| Some(d.0)));
