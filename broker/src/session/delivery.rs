@@ -137,6 +137,16 @@ impl DeliveryRoute {
         });
     }
 
+    /// Ends a row of failed reads, if there was one.
+    fn reads_work_again(&mut self) {
+        if std::mem::take(&mut self.reads.failures) > 0 {
+            info!(
+                consumer_id = self.consumer_id,
+                "payload reads succeed again"
+            );
+        }
+    }
+
     /// A read request's completion: keeps what it brought, or counts a failure (the first of
     /// a row is a WARN; the entries stay pending and are tried again after a wait that doubles
     /// per failure in a row up to [`MAX_READ_BACKOFF`] looks).
@@ -145,12 +155,7 @@ impl DeliveryRoute {
         match done.outcome {
             Ok(fetched) => {
                 self.reads.fetched = fetched;
-                if std::mem::take(&mut self.reads.failures) > 0 {
-                    info!(
-                        consumer_id = self.consumer_id,
-                        "payload reads succeed again"
-                    );
-                }
+                self.reads_work_again();
             }
             Err(e) => {
                 self.reads.failures += 1;
@@ -186,12 +191,9 @@ impl DeliverySink for DeliveryRoute {
         }
         let mut frames = Vec::with_capacity(batch.len() * 128);
         let (messages, bytes, failed_at) = self.encode(&batch, &mut frames);
-        if failed_at.is_none() && std::mem::take(&mut self.reads.failures) > 0 {
+        if failed_at.is_none() {
             // Every payload was at hand: whatever failed before works again.
-            info!(
-                consumer_id = self.consumer_id,
-                "payload reads succeed again"
-            );
+            self.reads_work_again();
         }
         if !frames.is_empty() {
             match self.out.offer(frames) {
@@ -223,14 +225,15 @@ impl DeliverySink for DeliveryRoute {
         self.ready.load(Ordering::Acquire) && self.out.drained()
     }
 
-    /// Failover: ACTIVE_CONSUMER_CHANGE. Pushed with the session's own replies (room is kept
-    /// for them), so a full delivery queue does not lose it.
+    /// A read request's completion ([`DeliveryRoute::read_done`]).
     fn receive(&mut self, message: Box<dyn std::any::Any + Send>) {
         if let Ok(done) = message.downcast::<ReadDone>() {
             self.read_done(*done);
         }
     }
 
+    /// Failover: ACTIVE_CONSUMER_CHANGE. Pushed with the session's own replies (room is kept
+    /// for them), so a full delivery queue does not lose it.
     fn active_changed(&mut self, active: bool) {
         debug!(
             consumer_id = self.consumer_id,

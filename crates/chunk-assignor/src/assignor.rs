@@ -57,14 +57,30 @@ pub struct ChunkAssignor<C> {
     id_index: HashMap<C, u32, ahash::RandomState>,
     id_index_built: bool,
     doomed: Vec<u32>,
-    /// The last pins a last chunk released (uuid hash, consumer, the consumer the pin
-    /// pointed at before its first chunk's last assignment), newest last, at most
-    /// [`RELEASED_KEPT`]: what [`ChunkAssignor::last_chunk_returned`] may put back, as it was.
-    released: std::collections::VecDeque<(u64, C, Option<C>)>,
+    /// The last pins a last chunk released, newest last, at most [`RELEASED_KEPT`], one per
+    /// (message, consumer): what [`ChunkAssignor::last_chunk_returned`] may put back, as it was.
+    released: std::collections::VecDeque<Released<C>>,
 }
 
 /// Released pins remembered for a last chunk whose delivery comes back.
 const RELEASED_KEPT: usize = 64;
+
+/// A pin a last chunk's assignment released (see [`ChunkAssignor::last_chunk_returned`]).
+#[derive(Clone, Copy, Debug)]
+struct Released<C> {
+    /// The message's uuid hash.
+    hash: u64,
+    /// The consumer it was pinned to.
+    consumer: C,
+    /// The consumer the pin pointed at before its first chunk's last assignment moved it.
+    previous: Option<C>,
+}
+
+impl<C: PartialEq> Released<C> {
+    fn is(&self, hash: u64, consumer: C) -> bool {
+        self.hash == hash && self.consumer == consumer
+    }
+}
 
 /// A pin not yet in the table: chunk 0 of a message was just assigned to `consumer`, and the
 /// chunks that come right after it in the batch, with its uuid, follow it there without a
@@ -525,7 +541,7 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
                     // chunk's return pin it again.
                     let hash = self.pins.hash(ch.uuid);
                     let id = batch.consumers[i].id;
-                    self.released.retain(|r| (r.0, r.1) != (hash, id));
+                    self.released.retain(|r| !r.is(hash, id));
                 }
                 warn!(
                     uuid = %ch.uuid,
@@ -628,23 +644,19 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
     /// The last chunk of `uuid`, assigned to `consumer` (which released the pin), never reached
     /// it and went back to replay: the message is half-delivered on `consumer` again, so it is
     /// pinned there again (at `now`), as the pin was before the release (a first chunk that
-    /// then comes back too moves it back where that chunk's assignment found it). Returns whether a pin was made: none when the uuid has
-    /// one, or when its assignment released none (an orphan last chunk; the last 64 releases
-    /// are remembered).
+    /// then comes back too moves it back where that chunk's assignment found it). Returns
+    /// whether a pin was made: none when the uuid has one, or when its assignment released
+    /// none (an orphan last chunk; the last 64 releases are remembered).
     pub fn last_chunk_returned(&mut self, now: u64, uuid: &str, consumer: C) -> bool {
         let (found, hash) = self.pins.lookup(uuid, false);
         if found.is_some() {
             return false;
         }
         // Only a pin this chunk's assignment released (an orphan last chunk released none).
-        let Some(k) = self
-            .released
-            .iter()
-            .rposition(|r| (r.0, r.1) == (hash, consumer))
-        else {
+        let Some(k) = self.released.iter().position(|r| r.is(hash, consumer)) else {
             return false;
         };
-        let previous = self.released.remove(k).and_then(|r| r.2);
+        let previous = self.released.remove(k).and_then(|r| r.previous);
         let p = self.pins.insert(uuid, hash, consumer, 0, now);
         self.pins.get_mut(p).previous = previous;
         self.evict_over_count();
@@ -654,11 +666,15 @@ impl<C: Copy + Eq + Hash + Debug> ChunkAssignor<C> {
 
     fn note_released(&mut self, hash: u64, consumer: C, previous: Option<C>) {
         // One record per (message, consumer): the latest release is the one a return undoes.
-        self.released.retain(|r| (r.0, r.1) != (hash, consumer));
+        self.released.retain(|r| !r.is(hash, consumer));
         if self.released.len() == RELEASED_KEPT {
             self.released.pop_front();
         }
-        self.released.push_back((hash, consumer, previous));
+        self.released.push_back(Released {
+            hash,
+            consumer,
+            previous,
+        });
     }
 
     /// Drops every pin to consumer `id` (call it when the consumer leaves); returns how many.

@@ -384,3 +384,86 @@ fn a_half_delivered_chunked_message_keeps_its_key_on_its_consumer() {
     assert!(later > log.find("> ack A 1:0 1:1 1:2").unwrap(), "{log}");
     assert_snapshot!(log);
 }
+
+#[test]
+fn a_later_chunk_waits_for_its_first_chunk_back_in_replay() {
+    // Found by the simulator (broker reads that complete later): a message's first chunk went
+    // to a consumer whose send the shell refused, so it went back to replay (no pin left),
+    // while a read holding the message's last chunk was in flight. Dispatched as it came, that
+    // last chunk went out as an orphan ahead of its first chunk, and the message was split
+    // across consumers. The later chunk now waits in replay until its first chunk is assigned
+    // again (and pins the message).
+    use cursor::{ChunkMeta, EntryMeta, Ledger, Position};
+    use dispatcher::{
+        ConsumerId, ConsumerSpec, DispatchCommand, Dispatcher, DispatcherConfig, NoopWaker,
+    };
+    use std::sync::Arc;
+    let mut d = Dispatcher::new(DispatcherConfig::shared(), Arc::new(NoopWaker));
+    for id in [1, 2] {
+        let name = if id == 1 { "A" } else { "B" };
+        d.handle_consumer_added(0, ConsumerSpec::new(id, name))
+            .unwrap();
+        d.handle_flow(0, ConsumerId(id), 10);
+    }
+    let mut ledger = cursor::InMemoryLedger::new(100);
+    let mut cur = cursor::ManagedCursor::new("s", &ledger, cursor::MemoryStore::new());
+    let chunk = |chunk_id| {
+        let mut m = EntryMeta::simple(0, 1);
+        m.chunk = Some(ChunkMeta {
+            uuid: "u1".into(),
+            chunk_id,
+            num_chunks: 2,
+            total_size: 2,
+        });
+        m
+    };
+    ledger.append(chunk(0));
+    ledger.append(EntryMeta::simple(0, 1));
+    ledger.append(chunk(1));
+    assert_eq!(
+        d.poll_command(),
+        Some(DispatchCommand::Read { max_entries: 1 })
+    );
+    d.handle_read_complete(0, cur.read(&ledger, 1), true);
+    let Some(DispatchCommand::Send { consumer, entries }) = d.poll_command() else {
+        panic!("the first chunk is sent");
+    };
+    // The next read goes out; meanwhile the shell refuses the first chunk's send.
+    assert_eq!(
+        d.poll_command(),
+        Some(DispatchCommand::Read { max_entries: 2 })
+    );
+    let read = cur.read(&ledger, 2);
+    d.handle_chunks_undelivered(0, consumer, &entries);
+    d.handle_send_refused(0, consumer, &[Position::new(1, 0)]);
+    d.handle_read_complete(0, read, true);
+    let mut sent = Vec::new();
+    for _ in 0..100 {
+        let Some(c) = d.poll_command() else { break };
+        match c {
+            DispatchCommand::Send { consumer, entries } => {
+                sent.extend(entries.iter().map(|e| (e.position, consumer)));
+            }
+            DispatchCommand::Replay { positions } => {
+                let e = cur.replay(&ledger, &positions);
+                d.handle_replay_complete(0, e.entries, &e.already_acked);
+            }
+            DispatchCommand::SetTimer { at } => d.handle_timeout(at),
+            DispatchCommand::Read { .. } => break,
+            _ => {}
+        }
+    }
+    let first = sent.iter().position(|(p, _)| *p == Position::new(1, 0));
+    let last = sent.iter().position(|(p, _)| *p == Position::new(1, 2));
+    assert!(
+        first.is_some() && first < last,
+        "first chunk before the last: {sent:?}"
+    );
+    let (_, to) = sent[first.unwrap()];
+    assert_eq!(
+        sent[last.unwrap()].1,
+        to,
+        "one consumer for the message: {sent:?}"
+    );
+    assert_eq!(d.stats().orphan_chunks, 0);
+}
